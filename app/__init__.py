@@ -1,0 +1,35 @@
+"""Async Work Lab: the Flask app factory.
+
+One blueprint per concern, as in Flask's tutorial: `pages` (server-rendered course),
+`api` (the JSON contract in DESIGN.md), `ws` (live event push).
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from app.config import Config
+
+
+def create_app(config: Config | None = None) -> Flask:
+    """Build the app; `config` defaults to the environment (see `app.config`)."""
+    config = config or Config.from_env()
+    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.config.update(
+        LAB=config,
+        SECRET_KEY=config.secret_key or "dev",
+        MAX_CONTENT_LENGTH=config.max_upload_bytes + 64 * 1024,
+        TESTING=config.testing,
+        SOCK_SERVER_OPTIONS={"ping_interval": 25},
+        JSON_SORT_KEYS=False,
+    )
+
+    from app import api, errors, filters, pages, store, ws
+
+    store.init_app(app)
+    filters.init_app(app)
+    errors.init_app(app)
+    app.register_blueprint(pages.bp)
+    app.register_blueprint(api.bp)
+    ws.init_app(app)
+    return app

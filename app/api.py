@@ -1,0 +1,434 @@
+"""The JSON API: the public contract in DESIGN.md that widgets, tests and benchmarks share.
+
+Read calls accept the lab's token or its view token; mutating calls need the lab token.
+Every bad input answers with `{error, detail}` and a 4xx status, never a 500.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from functools import wraps
+
+import redis
+from flask import Blueprint, current_app, jsonify, request, send_file
+
+from app import labs, numbers, presets, settings
+from app.errors import ApiError
+from app.events import EVENT_TYPES
+from app.store import get_redis, get_rq
+from workers import media
+from workers.broker import clock, dlq, producer, stream
+from workers.broker.keys import POOL_COMMANDS, key
+
+bp = Blueprint("api", __name__)
+FAULTS = ("storage_outage", "poison", "slow")
+
+
+@bp.get("/healthz")
+def healthz():
+    """Web is up if this answers; Redis reachability is checked, not assumed."""
+    try:
+        get_redis().ping()
+        redis_state = "ok"
+    except redis.RedisError as e:
+        redis_state = f"error: {e.__class__.__name__}"
+    ok = redis_state == "ok"
+    return jsonify(ok=ok, web="ok", redis=redis_state), 200 if ok else 503
+
+
+@bp.get("/api/model")
+def model():
+    """The numbers model as JSON (inputs, specs, figures); query parameters override inputs."""
+    given = {k: v for k, v in request.args.items() if v != ""}
+    try:
+        inputs = numbers.inputs_from_mapping(given)
+    except numbers.InputError as e:
+        raise ApiError(422, "invalid_inputs", e.errors) from None
+    return jsonify(numbers.to_json(inputs))
+
+
+@bp.get("/api/meta")
+def meta():
+    """Settings schema, presets and event vocabulary: the widget builds itself from these."""
+    return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
+                   events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
+                   faults=FAULTS)
+
+
+# --- auth -----------------------------------------------------------------------------------
+
+def request_token(lab: str) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        return auth[7:].strip()
+    return request.cookies.get(f"lab_{lab}") or None
+
+
+def lab_access(write: bool):
+    """Decorator: 404 unknown lab, 401 no token, 403 wrong token (or view token on a write)."""
+    def deco(fn):
+        @wraps(fn)
+        def wrapper(lab_id: str, *a, **kw):
+            r = get_redis()
+            if len(lab_id) > 32 or not labs.exists(r, lab_id):
+                raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
+            token = request_token(lab_id)
+            if not token:
+                raise ApiError(401, "missing_token", "send Authorization: Bearer <token>",
+                               {"WWW-Authenticate": "Bearer"})
+            role = labs.check_token(r, lab_id, token, allow_view=not write)
+            if role is None:
+                raise ApiError(403, "forbidden", "this token does not open this lab"
+                               + (" for changes" if write else ""))
+            if write:
+                labs.touch(r, lab_id)
+            return fn(lab_id, *a, **kw)
+        return wrapper
+    return deco
+
+
+def json_body() -> dict:
+    data = request.get_json(silent=True)
+    if data is None:
+        if request.data.strip():
+            raise ApiError(400, "invalid_json", "the body is not valid JSON")
+        return {}
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    return data
+
+
+# --- labs -----------------------------------------------------------------------------------
+
+@bp.post("/api/labs")
+def create_lab():
+    body = json_body()
+    preset = body.get("preset", presets.DEFAULT_PRESET)
+    if not isinstance(preset, str) or preset not in presets.PRESETS:
+        raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(presets.PRESETS)}"})
+    cfg = current_app.config["LAB"]
+    speed_value = body.get("speed", cfg.speed)
+    clean, errors = settings.validate({"speed": speed_value})
+    if errors:
+        raise ApiError(422, "invalid_settings", errors)
+    try:
+        created = labs.create(get_redis(), preset, clean["speed"], cfg.max_labs)
+    except labs.LabFull:
+        raise ApiError(429, "labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
+                       {"Retry-After": "60"}) from None
+    lab = created["lab_id"]
+    created["ws_url"] = f"/ws/labs/{lab}"
+    created["preset"] = preset
+    resp = jsonify(created)
+    resp.status_code = 201
+    resp.set_cookie(f"lab_{lab}", created["token"], httponly=True, samesite="Strict",
+                    max_age=cfg.lab_idle_ttl)
+    return resp
+
+
+@bp.get("/api/labs/<lab_id>")
+@lab_access(write=False)
+def get_lab(lab_id: str):
+    return jsonify(labs.snapshot(get_redis(), lab_id))
+
+
+@bp.delete("/api/labs/<lab_id>")
+@lab_access(write=True)
+def delete_lab(lab_id: str):
+    labs.teardown(get_redis(), lab_id, current_app.config["LAB"].var_dir)
+    return "", 204
+
+
+@bp.patch("/api/labs/<lab_id>/settings")
+@lab_access(write=True)
+def patch_settings(lab_id: str):
+    clean, errors = settings.validate(json_body())
+    if errors:
+        raise ApiError(422, "invalid_settings", errors)
+    return jsonify(settings=labs.update_settings(get_redis(), lab_id, clean))
+
+
+@bp.post("/api/labs/<lab_id>/clock")
+@lab_access(write=True)
+def clock_action(lab_id: str):
+    body = json_body()
+    r = get_redis()
+    action = body.get("action")
+    actions = {"pause": ("clock.paused", clock.pause), "resume": ("clock.resumed", clock.resume)}
+    if action in actions:
+        ev, fn = actions[action]
+        stream.emit(r, lab_id, ev, fn(r, lab_id))
+    elif action == "step":
+        clean, errors = settings.validate({"vt_seconds": body.get("seconds", 30)})
+        if errors:
+            raise ApiError(422, "invalid_step", {"seconds": errors["vt_seconds"]})
+        stream.emit(r, lab_id, "clock.stepped", clock.step(r, lab_id, clean["vt_seconds"]))
+    elif "speed" not in body:
+        raise ApiError(422, "invalid_action", {"action": "must be pause, resume or step"})
+    if "speed" in body:
+        clean, errors = settings.validate({"speed": body["speed"]})
+        if errors:
+            raise ApiError(422, "invalid_settings", errors)
+        labs.update_settings(r, lab_id, clean)
+    return jsonify(clock=clock.read(r, lab_id))
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+def _source_from_upload(lab_id: str) -> tuple[str, str]:
+    """Save an uploaded file after sniffing its bytes; returns (path, video_id)."""
+    f = request.files.get("file")
+    if f is None:
+        raise ApiError(422, "missing_file", {"file": "send the video in the multipart field 'file'"})
+    cfg = current_app.config["LAB"]
+    head = f.stream.read(64)
+    if not head:
+        raise ApiError(422, "empty_file", {"file": "the file is empty"})
+    if media.sniff(head) is None:
+        raise ApiError(415, "not_a_video", {"file": "the file's bytes are not an MP4, WebM or AVI "
+                                                    "container (the filename is not trusted)"})
+    video_id = uuid.uuid4().hex[:12]
+    path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = len(head)
+    with open(path, "wb") as out:
+        out.write(head)
+        while chunk := f.stream.read(1 << 16):
+            size += len(chunk)
+            if size > cfg.max_upload_bytes:
+                out.close()
+                path.unlink()
+                raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+            out.write(chunk)
+    return str(path), video_id
+
+
+def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
+    cfg = current_app.config["LAB"]
+    if sample == "poison":
+        # A truncated MP4 (moov missing): passes the byte sniff, fails to decode every time.
+        path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / "poison.bin"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(media.sample_clip().read_bytes()[:150_000])
+        return str(path), "poison"
+    clip = media.sample_clip(sample)
+    if clip is None:
+        raise ApiError(422, "unknown_sample", {"sample": "use bigbuckbunny, bikes, carphone_pristine "
+                                                          "or poison"})
+    return str(clip), sample
+
+
+SAMPLES = ("bigbuckbunny", "bikes", "carphone_pristine", "poison")
+
+
+@bp.post("/api/labs/<lab_id>/jobs")
+@lab_access(write=True)
+def create_job(lab_id: str):
+    r = get_redis()
+    lab_settings = labs.settings(r, lab_id)
+    idem = request.headers.get("Idempotency-Key")
+    if idem is not None and not (0 < len(idem) <= 200):
+        raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1–200 characters")
+    if request.files or (request.content_type or "").startswith("multipart/"):
+        body = dict(request.form)
+        fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    else:
+        body = json_body()
+        fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    errors = {}
+    job_type = body.get("job_type", "transcode")
+    if job_type not in producer.JOB_TYPES:
+        errors["job_type"] = f"must be one of {', '.join(producer.JOB_TYPES)}"
+    sample = body.get("sample", "bigbuckbunny")
+    if not isinstance(sample, str) or sample not in SAMPLES:
+        errors["sample"] = f"must be one of {', '.join(SAMPLES)}"
+    duration = body.get("duration_s", lab_settings["job_duration"])
+    clean, errs = settings.validate({"job_duration": duration})
+    if errs:
+        errors["duration_s"] = errs["job_duration"]
+    if errors:
+        raise ApiError(422, "invalid_job", errors)
+    idem_key = key(lab_id, "idem", hashlib.sha256(idem.encode()).hexdigest()) if idem else None
+    if idem_key:
+        prior = r.get(idem_key)
+        if prior:
+            stored = json.loads(prior)
+            if stored["fingerprint"] != fingerprint:
+                raise ApiError(422, "idempotency_key_reused",
+                               "this Idempotency-Key was used with a different body")
+            if stored.get("response") is None:
+                raise ApiError(409, "request_in_progress", "a request with this key is still running")
+            resp = jsonify(stored["response"])
+            resp.status_code, resp.headers["Idempotent-Replayed"] = 202, "true"
+            return resp
+        if not r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": None}), nx=True,
+                     ex=3600):
+            raise ApiError(409, "request_in_progress", "a request with this key is still running")
+    try:
+        if request.files or "file" in request.files:
+            source, video_id = _source_from_upload(lab_id)
+        else:
+            source, video_id = _source_from_sample(lab_id, sample)
+        payload = producer.enqueue_job(
+            r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
+            duration_s=clean["job_duration"], resolutions=["240p", "144p"], idempotency_key=idem,
+            poison=False)
+    except Exception:
+        if idem_key:
+            r.delete(idem_key)
+        raise
+    response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
+                "payload": payload}
+    if idem_key:
+        r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": response}), ex=3600)
+    return jsonify(response), 202
+
+
+def _job_or_404(lab_id: str, job_id: str) -> dict:
+    j = labs.read_job(get_redis(), lab_id, job_id) if len(job_id) <= 20 else None
+    if j is None:
+        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
+    return j
+
+
+def _etag(j: dict) -> str:
+    return '"' + hashlib.sha1(json.dumps(j, sort_keys=True).encode()).hexdigest()[:16] + '"'
+
+
+@bp.get("/api/labs/<lab_id>/jobs")
+@lab_access(write=False)
+def list_jobs(lab_id: str):
+    return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+
+
+@bp.get("/api/labs/<lab_id>/jobs/<job_id>")
+@lab_access(write=False)
+def get_job(lab_id: str, job_id: str):
+    """Status with ETag; If-None-Match → 304; ?wait=N holds up to N s (≤ 25) until it changes."""
+    j = _job_or_404(lab_id, job_id)
+    wait = request.args.get("wait", "0")
+    try:
+        wait_s = min(25.0, max(0.0, float(wait)))
+    except ValueError:
+        raise ApiError(422, "invalid_wait", {"wait": "must be a number of seconds (0–25)"}) from None
+    client_tag = request.headers.get("If-None-Match")
+    tag = _etag(j)
+    if wait_s and client_tag == tag:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and tag == client_tag:
+            time.sleep(0.05)
+            j = _job_or_404(lab_id, job_id)
+            tag = _etag(j)
+    if client_tag == tag:
+        return "", 304, {"ETag": tag}
+    resp = jsonify(j)
+    resp.headers["ETag"] = tag
+    resp.headers["Cache-Control"] = "no-cache"
+    return resp
+
+
+@bp.get("/api/labs/<lab_id>/jobs/<job_id>/outputs/<name>")
+@lab_access(write=False)
+def get_output(lab_id: str, job_id: str, name: str):
+    _job_or_404(lab_id, job_id)
+    if "/" in name or name.startswith(".") or not name.endswith((".mp4", ".jpg")):
+        raise ApiError(404, "unknown_output", f"no output {name!r}")
+    base = labs.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "transcoded" / job_id
+    path = base / name
+    if not path.is_file():
+        raise ApiError(404, "unknown_output", f"no output {name!r} for job {job_id}")
+    return send_file(path, mimetype="video/mp4" if name.endswith(".mp4") else "image/jpeg",
+                     conditional=True)
+
+
+@bp.get("/api/labs/<lab_id>/outbox")
+@lab_access(write=False)
+def outbox(lab_id: str):
+    return jsonify(emails=[json.loads(e) for e in get_redis().lrange(key(lab_id, "outbox"), 0, -1)])
+
+
+# --- workers, faults, DLQ, events -------------------------------------------------------------
+
+@bp.post("/api/labs/<lab_id>/workers/<worker_id>/kill")
+@lab_access(write=True)
+def kill_worker(lab_id: str, worker_id: str):
+    """Ask the supervisor (which owns the processes) to SIGKILL the worker and its horse."""
+    r = get_redis()
+    if worker_id == "random":
+        busy = [w["id"] for w in labs.workers(r, lab_id) if w.get("state") == "busy"]
+        if not busy:
+            raise ApiError(409, "no_busy_worker", "no worker is busy right now")
+        worker_id = busy[0]
+    if not r.hexists(key(lab_id, "workers"), worker_id):
+        raise ApiError(404, "unknown_worker", f"no worker {worker_id!r} in this lab")
+    reply = f"pool:reply:{uuid.uuid4().hex}"
+    r.rpush(POOL_COMMANDS, json.dumps({"cmd": "kill", "lab": lab_id, "worker": worker_id, "reply": reply}))
+    answer = r.blpop(reply, timeout=10)
+    if answer is None:
+        raise ApiError(503, "pool_unavailable", "the worker pool did not answer")
+    result = json.loads(answer[1])
+    if not result.get("ok"):
+        raise ApiError(409, "cannot_kill", result.get("error"))
+    return jsonify(result)
+
+
+@bp.post("/api/labs/<lab_id>/faults")
+@lab_access(write=True)
+def inject_fault(lab_id: str):
+    body = json_body()
+    fault = body.get("type")
+    if fault not in FAULTS:
+        raise ApiError(422, "invalid_fault", {"type": f"must be one of {', '.join(FAULTS)}"})
+    clean, errors = settings.validate({"job_duration": body.get("duration_s", 120)})
+    if errors:
+        raise ApiError(422, "invalid_fault", {"duration_s": errors["job_duration"]})
+    r = get_redis()
+    now = clock.now(r, lab_id)
+    duration = clean["job_duration"]
+    if fault == "poison":
+        payload = producer.enqueue_job(
+            r, get_rq(), lab_id, job_type="transcode", video_id="poison-pill",
+            source=str(media.sample_clip()), duration_s=labs.settings(r, lab_id)["job_duration"],
+            resolutions=["240p", "144p"], idempotency_key=None, poison=True)
+        stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
+        return jsonify(fault=fault, job_id=payload["job_id"]), 202
+    r.hset(key(lab_id, "faults"), f"{fault}_until", now + duration)
+    stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=duration)
+    return jsonify(fault=fault, until=now + duration), 202
+
+
+@bp.get("/api/labs/<lab_id>/dlq")
+@lab_access(write=False)
+def get_dlq(lab_id: str):
+    return jsonify(dead_letters=dlq.list_dead(get_redis(), lab_id))
+
+
+@bp.post("/api/labs/<lab_id>/dlq/replay")
+@lab_access(write=True)
+def replay_dlq(lab_id: str):
+    body = json_body()
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ApiError(422, "invalid_reason", {"reason": "must be text"})
+    r = get_redis()
+    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None))
+
+
+def parse_after(value: str | None) -> str:
+    """A stream id `ms-seq` (or 0); anything else is a 422."""
+    value = value or "0"
+    ms, _, seq = value.partition("-")
+    if not ms.isdigit() or (seq and not seq.isdigit()) or len(value) > 40:
+        raise ApiError(422, "invalid_after", {"after": "must be an event id like 1700000000000-0"})
+    return value
+
+
+@bp.get("/api/labs/<lab_id>/events")
+@lab_access(write=False)
+def get_events(lab_id: str):
+    after = parse_after(request.args.get("after"))
+    return jsonify(events=stream.read_after(get_redis(), lab_id, after))

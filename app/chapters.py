@@ -1,0 +1,80 @@
+"""The course text: one Markdown file per chapter in `chapters/`, front matter first.
+
+The body is a Jinja template before it is Markdown, so every figure in the prose comes from the
+numbers model (`{{ fig.ch2.workers_at_target }}`) instead of being typed in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import markdown
+from jinja2 import Environment
+
+from app.config import ROOT
+
+CHAPTER_DIR = ROOT / "chapters"
+_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
+_MD_EXTENSIONS = ["tables", "fenced_code", "attr_list", "md_in_html", "toc"]
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    slug: str
+    title: str
+    preset: str
+    summary: str
+    source: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def url_slug(self) -> str:
+        return f"{self.number}-{self.slug}"
+
+
+def parse_front_matter(text: str) -> tuple[dict, str]:
+    """Split `---`-fenced `key: value` lines from the body (flat keys only; no YAML dependency)."""
+    if not text.startswith("---\n"):
+        return {}, text
+    head, _, body = text[4:].partition("\n---\n")
+    meta = {}
+    for line in head.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition(":")
+            meta[key.strip()] = value.strip()
+    return meta, body
+
+
+@lru_cache(maxsize=1)
+def all_chapters() -> tuple[Chapter, ...]:
+    """Every chapter file, in order; read once per process."""
+    chapters = []
+    for path in sorted(CHAPTER_DIR.glob("*.md")):
+        m = _NAME.match(path.name)
+        if not m:
+            continue
+        meta, body = parse_front_matter(path.read_text(encoding="utf-8"))
+        number = int(m.group(1))
+        chapters.append(Chapter(
+            number=number,
+            slug=m.group(2),
+            title=meta.get("title", m.group(2).replace("-", " ").title()),
+            preset=meta.get("preset", f"ch{number}"),
+            summary=meta.get("summary", ""),
+            source=body,
+            meta=meta,
+        ))
+    return tuple(chapters)
+
+
+def find(number: int) -> Chapter | None:
+    return next((c for c in all_chapters() if c.number == number), None)
+
+
+def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
+    """Jinja first (figures, partial tables), then Markdown to HTML."""
+    text = env.from_string(chapter.source).render(**context)
+    return markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html")

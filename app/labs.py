@@ -1,0 +1,181 @@
+"""The lab registry: create a lab from a preset, read its snapshot, touch it, tear it down.
+
+A lab is an isolated sandbox: its own key prefix, RQ queue, workers, settings, clock and event
+stream. Tokens are random and stored only as hashes; comparing hashes in constant time means a
+leaked key dump or timing probe does not reveal a usable token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from app import presets
+from app.events import COUNTERS
+from workers.broker import clock, stream
+from workers.broker.keys import LABS, job, key, queue_name
+
+
+class LabFull(Exception):
+    """max_labs reached."""
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_id() -> str:
+    return secrets.token_hex(5)
+
+
+def create(r: redis.Redis, preset: str, speed: float, max_labs: int) -> dict[str, Any]:
+    """Register a lab; the supervisor sees it in `labs` and starts its workers."""
+    if r.scard(LABS) >= max_labs:
+        raise LabFull()
+    lab = new_id()
+    token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
+    settings = presets.settings_for(preset)
+    settings["speed"] = speed
+    with r.pipeline(transaction=True) as pipe:
+        pipe.hset(key(lab, "meta"), mapping={
+            "preset": preset, "created": time.time(), "last_active": time.time(),
+            "token": _hash(token), "view_token": _hash(view_token), "seq": 0,
+        })
+        pipe.set(key(lab, "settings"), json.dumps(settings))
+        pipe.sadd(LABS, lab)
+        pipe.execute()
+    clock.start(r, lab, speed)
+    return {"lab_id": lab, "token": token, "view_token": view_token, "settings": settings}
+
+
+def exists(r: redis.Redis, lab: str) -> bool:
+    return bool(r.sismember(LABS, lab))
+
+
+def check_token(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> str | None:
+    """'owner' or 'viewer' if the token opens this lab, else None (constant-time compare)."""
+    if not token:
+        return None
+    stored = r.hmget(key(lab, "meta"), "token", "view_token")
+    given = _hash(token)
+    if stored[0] and hmac.compare_digest(stored[0], given):
+        return "owner"
+    if allow_view and stored[1] and hmac.compare_digest(stored[1], given):
+        return "viewer"
+    return None
+
+
+def touch(r: redis.Redis, lab: str) -> None:
+    r.hset(key(lab, "meta"), "last_active", time.time())
+
+
+def settings(r: redis.Redis, lab: str) -> dict[str, Any]:
+    raw = r.get(key(lab, "settings"))
+    return json.loads(raw) if raw else presets.settings_for(presets.DEFAULT_PRESET)
+
+
+def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> dict[str, Any]:
+    current = settings(r, lab)
+    current.update(changes)
+    with r.pipeline(transaction=True) as pipe:
+        pipe.set(key(lab, "settings"), json.dumps(current))
+        stream.append(pipe, lab, "settings.changed", clock.now(r, lab), changes=changes)
+        pipe.execute()
+    if "speed" in changes:
+        clock.set_speed(r, lab, changes["speed"])
+    return current
+
+
+def next_job_number(r: redis.Redis, lab: str) -> int:
+    """Jobs are numbered 1, 2, 3 … per lab so the narration can say 'job 7'."""
+    return int(r.hincrby(key(lab, "meta"), "seq", 1))
+
+
+def workers(r: redis.Redis, lab: str) -> list[dict]:
+    rows = [json.loads(v) for v in r.hgetall(key(lab, "workers")).values()]
+    return sorted(rows, key=lambda w: int(w["id"].lstrip("w") or 0))
+
+
+def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
+    raw = r.hgetall(job(lab, job_id))
+    if not raw:
+        return None
+    attempts = [json.loads(v) for v in r.hgetall(job(lab, job_id) + ":attempts").values()]
+    attempts.sort(key=lambda a: a["attempt"])
+    out = {k: v for k, v in raw.items() if k not in ("payload", "outputs", "source")}
+    out["payload"] = json.loads(raw.get("payload", "{}"))
+    out["attempt"] = int(raw.get("attempt", 0))
+    out["attempts"] = attempts
+    out["outputs"] = json.loads(raw.get("outputs", "{}"))
+    for f in ("created_at", "lease_deadline"):
+        if f in out:
+            out[f] = float(out[f])
+    return out
+
+
+def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
+    """Newest first."""
+    ids = r.zrevrange(key(lab, "jobs"), 0, limit - 1)
+    return [j for j in (read_job(r, lab, i) for i in ids) if j]
+
+
+def counts(r: redis.Redis, lab: str) -> dict[str, int]:
+    """Gauges from the state machine, counters from the event stream (same atomic writes)."""
+    states = {k: int(v) for k, v in r.hgetall(key(lab, "states")).items()}
+    counters = {k: int(v) for k, v in r.hgetall(key(lab, "counts")).items()}
+    out = {name: counters.get(name, 0) for name in COUNTERS}
+    out.update({
+        "queued": states.get("queued", 0) + states.get("retrying", 0),
+        "running": states.get("running", 0),
+        "retrying": states.get("retrying", 0),
+        "done": states.get("done", 0),
+        "dlq": states.get("dlq", 0),
+        "lost": states.get("lost", 0),
+        "failed": counters.get("failed", 0),
+        "redelivered": counters.get("redelivered", 0),
+        "duplicates_blocked": counters.get("duplicates_blocked", 0),
+    })
+    return out
+
+
+def snapshot(r: redis.Redis, lab: str) -> dict[str, Any]:
+    leases = dict(r.zrange(key(lab, "leases"), 0, -1, withscores=True))
+    jobs = list_jobs(r, lab)
+    for j in jobs:
+        if j["id"] in leases:
+            j["lease_deadline"] = leases[j["id"]]
+    last = r.xrevrange(key(lab, "events"), count=1)
+    return {
+        "lab_id": lab,
+        "preset": r.hget(key(lab, "meta"), "preset"),
+        "settings": settings(r, lab),
+        "clock": clock.read(r, lab),
+        "counts": counts(r, lab),
+        "workers": workers(r, lab),
+        "jobs": jobs,
+        "faults": r.hgetall(key(lab, "faults")),
+        "breaker": r.hgetall(key(lab, "breaker")) or {"state": "closed"},
+        "last_event_id": last[0][0] if last else "0",
+    }
+
+
+def lab_dir(var_dir: Path, lab: str) -> Path:
+    return var_dir / "labs" / lab
+
+
+def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
+    """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
+    r.srem(LABS, lab)
+    for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*"):
+        batch = list(r.scan_iter(match=pattern, count=500))
+        for i in range(0, len(batch), 500):
+            r.delete(*batch[i:i + 500])
+    shutil.rmtree(lab_dir(var_dir, lab), ignore_errors=True)

@@ -1,0 +1,58 @@
+"""Server-rendered course pages: the home page and one page per chapter.
+
+A chapter page takes model inputs in its query string (`?arrival_rate=200`), so the same
+render path serves the first load, the htmx round-trip when a learner moves an input, and a
+shareable link to that what-if.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, current_app, render_template, request
+
+from app import chapters, numbers
+
+bp = Blueprint("pages", __name__)
+
+
+def model_from_query() -> tuple[numbers.Inputs, dict[str, str]]:
+    """Inputs from the query string; bad values are reported per field and the defaults kept."""
+    given = {k: v for k, v in request.args.items() if k in numbers.SPECS_BY_NAME and v != ""}
+    try:
+        return numbers.inputs_from_mapping(given), {}
+    except numbers.InputError as e:
+        return numbers.Inputs(), e.errors
+
+
+def chapter_inputs(ch: chapters.Chapter, inputs: numbers.Inputs) -> list[dict]:
+    """The learner-changeable inputs this chapter's front matter names, with current values."""
+    names = [n.strip() for n in ch.meta.get("inputs", "").split(",") if n.strip()]
+    by_name = {s["name"]: s for s in numbers.spec_values(inputs)}
+    return [by_name[n] for n in names if n in by_name]
+
+
+@bp.get("/")
+def home():
+    return render_template("home.html", chapters=chapters.all_chapters())
+
+
+@bp.get("/chapters/<int:number>")
+@bp.get("/chapters/<int:number>-<slug>")
+def chapter(number: int, slug: str | None = None):
+    ch = chapters.find(number)
+    if ch is None:
+        abort(404)
+    inputs, input_errors = model_from_query()
+    all_ch = chapters.all_chapters()
+    idx = all_ch.index(ch)
+    body = chapters.render_body(
+        ch, current_app.jinja_env, {"fig": numbers.derive(inputs), "inputs": inputs})
+    return render_template(
+        "chapter.html",
+        chapter=ch,
+        body=body,
+        chapters=all_ch,
+        model_inputs=chapter_inputs(ch, inputs),
+        input_errors=input_errors,
+        prev=all_ch[idx - 1] if idx > 0 else None,
+        next=all_ch[idx + 1] if idx + 1 < len(all_ch) else None,
+    )

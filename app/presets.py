@@ -1,0 +1,46 @@
+"""Chapter presets: which settings a chapter's lab starts from and which controls it shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.settings import DEFAULTS
+
+# Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
+PRESETS: dict[str, dict[str, Any]] = {
+    "ch0": {"title": "Inline vs enqueue", "settings": {"workers": 1},
+            "controls": ["upload", "speed"]},
+    "ch1": {"title": "VT too short: 300 s lease, 600 s job",
+            "settings": {"workers": 2, "vt_seconds": 300, "retry_policy": "none"},
+            "controls": ["upload", "kill", "vt_seconds", "heartbeat", "ack_mode", "cas_guard", "clock"]},
+    "ch1-heartbeat": {"title": "Heartbeat: short lease, extended while alive",
+                      "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": True},
+                      "controls": ["upload", "kill", "vt_seconds", "heartbeat", "clock"]},
+    "ch2": {"title": "Sizing the pool", "settings": {"workers": 3, "job_duration": 120},
+            "controls": ["upload", "kill", "workers", "scale_in", "clock"]},
+    "ch3": {"title": "Status delivery", "settings": {"workers": 2, "job_duration": 300},
+            "controls": ["upload", "kill", "cas_guard", "clock"]},
+    "ch4": {"title": "Retries, jitter and the DLQ",
+            "settings": {"workers": 3, "job_duration": 60, "retry_policy": "full_jitter",
+                         "retry_base": 5, "retry_cap": 120, "max_attempts": 4, "vt_seconds": 300},
+            "controls": ["upload", "kill", "retry_policy", "max_attempts", "faults", "breaker", "dlq",
+                         "clock"]},
+    "ch5": {"title": "Effectively once",
+            "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": False},
+            "controls": ["upload", "kill", "vt_seconds", "cas_guard", "idempotent_outputs", "notify_guard",
+                         "clock"]},
+    "ch6": {"title": "Fairness", "settings": {"workers": 3, "job_duration": 60},
+            "controls": ["upload", "workers", "clock"]},
+    "ch7": {"title": "Scheduled jobs", "settings": {"workers": 2, "job_duration": 45},
+            "controls": ["upload", "kill", "clock"]},
+    "ch8": {"title": "The assembled pipeline",
+            "settings": {"workers": 3, "heartbeat": True, "vt_seconds": 300, "breaker": True},
+            "controls": ["upload", "kill", "workers", "vt_seconds", "heartbeat", "ack_mode", "cas_guard",
+                         "retry_policy", "faults", "dlq", "clock"]},
+}
+DEFAULT_PRESET = "ch8"
+
+
+def settings_for(preset: str) -> dict[str, Any]:
+    """Full settings for a preset: the schema defaults with the preset's overrides on top."""
+    return {**DEFAULTS, **PRESETS[preset]["settings"]}

@@ -1,0 +1,131 @@
+"""Lab settings: the one schema every layer reads (API validation, widget controls, presets).
+
+Like RQ's defaults.py, each setting has a docstring-like `doc`; all durations are *simulated*
+seconds, because the lab runs on a compressed clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # "int" | "float" | "bool" | "choice"
+    default: Any
+    doc: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+    label: str = ""
+    unit: str = ""
+
+
+SCHEMA: tuple[Setting, ...] = (
+    Setting("speed", "float", 20.0, "Simulated seconds per real second (the lesson's demo runs at 20x).",
+            1, 1000, label="Clock speed", unit="×"),
+    Setting("workers", "int", 2, "Worker processes in the pool: real `rq worker` processes.",
+            0, 8, label="Workers"),
+    Setting("vt_seconds", "float", 1200.0, "Visibility timeout: how long a claimed message stays "
+            "invisible before the reaper hands it to another worker.", 10, 7200,
+            label="Visibility timeout", unit="s"),
+    Setting("heartbeat", "bool", False, "Workers extend their lease while they run, so a short VT "
+            "still covers a long job and a crash is noticed quickly.", label="Heartbeat"),
+    Setting("heartbeat_interval", "float", 60.0, "Simulated seconds between lease extensions.",
+            5, 3600, label="Heartbeat interval", unit="s"),
+    Setting("heartbeat_extend", "float", 180.0, "Each heartbeat pushes the deadline to now + this.",
+            10, 7200, label="Heartbeat extends to", unit="s"),
+    Setting("ack_mode", "choice", "late", "late: delete the message after success (at-least-once); "
+            "early: delete on claim (at-most-once: a crash loses the job).", choices=("late", "early"),
+            label="Acknowledge"),
+    Setting("cas_guard", "bool", True, "State transitions are compare-and-swap, fenced by attempt, so "
+            "a stale worker cannot complete a job a newer attempt owns.", label="CAS guard"),
+    Setting("idempotent_outputs", "bool", True, "Outputs go to a deterministic path written "
+            "atomically, so a duplicate run overwrites instead of adding files.",
+            label="Deterministic output path"),
+    Setting("notify_guard", "bool", True, "A 'notified' compare-and-swap flag makes the completion "
+            "email go out once however many times the handler runs.", label="Send-once email guard"),
+    Setting("retry_policy", "choice", "full_jitter", "How long to wait before retrying a failed attempt.",
+            choices=("none", "fixed", "linear", "exponential", "full_jitter"), label="Retry policy"),
+    Setting("retry_base", "float", 10.0, "Base delay of the retry policy.", 0.1, 3600,
+            label="Retry base", unit="s"),
+    Setting("retry_cap", "float", 300.0, "Upper bound on any single retry delay.", 1, 86400,
+            label="Retry cap", unit="s"),
+    Setting("max_attempts", "int", 5, "Deliveries before a job is dead-lettered (SQS maxReceiveCount).",
+            1, 20, label="Max attempts"),
+    Setting("retry_budget", "float", 0.0, "Wall-clock budget from first attempt; 0 = no budget.",
+            0, 86400, label="Retry budget", unit="s"),
+    Setting("classify_errors", "bool", True, "Corrupt input is non-retryable and goes straight to the "
+            "DLQ instead of burning every attempt.", label="Non-retryable errors skip retries"),
+    Setting("breaker", "bool", False, "A circuit breaker on storage: after repeated failures, fail fast "
+            "for a cool-down instead of hammering a dependency that is down.", label="Circuit breaker"),
+    Setting("breaker_threshold", "int", 3, "Consecutive storage failures that open the breaker.", 1, 50,
+            label="Breaker threshold"),
+    Setting("breaker_cooldown", "float", 60.0, "How long the breaker stays open before a trial call.",
+            1, 3600, label="Breaker cool-down", unit="s"),
+    Setting("respawn_delay", "float", 30.0, "How long a killed worker stays dead before the supervisor "
+            "starts a replacement.", 0, 3600, label="Respawn delay", unit="s"),
+    Setting("scale_in", "choice", "drain", "drain: a removed worker finishes its job first; kill: it "
+            "is killed mid-job (the job then waits for its VT).", choices=("drain", "kill"),
+            label="Scale-in"),
+    Setting("job_duration", "float", 600.0, "Simulated duration of a transcode (the lesson's 10 minutes).",
+            1, 7200, label="Transcode duration", unit="s"),
+    Setting("exec_timeout", "float", 0.0, "Per-attempt execution timeout; 0 = none. Keep it below VT.",
+            0, 7200, label="Execution timeout", unit="s"),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SCHEMA}
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SCHEMA}
+
+
+def _coerce(s: Setting, value: Any) -> Any:
+    """One value to the setting's type, or ValueError with a message a learner can act on."""
+    if s.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "on", "off"):
+            return value.lower() in ("true", "1", "on")
+        raise ValueError("must be true or false")
+    if s.kind == "choice":
+        if value not in s.choices:
+            raise ValueError(f"must be one of {', '.join(s.choices)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"must be a number between {s.min:g} and {s.max:g}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"must be a number between {s.min:g} and {s.max:g}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError("must be a finite number")
+    if s.kind == "int":
+        if number != int(number):
+            raise ValueError("must be a whole number")
+        number = int(number)
+    if not (s.min <= number <= s.max):
+        raise ValueError(f"must be between {s.min:g} and {s.max:g}{' ' + s.unit if s.unit else ''}")
+    return number
+
+
+def validate(changes: Any, partial: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """Check a settings mapping; returns (clean values, {field: message}) — never raises."""
+    if not isinstance(changes, dict):
+        return {}, {"_": "settings must be a JSON object"}
+    clean, errors = {}, {}
+    for name, value in changes.items():
+        s = BY_NAME.get(name)
+        if s is None:
+            errors[name] = "unknown setting"
+            continue
+        try:
+            clean[name] = _coerce(s, value)
+        except ValueError as e:
+            errors[name] = str(e)
+    return clean, errors
+
+
+def schema_json() -> list[dict[str, Any]]:
+    """The schema for the widget, which builds its controls from it."""
+    return [asdict(s) for s in SCHEMA]

@@ -1,0 +1,163 @@
+"""Live event push over WebSocket: `WS /ws/labs/{lab}?after=ID`.
+
+One hub thread per web process listens for "new event" notifications (Redis pub/sub, published
+in the same step as each append), reads each lab's new entries once and fans them out to that
+lab's sockets. A socket never blocks on Redis itself, so hundreds of them cost a queue each,
+not a connection each. A reconnect with `after=<last id>` resumes with no gap and no repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections import defaultdict
+from urllib.parse import urlsplit
+
+import redis
+from flask import Flask, current_app, request
+from flask_sock import Sock
+
+from app import labs
+from app.errors import ApiError
+from workers.broker import stream
+from workers.broker.keys import key
+
+sock = Sock()
+QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
+
+
+def id_tuple(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Mailbox(queue.Queue):
+    """One socket's pending events; `overflowed` marks a consumer that fell too far behind."""
+
+    overflowed = False
+
+
+class Hub:
+    def __init__(self, url: str):
+        self.r = redis.Redis.from_url(url, decode_responses=True)
+        self.subs: dict[str, set[Mailbox]] = defaultdict(set)
+        self.last: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def subscribe(self, lab: str) -> Mailbox:
+        q = Mailbox(maxsize=QUEUE_MAX)
+        with self.lock:
+            if lab not in self.last:
+                top = self.r.xrevrange(key(lab, "events"), count=1)
+                self.last[lab] = top[0][0] if top else "0-0"
+            self.subs[lab].add(q)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.run, name="ws-hub", daemon=True)
+                self.thread.start()
+        return q
+
+    def unsubscribe(self, lab: str, q: Mailbox) -> None:
+        with self.lock:
+            self.subs[lab].discard(q)
+            if not self.subs[lab]:
+                del self.subs[lab]
+                self.last.pop(lab, None)
+
+    def fan_out(self, lab: str) -> None:
+        with self.lock:
+            if lab not in self.subs:
+                return
+            after = self.last[lab]
+        entries = stream.read_after(self.r, lab, after, count=5000)
+        if not entries:
+            return
+        with self.lock:
+            self.last[lab] = entries[-1]["id"]
+            targets = list(self.subs.get(lab, ()))
+        for q in targets:
+            for ev in entries:
+                try:
+                    q.put_nowait(ev)
+                except queue.Full:
+                    q.overflowed = True  # the handler sees this and closes the socket
+                    break
+
+    def run(self) -> None:
+        while True:
+            try:
+                ps = self.r.pubsub(ignore_subscribe_messages=True)
+                ps.psubscribe("lab:*:events")
+                for msg in ps.listen():
+                    self.fan_out(msg["channel"].split(":")[1])
+            except redis.ConnectionError:
+                threading.Event().wait(0.5)
+
+
+def _origin_ok() -> bool:
+    """Refuse cross-site WebSocket hijacking: a browser's Origin must be this app's host."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+def init_app(app: Flask) -> None:
+    sock.init_app(app)
+    app.extensions["ws_hub"] = Hub(app.config["LAB"].redis_url)
+    app.before_request(_guard_ws)
+
+
+def _guard_ws():
+    """Check origin, lab and token before the upgrade, so refusals are plain HTTP errors."""
+    if not request.path.startswith("/ws/labs/"):
+        return None
+    lab = request.path.rsplit("/", 1)[-1]
+    from app.api import parse_after
+    from app.store import get_redis
+
+    if not _origin_ok():
+        raise ApiError(403, "bad_origin", "WebSocket from a foreign Origin refused")
+    r = get_redis()
+    if len(lab) > 32 or not labs.exists(r, lab):
+        raise ApiError(404, "unknown_lab", f"no lab {lab!r}")
+    token = request.args.get("token") or request.cookies.get(f"lab_{lab}")
+    if labs.check_token(r, lab, token, allow_view=True) is None:
+        raise ApiError(401 if not token else 403, "forbidden", "a lab or view token is required")
+    parse_after(request.args.get("after"))
+    return None
+
+
+@sock.route("/ws/labs/<lab>")
+def lab_events(ws, lab: str):
+    hub: Hub = current_app.extensions["ws_hub"]
+    from app.store import get_redis
+
+    after = request.args.get("after") or "0"
+    q = hub.subscribe(lab)
+    try:
+        last = id_tuple(after) if after != "0" else (0, 0)
+        while True:  # catch up from the stream itself, then switch to the hub's queue
+            batch = stream.read_after(get_redis(), lab, after, count=1000)
+            for ev in batch:
+                ws.send(json.dumps(ev))
+            if len(batch) < 1000:
+                break
+            after = batch[-1]["id"]
+        if batch:
+            last = id_tuple(batch[-1]["id"])
+        while ws.connected:
+            if q.overflowed:
+                ws.close(reason=1013, message="too slow: reconnect with after=<last id>")
+                return
+            try:
+                ev = q.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if id_tuple(ev["id"]) <= last:
+                continue
+            ws.send(json.dumps(ev))
+            last = id_tuple(ev["id"])
+    finally:
+        hub.unsubscribe(lab, q)
+
+

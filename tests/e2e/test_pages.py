@@ -1,0 +1,33 @@
+"""The course in a real browser: the home page lists chapters; a chapter's figures follow its inputs."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from app import numbers
+
+pytestmark = pytest.mark.e2e
+
+
+def test_home_lists_chapters_and_opens_one(page, stack, shot):
+    page.goto(stack.url + "/")
+    expect(page.locator(".toc-item")).to_have_count(9)
+    shot("home")
+    page.get_by_role("link", name=re.compile("Task Queue Anatomy")).first.click()
+    expect(page.locator("h1")).to_contain_text("Task Queue Anatomy")
+    expect(page.locator(".prose")).to_be_visible()
+    shot("chapter-1")
+
+
+def test_changing_an_input_on_a_chapter_page_recomputes_its_figures(page, stack, shot):
+    page.goto(stack.url + "/chapters/2")
+    default = numbers.derive()["ch2"]["workers_at_target"]
+    prose = page.locator(".prose")
+    expect(prose).to_contain_text(f"{default:,}")
+    field = page.locator("input[name=arrival_rate]")
+    field.fill("200")
+    field.dispatch_event("input")
+    expect(page.locator(".prose")).to_contain_text(f"{2 * default:,}")
+    expect(page).to_have_url(re.compile(r"arrival_rate=200"))  # the what-if is a shareable link
+    shot("chapter-2-doubled")

@@ -1,0 +1,173 @@
+"""The public HTTP contract: clear errors for bad input, ETag/304, long-poll, Idempotency-Key."""
+
+import http.client
+import threading
+import time
+import uuid
+
+import pytest
+
+from workers import media
+
+pytestmark = pytest.mark.integration
+
+
+def multipart(field: str, filename: str, data: bytes, ctype: str = "video/mp4") -> tuple[bytes, dict]:
+    boundary = uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
+            f"Content-Type: {ctype}\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def post_oversize(api, path: str, body: bytes, headers: dict) -> int:
+    """Send a too-large body the way a browser does; the server may answer 413 and hang up mid-body."""
+    host = api.base.split("//")[1]
+    conn = http.client.HTTPConnection(host, timeout=20)
+    conn.putrequest("POST", path)
+    for k, v in {**headers, "Content-Length": str(len(body))}.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    try:
+        conn.send(body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_health_reports_web_and_redis(api):
+    res = api.call("GET", "/healthz")
+    assert res.status == 200 and res.json() == {"ok": True, "web": "ok", "redis": "ok"}
+
+
+def test_unknown_lab_missing_token_and_wrong_token(api):
+    lab, other = api.lab("ch1"), api.lab("ch1")
+    assert api.call("GET", "/api/labs/nope").status == 404
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}").status == 401
+    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"vt_seconds": 600}, other["token"])
+    assert res.status == 403 and res.json()["error"] == "forbidden"
+    # the view token reads but cannot change anything
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["view_token"]).status == 200
+    assert api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"vt_seconds": 600},
+                    lab["view_token"]).status == 403
+
+
+def test_bad_settings_get_422_with_a_message_per_field(api):
+    lab = api.lab("ch1")
+    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings",
+                   {"vt_seconds": -1, "ack_mode": "whenever", "speed": "fast"}, lab["token"])
+    assert res.status == 422
+    assert set(res.json()["detail"]) == {"vt_seconds", "ack_mode", "speed"}
+    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", raw=b"{not json",
+                   headers={"Content-Type": "application/json"}, token=lab["token"])
+    assert res.status == 400 and res.json()["error"] == "invalid_json"
+
+
+def test_unknown_preset_and_bad_speed_are_refused_at_creation(api):
+    assert api.call("POST", "/api/labs", {"preset": "ch99"}).status == 422
+    assert api.call("POST", "/api/labs", {"preset": "ch1", "speed": 10**9}).status == 422
+    assert api.call("POST", "/api/labs", ["ch1"]).status == 422
+
+
+def test_uploads_are_sniffed_size_limited_and_real_ones_run(api, tmp_path):
+    lab = api.lab("ch1", speed=200, workers=1, vt_seconds=1200)
+    path = f"/api/labs/{lab['lab_id']}/jobs"
+    body, headers = multipart("file", "notes.mp4", b"just some text, not a video")
+    res = api.call("POST", path, raw=body, headers=headers, token=lab["token"])
+    assert res.status == 415 and res.json()["error"] == "not_a_video"
+    body, headers = multipart("file", "empty.mp4", b"")
+    assert api.call("POST", path, raw=body, headers=headers, token=lab["token"]).status == 422
+    body, headers = multipart("file", "big.mp4", b"\x00\x00\x00\x18ftypmp42" + b"\x00" * (3 * 1024 * 1024))
+    assert post_oversize(api, path, body, {**headers, "Authorization": f"Bearer {lab['token']}"}) == 413
+    clip = media.generate_clip(tmp_path / "c.mp4", seconds=2).read_bytes()
+    body, headers = multipart("file", "../../etc/passwd.mp4", clip)
+    res = api.call("POST", path, raw=body, headers=headers, token=lab["token"])
+    assert res.status == 202
+    job = res.json()["job_id"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1, timeout=60)
+    out = next(j for j in snap["jobs"] if j["id"] == job)["outputs"]
+    video = api.call("GET", out["240p"], token=lab["token"])
+    assert video.status == 200 and video.body[4:8] == b"ftyp"
+
+
+def test_job_status_has_an_etag_and_answers_304_when_unchanged(api):
+    lab = api.lab("ch1", speed=20, workers=0)
+    job = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {}, lab["token"]).json()
+    first = api.call("GET", job["status_url"], token=lab["token"])
+    assert first.status == 200 and first.headers["ETag"]
+    again = api.call("GET", job["status_url"], token=lab["token"], headers={"If-None-Match": first.headers["ETag"]})
+    assert again.status == 304
+
+
+def test_long_poll_returns_as_soon_as_the_job_changes(api):
+    lab = api.lab("ch1", speed=20, workers=0)
+    job = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {}, lab["token"]).json()
+    tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
+    result = {}
+
+    def poll():
+        result["res"] = api.call("GET", job["status_url"] + "?wait=20", token=lab["token"],
+                                 headers={"If-None-Match": tag})
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive(), "long-poll returned before anything changed"
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
+    t.join(20)
+    assert result["res"].status == 200 and result["res"].json()["state"] != "queued"
+
+
+def test_idempotency_key_replays_the_first_response_and_refuses_a_different_body(api):
+    lab = api.lab("ch5", speed=20, workers=0)
+    path = f"/api/labs/{lab['lab_id']}/jobs"
+    key = {"Idempotency-Key": "upload-abc"}
+    a = api.call("POST", path, {"sample": "bikes"}, lab["token"], headers=key)
+    b = api.call("POST", path, {"sample": "bikes"}, lab["token"], headers=key)
+    assert a.status == b.status == 202
+    assert a.json()["job_id"] == b.json()["job_id"] and b.headers.get("Idempotent-Replayed") == "true"
+    c = api.call("POST", path, {"sample": "bigbuckbunny"}, lab["token"], headers=key)
+    assert c.status == 422
+    assert api.snapshot(lab)["counts"]["enqueued"] == 1
+
+
+def test_bad_job_requests_and_unknown_things_are_4xx_not_500(api):
+    lab = api.lab("ch1", speed=20, workers=0)
+    base = f"/api/labs/{lab['lab_id']}"
+    assert api.call("POST", base + "/jobs", {"sample": "../../etc/passwd"}, lab["token"]).status == 422
+    assert api.call("POST", base + "/jobs", {"duration_s": "long"}, lab["token"]).status == 422
+    assert api.call("GET", base + "/jobs/999", token=lab["token"]).status == 404
+    assert api.call("GET", base + "/jobs/1/outputs/..%2Fsecret", token=lab["token"]).status == 404
+    assert api.call("POST", base + "/workers/w99/kill", {}, lab["token"]).status == 404
+    assert api.call("POST", base + "/faults", {"type": "meteor"}, lab["token"]).status == 422
+    assert api.call("POST", base + "/clock", {"action": "rewind"}, lab["token"]).status == 422
+    assert api.call("GET", base + "/events?after=yesterday", token=lab["token"]).status == 422
+    assert api.call("POST", base + "/dlq/replay", {"reason": 5}, lab["token"]).status == 422
+
+
+def test_clock_pause_freezes_simulated_time_and_step_advances_it(api):
+    lab = api.lab("ch1", speed=100, workers=0)
+    base = f"/api/labs/{lab['lab_id']}/clock"
+    t0 = api.call("POST", base, {"action": "pause"}, lab["token"]).json()["clock"]["t"]
+    time.sleep(0.3)
+    assert api.snapshot(lab)["clock"]["t"] == t0
+    t1 = api.call("POST", base, {"action": "step", "seconds": 60}, lab["token"]).json()["clock"]["t"]
+    assert t1 == pytest.approx(t0 + 60, abs=0.01)
+    api.call("POST", base, {"action": "resume"}, lab["token"])
+    time.sleep(0.2)
+    assert api.snapshot(lab)["clock"]["t"] > t1
+
+
+def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
+    import redis
+
+    lab = api.lab("ch1", speed=200, workers=1)
+    api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 10}, lab["token"])
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    assert api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 204
+    r = redis.Redis.from_url(stack.redis_url)
+    deadline = time.monotonic() + 10
+    while list(r.scan_iter(match=f"*{lab['lab_id']}*")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the supervisor stops the lab's workers, whose RQ keys then go too
+    assert not (stack.var_dir / "labs" / lab["lab_id"]).exists()
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 404

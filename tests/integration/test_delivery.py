@@ -1,0 +1,209 @@
+"""Delivery semantics on real RQ workers, real ffmpeg, a real Redis-protocol server.
+
+Each test reads like the lesson's claim it checks. Labs run at 200× so a 600 s transcode takes
+3 real seconds (well above ffmpeg's real floor); all timing assertions are in simulated seconds from the event stream.
+"""
+
+import random
+
+import pytest
+
+from workers import media
+
+pytestmark = pytest.mark.integration
+
+
+def types(events, t):
+    return [e for e in events if e["type"] == t]
+
+
+def enqueue(api, lab, **body):
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"])
+    assert res.status == 202, res.body
+    return res.json()["job_id"]
+
+
+def kill(api, lab, worker):
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{worker}/kill", {}, lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def busy_worker(api, lab, job_id):
+    snap = api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and w["state"] == "busy"
+                                           for w in s["workers"]), timeout=30, every=0.02)
+    return next(w for w in snap["workers"] if w.get("job_id") == job_id)
+
+
+def test_vt_shorter_than_the_job_redelivers_while_the_first_worker_still_runs(api, stack):
+    lab = api.lab("ch1", speed=200, vt_seconds=300, job_duration=600, max_attempts=3, workers=2)
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and s["counts"]["duplicates_blocked"] >= 3
+                        and all(w["state"] == "idle" for w in s["workers"]), timeout=60)
+    ev = api.events(lab)
+    redelivered = types(ev, "job.redelivered")
+    assert redelivered, "the lease ran out and nobody redelivered"
+    # the collision: attempt 2 was claimed by another worker while attempt 1 was still running
+    claims = types(ev, "job.claimed")
+    first_end = next(e for e in types(ev, "job.duplicate_blocked") if e["attempt"] == 1)
+    second_claim = next(e for e in claims if e["attempt"] == 2)
+    assert second_claim["t_sim"] < first_end["t_sim"]
+    assert second_claim["worker_id"] != claims[0]["worker_id"]
+    # every attempt outlived its lease, so the CAS guard refused every completion: the lesson's
+    # endless redelivery, ended only by max receives → DLQ; each rendition exists once
+    assert snap["counts"]["succeeded"] == 0
+    out = stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job
+    assert sorted(p.name for p in out.glob("*.mp4")) == ["144p.mp4", "240p.mp4"]
+
+
+def test_vt_longer_than_the_job_completes_once_with_no_redelivery(api, stack):
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2)
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    assert snap["counts"]["redelivered"] == 0 and snap["counts"]["duplicates_blocked"] == 0
+    j = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}", token=lab["token"]).json()
+    assert j["state"] == "done" and [a["outcome"] for a in j["attempts"]] == ["succeeded"]
+    out = stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job / "240p.mp4"
+    media.probe(out)
+    assert media.duration_of(out) > 1
+
+
+def test_a_killed_workers_job_comes_back_after_the_visibility_timeout(api):
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, respawn_delay=10)
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    w = busy_worker(api, lab, job)
+    killed = kill(api, lab, w["id"])
+    assert killed["job_id"] == job
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    assert snap["counts"]["redelivered"] == 1 and snap["counts"]["lost"] == 0
+    ev = api.events(lab)
+    claimed = types(ev, "job.claimed")[0]
+    expired = types(ev, "lease.expired")[0]
+    # nothing happens until the lease deadline: redelivery comes at claim + VT, not at the kill
+    assert expired["data"]["deadline"] == pytest.approx(claimed["t_sim"] + 1200, abs=1)
+    assert expired["t_sim"] >= expired["data"]["deadline"]
+    assert types(ev, "job.succeeded")[0]["attempt"] == 2
+
+
+def test_ack_early_loses_the_job_when_its_worker_dies(api):
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, ack_mode="early")
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    w = busy_worker(api, lab, job)
+    kill(api, lab, w["id"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["lost"] == 1)
+    j = next(x for x in snap["jobs"] if x["id"] == job)
+    assert j["state"] == "lost" and snap["counts"]["redelivered"] == 0
+
+
+def test_heartbeat_keeps_a_long_job_on_a_short_lease(api):
+    lab = api.lab("ch1-heartbeat", speed=200, vt_seconds=120, job_duration=600, workers=2,
+                  heartbeat=True, heartbeat_interval=30, heartbeat_extend=120)
+    api.workers_ready(lab, 2)
+    enqueue(api, lab)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    assert snap["counts"]["redelivered"] == 0
+    assert snap["counts"]["leases_extended"] >= 10
+
+
+def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
+    lab = api.lab("ch1-heartbeat", speed=200, vt_seconds=120, job_duration=600, workers=2,
+                  heartbeat=True, heartbeat_interval=30, heartbeat_extend=120)
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    w = busy_worker(api, lab, job)
+    api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= 2, every=0.02)
+    kill(api, lab, w["id"])
+    api.wait_for(lab, lambda s: s["counts"]["redelivered"] == 1)
+    ev = api.events(lab)
+    killed = types(ev, "worker.killed")[0]
+    redelivered = types(ev, "job.redelivered")[0]
+    assert redelivered["t_sim"] - killed["t_sim"] <= 120 + 15  # extension + one reaper scan at 500×
+
+
+def test_a_poison_pill_is_tried_max_attempts_times_then_dead_lettered(api):
+    lab = api.lab("ch4", speed=200, vt_seconds=120, max_attempts=3, workers=2, job_duration=60)
+    api.workers_ready(lab, 2)
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "poison"}, lab["token"])
+    assert res.status == 202
+    job = res.json()["job_id"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
+    j = next(x for x in snap["jobs"] if x["id"] == job)
+    assert len(j["attempts"]) == 3 and "max receives" in j["dlq_reason"]
+    # the pool survived the pill: each crash was only a work horse
+    assert all(w["state"] in ("idle", "busy") for w in snap["workers"])
+
+
+def test_a_corrupt_upload_is_not_retried_and_lands_in_the_dlq_with_its_reason(api):
+    lab = api.lab("ch4", speed=200, max_attempts=4, workers=2)
+    job = enqueue(api, lab, sample="poison")
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
+    j = next(x for x in snap["jobs"] if x["id"] == job)
+    assert len(j["attempts"]) == 1 and j["dlq_reason"].startswith("non_retryable")
+    dead = api.call("GET", f"/api/labs/{lab['lab_id']}/dlq", token=lab["token"]).json()["dead_letters"]
+    assert dead[0]["job_id"] == job and "moov" in dead[0]["last_error"]
+
+
+def test_with_classification_off_a_corrupt_file_burns_exactly_max_attempts(api):
+    lab = api.lab("ch4", speed=200, max_attempts=3, workers=2, classify_errors=False,
+                  retry_policy="fixed", retry_base=1)
+    job = enqueue(api, lab, sample="poison")
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
+    j = next(x for x in snap["jobs"] if x["id"] == job)
+    assert len(j["attempts"]) == 3 and "max_attempts" in j["dlq_reason"]
+
+
+def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
+    lab = api.lab("ch4", speed=200, max_attempts=2, workers=2, vt_seconds=60)
+    corrupt = enqueue(api, lab, sample="poison")
+    api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "no such reason"},
+                   lab["token"])
+    assert res.json()["replayed"] == []
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "non_retryable"},
+                   lab["token"])
+    assert res.json()["replayed"] == [corrupt]
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and s["counts"]["replayed"] == 1)
+    j = next(x for x in snap["jobs"] if x["id"] == corrupt)
+    assert [a["attempt"] for a in j["attempts"]] == [1, 2]  # fence keeps counting; budget reset
+
+
+def test_storage_outage_retries_then_recovers(api):
+    lab = api.lab("ch4", speed=200, workers=3, job_duration=30, retry_policy="full_jitter",
+                  retry_base=20, retry_cap=400, max_attempts=8)
+    api.workers_ready(lab, 3)
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage",
+                                                                  "duration_s": 200}, lab["token"])
+    assert res.status == 202
+    for _ in range(3):
+        enqueue(api, lab, job_type="thumbnail", duration_s=30)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=90)
+    assert snap["counts"]["failed"] >= 3 and snap["counts"]["retries_scheduled"] >= 3
+
+
+def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):
+    lab = api.lab("ch8", speed=200, workers=4, vt_seconds=300, heartbeat=True, heartbeat_interval=30,
+                  heartbeat_extend=120, job_duration=120, respawn_delay=20)
+    api.workers_ready(lab, 4)
+    jobs = [enqueue(api, lab, sample=random.Random(i).choice(["bigbuckbunny", "bikes"])) for i in range(10)]
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(8):
+        snap = api.snapshot(lab)
+        busy = [w["id"] for w in snap["workers"] if w["state"] == "busy"]
+        if busy:
+            res = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{rng.choice(busy)}/kill", {},
+                           lab["token"])
+            kills += res.status == 200
+        __import__("time").sleep(0.3)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == len(jobs), timeout=120)
+    assert kills >= 3
+    assert snap["counts"]["lost"] == 0
+    for j in jobs:
+        state = next(x for x in snap["jobs"] if x["id"] == j)["state"]
+        if state == "done":
+            for name in ("240p.mp4", "144p.mp4"):
+                media.probe(stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / j / name)

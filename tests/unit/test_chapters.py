@@ -1,0 +1,60 @@
+"""Every chapter renders from its Markdown file, and its figures come from the numbers model."""
+
+import re
+
+import pytest
+
+from app import chapters, create_app, numbers
+from app.config import Config
+
+
+@pytest.fixture
+def client():
+    return create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")).test_client()
+
+
+def test_there_are_nine_chapters_numbered_0_to_8_each_with_a_preset():
+    from app.presets import PRESETS
+
+    found = chapters.all_chapters()
+    assert [c.number for c in found] == list(range(9))
+    assert all(c.preset in PRESETS for c in found)
+
+
+def test_the_home_page_lists_every_chapter(client):
+    from markupsafe import escape
+
+    html = client.get("/").get_data(as_text=True)
+    for c in chapters.all_chapters():
+        assert str(escape(c.title)) in html
+        assert f"/chapters/{c.number}-{c.slug}" in html
+
+
+@pytest.mark.parametrize("number", range(9))
+def test_each_chapter_renders_without_template_residue(client, number):
+    res = client.get(f"/chapters/{number}")
+    assert res.status_code == 200
+    html = res.get_data(as_text=True)
+    body = html.split('<div class="prose">', 1)[1]
+    assert "{{" not in body and "{%" not in body
+    assert not re.search(r"\bnan\b", body)
+    assert 'class="try-this"' in body, "every chapter has a 'try this in the widget' exercise"
+    assert body.count('class="answer"') >= 3, "every chapter has a self-check with hidden answers"
+
+
+def test_changing_an_input_recomputes_the_figures_in_the_prose(client):
+    default = numbers.derive()["ch2"]["workers_at_target"]
+    doubled = numbers.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
+    assert doubled == 2 * default
+    html = client.get("/chapters/2?arrival_rate=200").get_data(as_text=True)
+    assert f"{doubled:,}" in html
+
+
+def test_an_out_of_range_input_is_reported_and_the_page_still_renders(client):
+    res = client.get("/chapters/2?arrival_rate=-5")
+    assert res.status_code == 200
+    assert 'aria-invalid="true"' in res.get_data(as_text=True)
+
+
+def test_an_unknown_chapter_is_a_404(client):
+    assert client.get("/chapters/42").status_code == 404

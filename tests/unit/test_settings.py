@@ -1,0 +1,33 @@
+"""The settings schema is the one place that says what a learner may change, and to what."""
+
+from app import presets, settings
+
+
+def test_every_preset_only_overrides_known_settings_with_valid_values():
+    for name, preset in presets.PRESETS.items():
+        clean, errors = settings.validate(preset["settings"])
+        assert errors == {}, name
+        assert presets.settings_for(name)["vt_seconds"] == clean.get("vt_seconds", settings.DEFAULTS["vt_seconds"])
+
+
+def test_out_of_range_wrong_type_and_unknown_names_get_one_message_each():
+    clean, errors = settings.validate({"vt_seconds": 5, "workers": "many", "heartbeat": "maybe",
+                                       "ack_mode": "sometimes", "colour": "red", "max_attempts": 2.5})
+    assert clean == {}
+    assert set(errors) == {"vt_seconds", "workers", "heartbeat", "ack_mode", "colour", "max_attempts"}
+    assert "between 10 and 7200" in errors["vt_seconds"]
+    assert "whole number" in errors["max_attempts"]
+
+
+def test_numbers_as_strings_and_bools_as_words_are_accepted():
+    clean, errors = settings.validate({"vt_seconds": "1200", "heartbeat": "on", "workers": 3.0})
+    assert errors == {} and clean == {"vt_seconds": 1200.0, "heartbeat": True, "workers": 3}
+
+
+def test_a_bool_is_not_a_number_and_nan_is_refused():
+    _, errors = settings.validate({"workers": True, "vt_seconds": "nan"})
+    assert set(errors) == {"workers", "vt_seconds"}
+
+
+def test_a_non_object_body_is_an_error_not_a_crash():
+    assert settings.validate(["vt_seconds"])[1] == {"_": "settings must be a JSON object"}

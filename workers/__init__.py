@@ -1,0 +1,1 @@
+"""The pipeline's worker side: broker mechanics on Redis, RQ job functions, the pool supervisor."""

@@ -1,0 +1,148 @@
+"""Retries: how long to wait, whether to retry at all, and the circuit breaker.
+
+Full jitter (a uniform draw in [0, min(cap, base·2^n)]) is the default because synchronized
+retries from many clients arrive as a thundering herd; spreading them flattens the peak.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import redis
+
+from workers.broker import stream
+from workers.broker.keys import key
+from workers.broker.state import lab_keys, script
+
+
+class NonRetryable(Exception):
+    """Retrying cannot help (corrupt input): go to the DLQ now instead of burning attempts."""
+
+
+class StorageDown(Exception):
+    """The storage dependency failed; retryable, and counted by the circuit breaker."""
+
+
+def exponential_delay(n: int, base: float, cap: float) -> float:
+    """base·2^(n−1), capped: attempt 1 failed → base, 2 → 2·base, …"""
+    return min(cap, base * 2 ** (n - 1))
+
+
+def full_jitter_delay(n: int, base: float, cap: float, rng: random.Random) -> float:
+    """Uniform in [0, exponential_delay(n)] (AWS's 'full jitter')."""
+    return rng.uniform(0, exponential_delay(n, base, cap))
+
+
+def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random) -> float | None:
+    """Delay before the retry after failed attempt n; None means the policy does not retry."""
+    if policy == "none":
+        return None
+    if policy == "fixed":
+        return min(cap, base)
+    if policy == "linear":
+        return min(cap, base * n)
+    if policy == "exponential":
+        return exponential_delay(n, base, cap)
+    return full_jitter_delay(n, base, cap, rng)
+
+
+_FAIL = """
+local st = redis.call('HGET', KEYS[1], 'state')
+local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
+if st ~= 'running' or att ~= tonumber(ARGV[1]) then
+  if ARGV[2] == '1' then emit(KEYS[3], KEYS[4], ARGV[6], 'duplicates_blocked') return 0 end
+end
+redis.call('ZREM', KEYS[6], ARGV[8])
+redis.call('HDEL', KEYS[1], 'lease_deadline')
+redis.call('HSET', KEYS[1], 'last_error', ARGV[10])
+emit(KEYS[3], KEYS[4], ARGV[4], 'failed')
+if ARGV[3] == 'retry' then
+  redis.call('HSET', KEYS[1], 'state', 'retrying')
+  move(KEYS[2], st, 'retrying')
+  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[8])
+  emit(KEYS[3], KEYS[4], ARGV[5], 'retries_scheduled')
+else
+  redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[11])
+  move(KEYS[2], st, 'dlq')
+  redis.call('ZADD', KEYS[8], ARGV[12], ARGV[8])
+  emit(KEYS[3], KEYS[4], ARGV[5], 'dead_lettered')
+end
+return 1
+"""
+
+
+def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
+                 settings: dict, error: Exception, attempts_used: int, first_start: float,
+                 attempt_record: dict, rng: random.Random) -> str:
+    """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'."""
+    message = f"{error.__class__.__name__}: {error}"[:300]
+    reason = None
+    delay = None
+    if isinstance(error, NonRetryable) and settings["classify_errors"]:
+        reason = "non_retryable: " + str(error)[:200]
+    elif attempts_used >= settings["max_attempts"]:
+        reason = f"max_attempts ({settings['max_attempts']}) exhausted"
+    else:
+        delay = retry_delay(settings["retry_policy"], attempts_used, settings["retry_base"],
+                            settings["retry_cap"], rng)
+        if delay is None:
+            reason = "retry_policy none"
+        elif settings["retry_budget"] and now + delay - first_start > settings["retry_budget"]:
+            reason = f"retry budget ({settings['retry_budget']:g} s) exhausted"
+    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    failed = stream.encode("job.failed", now, **common, error=message,
+                           retryable=reason is None)
+    if reason is None:
+        nxt = stream.encode("job.retry_scheduled", now, **common, delay=round(delay, 3),
+                            due=round(now + delay, 3), policy=settings["retry_policy"])
+    else:
+        nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message)
+    blocked = stream.encode("job.duplicate_blocked", now, **common, reason="stale attempt failed")
+    attempt_record = {**attempt_record, "outcome": "failed", "error": message, "end": round(now, 3)}
+    res = script(r, _FAIL)(
+        keys=lab_keys(lab, job_id, key(lab, "leases"), key(lab, "scheduled"), key(lab, "dlq")),
+        args=[attempt, "1" if settings["cas_guard"] else "0", "retry" if reason is None else "dlq",
+              failed, nxt, blocked, (now + delay) if delay is not None else 0, job_id,
+              json.dumps(attempt_record), message, reason or "", now])
+    if not res:
+        return "stale"
+    return "retry" if reason is None else "dlq"
+
+
+# --- circuit breaker on the storage dependency ---------------------------------------------
+
+def breaker_allows(r: redis.Redis, lab: str, now: float, settings: dict) -> bool:
+    """Closed → yes. Open → no until the cool-down ends, then half-open lets a trial through."""
+    if not settings["breaker"]:
+        return True
+    b = r.hgetall(key(lab, "breaker"))
+    if b.get("state") != "open":
+        return True
+    if now - float(b.get("opened_at", 0)) >= settings["breaker_cooldown"]:
+        if r.hsetnx(key(lab, "breaker"), "trial", "1"):
+            r.hset(key(lab, "breaker"), "state", "half_open")
+            stream.emit(r, lab, "breaker.half_open", now)
+            return True
+    return False
+
+
+def breaker_record(r: redis.Redis, lab: str, now: float, settings: dict, ok: bool) -> None:
+    """Count consecutive storage failures; open at the threshold, close on a success."""
+    if not settings["breaker"]:
+        return
+    k = key(lab, "breaker")
+    if ok:
+        if r.hget(k, "state") in ("open", "half_open"):
+            r.delete(k)
+            stream.emit(r, lab, "breaker.closed", now)
+        else:
+            r.hset(k, "failures", 0)
+        return
+    failures = r.hincrby(k, "failures", 1)
+    state = r.hget(k, "state")
+    if state == "half_open" or (state != "open" and failures >= settings["breaker_threshold"]):
+        r.hset(k, mapping={"state": "open", "opened_at": now})
+        r.hdel(k, "trial")
+        stream.emit(r, lab, "breaker.opened", now, failures=failures)

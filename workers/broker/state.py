@@ -1,0 +1,41 @@
+"""The job state machine: queued → running → retrying → done | dlq (| lost), in Redis Lua.
+
+Every transition is a compare-and-swap fenced by the attempt number: a worker may only move a
+job it still owns. When the CAS guard is on, a stale worker's write is refused and counted
+(`job.duplicate_blocked`); switched off, the write lands anyway — the lesson's bug, made visible.
+Each script appends its event and moves the state gauges in the same atomic step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from workers.broker import stream
+from workers.broker.keys import attempts, job, key
+
+_scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
+
+
+def script(r: redis.Redis, body: str):
+    """Register a transition script once per connection (EVALSHA after the first call)."""
+    k = (id(r), body)
+    if k not in _scripts:
+        _scripts[k] = r.register_script(stream.LUA_EMIT + body)
+    return _scripts[k]
+
+
+def lab_keys(lab: str, job_id: str, *extra: str) -> list[str]:
+    """KEYS[1..5] shared by every script; extra keys follow from KEYS[6]."""
+    return [job(lab, job_id), key(lab, "states"), key(lab, "events"), key(lab, "counts"),
+            attempts(lab, job_id), *extra]
+
+
+def record_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, **fields) -> None:
+    """Merge fields into one attempt's record (worker, start, end, outcome, …)."""
+    k = attempts(lab, job_id)
+    raw = r.hget(k, str(attempt))
+    rec = json.loads(raw) if raw else {"attempt": attempt}
+    rec.update(fields)
+    r.hset(k, str(attempt), json.dumps(rec))

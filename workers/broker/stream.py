@@ -1,0 +1,80 @@
+"""The lab's event stream: one capped Redis Stream per lab, the single source of every count.
+
+An event's counter is bumped in the same atomic step that appends it (a MULTI or the Lua script
+of the transition), so the snapshot's counts can never disagree with the log the learner reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from app.events import EVENT_TYPES
+from workers.broker.keys import key
+
+MAXLEN = 20000
+
+# Lua prelude shared by every transition script: append an event and bump its counter.
+LUA_EMIT = f"""
+local function emit(stream, counts, ev, counter)
+  if ev == nil or ev == '' then return end
+  redis.call('XADD', stream, 'MAXLEN', '~', {MAXLEN}, '*', 'e', ev)
+  if counter ~= nil and counter ~= '' then redis.call('HINCRBY', counts, counter, 1) end
+  redis.call('PUBLISH', stream, '1')
+end
+local function move(states, from, to)
+  if from then redis.call('HINCRBY', states, from, -1) end
+  if to then redis.call('HINCRBY', states, to, 1) end
+end
+"""
+
+
+def encode(type_: str, t_sim: float, job_id: str | None = None, worker_id: str | None = None,
+           attempt: int | None = None, **data: Any) -> str:
+    """An event as the JSON DESIGN.md fixes; its id is the stream id assigned on append."""
+    if type_ not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type_}")
+    ev = {"t_sim": round(t_sim, 3), "t_real": round(time.time(), 4), "type": type_}
+    if job_id is not None:
+        ev["job_id"] = job_id
+    if worker_id is not None:
+        ev["worker_id"] = worker_id
+    if attempt is not None:
+        ev["attempt"] = attempt
+    ev["data"] = data
+    return json.dumps(ev, separators=(",", ":"))
+
+
+def counter(type_: str) -> str:
+    return EVENT_TYPES[type_][0] or ""
+
+
+def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_sim: float,
+           **fields: Any) -> None:
+    """Queue one unconditional event (and its counter) on a pipeline or client."""
+    stream = key(lab, "events")
+    pipe.xadd(stream, {"e": encode(type_, t_sim, **fields)}, maxlen=MAXLEN, approximate=True)
+    if counter(type_):
+        pipe.hincrby(key(lab, "counts"), counter(type_), 1)
+    pipe.publish(stream, "1")
+
+
+def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
+    with r.pipeline(transaction=True) as pipe:
+        append(pipe, lab, type_, t_sim, **fields)
+        pipe.execute()
+
+
+def decode(entry_id: str, fields: dict) -> dict:
+    ev = json.loads(fields["e"])
+    ev["id"] = entry_id
+    return ev
+
+
+def read_after(r: redis.Redis, lab: str, after: str = "0", count: int = 1000) -> list[dict]:
+    """Events strictly after stream id `after` ("0" = from the start), oldest first."""
+    start = "(" + after if after not in ("0", "0-0", "") else "-"
+    return [decode(i, f) for i, f in r.xrange(key(lab, "events"), min=start, count=count)]

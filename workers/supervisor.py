@@ -1,0 +1,257 @@
+"""The pool supervisor: real `rq worker` processes per lab, and the broker's clock-driven duties.
+
+It owns process lifecycles (spawn, SIGKILL on *kill worker*, respawn after a delay, drain on
+scale-in) and runs the reaper loop (lease expiry → redelivery, due retries, dispatch). Workers
+get PR_SET_PDEATHSIG so a supervisor that dies takes its workers with it: no orphans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from app import labs
+from app.config import Config
+from workers.broker import clock, reaper, stream
+from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
+
+LOOP_S = 0.02  # reaper scan interval: bounds how late past its deadline a lease is redelivered
+RQ_BIN = str(Path(sys.executable).with_name("rq"))
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Slot:
+    id: str
+    proc: subprocess.Popen | None = None
+    state: str = "idle"  # idle|busy (from the worker) · dead · respawning · draining
+    respawn_at: float = 0.0
+    generation: int = 0
+
+
+@dataclass
+class LabPool:
+    lab: str
+    slots: dict[str, Slot] = field(default_factory=dict)
+    next_id: int = 1
+    fault_active: set = field(default_factory=set)
+
+
+class Supervisor:
+    def __init__(self, config: Config):
+        self.config = config
+        self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
+        self.rq = redis.Redis.from_url(config.redis_url)
+        self.pools: dict[str, LabPool] = {}
+        self.running = True
+
+    # --- processes ------------------------------------------------------------------------
+    def spawn(self, pool: LabPool, slot: Slot) -> None:
+        slot.generation += 1
+        name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}"
+        env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
+                   VAR_DIR=str(self.config.var_dir))
+        slot.proc = subprocess.Popen(
+            [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
+             "--logging_level", "WARNING", "--worker-ttl", "60", queue_name(pool.lab)],
+            env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        slot.state = "idle"
+        self.write_row(pool, slot, job_id=None)
+        stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
+                    pid=slot.proc.pid)
+
+    def write_row(self, pool: LabPool, slot: Slot, **extra) -> None:
+        raw = self.r.hget(key(pool.lab, "workers"), slot.id)
+        row = json.loads(raw) if raw else {"id": slot.id}
+        row.update({"id": slot.id, "state": slot.state,
+                    "pid": slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None},
+                   **extra)
+        self.r.hset(key(pool.lab, "workers"), slot.id, json.dumps(row))
+
+    def row(self, pool: LabPool, slot: Slot) -> dict:
+        raw = self.r.hget(key(pool.lab, "workers"), slot.id)
+        return json.loads(raw) if raw else {}
+
+    def kill(self, pool: LabPool, slot: Slot, reason: str = "killed") -> dict:
+        """SIGKILL the worker and its work horse (own process group), as a crash would."""
+        if slot.proc is None or slot.state in ("dead", "respawning"):
+            return {"ok": False, "error": f"worker {slot.id} is {slot.state}"}
+        row = self.row(pool, slot)
+        horse = row.get("horse_pid")
+        for pid in (horse, slot.proc.pid):
+            if pid:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        slot.proc.wait()
+        self.after_death(pool, slot, row, "worker.killed")
+        return {"ok": True, "worker": slot.id, "pid": slot.proc.pid, "job_id": row.get("job_id")}
+
+    def after_death(self, pool: LabPool, slot: Slot, row: dict, event: str) -> None:
+        lab = pool.lab
+        now = clock.now(self.r, lab)
+        settings = labs.settings(self.r, lab)
+        stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid,
+                    job_id=row.get("job_id"))
+        if row.get("job_id") and row.get("attempt"):
+            # Ack early: the message was deleted on claim, so no lease will bring it back.
+            reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
+        slot.state = "dead"
+        speed = max(float(settings.get("speed", 20)), 1e-9)
+        slot.respawn_at = time.time() + settings["respawn_delay"] / speed
+        self.write_row(pool, slot, job_id=None, attempt=None, horse_pid=None, progress=None)
+
+    # --- reconcile --------------------------------------------------------------------------
+    def reconcile(self, pool: LabPool, settings: dict) -> None:
+        """Make the pool match `workers`; scale-in drains (or kills, if the learner chose that)."""
+        live = [s for s in pool.slots.values() if s.state != "draining"]
+        want = int(settings["workers"])
+        while len(live) < want:
+            slot = Slot(f"w{pool.next_id}")
+            pool.next_id += 1
+            pool.slots[slot.id] = slot
+            self.spawn(pool, slot)
+            live.append(slot)
+        for slot in sorted(live, key=lambda s: int(s.id[1:]), reverse=True)[: max(0, len(live) - want)]:
+            if settings["scale_in"] == "kill" and slot.state not in ("dead", "respawning"):
+                self.kill(pool, slot)
+                slot.state = "draining"
+            elif slot.proc and slot.proc.poll() is None and slot.state not in ("dead", "respawning"):
+                slot.proc.terminate()  # RQ warm shutdown: finish the current job, take no more
+                slot.state = "draining"
+                self.write_row(pool, slot)
+                stream.emit(self.r, pool.lab, "worker.draining", clock.now(self.r, pool.lab),
+                            worker_id=slot.id)
+            else:
+                slot.state = "draining"
+        for slot in list(pool.slots.values()):
+            self.check_process(pool, slot)
+
+    def check_process(self, pool: LabPool, slot: Slot) -> None:
+        if slot.state == "draining":
+            if slot.proc is None or slot.proc.poll() is not None:
+                del pool.slots[slot.id]
+                self.r.hdel(key(pool.lab, "workers"), slot.id)
+                stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
+                            worker_id=slot.id)
+            return
+        if slot.state in ("dead", "respawning"):
+            if slot.state == "dead" and time.time() >= slot.respawn_at:
+                slot.state = "respawning"
+                self.write_row(pool, slot)
+                stream.emit(self.r, pool.lab, "worker.respawning", clock.now(self.r, pool.lab),
+                            worker_id=slot.id)
+            elif slot.state == "respawning":
+                self.spawn(pool, slot)
+            return
+        if slot.proc is not None and slot.proc.poll() is not None:
+            self.after_death(pool, slot, self.row(pool, slot), "worker.died")
+
+    # --- broker duties ----------------------------------------------------------------------
+    def broker_tick(self, pool: LabPool, settings: dict) -> None:
+        lab = pool.lab
+        state = clock.read(self.r, lab)
+        now = state["t"]
+        moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
+        moved += reaper.start_due_retries(self.r, lab, now)
+        reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
+        faults = self.r.hgetall(key(lab, "faults"))
+        for name in ("storage_outage", "slow"):
+            until = float(faults.get(f"{name}_until", -1))
+            if until > now:
+                pool.fault_active.add(name)
+            elif name in pool.fault_active:
+                pool.fault_active.discard(name)
+                stream.emit(self.r, lab, "fault.ended", now, fault=name)
+
+    def command(self, raw: str) -> None:
+        cmd = json.loads(raw)
+        pool = self.pools.get(cmd.get("lab"))
+        result: dict = {"ok": False, "error": "unknown lab"}
+        if pool and cmd.get("cmd") == "kill":
+            slot = pool.slots.get(cmd.get("worker"))
+            result = self.kill(pool, slot) if slot else {"ok": False, "error": "unknown worker"}
+        if cmd.get("reply"):
+            self.r.rpush(cmd["reply"], json.dumps(result))
+            self.r.expire(cmd["reply"], 30)
+
+    def stop_pool(self, pool: LabPool) -> None:
+        for slot in pool.slots.values():
+            if slot.proc and slot.proc.poll() is None:
+                slot.proc.kill()
+                slot.proc.wait()
+        pool.slots.clear()
+
+    def expire_idle(self) -> None:
+        for lab in list(self.r.smembers(LABS)):
+            last = self.r.hget(key(lab, "meta"), "last_active")
+            if last is None or time.time() - float(last) > self.config.lab_idle_ttl:
+                if lab in self.pools:
+                    self.stop_pool(self.pools.pop(lab))
+                labs.teardown(self.r, lab, self.config.var_dir)
+
+    def tick(self) -> None:
+        live = self.r.smembers(LABS)
+        for lab in list(self.pools):
+            if lab not in live:
+                self.stop_pool(self.pools.pop(lab))
+        for lab in live:
+            pool = self.pools.setdefault(lab, LabPool(lab))
+            settings = labs.settings(self.r, lab)
+            self.reconcile(pool, settings)
+            self.broker_tick(pool, settings)
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
+        signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
+        last_expiry = 0.0
+        while self.running:
+            try:
+                popped = self.r.blpop(POOL_COMMANDS, timeout=LOOP_S)
+                if popped:
+                    self.command(popped[1])
+                self.tick()
+                if time.time() - last_expiry > 5:
+                    self.expire_idle()
+                    last_expiry = time.time()
+            except redis.ConnectionError:
+                time.sleep(0.5)  # the server restarts; keep the workers, retry
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Warm-stop every worker (finish the current job) briefly, then kill the rest."""
+        procs = [s.proc for p in self.pools.values() for s in p.slots.values()
+                 if s.proc and s.proc.poll() is None]
+        for p in procs:
+            p.terminate()
+        deadline = time.time() + 5
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def main() -> None:
+    Supervisor(Config.from_env()).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""RQ job functions: what a real worker process runs for one delivery of one job attempt.
+
+`run_attempt` is the whole worker loop of the lesson in one place: claim (lease), do the work
+paced on the lab's clock with heartbeats, write outputs atomically, then ack (CAS to done) and
+send the completion email once. It never decides redelivery: that is the reaper's job, which is
+exactly why a worker that is killed mid-job still gets its message back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import redis
+
+from app import labs
+from app.config import Config
+from workers import media
+from workers.broker import clock, leases, retry, stream
+from workers.broker.keys import job, key
+from workers.broker.retry import NonRetryable, StorageDown
+
+TICK = 0.05  # real seconds between clock reads while a job is paced
+_conn: redis.Redis | None = None
+
+
+def connection() -> redis.Redis:
+    global _conn
+    if _conn is None:
+        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+    return _conn
+
+
+def worker_id() -> str:
+    return os.environ.get("LAB_WORKER_ID", "w?")
+
+
+def set_worker(r: redis.Redis, lab: str, **fields) -> None:
+    """Merge fields into this worker's row (the supervisor owns pid and lifecycle states)."""
+    k, wid = key(lab, "workers"), worker_id()
+    raw = r.hget(k, wid)
+    if raw is None:
+        return
+    row = json.loads(raw)
+    if row.get("state") in ("dead", "respawning"):
+        return
+    row.update(fields)
+    r.hset(k, wid, json.dumps(row))
+
+
+def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
+                 idempotent: bool, ext: str = "mp4") -> tuple[Path, Path]:
+    """(temp, final). Deterministic final path when guarded; per-attempt names when not."""
+    base = labs.lab_dir(var_dir, lab) / "transcoded" / job_id
+    name = f"{rendition}.{ext}" if idempotent else f"{rendition}-{worker_id()}-a{attempt}.{ext}"
+    return base / f".tmp-{worker_id()}-a{attempt}-{rendition}.{ext}", base / name
+
+
+def run_attempt(lab: str, job_id: str, attempt: int) -> None:
+    r = connection()
+    if not labs.exists(r, lab):
+        return
+    settings = labs.settings(r, lab)
+    wid = worker_id()
+    now = clock.now(r, lab)
+    if not leases.claim(r, lab, job_id, attempt, wid, now, settings["vt_seconds"],
+                        settings["ack_mode"], os.getpid()):
+        return  # a stale delivery: a newer attempt owns the job, or it is finished
+    set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
+    record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
+    rec = r.hgetall(job(lab, job_id))
+    rng = random.Random()
+    try:
+        if rec.get("poison") == "1":
+            # A poison pill: the handler crashes the process that runs it, every time.
+            os._exit(70)
+        outputs = do_work(r, lab, job_id, attempt, rec, settings, now)
+        end = clock.now(r, lab)
+        res = leases.complete(r, lab, job_id, attempt, wid, end, settings["cas_guard"],
+                              {**record, "end": round(end, 3), "outcome": "succeeded"})
+        if res == leases.REFUSED:
+            r.hset(key(lab, "job", job_id, "attempts"), str(attempt), json.dumps(
+                {**record, "end": round(end, 3), "outcome": "refused (stale attempt)"}))
+        else:
+            r.hset(job(lab, job_id), "outputs", json.dumps(outputs))
+            notify(r, lab, job_id, attempt, settings, end)
+    except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
+        end = clock.now(r, lab)
+        if isinstance(e, StorageDown):
+            retry.breaker_record(r, lab, end, settings, ok=False)
+        attempts_used = attempt - int(rec.get("attempt_base", 0))
+        first = float(rec.get("created_at", end))
+        retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first,
+                           record, rng)
+    finally:
+        set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+
+
+def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
+            start: float) -> dict:
+    """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL."""
+    var_dir = Config.from_env().var_dir
+    payload = json.loads(rec["payload"])
+    src = Path(rec["source"])
+    probe_once(r, src)
+    idempotent = settings["idempotent_outputs"]
+    renditions = payload["resolutions"] if payload["job_type"] == "transcode" else ["thumb"]
+    procs = {}
+    for rend in renditions:
+        tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
+                                  "jpg" if rend == "thumb" else "mp4")
+        if rend == "thumb":
+            media.thumbnail(src, tmp)
+        else:
+            procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
+    pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]))
+    for rend, (proc, _tmp, _final) in procs.items():
+        if proc.wait(timeout=120) != 0:
+            raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
+    store_outputs(r, lab, settings, clock.now(r, lab))
+    outputs = {}
+    for rend in renditions:
+        tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
+                                  "jpg" if rend == "thumb" else "mp4")
+        if idempotent:
+            media.atomic_rename(tmp, final)
+        else:
+            final.write_bytes(tmp.read_bytes())  # no temp-and-rename: a crash can leave it half-written
+            tmp.unlink()
+        outputs[rend] = f"/api/labs/{lab}/jobs/{job_id}/outputs/{final.name}"
+        stream.emit(r, lab, "output.written", clock.now(r, lab), job_id=job_id, worker_id=worker_id(),
+                    attempt=attempt, path=f"transcoded/{job_id}/{final.name}")
+    return outputs
+
+
+def probe_once(r: redis.Redis, src: Path) -> None:
+    """Decode-check a source once per file version: a real floor of ~0.3 s that, at 1000x, would
+    otherwise eat 300 simulated seconds of every attempt."""
+    st = src.stat()
+    k = f"media:valid:{src}:{st.st_size}:{st.st_mtime_ns}"
+    if r.get(k):
+        return
+    try:
+        media.probe(src)
+    except media.InvalidMedia as e:
+        raise NonRetryable(f"invalid video: {e}") from None
+    r.set(k, 1, ex=3600)
+
+
+def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
+         duration: float) -> None:
+    """Hold the attempt until `duration` simulated seconds have passed, heart-beating if enabled."""
+    faults = r.hgetall(key(lab, "faults"))
+    if float(faults.get("slow_until", -1)) > start:
+        duration *= float(faults.get("slow_factor", 3))
+    last_beat, last_pct = start, 0
+    while True:
+        now = clock.now(r, lab)
+        elapsed = now - start
+        if settings["exec_timeout"] and elapsed > settings["exec_timeout"]:
+            raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
+        pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
+        if pct // 10 > last_pct // 10 and pct < 100:
+            last_pct = pct
+            set_worker(r, lab, progress=pct)
+            stream.emit(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(),
+                        attempt=attempt, percent=pct)
+        if elapsed >= duration:
+            return
+        if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"]:
+            leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])
+            last_beat = now
+        time.sleep(TICK)
+
+
+def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float) -> None:
+    """The 'upload to storage' step: fails while a storage outage fault is on."""
+    if not retry.breaker_allows(r, lab, now, settings):
+        raise StorageDown("circuit open: not calling storage")
+    if float(r.hget(key(lab, "faults"), "storage_outage_until") or -1) > now:
+        raise StorageDown("storage unavailable (outage fault)")
+    retry.breaker_record(r, lab, now, settings, ok=True)
+
+
+def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float) -> None:
+    """The completion email: guarded by a 'notified' CAS flag (SET NX) so it goes out once."""
+    if settings["notify_guard"] and not r.set(key(lab, "notified", job_id), attempt, nx=True):
+        stream.emit(r, lab, "email.suppressed", now, job_id=job_id, worker_id=worker_id(),
+                    attempt=attempt)
+        return
+    r.rpush(key(lab, "outbox"), json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
+                                            "subject": f"Your video (job {job_id}) is ready"}))
+    stream.emit(r, lab, "email.sent", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
