@@ -21,7 +21,7 @@ from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
 from workers import media
 from workers.broker import clock, dlq, producer, stream
-from workers.broker.keys import POOL_COMMANDS, key
+from workers.broker.keys import LABS, POOL_COMMANDS, key
 
 bp = Blueprint("api", __name__)
 FAULTS = ("storage_outage", "poison", "slow")
@@ -48,6 +48,28 @@ def model():
     except numbers.InputError as e:
         raise ApiError(422, "invalid_inputs", e.errors) from None
     return jsonify(numbers.to_json(inputs))
+
+
+@bp.get("/api/openapi.json")
+def openapi_document():
+    """This API as an OpenAPI 3.1 document, generated from the routes themselves."""
+    from app.openapi import document
+
+    return jsonify(document(current_app))
+
+
+@bp.get("/metrics")
+def metrics():
+    """Prometheus text format: each live lab's counts, labelled by lab."""
+    r = get_redis()
+    samples: dict[str, list[str]] = {}
+    for lab in sorted(r.smembers(LABS)):
+        for name, value in labs.counts(r, lab).items():
+            samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
+    lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {r.scard(LABS)}"]
+    for name, rows in samples.items():
+        lines += [f"# TYPE asyncworklab_{name} gauge", *rows]
+    return "\n".join(lines) + "\n", 200, {"Content-Type": "text/plain; version=0.0.4"}
 
 
 @bp.get("/api/meta")

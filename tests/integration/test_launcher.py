@@ -1,0 +1,71 @@
+"""The README's first command: everything comes up, /healthz says ok, Ctrl-C leaves no process behind."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app.embedded_redis import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def processes_mentioning(*needles: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if any(n in cmd for n in needles):
+            found.append(f"{pid}: {cmd[:120]}")
+    return found
+
+
+def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
+    proc = subprocess.Popen([sys.executable, "-m", "app.launcher"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url, redis_url, lines = None, None, []
+    deadline = time.monotonic() + 90
+    while url is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if m := re.search(r"embedded Redis-protocol server \(valkey\) on (\S+)", line):
+            redis_url = m.group(1)
+        if m := re.search(r"open (http://\S+)", line):
+            url = m.group(1)
+    assert url, "".join(lines)
+    assert redis_url and (tmp_path / "var" / "redis").is_dir()
+    with urllib.request.urlopen(url + "/healthz") as r:
+        assert json.load(r)["ok"] is True
+    req = urllib.request.Request(url + "/api/labs", data=b'{"preset": "ch1"}', method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        assert r.status == 201
+    redis_port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    needles = (f"127.0.0.1:{redis_port}", f"127.0.0.1:{port}", str(tmp_path))
+    deadline = time.monotonic() + 30
+    while len(processes_mentioning(*needles)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)  # valkey, gunicorn (master + worker), rq workers
+    assert len(processes_mentioning(*needles)) >= 4
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    deadline = time.monotonic() + 10
+    while processes_mentioning(*needles) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(*needles) == []
