@@ -47,7 +47,8 @@ def test_changing_an_input_recomputes_the_figures_in_the_prose(client):
     doubled = numbers.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
     assert doubled == 2 * default
     html = client.get("/chapters/2?arrival_rate=200").get_data(as_text=True)
-    assert f"{doubled:,}" in html
+    assert f"<strong>{doubled:,} workers</strong>" in html
+    assert f"<strong>{default:,} workers</strong>" not in html
 
 
 def test_an_out_of_range_input_is_reported_and_the_page_still_renders(client):
