@@ -290,6 +290,7 @@ def create_job(lab_id: str):
         if not r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": None}), nx=True,
                      ex=3600):
             raise ApiError(409, "request_in_progress", "a request with this key is still running")
+    started = time.perf_counter()
     try:
         if request.files or "file" in request.files:
             source, video_id = _source_from_upload(lab_id)
@@ -304,10 +305,37 @@ def create_job(lab_id: str):
             r.delete(idem_key)
         raise
     response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
-                "payload": payload}
+                "payload": payload, "enqueue_ms": round((time.perf_counter() - started) * 1000, 2)}
     if idem_key:
         r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": response}), ex=3600)
     return jsonify(response), 202
+
+
+@bp.post("/api/labs/<lab_id>/inline")
+@lab_access(write=True)
+def inline_transcode(lab_id: str):
+    """Chapter 0's anti-pattern, for real: transcode inside the request while the client waits."""
+    r = get_redis()
+    lock = key(lab_id, "inline")
+    if not r.set(lock, 1, nx=True, ex=120):
+        raise ApiError(409, "inline_busy", "an inline transcode is already holding a request thread")
+    try:
+        sample = json_body().get("sample", "bigbuckbunny")
+        if sample not in SAMPLES[:-1]:
+            raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(SAMPLES[:-1])}"})
+        src = media.sample_clip(sample)
+        out = labs.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
+        started = time.perf_counter()
+        media.probe(src)
+        proc = media.start_transcode(src, out, media.RENDITIONS["240p"])
+        if proc.wait(timeout=120) != 0:
+            raise ApiError(422, "transcode_failed", proc.stderr.read().decode()[:200])
+        elapsed = (time.perf_counter() - started) * 1000
+        size = out.stat().st_size
+        out.unlink()
+        return jsonify(elapsed_ms=round(elapsed, 1), output_bytes=size, sample=sample)
+    finally:
+        r.delete(lock)
 
 
 def _job_or_404(lab_id: str, job_id: str) -> dict:

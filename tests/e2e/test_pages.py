@@ -31,3 +31,10 @@ def test_changing_an_input_on_a_chapter_page_recomputes_its_figures(page, stack,
     expect(headline).to_have_text(f"{2 * default:,} workers")
     expect(page).to_have_url(re.compile(r"arrival_rate=200"))  # the what-if is a shareable link
     shot("chapter-2-doubled")
+
+
+def test_chapters_you_opened_are_marked_read_on_the_home_page(page, stack):
+    page.goto(stack.url + "/chapters/3")
+    page.goto(stack.url + "/")
+    expect(page.locator('.toc-item[data-chapter="3"]')).to_have_class(re.compile("visited"))
+    expect(page.locator('.toc-item[data-chapter="4"]')).not_to_have_class(re.compile("visited"))

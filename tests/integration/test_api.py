@@ -171,3 +171,15 @@ def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
         time.sleep(0.2)  # the supervisor stops the lab's workers, whose RQ keys then go too
     assert not (stack.var_dir / "labs" / lab["lab_id"]).exists()
     assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 404
+
+
+def test_inline_transcode_makes_the_client_wait_while_enqueue_answers_at_once(api):
+    """Chapter 0's hand-off measured for real (the timings are shown, never asserted)."""
+    lab = api.lab("ch0", speed=20, workers=0)
+    inline = api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny"}, lab["token"])
+    assert inline.status == 200 and inline.json()["output_bytes"] > 1000
+    queued = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
+    assert queued.status == 202
+    assert queued.json()["enqueue_ms"] > 0 and inline.json()["elapsed_ms"] > 0
+    assert api.snapshot(lab)["counts"]["queued"] == 1  # the enqueued job waits; the inline one is done
+    assert api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "poison"}, lab["token"]).status == 422
