@@ -183,3 +183,57 @@ def test_inline_transcode_makes_the_client_wait_while_enqueue_answers_at_once(ap
     assert queued.json()["enqueue_ms"] > 0 and inline.json()["elapsed_ms"] > 0
     assert api.snapshot(lab)["counts"]["queued"] == 1  # the enqueued job waits; the inline one is done
     assert api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "poison"}, lab["token"]).status == 422
+
+
+def test_an_idle_lab_expires_and_leaves_no_keys_files_or_workers(api, stack):
+    import redis
+
+    from tests.integration.test_launcher import processes_mentioning
+
+    lab = api.lab("ch1", speed=200, workers=2)
+    api.workers_ready(lab, 2)
+    r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    (stack.var_dir / "labs" / lab["lab_id"]).mkdir(parents=True, exist_ok=True)
+    r.hset(f"lab:{lab['lab_id']}:meta", "last_active", 0)  # idle since 1970
+    deadline = time.monotonic() + 20
+    while r.sismember("labs", lab["lab_id"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not r.sismember("labs", lab["lab_id"])
+    deadline = time.monotonic() + 15
+    while (list(r.scan_iter(match=f"*{lab['lab_id']}*")) or processes_mentioning(f"lab-{lab['lab_id']}")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(r.scan_iter(match=f"*{lab['lab_id']}*")) == []
+    assert processes_mentioning(f"lab-{lab['lab_id']}") == []
+    assert not (stack.var_dir / "labs" / lab["lab_id"]).exists()
+
+
+HOSTILE = [
+    ("zero.mp4", b"", 422),
+    ("notes.mp4", b"hello, I am text", 415),
+    ("playlist.m3u8", b"#EXTM3U\n#EXTINF:1,\nfile:///etc/passwd\n", 415),
+    ("page.mp4", b"<html><script>alert(1)</script></html>", 415),
+    ("\u202ereverse\u202c.mp4", b"PK\x03\x04zipfile", 415),
+]
+
+
+@pytest.mark.parametrize("name,data,status", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_uploads_are_refused_with_a_reason_and_nothing_else_is_affected(api, name, data, status):
+    lab = api.lab("ch4", speed=20, workers=0)
+    body, headers = multipart("file", name, data, ctype="application/octet-stream")
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == status and res.json()["error"] and res.json()["detail"]
+    assert api.snapshot(lab)["counts"]["enqueued"] == 0
+
+
+def test_a_truncated_mp4_passes_the_sniff_and_is_dead_lettered_with_its_reason(api, tmp_path):
+    lab = api.lab("ch4", speed=200, workers=1)
+    clip = media.generate_clip(tmp_path / "c.mp4", seconds=3).read_bytes()
+    body, headers = multipart("file", "truncated.mp4", clip[: len(clip) // 3])
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == 202
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
+    assert snap["jobs"][0]["dlq_reason"].startswith("non_retryable: invalid video")
+    # the pool is still healthy: a good job right after completes
+    api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 10}, lab["token"])
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
