@@ -18,7 +18,7 @@ from app import embedded_redis
 from app.config import Config
 
 
-def gunicorn_command(config: Config, threads: int = 64) -> list[str]:
+def gunicorn_command(config: Config, threads: int = 256) -> list[str]:
     """gthread holds one thread per open WebSocket, so threads are sized for sockets plus HTTP."""
     return [
         sys.executable, "-m", "gunicorn", "app:create_app()",

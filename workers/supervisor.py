@@ -209,8 +209,9 @@ class Supervisor:
     def tick(self) -> None:
         live = self.r.smembers(LABS)
         for lab in list(self.pools):
-            if lab not in live:
+            if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 self.stop_pool(self.pools.pop(lab))
+                labs.teardown(self.r, lab, self.config.var_dir)
         for lab in live:
             pool = self.pools.setdefault(lab, LabPool(lab))
             settings = labs.settings(self.r, lab)
