@@ -80,12 +80,11 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         outputs = do_work(r, lab, job_id, attempt, rec, settings, now)
         end = clock.now(r, lab)
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["cas_guard"],
-                              {**record, "end": round(end, 3), "outcome": "succeeded"})
+                              {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
         if res == leases.REFUSED:
             r.hset(key(lab, "job", job_id, "attempts"), str(attempt), json.dumps(
                 {**record, "end": round(end, 3), "outcome": "refused (stale attempt)"}))
         else:
-            r.hset(job(lab, job_id), "outputs", json.dumps(outputs))
             notify(r, lab, job_id, attempt, settings, end)
     except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
         end = clock.now(r, lab)

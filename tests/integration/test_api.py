@@ -227,7 +227,7 @@ def test_hostile_uploads_are_refused_with_a_reason_and_nothing_else_is_affected(
 
 
 def test_a_truncated_mp4_passes_the_sniff_and_is_dead_lettered_with_its_reason(api, tmp_path):
-    lab = api.lab("ch4", speed=200, workers=1)
+    lab = api.lab("ch4", speed=200, workers=1, vt_seconds=3600)
     clip = media.generate_clip(tmp_path / "c.mp4", seconds=3).read_bytes()
     body, headers = multipart("file", "truncated.mp4", clip[: len(clip) // 3])
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])

@@ -69,7 +69,7 @@ local st = redis.call('HGET', KEYS[1], 'state')
 local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
 if st == 'running' and att == tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7])
+  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9])
   move(KEYS[2], 'running', 'done')
   redis.call('ZREM', KEYS[6], ARGV[8])
   redis.call('HDEL', KEYS[1], 'lease_deadline')
@@ -81,7 +81,7 @@ if ARGV[2] == '1' then
   return 0
 end
 if st ~= 'done' then
-  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7])
+  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9])
   move(KEYS[2], st, 'done')
 end
 emit(KEYS[3], KEYS[4], ARGV[5], 'duplicate_completions')
@@ -92,8 +92,11 @@ APPLIED, REFUSED, DUPLICATE = 1, 0, 2
 
 
 def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-             guard: bool, attempt_record: dict) -> int:
-    """Ack late: done, lease deleted. A stale attempt is refused (guard on) or lands twice (off)."""
+             guard: bool, attempt_record: dict, outputs: dict) -> int:
+    """Ack late: done (with its outputs, in the same step), lease deleted.
+
+    A stale attempt is refused (guard on) or lands twice (guard off).
+    """
     ok = stream.encode("job.succeeded", now, job_id=job_id, worker_id=worker_id, attempt=attempt)
     blocked = stream.encode("job.duplicate_blocked", now, job_id=job_id, worker_id=worker_id,
                             attempt=attempt, reason="a newer attempt owns the job")
@@ -102,4 +105,4 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
     return int(script(r, _COMPLETE)(
         keys=lab_keys(lab, job_id, key(lab, "leases")),
         args=[attempt, "1" if guard else "0", ok, blocked, dup, json.dumps(attempt_record), now,
-              job_id]))
+              job_id, json.dumps(outputs)]))
