@@ -68,6 +68,7 @@ class Supervisor:
                    VAR_DIR=str(self.config.var_dir))
         slot.proc = subprocess.Popen(
             [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
+             "--worker-class", "workers.rqworker.LabWorker",
              "--logging_level", "WARNING", "--worker-ttl", "60", queue_name(pool.lab)],
             env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         slot.state = "idle"
