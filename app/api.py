@@ -255,12 +255,9 @@ def create_job(lab_id: str):
     idem = request.headers.get("Idempotency-Key")
     if idem is not None and not (0 < len(idem) <= 200):
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1–200 characters")
-    if request.files or (request.content_type or "").startswith("multipart/"):
-        body = dict(request.form)
-        fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    else:
-        body = json_body()
-        fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    is_upload = (request.content_type or "").startswith("multipart/")
+    body = dict(request.form) if is_upload else json_body()
+    fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     errors = {}
     job_type = body.get("job_type", "transcode")
     if job_type not in producer.JOB_TYPES:
@@ -292,7 +289,7 @@ def create_job(lab_id: str):
             raise ApiError(409, "request_in_progress", "a request with this key is still running")
     started = time.perf_counter()
     try:
-        if request.files or "file" in request.files:
+        if is_upload:
             source, video_id = _source_from_upload(lab_id)
         else:
             source, video_id = _source_from_sample(lab_id, sample)
