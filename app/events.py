@@ -24,6 +24,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
                               "stale attempt {attempt} of job {job} refused by the CAS guard ({reason})"),
     "job.duplicate_completed": ("duplicate_completions",
                                 "job {job} completed AGAIN by worker {worker}: no CAS guard"),
+    "job.crashed": ("crashes", "job {job} crashed worker {worker}'s work horse (attempt {attempt})"),
     "job.lost": ("lost", "job {job} lost: acked early, its worker died"),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),

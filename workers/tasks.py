@@ -22,6 +22,7 @@ from workers import media
 from workers.broker import clock, leases, retry, stream
 from workers.broker.keys import job, key
 from workers.broker.retry import NonRetryable, StorageDown
+from workers.broker.state import record_attempt
 
 TICK = 0.05  # real seconds between clock reads while a job is paced
 _conn: redis.Redis | None = None
@@ -75,15 +76,18 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     rng = random.Random()
     try:
         if rec.get("poison") == "1":
-            # A poison pill: the handler crashes the process that runs it, every time.
+            # A poison pill: the handler crashes the process that runs it, every time. The lab
+            # narrates the crash (as a crash log would); the lease is left to expire.
+            record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="crashed")
+            stream.emit(r, lab, "job.crashed", now, job_id=job_id, worker_id=wid, attempt=attempt)
+            set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
             os._exit(70)
         outputs = do_work(r, lab, job_id, attempt, rec, settings, now)
         end = clock.now(r, lab)
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["cas_guard"],
                               {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
         if res == leases.REFUSED:
-            r.hset(key(lab, "job", job_id, "attempts"), str(attempt), json.dumps(
-                {**record, "end": round(end, 3), "outcome": "refused (stale attempt)"}))
+            record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="refused (stale attempt)")
         else:
             notify(r, lab, job_id, attempt, settings, end)
     except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
@@ -115,7 +119,8 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
             media.thumbnail(src, tmp)
         else:
             procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
-    pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]))
+    pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]),
+         [proc for proc, _tmp, _final in procs.values()])
     for rend, (proc, _tmp, _final) in procs.items():
         if proc.wait(timeout=120) != 0:
             raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
@@ -150,8 +155,9 @@ def probe_once(r: redis.Redis, src: Path) -> None:
 
 
 def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float) -> None:
-    """Hold the attempt until `duration` simulated seconds have passed, heart-beating if enabled."""
+         duration: float, procs: list) -> None:
+    """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
+    heart-beating all the while (a busy host can make the real work outlast the simulated time)."""
     faults = r.hgetall(key(lab, "faults"))
     if float(faults.get("slow_until", -1)) > start:
         duration *= float(faults.get("slow_factor", 3))
@@ -167,7 +173,7 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
             set_worker(r, lab, progress=pct)
             stream.emit(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(),
                         attempt=attempt, percent=pct)
-        if elapsed >= duration:
+        if elapsed >= duration and all(p.poll() is not None for p in procs):
             return
         if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"]:
             leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])

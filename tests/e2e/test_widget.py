@@ -1,0 +1,386 @@
+"""The chapter widget in real Chromium against the real stack (RQ workers, Redis, ffmpeg).
+
+Each test opens a chapter page with `?speed=200`, which the widget passes to POST /api/labs, so
+a 600 s transcode takes about 3 real seconds. Assertions are about what the learner sees (the
+readouts, worker cards, timeline and log, found by data-testid), never about wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.conftest import ARTIFACTS
+from workers import media
+
+pytestmark = pytest.mark.e2e
+
+SPEED = 200
+LONG = 45_000  # ms; generous upper bound for a few simulated transcodes at 200x
+
+
+@pytest.fixture
+def lab_page(page: Page, stack, api, shot, request):
+    """Open a chapter's widget on a fresh lab; delete that lab afterwards (workers, keys, files)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    opened: list[str] = []
+
+    def open_chapter(number: int, speed: int = SPEED) -> Page:
+        page.goto(f"{stack.url}/chapters/{number}?speed={speed}")
+        expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+        expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
+        opened.append(preset_of(page))
+        return page
+
+    def snap(label: str) -> None:
+        """The full page (the `shot` fixture) plus a crop of just the widget, for review."""
+        shot(label)
+        page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / f"{request.node.name}-{label}-widget.png"))
+
+    page.open_chapter = open_chapter
+    page.snap = snap
+    yield page
+    for preset in opened:
+        saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
+        if saved:
+            lab = json.loads(saved)
+            api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def preset_of(page: Page) -> str:
+    return page.locator("#lab-widget").get_attribute("data-preset")
+
+
+def readout(page: Page, name: str) -> int:
+    return int(page.get_by_test_id(f"readout-{name}").get_attribute("data-value"))
+
+
+def expect_readout(page: Page, name: str, value: int, timeout: int = LONG) -> None:
+    expect(page.get_by_test_id(f"readout-{name}")).to_have_attribute("data-value", str(value), timeout=timeout)
+
+
+def wait_readout_at_least(page: Page, name: str, value: int, timeout: int = LONG) -> None:
+    page.wait_for_function(
+        "([name, v]) => Number(document.querySelector(`[data-testid=readout-${name}]`).dataset.value) >= v",
+        arg=[name, value], timeout=timeout)
+
+
+def busy_worker(page: Page):
+    card = page.locator("[data-testid^=worker-][data-state=busy]").first
+    expect(card).to_be_visible(timeout=LONG)
+    return card
+
+
+def all_readouts(page: Page) -> dict[str, str]:
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll(
+        '[data-testid^=readout-]')].map(e => [e.dataset.testid, e.dataset.value]))""")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_upload_goes_queued_running_done_and_the_rendition_plays(lab_page):
+    page = lab_page.open_chapter(0)  # ch0: one worker, so a second job has to wait its turn
+    page.snap("ready")
+    # a real multipart upload through the file picker
+    page.get_by_test_id("upload-file").set_input_files(str(media.sample_clip("bikes")))
+    expect(page.get_by_test_id("upload-status")).to_contain_text("202 Accepted", timeout=20_000)
+    expect(page.get_by_test_id("upload-status")).to_contain_text("job 1")
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "running", timeout=LONG)
+    # a sample clip while the only worker is busy: visibly queued
+    page.get_by_test_id("sample-select").select_option("bigbuckbunny")
+    page.get_by_test_id("sample-submit").click()
+    expect(page.get_by_test_id("job-row-2")).to_have_attribute("data-state", "queued", timeout=10_000)
+    expect(page.get_by_test_id("queued-2")).to_be_visible()
+    expect_readout(page, "queued", 1, timeout=10_000)
+    page.snap("queued")
+    expect(page.get_by_test_id("job-row-2")).to_have_attribute("data-state", "running", timeout=LONG)
+    expect(page.get_by_test_id("lease-2")).to_be_visible()
+    page.snap("running")
+    expect(page.get_by_test_id("job-row-2")).to_have_attribute("data-state", "done", timeout=LONG)
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done")
+    expect_readout(page, "done", 2)
+    expect_readout(page, "queued", 0)
+    expect(page.get_by_test_id("tl-attempt-2-1")).to_have_attribute("data-outcome", "succeeded")
+    # the log narrates it in plain words, newest first
+    log = page.get_by_test_id("event-log")
+    expect(log).to_contain_text("job 2 done by worker w1 (attempt 1)")
+    expect(log.get_by_test_id("log-item").first).to_contain_text("job 2")
+    # the real rendition plays
+    play = page.get_by_test_id("play-2-240p")
+    expect(play).to_be_visible(timeout=10_000)
+    page.snap("done")
+    play.click()
+    duration = page.evaluate("""async () => {
+        const v = document.querySelector('[data-testid=player]');
+        if (v.readyState < 1) await new Promise((ok, bad) => {
+            v.addEventListener('loadedmetadata', ok, {once: true});
+            v.addEventListener('error', () => bad(new Error('video error ' + (v.error && v.error.code))), {once: true});
+        });
+        return v.duration;
+    }""")
+    assert duration > 0
+    expect(page.get_by_test_id("player")).to_have_attribute("src", re.compile(r"/jobs/2/outputs/240p\.mp4$"))
+    page.snap("playing")
+
+
+def test_killing_the_busy_worker_redelivers_once_after_the_vt_and_loses_nothing(lab_page):
+    # 100x, not 200x: on a busy host ffmpeg can outlast a 3 s attempt and (no heartbeat while it
+    # waits for ffmpeg) overrun even a 1200 s lease, which would add a redelivery the kill did not cause
+    page = lab_page.open_chapter(1, speed=100)
+    # VT 1200 s covers the 600 s job, so the only redelivery is the one the kill causes
+    page.get_by_test_id("scenario-fix-vt").click()
+    expect(page.get_by_test_id("setting-vt_seconds-number")).to_have_value("1200", timeout=10_000)
+    card = busy_worker(page)
+    worker = card.get_attribute("data-testid").removeprefix("worker-")
+    page.get_by_test_id(f"worker-{worker}").click()  # at once: the 600 s job takes ~3 real seconds
+    expect(page.get_by_test_id(f"worker-{worker}")).to_have_attribute(
+        "data-state", re.compile("dead|respawning"), timeout=10_000)
+    expect(page.get_by_test_id("kill-status")).to_contain_text(f"SIGKILL → {worker}")
+    # the broker cannot tell a dead worker from a slow one: the job stays leased until the VT
+    expect(page.get_by_test_id("lease-1")).to_have_attribute("data-orphan", "yes", timeout=10_000)
+    expect_readout(page, "redelivered", 0, timeout=1000)
+    page.snap("killed")
+    expect_readout(page, "redelivered", 1)
+    expect_readout(page, "lost", 0)
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+    expect_readout(page, "redelivered", 1)
+    expect_readout(page, "lost", 0)
+    expect_readout(page, "done", 1)
+    expect(page.get_by_test_id("tl-attempt-1-1")).to_have_attribute("data-outcome", "killed")
+    expect(page.get_by_test_id("tl-attempt-1-2")).to_have_attribute("data-outcome", "succeeded")
+    log = page.get_by_test_id("event-log")
+    expect(log).to_contain_text(
+        re.compile(r"lease on job 1 expired at t=[\d,]+ s; visible again: redelivered as attempt 2"))
+    # filter the log to one event type
+    page.get_by_test_id("log-filter-type").select_option("worker.killed")
+    expect(log.get_by_test_id("log-item")).to_have_count(1)
+    expect(log.get_by_test_id("log-item")).to_contain_text(f"worker {worker} killed (SIGKILL pid")
+    page.get_by_test_id("log-filter-type").select_option("default")
+    expect(page.get_by_test_id("announcer")).not_to_be_empty()
+    page.snap("redelivered")
+
+
+def test_vt_below_the_job_duration_shows_the_duplicate_overlap_and_blocks_it(lab_page):
+    page = lab_page.open_chapter(1)  # ch1: VT 300 s, 600 s job
+    page.get_by_test_id("scenario-vt-too-short").click()
+    expect(page.get_by_test_id("vt-hint")).to_contain_text("runs out mid-job")
+    expect(page.get_by_test_id("tl-attempt-1-1")).to_be_visible(timeout=LONG)
+    # attempt 2 starts while attempt 1 still runs: the overlap is hatched on job 1's row
+    overlap = page.get_by_test_id("tl-job-1").get_by_test_id("tl-overlap").first
+    expect(overlap).to_be_visible(timeout=LONG)
+    expect(page.get_by_test_id("tl-job-1")).to_have_attribute("data-overlap", "yes")
+    expect(page.get_by_test_id("tl-job-1").get_by_test_id("tl-lease-expired").first).to_be_visible()
+    expect(page.get_by_test_id("tl-attempt-1-2")).to_be_visible()
+    page.snap("overlap")
+    # the first attempt finishes after its lease was handed on: the CAS guard refuses it
+    wait_readout_at_least(page, "duplicates", 1)
+    expect(page.get_by_test_id("tl-attempt-1-1")).to_have_attribute("data-outcome", "refused")
+    wait_readout_at_least(page, "redelivered", 1)
+    expect(page.get_by_test_id("event-log")).to_contain_text("stale attempt 1 of job 1 refused by the CAS guard")
+    page.snap("blocked")
+
+
+def test_three_rapid_kills_make_three_redeliveries_and_the_rate_shows_the_burst(lab_page):
+    # ch8: three workers, heartbeat on, VT 300 s. 50x keeps three parallel transcodes inside their
+    # paced 600 s on a small host, so every redelivery counted is one the kills caused.
+    page = lab_page.open_chapter(8, speed=50)
+    page.get_by_test_id("scenario-load").click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-testid^=worker-][data-state=busy]').length === 3", timeout=LONG)
+    for w in ("w1", "w2", "w3"):  # three clicks, back to back, while all three are busy
+        page.get_by_test_id(f"worker-{w}").click()
+    expect_readout(page, "redelivered", 0, timeout=500)  # nothing yet: each lease has to run out
+    log = page.get_by_test_id("event-log")
+    expect(log.locator("[data-type~='worker.killed']")).to_have_count(3, timeout=10_000)
+    for w in ("w1", "w2", "w3"):
+        expect(log.locator("[data-type~='worker.killed']", has_text=f"worker {w} killed")).to_have_count(1)
+    page.snap("killed")
+    expect_readout(page, "redelivered", 3)
+    expect(page.get_by_test_id("readout-redelivery-rate")).to_have_attribute("data-value", "3")
+    expect(page.get_by_test_id("readout-redelivery-rate")).to_contain_text("3 in the last 600 s")
+    spark = page.evaluate("""() => [...document.querySelectorAll('.lw-spark-bar')].map(b => Number(b.dataset.n))""")
+    assert sum(spark) == 3, spark
+    expect_readout(page, "lost", 0)
+    page.snap("burst")
+    # the window moves on: the rate falls back to 0 while the total stays 3
+    expect(page.get_by_test_id("readout-redelivery-rate")).to_have_attribute("data-value", "0", timeout=LONG)
+    expect_readout(page, "redelivered", 3, timeout=1000)
+    expect_readout(page, "done", 3)
+    page.snap("after-window")
+
+
+def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, api):
+    page = lab_page.open_chapter(1)
+    page.get_by_test_id("scenario-vt-too-short").click()
+    wait_readout_at_least(page, "redelivered", 1)
+    wait_readout_at_least(page, "duplicates", 1)
+    # pause with the keyboard shortcut (Space while the lab has focus)
+    page.locator("#lab-widget").focus()
+    page.keyboard.press("Space")
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "yes", timeout=10_000)
+    expect(page.get_by_test_id("clock-pause")).to_have_attribute("aria-pressed", "true")
+    lab = lab_of(page)
+    assert page.locator("#lab-widget").get_attribute("data-lab-id") == lab["lab_id"]
+    for _ in range(4):
+        # A paused clock stops pacing, but a worker already past it may still be finishing ffmpeg;
+        # compare only across a reload during which the lab's event stream did not move.
+        quiet_id = quiet_event_id(api, lab)
+        expect(page.locator("#lab-widget")).to_have_attribute("data-last-event", quiet_id, timeout=10_000)
+        before = all_readouts(page)
+        bars = page.locator("[data-testid^=tl-attempt-]").count()
+        assert int(before["readout-redelivered"]) >= 1 and bars >= 2
+        page.snap("before-reload")
+        page.reload()
+        expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+        assert page.locator("#lab-widget").get_attribute("data-lab-id") == lab["lab_id"]  # resumed
+        snap = api.snapshot(lab)
+        if snap["last_event_id"] != quiet_id:
+            continue  # something finished during the reload; try again from the new quiet point
+        expect(page.locator("#lab-widget")).to_have_attribute("data-last-event", quiet_id, timeout=10_000)
+        expect(page.locator("[data-testid^=tl-attempt-]")).to_have_count(bars, timeout=10_000)
+        after = all_readouts(page)
+        assert after == before
+        c = snap["counts"]
+        assert [after[f"readout-{k}"] for k in ("redelivered", "duplicates", "lost", "done", "queued", "dlq")] == [
+            str(c[k]) for k in ("redelivered", "duplicates_blocked", "lost", "done", "queued", "dlq")]
+        break
+    else:
+        pytest.fail("the lab never held still across a reload")
+    expect(page.get_by_test_id("clock-pause")).to_have_text("Resume")
+    page.snap("after-reload")
+    page.get_by_test_id("clock-pause").click()
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "no", timeout=10_000)
+
+
+def lab_of(page: Page) -> dict:
+    saved = json.loads(page.evaluate(f"sessionStorage.getItem('awl:lab:{preset_of(page)}')"))
+    return {"lab_id": saved["id"], "token": saved["token"]}
+
+
+def quiet_event_id(api, lab: dict, quiet_s: float = 1.5, timeout: float = 30) -> str:
+    """The lab's last event id once it has not changed for quiet_s seconds."""
+    deadline = time.monotonic() + timeout
+    last, since = api.snapshot(lab)["last_event_id"], time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        cur = api.snapshot(lab)["last_event_id"]
+        if cur != last:
+            last, since = cur, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return cur
+    raise AssertionError("the paused lab kept emitting events")
+
+
+def test_bad_input_shows_the_servers_message_next_to_the_control(lab_page, tmp_path):
+    page = lab_page.open_chapter(1)
+    vt = page.get_by_test_id("setting-vt_seconds-number")
+    vt.fill("5")
+    vt.press("Enter")
+    expect(page.get_by_test_id("error-vt_seconds")).to_contain_text("must be between 10 and 7200 s")
+    expect(vt).to_have_attribute("aria-invalid", "true")
+    page.snap("vt-error")
+    vt.fill("900")
+    vt.press("Enter")
+    expect(page.get_by_test_id("error-vt_seconds")).to_be_empty()
+    expect(page.get_by_test_id("vt-hint")).to_contain_text("Lease 900 s")
+    fake = tmp_path / "holiday.mp4"
+    fake.write_text("this is not a video, whatever its name says")
+    page.get_by_test_id("upload-file").set_input_files(str(fake))
+    expect(page.get_by_test_id("upload-error")).to_contain_text("415")
+    expect(page.get_by_test_id("upload-error")).to_contain_text("not an MP4, WebM or AVI")
+    page.snap("upload-error")
+
+
+def test_dropping_a_file_uploads_it_and_shows_the_servers_verdict(lab_page):
+    page = lab_page.open_chapter(1)
+    page.evaluate("""() => {
+        const dt = new DataTransfer();
+        dt.items.add(new File(['plain text, not a container'], 'cat.mp4', {type: 'video/mp4'}));
+        const zone = document.querySelector('[data-testid=drop-zone]');
+        zone.dispatchEvent(new DragEvent('dragover', {dataTransfer: dt, bubbles: true, cancelable: true}));
+        zone.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""")
+    expect(page.get_by_test_id("upload-error")).to_contain_text("415", timeout=10_000)
+    expect(page.get_by_test_id("upload-error")).to_contain_text("filename is not trusted")
+    expect(page.get_by_test_id("jobs").locator("li")).to_have_count(0)
+
+
+def test_speed_is_a_log_slider_and_step_advances_a_paused_clock(lab_page, api):
+    page = lab_page.open_chapter(1)
+    lab = lab_of(page)
+    slider = page.get_by_test_id("speed-slider")
+    expect(page.get_by_test_id("speed-value")).to_have_text("200×")
+    slider.focus()
+    page.keyboard.press("ArrowLeft")  # one notch down the 1-2-5 ladder
+    expect(page.get_by_test_id("speed-value")).to_have_text("100×")
+    expect(slider).to_have_attribute("aria-valuetext", "100 times")
+    api.wait_for(lab, lambda s: s["clock"]["speed"] == 100, timeout=10)
+    page.get_by_test_id("clock-pause").click()
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "yes", timeout=10_000)
+    t0 = int(page.get_by_test_id("readout-clock").get_attribute("data-value"))
+    page.get_by_test_id("clock-step-size").select_option("300")
+    page.get_by_test_id("clock-step").click()
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-value", str(t0 + 300), timeout=10_000)
+    expect(page.get_by_test_id("event-log")).to_contain_text(f"clock stepped to t={t0 + 300:,} s")
+    page.snap("stepped")
+
+
+def test_a_read_only_link_shows_the_same_lab_live_on_another_screen(lab_page, browser, stack):
+    page = lab_page.open_chapter(1)
+    page.get_by_text("Show this lab on other screens").click()
+    url = page.get_by_test_id("share-url").input_value()
+    assert "view=" in url and page.locator("#lab-widget").get_attribute("data-lab-id") in url
+    viewer_ctx = browser.new_context()  # another machine: no cookie, no sessionStorage
+    try:
+        viewer = viewer_ctx.new_page()
+        viewer.goto(url)
+        expect(viewer.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+        expect(viewer.locator("[data-role=banner]")).to_contain_text("Read-only")
+        expect(viewer.get_by_test_id("kill-random")).to_have_count(0)
+        expect(viewer.get_by_test_id("scenario-vt-too-short")).to_have_count(0)
+        page.get_by_test_id("scenario-fix-vt").click()
+        expect(viewer.get_by_test_id("job-row-1")).to_be_visible(timeout=LONG)
+        expect(viewer.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+        expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+        assert all_readouts(viewer)["readout-done"] == all_readouts(page)["readout-done"] == "1"
+        viewer.get_by_test_id("play-1-240p").click()  # no lab cookie here: fetched with the view token
+        expect(viewer.get_by_test_id("player")).to_have_attribute("src", re.compile("^blob:"), timeout=10_000)
+        viewer.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "read-only-viewer-widget.png"))
+    finally:
+        viewer_ctx.close()
+
+
+def test_reset_starts_a_fresh_lab(lab_page, api):
+    page = lab_page.open_chapter(1)
+    old = lab_of(page)
+    page.get_by_test_id("scenario-vt-too-short").click()
+    expect(page.get_by_test_id("job-row-1")).to_be_visible(timeout=LONG)
+    page.get_by_test_id("reset-lab").click()
+    expect(page.get_by_test_id("reset-status")).to_have_text("fresh lab started", timeout=30_000)
+    new = lab_of(page)
+    assert new["lab_id"] != old["lab_id"]
+    assert api.call("GET", f"/api/labs/{old['lab_id']}", token=old["token"]).status == 404
+    expect(page.get_by_test_id("jobs").locator("li")).to_have_count(0)
+    expect(page.get_by_test_id("event-log").get_by_test_id("log-item").first).to_be_visible(timeout=LONG)
+    expect_readout(page, "redelivered", 0)
+    expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
+
+
+def test_chapter_0_times_an_inline_handler_against_enqueue(lab_page):
+    page = lab_page.open_chapter(0)
+    page.get_by_test_id("inline-submit").click()
+    expect(page.get_by_test_id("compare-inline")).to_contain_text("ms until the response", timeout=60_000)
+    page.get_by_test_id("enqueue-submit").click()
+    expect(page.get_by_test_id("compare-queue")).to_contain_text("ms until the 202 (job 1)", timeout=20_000)
+    expect(page.get_by_test_id("compare-status")).to_contain_text("carries on in a worker")
+    ms = {k: int(re.match(r"[\d,]+", page.get_by_test_id(f"compare-{k}").inner_text()).group().replace(",", ""))
+          for k in ("inline", "queue")}
+    assert ms["inline"] > ms["queue"], ms  # the request that waits for ffmpeg is the slow one
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+    page.snap("compared")
