@@ -175,16 +175,18 @@ def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
 
 
 def test_storage_outage_retries_then_recovers(api):
+    # the outage (1,500 s ≈ 7.5 s real) outlasts any scheduling delay, so every job hits it
     lab = api.lab("ch4", speed=200, workers=3, job_duration=30, retry_policy="full_jitter",
-                  retry_base=20, retry_cap=400, max_attempts=8)
+                  retry_base=100, retry_cap=1000, max_attempts=10, vt_seconds=3600)
     api.workers_ready(lab, 3)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage",
-                                                                  "duration_s": 200}, lab["token"])
+                                                                  "duration_s": 1500}, lab["token"])
     assert res.status == 202
     for _ in range(3):
         enqueue(api, lab, job_type="thumbnail", duration_s=30)
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=90)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=120)
     assert snap["counts"]["failed"] >= 3 and snap["counts"]["retries_scheduled"] >= 3
+    assert snap["counts"]["dlq"] == 0
 
 
 def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):
