@@ -7,7 +7,6 @@ get PR_SET_PDEATHSIG so a supervisor that dies takes its workers with it: no orp
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -23,16 +22,10 @@ from app import labs
 from app.config import Config
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
+from workers.process import die_with_parent
 
 LOOP_S = 0.02  # reaper scan interval: bounds how late past its deadline a lease is redelivered
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 @dataclass
@@ -70,7 +63,7 @@ class Supervisor:
             [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
              "--worker-class", "workers.rqworker.LabWorker",
              "--logging_level", "WARNING", "--worker-ttl", "60", queue_name(pool.lab)],
-            env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         slot.state = "idle"
         self.write_row(pool, slot, job_id=None)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,

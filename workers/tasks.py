@@ -23,6 +23,7 @@ from workers.broker import clock, leases, retry, stream
 from workers.broker.keys import job, key
 from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
+from workers.process import die_with_parent
 
 TICK = 0.05  # real seconds between clock reads while a job is paced
 _conn: redis.Redis | None = None
@@ -61,6 +62,7 @@ def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: 
 
 
 def run_attempt(lab: str, job_id: str, attempt: int) -> None:
+    die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
     if not labs.exists(r, lab):
         return

@@ -1,0 +1,178 @@
+"""latency: event append → a WebSocket client has it, at 1, 20 and 200 open sockets on one lab.
+
+Events are appended with the engine's own `stream.emit` (XADD + PUBLISH in one MULTI, as every
+worker and the reaper do); `t_real` inside each event is its append time, compared with
+`time.time()` right after the client's frame read. All sockets are read by one selector thread
+(websocket-client reads exactly one frame per call, so a readable socket never hides a buffered
+second frame). Sockets are opened cumulatively (1 → 20 → 200) and the gunicorn worker's VmRSS
+is read before the first and after each step: the per-socket fan-out memory.
+
+Baseline (the floor): a raw Redis Stream XADD → blocking XREAD on the same server, one writer
+and one blocked reader, same payload size: what any push through this server costs at least.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import threading
+import time
+
+import redis
+import websocket
+
+from bench.common import Bench, pct, report, rnd, rss_kb, wait
+from workers.broker import clock, stream
+
+NAME = "latency"
+LEVELS = ((1, 200, 0.02), (20, 100, 0.03), (200, 50, 0.06))  # (sockets, events, interval s)
+FLOOR_SAMPLES = 300
+FLOOR_INTERVAL = 0.01
+
+
+def floor(b: Bench) -> list[float]:
+    """XADD → XREAD BLOCK on the same server: ms from the append to the reader holding it."""
+    k = f"bench:floor:{time.time_ns()}"
+    got: list[float] = []
+    ready = threading.Event()
+
+    def reader() -> None:
+        r = redis.Redis.from_url(b.stack.redis_url, decode_responses=True)
+        last = "$"
+        ready.set()
+        while len(got) < FLOOR_SAMPLES:
+            resp = r.xread({k: last}, block=2000, count=100)
+            if not resp:
+                break
+            for _name, entries in resp:
+                for eid, fields in entries:
+                    got.append((time.time() - float(json.loads(fields["e"])["t_real"])) * 1000)
+                    last = eid
+        r.close()
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    ready.wait()
+    time.sleep(0.1)  # the reader is blocked in XREAD before the first append
+    w = redis.Redis.from_url(b.stack.redis_url, decode_responses=True)
+    for i in range(FLOOR_SAMPLES):
+        w.xadd(k, {"e": stream.encode("job.progress", 0, job_id="bench", percent=i, bench_seq=i)})
+        time.sleep(FLOOR_INTERVAL)
+    t.join(10)
+    w.delete(k)
+    w.close()
+    return got
+
+
+def connect(b: Bench, lab: dict, after: str) -> websocket.WebSocket:
+    url = (b.stack.url.replace("http", "ws", 1)
+           + f"/ws/labs/{lab['lab_id']}?after={after}&token={lab['view_token']}")
+    return websocket.create_connection(url, timeout=20, origin=b.stack.url)
+
+
+def measure(b: Bench, lab: dict, socks: list[websocket.WebSocket], events: int, interval: float,
+            tag: int) -> tuple[list[float], dict[int, list[float]], int]:
+    """Emit `events` events; return latencies (ms) of every (socket, event) pair seen, the same
+    grouped by event (first vs last socket to get it: the fan-out spread), and the misses."""
+    sel = selectors.DefaultSelector()
+    for i, ws in enumerate(socks):
+        sel.register(ws.sock, selectors.EVENT_READ, i)
+    want = events * len(socks)
+    lat: list[float] = []
+    by_event: dict[int, list[float]] = {}
+    r = b.r
+    lab_id = lab["lab_id"]
+
+    def emitter() -> None:
+        for i in range(events):
+            stream.emit(r, lab_id, "job.progress", clock.now(r, lab_id), job_id="bench",
+                        percent=i, bench_tag=tag, bench_seq=i)
+            time.sleep(interval)
+    t = threading.Thread(target=emitter, daemon=True)
+    t.start()
+    deadline = time.monotonic() + events * interval + 15
+    while len(lat) < want and time.monotonic() < deadline:
+        for sk, _mask in sel.select(timeout=0.5):
+            ws = socks[sk.data]
+            opcode, frame = ws.recv_data_frame(control_frame=True)
+            now = time.time()
+            if opcode != websocket.ABNF.OPCODE_TEXT:
+                continue
+            ev = json.loads(frame.data)
+            if ev.get("data", {}).get("bench_tag") != tag:
+                continue
+            ms = (now - ev["t_real"]) * 1000
+            lat.append(ms)
+            by_event.setdefault(ev["data"]["bench_seq"], []).append(ms)
+    t.join(5)
+    sel.close()
+    return lat, by_event, want - len(lat)
+
+
+def run(b: Bench) -> dict:
+    base = floor(b)
+    floor_row = {"path": "raw XADD → XREAD BLOCK (floor)", "sockets": 1, "samples": len(base),
+                 "p50_ms": rnd(pct(base, 50), 3), "p90_ms": rnd(pct(base, 90), 3),
+                 "p99_ms": rnd(pct(base, 99), 3),
+                 "max_ms": rnd(max(base), 3)}
+    lab = b.lab("ch0", speed=20, workers=0)
+    web = b.stack.web_pid()
+    socks: list[websocket.WebSocket] = []
+    rows = [floor_row]
+    try:
+        wait(lambda: not b.worker_rows(lab), 15, "lab workers did not drain")
+        b.call("GET", "/healthz")
+        time.sleep(0.3)
+        rss0 = rss_kb(web)
+        for tag, (n, events, interval) in enumerate(LEVELS):
+            after = b.last_event_id(lab)
+            t0 = time.monotonic()
+            while len(socks) < n:
+                socks.append(connect(b, lab, after))
+            open_s = time.monotonic() - t0
+            time.sleep(0.5)  # every handler has subscribed to the hub
+            rss = rss_kb(web)
+            lat, by_event, missing = measure(b, lab, socks, events, interval, tag)
+            first = [min(v) for v in by_event.values()]
+            last = [max(v) for v in by_event.values()]
+            rows.append({
+                "path": "emit → WebSocket (gthread)", "sockets": n, "samples": len(lat), "missing": missing,
+                "p50_ms": rnd(pct(lat, 50), 3), "p90_ms": rnd(pct(lat, 90), 3), "p99_ms": rnd(pct(lat, 99), 3),
+                "max_ms": rnd(max(lat, default=float("nan")), 3),
+                "first_sock_p50_ms": rnd(pct(first, 50), 3), "last_sock_p50_ms": rnd(pct(last, 50), 3),
+                "p50_vs_floor": rnd(pct(lat, 50) / floor_row["p50_ms"], 1),
+                "p99_vs_floor": rnd(pct(lat, 99) / floor_row["p99_ms"], 1),
+                "rss_mb": rnd(rss / 1024, 1), "rss_kb_per_socket": rnd((rss - rss0) / n, 1),
+                "open_s": rnd(open_s, 2), "interval_ms": interval * 1000,
+            })
+        healthz_ms = time.monotonic()
+        b.call("GET", "/healthz", timeout=5)
+        healthz_ms = (time.monotonic() - healthz_ms) * 1000
+    finally:
+        for ws in socks:
+            try:
+                ws.close(timeout=1)
+            except (OSError, websocket.WebSocketException):
+                pass
+        b.delete_lab(lab)
+    top = rows[-1]
+    notes = [f"web RSS before any socket {rss0 / 1024:.1f} MB; rss_kb_per_socket = (RSS with N open − that) / N",
+             f"GET /healthz with {top['sockets']} sockets open: {healthz_ms:.1f} ms "
+             f"(gthread threads = {b.stack.threads} > sockets, so HTTP is still served)",
+             "first/last_sock_p50_ms: per event, the first and the last socket to receive it (median "
+             "over events): the fan-out spread across sockets",
+             "one client process reads all sockets on the same 2 cores as the server: its own "
+             "read time is part of the figure at 200 sockets"]
+    if any(r.get("missing") for r in rows):
+        notes.append("MISSING deliveries: " + ", ".join(f"{r['sockets']} sockets: {r['missing']}"
+                                                        for r in rows if r.get("missing")))
+    return report(
+        NAME, "event append → WebSocket client, vs raw XADD → XREAD",
+        ["path", "sockets", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms", "first_sock_p50_ms", "last_sock_p50_ms",
+         "p50_vs_floor", "p99_vs_floor",
+         "rss_mb", "rss_kb_per_socket"],
+        rows,
+        {"label": f"p99 at {top['sockets']} sockets ÷ floor p99", "value": top["p99_vs_floor"],
+         "baseline": f"raw XADD → XREAD BLOCK p99 {floor_row['p99_ms']} ms on the same server",
+         "p50_vs_floor": top["p50_vs_floor"]},
+        {"levels": LEVELS, "floor_samples": FLOOR_SAMPLES, "gunicorn_threads": b.stack.threads},
+        notes, {"floor_ms": base, "rss_kb_before": rss0})
