@@ -27,7 +27,7 @@ import redis
 
 from app import embedded_redis
 from app.config import Config
-from app.launcher import gunicorn_command, wait_healthy
+from app.launcher import gunicorn_command, stop_all, wait_healthy
 from workers.broker import stream
 from workers.broker.keys import key
 
@@ -181,15 +181,7 @@ class Stack:
                 except ProcessLookupError:
                     pass
                 p.wait()
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
         if self.server:
             self.server.stop()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -32,7 +32,7 @@ import websocket
 
 from app import embedded_redis
 from app.config import Config
-from app.launcher import gunicorn_command, wait_healthy
+from app.launcher import gunicorn_command, stop_all, wait_healthy
 from workers.broker import stream
 from workers.broker.keys import key
 
@@ -271,15 +271,7 @@ class Stack:
         return processes_matching(str(self.var_dir), f"--url {self.redis_url} ")
 
     def stop(self) -> None:
-        for p in reversed(self.started):
-            if p.poll() is None:
-                p.terminate()
-        for p in reversed(self.started):
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.started)
         for pid in self.leftovers():  # orphans of processes this stack started, found by their own args
             try:
                 os.kill(pid, signal.SIGKILL)

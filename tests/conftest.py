@@ -22,7 +22,7 @@ import redis
 
 from app import embedded_redis
 from app.config import Config
-from app.launcher import gunicorn_command, wait_healthy
+from app.launcher import gunicorn_command, stop_all, wait_healthy
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -138,13 +138,7 @@ def stack(redis_server, tmp_path_factory):
         wait_healthy(url, procs)
         yield Stack(url, Api(url), var_dir, redis_server.url, procs)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 @pytest.fixture
