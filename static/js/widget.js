@@ -126,6 +126,21 @@ function boot(root) {
     setInterval(tick, 250);
     setInterval(flushAnnouncements, ANNOUNCE_MS);
     tick(true);
+    announceLab(snap);
+  }
+
+  /**
+   * Chapter add-ons (templates/_lab_<preset>.html + static/js/lab-<preset>.js) listen on #lab-widget:
+   * `lab:ready` {lab, api, meta, snapshot} whenever the widget opens a lab (start, reset, expiry),
+   * `lab:event` for every event in stream order, `lab:snapshot` for every snapshot applied. They reuse
+   * the widget's lab and token instead of opening their own, so the page drives one real lab.
+   */
+  function emit(name, detail) {
+    root.dispatchEvent(new CustomEvent(name, { detail }));
+  }
+
+  function announceLab(snapshot) {
+    emit('lab:ready', { lab: S.lab, api, meta: S.meta, snapshot });
   }
 
   function fatal(msg) {
@@ -191,6 +206,7 @@ function boot(root) {
       applySnapshot(snap);
       root.dataset.labId = S.lab.id;
       connectWs();
+      announceLab(snap);
       setText(els.resetStatus, 'fresh lab started');
       updateShare();
     } catch (e) {
@@ -283,9 +299,11 @@ function boot(root) {
     banner('This lab was removed after being idle, so a fresh one was started.');
     try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
     clearModel();
-    applySnapshot(await createLab());
+    const snap = await createLab();
+    applySnapshot(snap);
     root.dataset.labId = S.lab.id;
     connectWs();
+    announceLab(snap);
   }
 
   function setConn(state) {
@@ -310,6 +328,7 @@ function boot(root) {
     addLog(ev, live);
     root.dataset.lastEvent = ev.id; // the newest event applied (handy for tests and debugging)
     markDirty();
+    emit('lab:event', ev);
   }
 
   const refresh = throttled(async () => {
@@ -354,6 +373,7 @@ function boot(root) {
     }
     if (prevSettings !== S.settings) syncControls();
     markDirty();
+    emit('lab:snapshot', snap);
   }
 
   function firstAfter(id) {
