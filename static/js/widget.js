@@ -101,7 +101,9 @@ function boot(root) {
   };
   const els = {};
   const api = makeApi(() => S.lab);
+  const anonApi = makeApi(() => null);
   let timeline = null;
+  let swapping = null; // the reset or re-create in progress: a 404 meanwhile must not start another
 
   // ---- start-up --------------------------------------------------------------------------
   start().catch((e) => fatal(e.message || String(e)));
@@ -179,11 +181,15 @@ function boot(root) {
     return createLab();
   }
 
+  /**
+   * S.lab keeps pointing at the old lab until the new one exists: renders, ticks and in-flight
+   * snapshot fetches run during the POST, and must never find S.lab null. The POST itself carries no
+   * token (the old lab's has nothing to do with the new one).
+   */
   async function createLab() {
     const body = { preset };
     if (urlSpeed) body.speed = urlSpeed;
-    S.lab = null;
-    const res = await api('POST', '/api/labs', body);
+    const res = await anonApi('POST', '/api/labs', body);
     if (res.status !== 201) throw new Error(errorText(res.data, res.status));
     const d = res.data;
     S.lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
@@ -194,19 +200,14 @@ function boot(root) {
   }
 
   async function resetLab() {
+    if (swapping) return;
     const btn = els.reset;
     btn.disabled = true;
     setText(els.resetStatus, 'resetting…');
-    closeWs();
-    if (S.lab && !S.lab.viewer) await api('DELETE', `/api/labs/${S.lab.id}`);
-    try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
-    clearModel();
     try {
-      const snap = await createLab();
-      applySnapshot(snap);
-      root.dataset.labId = S.lab.id;
-      connectWs();
-      announceLab(snap);
+      await swapLab(async () => {
+        if (S.lab && !S.lab.viewer) await api('DELETE', `/api/labs/${S.lab.id}`);
+      });
       setText(els.resetStatus, 'fresh lab started');
       updateShare();
     } catch (e) {
@@ -214,6 +215,23 @@ function boot(root) {
     } finally {
       btn.disabled = false;
     }
+  }
+
+  /** Replace the lab with a fresh one of the same preset (reset, or the old one expired). One at a time. */
+  function swapLab(before) {
+    if (swapping) return swapping;
+    swapping = (async () => {
+      closeWs();
+      await before();
+      try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
+      clearModel();
+      const snap = await createLab();
+      applySnapshot(snap);
+      root.dataset.labId = S.lab.id;
+      connectWs();
+      announceLab(snap);
+    })().finally(() => { swapping = null; });
+    return swapping;
   }
 
   function clearModel() {
@@ -294,16 +312,8 @@ function boot(root) {
     setTimeout(() => { if (gen === wsGen) connectWs(); }, delay * (0.75 + Math.random() * 0.5));
   }
 
-  async function labVanished() {
-    closeWs();
-    banner('This lab was removed after being idle, so a fresh one was started.');
-    try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
-    clearModel();
-    const snap = await createLab();
-    applySnapshot(snap);
-    root.dataset.labId = S.lab.id;
-    connectWs();
-    announceLab(snap);
+  function labVanished() {
+    return swapLab(async () => banner('This lab was removed after being idle, so a fresh one was started.'));
   }
 
   function setConn(state) {
@@ -332,8 +342,10 @@ function boot(root) {
   }
 
   const refresh = throttled(async () => {
-    if (!S.lab) return;
+    const lab = S.lab;
+    if (!lab) return;
     const res = await api('GET', labPath());
+    if (S.lab !== lab) return; // the lab was swapped meanwhile: this answer is about the old one
     if (res.ok) applySnapshot(res.data);
     else if (res.status === 404 && !S.lab.viewer) await labVanished();
   }, 500);
@@ -1129,8 +1141,9 @@ function boot(root) {
     const n = S.counts.dlq || 0;
     if (!force && n === S.dlqFetchedFor) return;
     S.dlqFetchedFor = n;
+    const lab = S.lab;
     const res = await api('GET', labPath('/dlq'));
-    if (res.ok) { S.dlq = res.data.dead_letters; markDirty(); }
+    if (res.ok && S.lab === lab) { S.dlq = res.data.dead_letters; markDirty(); }
   }
 
   // ---- rendering -------------------------------------------------------------------------
