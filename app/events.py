@@ -25,6 +25,8 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.duplicate_completed": ("duplicate_completions",
                                 "job {job} completed AGAIN by worker {worker}: no CAS guard"),
     "job.crashed": ("crashes", "job {job} crashed worker {worker}'s work horse (attempt {attempt})"),
+    "job.resent": ("resent", "job {job}: a worker took its message and died before claiming it; "
+                             "attempt {attempt} sent again"),
     "job.lost": ("lost", "job {job} lost: acked early, its worker died"),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),

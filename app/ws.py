@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import queue
+import select
+import socket
 import threading
+import time
 from collections import defaultdict
 from urllib.parse import urlsplit
 
 import redis
 from flask import Flask, current_app, request
 from flask_sock import Sock
+from wsproto.events import CloseConnection
+from wsproto.utilities import LocalProtocolError
 
 from app import labs
 from app.errors import ApiError
@@ -25,6 +30,8 @@ from workers.broker.keys import key
 
 sock = Sock()
 QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
+STALL_S = 30.0  # a peer that takes no bytes for this long is cut even while its mailbox has room
+TOO_SLOW = "too slow: reconnect with after=<last id>"
 
 
 def id_tuple(entry_id: str) -> tuple[int, int]:
@@ -36,6 +43,80 @@ class Mailbox(queue.Queue):
     """One socket's pending events; `overflowed` marks a consumer that fell too far behind."""
 
     overflowed = False
+
+
+class TooSlow(ConnectionError):
+    """Raised to whichever thread was writing when its peer was cut; an OSError, so simple-websocket's
+    reader thread treats it as a dead socket too."""
+
+
+class GuardedSocket:
+    """A WebSocket's raw socket with one writer at a time and a way out of a peer that stopped reading.
+
+    simple-websocket writes from two threads (its ping thread and our handler) with a bare
+    ``sock.send`` and no lock; a blocked send once let a Ping frame land inside a text frame. Here
+    each write is a whole frame under a lock, and a write that cannot make progress keeps watching
+    the mailbox: once the mailbox overflowed (or nothing moved for STALL_S) the connection is cut.
+    Cutting queues the rest of the frame and a 1013 close frame in a send buffer grown to hold
+    them, then shuts both directions: the peer, if it ever reads again, finds a gap-free prefix of
+    the stream, the close and EOF, and no server thread waits on it meanwhile.
+    """
+
+    def __init__(self, ws, mailbox: Mailbox):
+        self.ws, self.raw, self.mailbox = ws, ws.sock, mailbox
+        self.lock = threading.Lock()
+        self.is_cut = False
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)  # recv, fileno, close... for simple-websocket's reader thread
+
+    def send(self, data: bytes) -> int:
+        with self.lock:
+            if self.is_cut:
+                raise TooSlow(TOO_SLOW)
+            view, moved = memoryview(data), time.monotonic()
+            while view:
+                try:
+                    n = self.raw.send(view, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    n = 0
+                if n:
+                    view, moved = view[n:], time.monotonic()
+                elif self.mailbox.overflowed or time.monotonic() - moved > STALL_S:
+                    self._cut(bytes(view))
+                    raise TooSlow(TOO_SLOW)
+                else:
+                    select.select([], [self.raw], [], 0.2)
+            return len(data)
+
+    sendall = send
+
+    def cut(self) -> None:
+        """Close as too slow now (the handler saw the overflow between sends)."""
+        with self.lock:
+            if not self.is_cut:
+                self._cut(b"")
+
+    def _cut(self, rest: bytes) -> None:
+        self.is_cut = True
+        self.ws.connected = False
+        try:
+            tail = rest + self.ws.ws.send(CloseConnection(1013, TOO_SLOW))
+        except LocalProtocolError:  # a close frame was already (partly) written
+            tail = rest
+        try:
+            room = self.raw.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + 2 * len(tail) + 8192
+            try:  # root may exceed net.core.wmem_max; others get what the kernel allows
+                self.raw.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_SNDBUFFORCE", 32), room)
+            except OSError:
+                self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, room)
+            self.raw.send(tail, socket.MSG_DONTWAIT)
+        except OSError:
+            pass  # no room after all: the peer sees EOF after a truncated frame, still a prefix
+        try:
+            self.raw.shutdown(socket.SHUT_RDWR)  # queued bytes still go out; the reader thread wakes with EOF
+        except OSError:
+            pass
 
 
 class Hub:
@@ -134,6 +215,7 @@ def lab_events(ws, lab: str):
 
     after = request.args.get("after") or "0"
     q = hub.subscribe(lab)
+    guard = ws.sock = GuardedSocket(ws, q)
     try:
         last = id_tuple(after) if after != "0" else (0, 0)
         while True:  # catch up from the stream itself, then switch to the hub's queue
@@ -147,7 +229,7 @@ def lab_events(ws, lab: str):
             last = id_tuple(batch[-1]["id"])
         while ws.connected:
             if q.overflowed:
-                ws.close(reason=1013, message="too slow: reconnect with after=<last id>")
+                guard.cut()
                 return
             try:
                 ev = q.get(timeout=1.0)
@@ -157,6 +239,8 @@ def lab_events(ws, lab: str):
                 continue
             ws.send(json.dumps(ev))
             last = id_tuple(ev["id"])
+    except OSError:
+        pass  # cut as too slow, or the peer went away mid-send
     finally:
         hub.unsubscribe(lab, q)
 

@@ -69,13 +69,14 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 120, wait_
             api.wait_for(lab, lambda s: s["counts"]["done"] >= 1, budget, f"job {job_id} to be done "
                          f"({wait_vts:g} visibility timeouts of {vt:g} sim s)")
         except TimeoutError as e:
-            res.violations.append(f"{e}: the message went to a worker that died before the claim; no lease "
-                                  f"was written, so the reaper has nothing to expire and the job stays "
-                                  f"{r.hget(key(lab_id, 'job', job_id), 'state')!r} forever")
+            res.violations.append(f"{e}: the message went to a worker that died before the claim and was not "
+                                  f"sent again (workers/broker/handoff.py); the job is "
+                                  f"{r.hget(key(lab_id, 'job', job_id), 'state')!r}")
         snap = api.snapshot(lab)
         res.counts = {"state_at_kill": state_at_kill, "final_state": r.hget(key(lab_id, "job", job_id), "state"),
                       "attempt": r.hget(key(lab_id, "job", job_id), "attempt"),
-                      "redelivered": snap["counts"]["redelivered"], "lost": snap["counts"]["lost"],
+                      "redelivered": snap["counts"]["redelivered"],
+                      "resent": snap["counts"].get("resent", 0), "lost": snap["counts"]["lost"],
                       "rq_queue_len": r.llen(q),
                       "rq_intermediate_len": r.llen(f"{q}:intermediate"), "waited_sim_s": round(budget * speed)}
         res.details = {"rq_intermediate": in_flight}

@@ -43,6 +43,7 @@ class LabPool:
     slots: dict[str, Slot] = field(default_factory=dict)
     next_id: int = 1
     fault_active: set = field(default_factory=set)
+    handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
 
 
 class Supervisor:
@@ -165,6 +166,9 @@ class Supervisor:
         moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
         moved += reaper.start_due_retries(self.r, lab, now)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
+        if time.time() - pool.handoffs_swept > 1:
+            pool.handoffs_swept = time.time()
+            reaper.resend_lost_handoffs(self.r, self.rq, lab, now)
         faults = self.r.hgetall(key(lab, "faults"))
         for name in ("storage_outage", "slow"):
             until = float(faults.get(f"{name}_until", -1))

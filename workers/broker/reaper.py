@@ -13,7 +13,7 @@ import time
 import redis
 from rq import Queue
 
-from workers.broker import stream
+from workers.broker import handoff, stream
 from workers.broker.keys import key, queue_name
 from workers.broker.state import lab_keys, script
 
@@ -82,9 +82,16 @@ def rq_queue(rq_conn: redis.Redis, lab: str) -> Queue:
 
 def send(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int) -> None:
     """Put one delivery of one attempt on the lab's RQ queue for a real worker to pick up."""
+    rq_id = f"{lab}-{job_id}-{attempt}-{time.time_ns() % 10**9}"
+    handoff.record(rq_conn, lab, job_id, attempt, rq_id)
     rq_queue(rq_conn, lab).enqueue_call(
         "workers.tasks.run_attempt", args=(lab, job_id, attempt), timeout=-1, result_ttl=0,
-        failure_ttl=300, job_id=f"{lab}-{job_id}-{attempt}-{time.time_ns() % 10**9}")
+        failure_ttl=300, job_id=rq_id)
+
+
+def resend_lost_handoffs(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
+    """Deliveries taken by a worker that died before claiming them go out again (see handoff.py)."""
+    return handoff.sweep(r, rq_conn, lab, rq_queue(rq_conn, lab).key, now, send)
 
 
 def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float | None = None) -> int:
