@@ -13,7 +13,7 @@ import traceback
 
 from bench.common import OUT, Bench, Stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode")
+BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page")
 
 
 def _terminate(signum, frame):

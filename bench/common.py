@@ -58,6 +58,21 @@ def rnd(x: float, nd: int = 2) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
 
 
+# --- the browser -----------------------------------------------------------------------------
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def chromium_launch_args(base: dict | None = None) -> dict:
+    """System Chromium when present (playwright install cannot download here), else Playwright's."""
+    args = {**(base or {}), "args": CHROMIUM_ARGS}
+    system = shutil.which("chromium") or "/usr/bin/chromium"
+    if Path(system).exists():
+        args["executable_path"] = system
+    return args
+
+
 # --- processes --------------------------------------------------------------------------------
 
 def rss_kb(pid: int) -> int:

@@ -21,7 +21,7 @@ import time
 import redis
 import websocket
 
-from bench.common import Bench, pct, report, rnd, rss_kb, wait
+from bench.common import Bench, cpu_s, pct, report, rnd, rss_kb, wait
 from workers.broker import clock, stream
 
 NAME = "latency"
@@ -131,7 +131,9 @@ def run(b: Bench) -> dict:
             open_s = time.monotonic() - t0
             time.sleep(0.5)  # every handler has subscribed to the hub
             rss = rss_kb(web)
+            cpu0 = cpu_s(web, with_children=False)
             lat, by_event, missing = measure(b, lab, socks, events, interval, tag)
+            cpu = cpu_s(web, with_children=False) - cpu0
             first = [min(v) for v in by_event.values()]
             last = [max(v) for v in by_event.values()]
             rows.append({
@@ -142,6 +144,7 @@ def run(b: Bench) -> dict:
                 "p50_vs_floor": rnd(pct(lat, 50) / floor_row["p50_ms"], 1),
                 "p99_vs_floor": rnd(pct(lat, 99) / floor_row["p99_ms"], 1),
                 "rss_mb": rnd(rss / 1024, 1), "rss_kb_per_socket": rnd((rss - rss0) / n, 1),
+                "web_cpu_s": rnd(cpu, 2), "web_cpu_us_per_delivery": rnd(cpu * 1e6 / max(len(lat), 1), 0),
                 "open_s": rnd(open_s, 2), "interval_ms": interval * 1000,
             })
         healthz_ms = time.monotonic()
@@ -160,6 +163,8 @@ def run(b: Bench) -> dict:
              f"(gthread threads = {b.stack.threads} > sockets, so HTTP is still served)",
              "first/last_sock_p50_ms: per event, the first and the last socket to receive it (median "
              "over events): the fan-out spread across sockets",
+             "web_cpu_s: CPU seconds (user + system) the gunicorn worker used while the level's events were "
+             "fanned out; per delivery = that ÷ (events × sockets received)",
              "one client process reads all sockets on the same 2 cores as the server: its own "
              "read time is part of the figure at 200 sockets"]
     if any(r.get("missing") for r in rows):
@@ -169,7 +174,7 @@ def run(b: Bench) -> dict:
         NAME, "event append → WebSocket client, vs raw XADD → XREAD",
         ["path", "sockets", "samples", "p50_ms", "p90_ms", "p99_ms", "max_ms", "first_sock_p50_ms", "last_sock_p50_ms",
          "p50_vs_floor", "p99_vs_floor",
-         "rss_mb", "rss_kb_per_socket"],
+         "rss_mb", "rss_kb_per_socket", "web_cpu_s", "web_cpu_us_per_delivery"],
         rows,
         {"label": f"p99 at {top['sockets']} sockets ÷ floor p99", "value": top["p99_vs_floor"],
          "baseline": f"raw XADD → XREAD BLOCK p99 {floor_row['p99_ms']} ms on the same server",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import redis
 from app import embedded_redis
 from app.config import Config
 from app.launcher import gunicorn_command, stop_all, wait_healthy
+from bench.common import chromium_launch_args
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -152,15 +152,7 @@ def api(stack):
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
-    """System Chromium when present (playwright install cannot download here), else Playwright's."""
-    args = {**browser_type_launch_args,
-            "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--no-first-run"]}
-    system = shutil.which("chromium") or "/usr/bin/chromium"
-    if Path(system).exists():
-        args["executable_path"] = system
-    return args
+    return chromium_launch_args(browser_type_launch_args)
 
 
 @pytest.fixture

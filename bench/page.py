@@ -1,0 +1,86 @@
+"""page: chapter page bytes transferred and time to the first live event, in real Chromium.
+
+For each chapter, a cold browser context opens the page; an init script notes (capture phase on
+document) when the widget hands its first pushed event to the page (`lab:event`) and which lab it
+opened. Bytes are what Chromium reports per response (headers + body as transferred).
+The floor is the same lab's path without a browser: POST /api/labs from Python, then a blocking
+XREAD on the lab's stream until its first event (worker start-up is most of both figures).
+RATIO = browser time-to-first-event ÷ floor, median over chapters.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.common import Bench, chromium_launch_args, median, report, rnd
+
+NAME = "page"
+CHAPTERS = range(9)
+INIT = """
+window.__awl = {};
+document.addEventListener('lab:ready', (e) => { window.__awl.lab = e.detail.lab; }, true);
+document.addEventListener('lab:event', () => {
+  if (window.__awl.first == null) window.__awl.first = performance.now();
+}, true);
+"""
+
+
+def floor_s(b: Bench, preset: str) -> float:
+    t0 = time.monotonic()
+    lab = b.lab(preset, speed=20)
+    try:
+        b.wait_event(lab, "0", lambda ev: True, 60)
+        return time.monotonic() - t0
+    finally:
+        b.delete_lab(lab)
+
+
+def run(b: Bench) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(**chromium_launch_args())
+        try:
+            for n in CHAPTERS:
+                ctx = browser.new_context()
+                ctx.add_init_script(INIT)
+                page = ctx.new_page()
+                responses = []
+                page.on("requestfinished", lambda req, out=responses: out.append(req))
+                page.goto(f"{b.stack.url}/chapters/{n}", wait_until="load")
+                page.wait_for_function("() => window.__awl.first != null", timeout=60_000)
+                nav = page.evaluate("""() => { const n = performance.getEntriesByType('navigation')[0];
+                    return {dcl: n.domContentLoadedEventEnd, load: n.loadEventEnd, first: window.__awl.first,
+                            lab: window.__awl.lab}; }""")
+                sizes = [req.sizes() for req in responses]
+                lab = nav["lab"]
+                preset = b.r.hget(f"lab:{lab['id']}:meta", "preset") or f"ch{n}"
+                b.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"], expect=(204, 404))
+                ctx.close()
+                floor = floor_s(b, preset)
+                first_s = nav["first"] / 1000
+                rows.append({
+                    "chapter": n, "preset": preset, "requests": len(sizes),
+                    "kb": rnd(sum(s["responseBodySize"] + s["responseHeadersSize"] for s in sizes) / 1024, 1),
+                    "dcl_ms": rnd(nav["dcl"], 0), "load_ms": rnd(nav["load"], 0),
+                    "first_event_ms": rnd(nav["first"], 0), "floor_ms": rnd(floor * 1000, 0),
+                    "vs_floor": rnd(first_s / floor, 2),
+                })
+                print(f"  chapter {n}: {rows[-1]['kb']} kB, first event {rows[-1]['first_event_ms']} ms "
+                      f"(floor {rows[-1]['floor_ms']} ms)", flush=True)
+        finally:
+            browser.close()
+    ratio = median([r["vs_floor"] for r in rows])
+    return report(
+        NAME, "chapter page bytes and time to the first live event (Chromium) vs API + XREAD",
+        ["chapter", "preset", "requests", "kb", "dcl_ms", "load_ms", "first_event_ms", "floor_ms", "vs_floor"],
+        rows,
+        {"label": "time to first live event in Chromium ÷ POST /api/labs → first XREAD event",
+         "value": ratio, "baseline": "the same preset's lab created over HTTP from Python, first event read "
+                                     "from the stream with XREAD BLOCK, in the same run",
+         "also": f"median page weight {median([r['kb'] for r in rows])} kB"},
+        {"chapters": list(CHAPTERS), "speed_floor": 20},
+        ["kb = headers + body as Chromium transferred them, cold context (no cache), all requests of the page",
+         "first_event_ms is from navigation start: HTML, CSS, JS, /api/meta, POST /api/labs, the WebSocket "
+         "and the first event the lab's workers emit"])
