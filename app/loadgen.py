@@ -37,6 +37,10 @@ def report(lab_id: str, window_s: float = 600.0) -> dict:
     state = loadgen.read_state(r, lab_id)
     workers = labs.workers(r, lab_id)
     states = r.hgetall(key(lab_id, "states"))
+    measured = loadgen.measure(r, lab_id, now, window_s)
+    span, pool = measured["t1"] - measured["t0"], int(settings["workers"])
+    # ρ over the window: busy worker-seconds over the pool's worker-seconds (at its current size)
+    measured["rho"] = measured["busy_s"] / (pool * span) if pool and span > 0 else None
     return {
         "state": {**state, "effective_rate": loadgen.effective_rate(state), "peak": state["factor"] != 1,
                   "peak_factor": loadgen.PEAK_FACTOR, "max_in_flight": loadgen.MAX_IN_FLIGHT},
@@ -47,7 +51,7 @@ def report(lab_id: str, window_s: float = 600.0) -> dict:
                 "workers": sum(1 for w in workers if w.get("state") in ("idle", "busy")),
                 "booting": sum(1 for w in workers if w.get("state") == "booting"),
                 "draining": sum(1 for w in workers if w.get("state") == "draining")},
-        "measured": loadgen.measure(r, lab_id, now, window_s),
+        "measured": measured,
         "model": loadgen.model(loadgen.effective_rate(state), int(settings["workers"])),
         "ordering": loadgen.timeout_ordering(settings),
         "autoscale": {"on": settings["autoscale"], "target_wait": settings["autoscale_target_wait"],
