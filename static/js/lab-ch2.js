@@ -94,7 +94,7 @@ function render(d) {
   charts.wait.draw({
     series: [{ name: 'measured queue wait', points: shift(series.wait), cls: 'la-c' }],
     hlines: waitModel != null ? [{ y: waitModel, label: `model (Erlang C) ${fmt(waitModel, ' s')}` }] : [],
-    text: `Mean queue wait ${fmt(m.queue_wait, ' s')}; model ${waitModel == null ? 'unbounded (ρ ≥ 1)' : fmt(waitModel, ' s')}; lesson's W/(1−ρ) ${fmt(x.approx_wait, ' s')}.`,
+    text: `Mean queue wait ${fmt(m.queue_wait, ' s')}; model ${waitModel == null ? 'unbounded (ρ ≥ 1)' : fmt(waitModel, ' s')}; lesson's W/(1−ρ) ${x.approx_wait == null ? '∞' : fmt(x.approx_wait, ' s')}.`,
   });
   charts.rho.draw({
     series: [{ name: 'busy ÷ workers', points: shift(series.rho), cls: 'la-d' }],
@@ -117,7 +117,8 @@ function render(d) {
   setText(root.querySelector('[data-x="rho"]'), cells.rho[1]);
 
   // the spoken summary changes at most every 10 s, so a screen reader is not flooded
-  if (Date.now() - lastSummary > 10000 || !state.on) {
+  if (Date.now() - lastSummary > 10000 || !state.on || root.dataset.spoken !== String(state.on)) {
+    root.dataset.spoken = String(state.on);
     lastSummary = Date.now();
     setText(q('summary'), m.arrivals
       ? `${m.arrivals} arrivals measured: L = ${fmt(m.L)} jobs in flight, λW = ${fmt(m.lambda_W)}. ${x.rho == null || x.rho >= 1 ? 'The pool is past ρ = 1: the queue grows without bound.' : `Model ρ = ${fmtRho(x.rho)}, suggested pool for ρ ≤ 0.8: ${x.workers_for_target}.`}`
@@ -131,7 +132,9 @@ function render(d) {
 
   const box = root.querySelector('[data-testid="ch2-ordering"]');
   box.dataset.ok = String(ordering.ok);
-  setText(q('order-line'), `exec timeout ${ordering.exec_timeout ? fmt(ordering.exec_timeout, ' s') : 'none'} < VT ${fmt(ordering.vt_seconds, ' s')} < lock TTL ${fmt(ordering.lock_ttl, ' s')} (slowest job p99 ${fmt(ordering.p99, ' s')})`);
+  const rel = (a, b) => (a < b ? '<' : '≥');
+  const ex = ordering.exec_timeout;
+  setText(q('order-line'), `exec timeout ${ex ? `${fmt(ex, ' s')} ${rel(ex, ordering.vt_seconds)}` : 'none ·'} VT ${fmt(ordering.vt_seconds, ' s')} ${rel(ordering.vt_seconds, ordering.lock_ttl)} lock TTL ${fmt(ordering.lock_ttl, ' s')} (slowest job p99 ${fmt(ordering.p99, ' s')})`);
   const list = q('order-checks');
   const key = ordering.checks.map((c) => c.ok).join();
   if (list.dataset.key !== key) {
