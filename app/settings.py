@@ -74,6 +74,17 @@ SCHEMA: tuple[Setting, ...] = (
             1, 7200, label="Transcode duration", unit="s"),
     Setting("exec_timeout", "float", 0.0, "Per-attempt execution timeout; 0 = none. Keep it below VT.",
             0, 7200, label="Execution timeout", unit="s"),
+    Setting("lock_ttl", "float", 1800.0, "TTL of the job's lock (Chapter 7's run lock): the third timeout, "
+            "which should outlast the VT so nothing ever waits for it.", 10, 86400, label="Lock TTL", unit="s"),
+    Setting("boot_lag", "float", 0.0, "A worker added to a running pool boots this long before it can "
+            "claim a job (the lesson's 90 s container start).", 0, 3600, label="Worker boot lag", unit="s"),
+    Setting("autoscale", "bool", False, "Scale out when the backlog would take longer than the target "
+            "wait to drain; scale in (drain or kill, see Scale-in) when the queue is empty.",
+            label="Autoscaler"),
+    Setting("autoscale_target_wait", "float", 150.0, "The autoscaler's target drain time for the backlog.",
+            1, 3600, label="Autoscaler target wait", unit="s"),
+    Setting("autoscale_min", "int", 1, "The standing floor the autoscaler never scales below.", 0, 8,
+            label="Autoscaler floor"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SCHEMA}
