@@ -40,7 +40,7 @@ def retry_waves(events: list[dict]) -> dict[str, dict]:
         w = waves.setdefault(policy, {"arrivals": [], "first_wave": []})
         rel = e["data"]["due"] - since[-1]
         w["arrivals"].append(rel)
-        if e.get("attempt") == 1:
+        if abs(e["t_sim"] - since[-1]) <= 0.001:  # failed at the outage's first instant: in flight then
             w["first_wave"].append(rel)
     return waves
 

@@ -19,11 +19,11 @@ def enqueue(api, lab, **body):
 
 def outage_first_wave(api, policy: str) -> dict:
     """IN_FLIGHT long jobs all mid-upload when storage goes down; the retries they schedule."""
-    lab = api.lab("ch4", speed=200, workers=IN_FLIGHT, retry_policy=policy, retry_base=100, retry_cap=1000,
+    lab = api.lab("ch4", speed=20, workers=IN_FLIGHT, retry_policy=policy, retry_base=100, retry_cap=1000,
                   max_attempts=10, vt_seconds=7200, jitter_seed=7)
     api.workers_ready(lab, IN_FLIGHT)
     for _ in range(IN_FLIGHT):
-        enqueue(api, lab, job_type="thumbnail", duration_s=7200)
+        enqueue(api, lab, job_type="thumbnail", duration_s=3000)
     api.wait_for(lab, lambda s: s["counts"]["running"] == IN_FLIGHT, timeout=90)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage", "duration_s": 1000},
                    lab["token"])
