@@ -443,7 +443,7 @@ def inject_fault(lab_id: str):
             resolutions=["240p", "144p"], idempotency_key=None, poison=True)
         stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
         return jsonify(fault=fault, job_id=payload["job_id"]), 202
-    r.hset(key(lab_id, "faults"), f"{fault}_until", now + duration)
+    r.hset(key(lab_id, "faults"), mapping={f"{fault}_until": now + duration, f"{fault}_from": now})
     stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=duration)
     return jsonify(fault=fault, until=now + duration), 202
 
@@ -461,8 +461,14 @@ def replay_dlq(lab_id: str):
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ApiError(422, "invalid_reason", {"reason": "must be text"})
+    rate = body.get("rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                             or not 0.001 <= rate <= 1000):
+        raise ApiError(422, "invalid_rate", {"rate": "must be a number of jobs per simulated second, "
+                                                    "0.001–1000 (omit it for an unpaced replay)"})
     r = get_redis()
-    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None))
+    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate),
+                   rate=rate)
 
 
 def parse_after(value: str | None) -> str:

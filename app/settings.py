@@ -57,6 +57,14 @@ SCHEMA: tuple[Setting, ...] = (
             1, 20, label="Max attempts"),
     Setting("retry_budget", "float", 0.0, "Wall-clock budget from first attempt; 0 = no budget.",
             0, 86400, label="Retry budget", unit="s"),
+    Setting("jitter_seed", "int", 0, "Seed for the jitter draws (each job and attempt draws from its own "
+            "stream of it), so an outage experiment can be repeated exactly; 0 = a fresh random draw.",
+            0, 2**31 - 1, label="Jitter seed"),
+    Setting("dlq_alert_depth", "int", 5, "Alert when this many jobs sit in the dead-letter queue.", 1, 10000,
+            label="DLQ depth alert"),
+    Setting("dlq_alert_rate", "float", 3.0, "Alert when dead letters arrive faster than this per simulated "
+            "minute: a burst means something upstream broke, not one bad file.", 0.1, 10000,
+            label="DLQ arrival alert", unit="/min"),
     Setting("classify_errors", "bool", True, "Corrupt input is non-retryable and goes straight to the "
             "DLQ instead of burning every attempt.", label="Non-retryable errors skip retries"),
     Setting("breaker", "bool", False, "A circuit breaker on storage: after repeated failures, fail fast "
