@@ -44,6 +44,7 @@ def test_ch5_guards_send_one_email_and_a_keyed_client_makes_one_job(ch5: Page, s
     expect(page.get_by_test_id("ch5-client-log")).to_contain_text("Idempotent-Replayed: true")
     expect(page.get_by_test_id("ch5-held")).to_contain_text("1 key,", timeout=10_000)
     shot("keyed")
+    page.locator("#lab-widget").screenshot(path=str(shot("keyed").with_name("ch5-widget.png")))
     page.get_by_test_id("ch5-send-nokey").click()
     expect(result).to_have_attribute("data-jobs", "3", timeout=20_000)
     page.get_by_test_id("ch5-panel").screenshot(path=str(shot("nokey").with_name("ch5-panel.png")))
