@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ch5": {"title": "Effectively once",
             "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": False},
             "controls": ["upload", "kill", "vt_seconds", "cas_guard", "idempotent_outputs", "notify_guard",
-                         "clock"]},
+                         "dedup_fail_mode", "clock"]},
     "ch6": {"title": "Fairness", "settings": {"workers": 3, "job_duration": 60},
             "controls": ["upload", "workers", "clock"]},
     "ch7": {"title": "Scheduled jobs", "settings": {"workers": 2, "job_duration": 45},

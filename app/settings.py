@@ -47,6 +47,9 @@ SCHEMA: tuple[Setting, ...] = (
             label="Deterministic output path"),
     Setting("notify_guard", "bool", True, "A 'notified' compare-and-swap flag makes the completion "
             "email go out once however many times the handler runs.", label="Send-once email guard"),
+    Setting("dedup_fail_mode", "choice", "open", "When the idempotency store is down: open proceeds "
+            "unchecked (risking a duplicate job), closed refuses with 503 (the client retries later).",
+            choices=("open", "closed"), label="Dedup store down"),
     Setting("retry_policy", "choice", "full_jitter", "How long to wait before retrying a failed attempt.",
             choices=("none", "fixed", "linear", "exponential", "full_jitter"), label="Retry policy"),
     Setting("retry_base", "float", 10.0, "Base delay of the retry policy.", 0.1, 3600,

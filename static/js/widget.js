@@ -42,6 +42,7 @@ const FAULT_TEXT = {
   storage_outage: ['Storage outage', 'Saving outputs fails for a while: attempts fail and are retried.'],
   poison: ['Poison pill', 'Enqueue a job whose handler crashes the process running it, every time.'],
   slow: ['Slow jobs', 'Jobs started during the fault take three times as long.'],
+  dedup_outage: ['Dedup store down', 'Idempotency keys cannot be checked: the lab fails open or closed (chapter 5).'],
 };
 const SPEED_STOPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 const STEP_CHOICES = [10, 30, 60, 300];
