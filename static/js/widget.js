@@ -98,7 +98,7 @@ function boot(root) {
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
-    history: new Map(), pausedForInspect: false, renderMs: [],
+    history: new Map(), found: new Map(), pausedForInspect: false, renderMs: [],
   };
   const els = {};
   const api = makeApi(() => S.lab);
@@ -240,6 +240,7 @@ function boot(root) {
       counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
       tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
       log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
+      history: new Map(), found: new Map(), pausedForInspect: false,
     });
     els.player.removeAttribute('src');
     els.player.load();
@@ -620,7 +621,7 @@ function boot(root) {
     timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
       { onOpenJob: (id) => openJob(id, true) });
     const find = q('job-find');
-    find.addEventListener('input', () => markDirty());
+    find.addEventListener('input', () => { markDirty(); findOlderSoon(); });
     if (S.controls.has('clock') && !S.lab.viewer) {
       const pref = h('input', { type: 'checkbox', testid: 'pause-while-inspecting' });
       pref.checked = localStorage.getItem(PAUSE_PREF) === '1';
@@ -1101,7 +1102,7 @@ function boot(root) {
       els.step = h('button', { type: 'button', class: 'lw-btn', testid: 'clock-step',
         onclick: () => clockAction({ action: 'step', seconds: Number(stepSel.value) }) }, 'Step');
       kids.push(h('div', { class: 'lw-row lw-wrap' }, els.pause, els.step, stepSel),
-        h('p', { class: 'lw-doc' }, 'Space pauses and resumes while the lab has focus. Step advances a paused clock.'));
+        h('p', { class: 'lw-doc' }, 'Space pauses and resumes, S steps a paused clock; press ? for every shortcut.'));
     }
     const range = h('input', { type: 'range', id: 'lw-speed', testid: 'speed-slider', min: 0,
       max: SPEED_STOPS.length - 1, step: 1 });
@@ -1220,6 +1221,7 @@ function boot(root) {
     const pick = (p) => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))];
     return { frames: ms.length, p50: pick(0.5), p95: pick(0.95), max: ms[ms.length - 1] };
   };
+  root.lwRenderStats.reset = () => { S.renderMs = []; };
 
   function renderAll() {
     if (!S.meta || !els.readouts) return;
@@ -1504,13 +1506,24 @@ function boot(root) {
 
   const fetchDlqSoon = throttled(() => fetchDlq(false), 500);
 
+  const findText = () => q('job-find').value.trim().replace(/^#/, '');
+  // the live model holds the newest 200 jobs; an exact id older than that is asked of the API
+  const findOlderSoon = throttled(async () => {
+    const id = findText();
+    if (!/^\d+$/.test(id) || S.jobs.has(id) || S.found.has(id)) return;
+    const res = await api('GET', labPath(`/jobs/${id}`));
+    if (res.ok || res.status === 404) { S.found.set(id, res.ok ? res.data : null); markDirty(); }
+  }, 300);
+  const jobById = (id) => S.jobs.get(id) || S.found.get(id);
+
   const jobEls = new Map();
   function renderJobs() {
-    const find = q('job-find').value.trim().replace(/^#/, '');
+    const find = findText();
     let jobs = [...S.jobs.values()].sort((a, b) => Number(b.id) - Number(a.id));
     if (find) jobs = jobs.filter((j) => j.id === find || j.id.startsWith(find));
+    if (find && !jobs.some((j) => j.id === find) && S.found.get(find)) jobs.unshift(S.found.get(find));
     q('jobs-empty').hidden = jobs.length > 0;
-    if (!jobs.length && find) setText(q('jobs-empty'), `No job #${find} in the newest 200.`);
+    if (!jobs.length && find) setText(q('jobs-empty'), /^\d+$/.test(find) && !S.found.has(find) ? `Looking for job #${find}…` : `No job #${find} in this lab.`);
     else setText(q('jobs-empty'), 'No jobs yet.');
     syncList(q('jobs'), jobEls, jobs.slice(0, 25), (j) => j.id, (j) => {
       const open = h('button', { type: 'button', class: 'lw-job-open', testid: `job-open-${j.id}`,
@@ -1605,7 +1618,7 @@ function boot(root) {
 
   function renderCountdown(now) {
     const el = els.detail.querySelector('[data-testid="lease-countdown"]');
-    const j = S.jobs.get(S.selectedJob);
+    const j = jobById(S.selectedJob);
     if (!el || !j) return;
     const left = j.lease_deadline != null && j.state === 'running' ? j.lease_deadline - now : null;
     setText(el, left == null ? 'no lease held' : left > 0 ? `${Math.ceil(left)} s left (t=${fmtT(j.lease_deadline)} s)`
@@ -1616,7 +1629,7 @@ function boot(root) {
   function renderDetail(force) {
     const box = els.detail;
     const id = S.selectedJob;
-    const j = id != null ? S.jobs.get(id) : null;
+    const j = id != null ? jobById(id) : null;
     if (!j) { box.hidden = true; box.replaceChildren(); detailKey = ''; return; }
     // hold still while the learner selects text or works inside the panel
     const sel = document.getSelection();
@@ -1640,7 +1653,7 @@ function boot(root) {
     const cas = hist ? hist.cas_refused : [];
     const delays = hist ? hist.retry_delays : [];
     const files = hist ? hist.output_files : [];
-    box.replaceChildren(
+    box.replaceChildren(...[
       h('div', { class: 'lw-detail-head' }, h('h4', {}, `Job ${id}: ${stateWord(j.state)}`),
         h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'detail-close', onclick: () => openJob(id) }, 'Close')),
       h('dl', {},
@@ -1657,7 +1670,7 @@ function boot(root) {
       delays.length ? h('p', { class: 'lw-doc', testid: 'detail-retries' },
         `Retry delays drawn: ${delays.map((d) => `${d.delay} s after attempt ${d.attempt}`).join(', ')}`) : null,
       files.length ? h('p', { class: 'lw-doc', testid: 'detail-files' }, `Files written: ${files.join(', ')}`) : null,
-      h('details', {}, h('summary', {}, 'Payload'), h('pre', {}, JSON.stringify(j.payload, null, 2))));
+      h('details', {}, h('summary', {}, 'Payload'), h('pre', {}, JSON.stringify(j.payload, null, 2)))].filter(Boolean));
     box.hidden = false;
   }
 

@@ -6,11 +6,13 @@ learner sees, never about wall-clock time.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from playwright.sync_api import expect
 
+from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, busy_worker
 
@@ -101,3 +103,42 @@ def test_shortcuts_enqueue_pause_and_help_but_not_while_typing_and_find_by_id(la
     expect(page.get_by_test_id("readout-clock")).not_to_have_attribute("data-value", t, timeout=10_000)
     body.press(" ")
     expect(pause).to_have_attribute("aria-pressed", "false", timeout=10_000)
+
+
+def test_2000_jobs_stay_findable_and_paged_and_the_render_cost_is_recorded(lab_page, api):
+    page = lab_page.open_chapter(1)
+    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    path = f"/api/labs/{lab['id']}"
+    assert api.call("POST", f"{path}/clock", {"action": "pause"}, lab["token"]).status == 200
+    page.evaluate("document.querySelector('#lab-widget').lwRenderStats.reset()")
+    for _ in range(2000):
+        res = api.call("POST", f"{path}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
+        assert res.status == 202, res.body
+    expect(page.get_by_test_id("job-row-2000")).to_be_visible(timeout=60_000)
+    while_arriving = page.evaluate("document.querySelector('#lab-widget').lwRenderStats()")
+    # the list is paged: newest first, 25 rows in the DOM, not 2,000
+    expect(page.locator("[data-testid^=job-row-]")).to_have_count(25)
+    expect(page.locator("[data-testid^=job-row-]").first).to_have_attribute("data-testid", "job-row-2000")
+    page.get_by_test_id("job-find").fill("1234")
+    expect(page.locator("[data-testid^=job-row-]")).to_have_count(1)
+    expect(page.get_by_test_id("job-row-1234")).to_be_visible()
+    page.get_by_test_id("job-find").fill("")
+    # the cost of a frame's render work and the gaps between animation frames, at 2,000 jobs
+    page.evaluate("document.querySelector('#lab-widget').lwRenderStats.reset()")
+    frames = page.evaluate("""() => new Promise((done) => {
+        const gaps = []; let last = performance.now();
+        const end = last + 3000;
+        const step = (t) => {
+          gaps.push(t - last); last = t;
+          if (t < end) requestAnimationFrame(step); else done(gaps);
+        };
+        requestAnimationFrame(step); })""")
+    stats = page.evaluate("document.querySelector('#lab-widget').lwRenderStats()")
+    gaps = sorted(frames)
+    frame_gaps = {"frames": len(gaps), "p50": gaps[len(gaps) // 2], "p95": gaps[int(len(gaps) * 0.95)], "max": gaps[-1]}
+    report = {"jobs": 2000, "render_ms_while_2000_arrive": while_arriving, "render_ms_after": stats,
+              "frame_gap_ms_after": frame_gaps}
+    (ARTIFACTS / "render-2000-jobs.json").write_text(json.dumps(report, indent=2))
+    print(report)
+    assert while_arriving["frames"] > 0 and stats["frames"] > 0  # renders happened while we measured
+    page.snap("2000-jobs")
