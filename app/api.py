@@ -15,7 +15,7 @@ from functools import wraps
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import idempotency, labs, numbers, presets, settings
+from app import idempotency, internals, labs, numbers, presets, settings
 from app.errors import ApiError
 from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
@@ -343,8 +343,15 @@ def list_jobs(lab_id: str):
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>")
 @lab_access(write=False)
 def get_job(lab_id: str, job_id: str):
-    """Status with ETag; If-None-Match → 304; ?wait=N holds up to N s (≤ 25) until it changes."""
+    """Status with ETag; If-None-Match → 304; ?wait=N holds up to N s (≤ 25) until it changes.
+
+    ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
+    and files written, folded from the event stream (the inspect panel reads this).
+    """
     j = _job_or_404(lab_id, job_id)
+    include = request.args.get("include", "")
+    if include not in ("", "history"):
+        raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
     wait = request.args.get("wait", "0")
     try:
         wait_s = min(25.0, max(0.0, float(wait)))
@@ -360,7 +367,7 @@ def get_job(lab_id: str, job_id: str):
             tag = _etag(j)
     if client_tag == tag:
         return "", 304, {"ETag": tag}
-    resp = jsonify(j)
+    resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)
     resp.headers["ETag"] = tag
     resp.headers["Cache-Control"] = "no-cache"
     return resp
