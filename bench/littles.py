@@ -3,9 +3,10 @@
 Chapter 2's load generator (Poisson arrivals, the lesson's mix, seed fixed) runs for GEN_S
 simulated seconds at each λ on a 4-worker pool at the widget's default speed (20×). L is the mean
 of the lab's in-flight gauge (queued + running) sampled every SAMPLE_S real seconds during
-generation (and on, until the last job is done, for the busy-period columns); λ is arrivals ÷ GEN_S; W is each arrival's measured time in system (created → its
-successful attempt's end), read after every job has finished. The three come from independent
-measurements, so L ≈ λW is a real check, not an identity. Beside them: the numbers model's
+generation (and on, until the last job is done, for the busy-period columns); λ is arrivals ÷
+GEN_S; W is each arrival's measured time in system (created → its successful attempt's end),
+read after every job has finished. The three come from independent measurements, so L ≈ λW is
+a real check, not an identity. Beside them: the numbers model's
 L = λ × 30 s, ρ, and queue wait (Erlang C) for the same λ and pool.
 """
 
@@ -15,7 +16,7 @@ import json
 import statistics
 import time
 
-from bench.common import Bench, report, rnd, wait
+from bench.common import Bench, report, rnd
 from workers import loadgen
 from workers.broker import clock
 from workers.broker.keys import job
@@ -79,8 +80,10 @@ def run(b: Bench) -> dict:
     return report(
         NAME, "Little's law on real workers: sampled L vs measured λ × W",
         ["lambda_set", "arrivals", "lambda_measured", "L_sampled", "W_measured_s", "lambda_x_W", "L_over_lambdaW",
-         "busy_period_s", "L_busy_period", "lambda_busy_x_W", "L_over_lambdaW_busy", "queue_wait_s", "model_L", "model_rho", "model_mmc_wait_s", "redelivered"],
-        rows, {"label": "L ÷ λW over the busy period, worst rate", "value": worst["L_over_lambdaW_busy"], "baseline": "1 (Little's law)"},
+         "busy_period_s", "L_busy_period", "lambda_busy_x_W", "L_over_lambdaW_busy", "queue_wait_s", "model_L",
+         "model_rho", "model_mmc_wait_s", "redelivered"],
+        rows, {"label": "L ÷ λW over the busy period, worst rate", "value": worst["L_over_lambdaW_busy"],
+               "baseline": "1 (Little's law)"},
         {"rates": RATES, "workers": WORKERS, "speed": SPEED, "gen_s": GEN_S, "sample_s": SAMPLE_S, "seed": 1},
         notes=["L_sampled / lambda_measured cover only the generation window, so jobs that arrive near its end "
                "count fully in W but only partly in L (L ÷ λW < 1); the busy-period columns sample the gauge "
