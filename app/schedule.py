@@ -117,6 +117,20 @@ def model(settings: dict) -> dict[str, Any]:
     return {k: c7[k] for k in keys}
 
 
+def margins(s: dict) -> dict[str, dict[str, Any]]:
+    """What is left of each timeout once the work it covers and the clock skew are taken out.
+
+    A lock must outlive the run (the lesson's 120 − 45 − 2 = 73 s); a heartbeat lock and a leader
+    lease only need to outlive the gap between renewals, but a replica whose clock runs ahead still
+    sees them expire `skew` seconds early."""
+    ttl, task, skew, lease = (float(s[n]) for n in ("cron_lock_ttl", "cron_task_s", "clock_skew", "leader_lease"))
+    rows = {"lock": (ttl, task, "task"), "heartbeat": (ttl, ttl / 3, "heartbeat gap"),
+            "leader": (lease, lease / 3, "renewal gap")}
+    return {name: {"timeout_s": t, "covers_s": round(c, 3), "covers": what, "clock_skew_s": skew,
+                   "margin_s": round(t - c - skew, 3), "ok": t - c - skew > 0}
+            for name, (t, c, what) in rows.items()}
+
+
 def report(lab: str) -> dict[str, Any]:
     r = get_redis()
     s = labs.settings(r, lab)
@@ -139,7 +153,6 @@ def report(lab: str) -> dict[str, Any]:
         replicas.append(row)
     replicas.sort(key=lambda x: int(x["id"][1:]))
     complete = [rows[t] for t in sorted(rows) if t <= last_complete]
-    ttl, task, skew = float(s["cron_lock_ttl"]), float(s["cron_task_s"]), float(s["clock_skew"])
     return {
         "now": round(now, 3), "tick": math.floor(now / interval), "last_complete_tick": last_complete,
         "since_tick": since if since > -(2**62) else None,
@@ -158,8 +171,7 @@ def report(lab: str) -> dict[str, Any]:
             "wasted_digests": sum(x["wasted"] for x in complete),
         },
         "by_strategy": by_strategy(rows, last_complete),
-        "margin": {"lock_ttl_s": ttl, "task_s": task, "clock_skew_s": skew, "margin_s": ttl - task - skew,
-                   "ok": ttl - task - skew > 0},
+        "margin": margins(s),
         "shard": shard_report(s),
         "model": model(s),
     }

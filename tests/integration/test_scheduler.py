@@ -9,6 +9,8 @@ within its lease; after every replica was down, one catch-up run mails the misse
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -184,3 +186,50 @@ def test_bad_input_is_a_clear_4xx(api):
     assert api.call("POST", path, {"action": "reset"}, lab["view_token"]).status == 403
     assert api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_strategy": "hope"},
                     lab["token"]).status == 422
+
+
+def test_replicas_die_with_their_parent(redis_server, r):
+    """PR_SET_PDEATHSIG: SIGKILL the process that owns the fleet (no cleanup runs) and its replicas go too."""
+    code = (
+        "import redis, sys, time\n"
+        "from workers.fleet import SchedulerFleet\n"
+        "url = sys.argv[1]\n"
+        "fleet = SchedulerFleet(redis.Redis.from_url(url, decode_responses=True), url)\n"
+        "fleet.reconcile('pdeath', {'scheduler_replicas': 2, 'respawn_delay': 0, 'speed': 20, 'clock_skew': 0})\n"
+        "print(' '.join(str(s.proc.pid) for s in fleet.fleets['pdeath'].slots.values()), flush=True)\n"
+        "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code, redis_server.url], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{p}") for p in pids):
+            assert time.monotonic() < deadline, "a replica outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        for k in r.scan_iter("lab:pdeath:*"):
+            r.delete(k)
+
+
+@pytest.mark.parametrize("skew, deposed", [(30, False), (50, True)])
+def test_clock_skew_past_the_lease_margin_deposes_a_live_leader(api, skew, deposed):
+    """Lease 60 s renewed every 20 s leaves 40 s of margin. r1 leads; r2 joins with its clock `skew`
+    ahead and judges r1's lease by it: at 50 s it sees the lease run out between renewals."""
+    lab = start(api, 1, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=5)
+    wait_sched(api, lab, lambda rep: rep["leader"]["holder"] == "r1")
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"scheduler_replicas": 2, "clock_skew": skew},
+             lab["token"])
+    rep = wait_sched(api, lab, lambda rep: len(rep["replicas"]) == 2 and rep["replicas"][1]["seen_tick"] is not None)
+    assert rep["margin"]["leader"]["ok"] is not deposed
+    if deposed:
+        wait_sched(api, lab, lambda rep: events_of(api, lab, "leader.lost"))
+        lost = events_of(api, lab, "leader.lost")[0]["data"]
+        assert lost == {"replica": "r1", "holder": "r2"}
+    else:
+        start_t = rep["now"]
+        wait_sched(api, lab, lambda rep: rep["now"] > start_t + 5 * 60)
+        assert events_of(api, lab, "leader.lost") == []
+        assert sched(api, lab)["leader"]["holder"] == "r1"
