@@ -55,7 +55,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "cron.skipped": (None, "replica {replica} skipped tick {tick}: {reason}"),
     "cron.overlap": ("cron_overlaps", "tick {tick}: replica {replica} started while {others} still running"),
     "cron.catch_up": ("cron_catch_ups", "replica {replica}: last run {ago}s ago, over {factor}× the interval: "
-                                        "catching up once"),
+                                        "{missed} ticks missed, one catch-up run does {covered} of them"),
     "cron.missed": ("cron_missed", "replica {replica}: last run {ago}s ago — {missed} ticks missed, and nothing "
                                    "catches them up"),
     "cron.lock_lost": ("cron_locks_lost", "replica {replica}'s lock is no longer its own ({holder} holds it)"),

@@ -150,6 +150,8 @@ def report(lab: str) -> dict[str, Any]:
         row["leader"] = s["cron_strategy"] == "leader" and leader["holder"] == row["id"] and not leader["expired"]
         row["running_tick"] = running.get(row["id"], {}).get("tick")
         row["seen_tick"] = int(seen[row["id"]]) if row["id"] in seen else None
+        if row["state"] == "running" and row["seen_tick"] is None:
+            row["state"] = "starting"  # the process is up, its loop has not reached a tick boundary yet
         replicas.append(row)
     replicas.sort(key=lambda x: int(x["id"][1:]))
     complete = [rows[t] for t in sorted(rows) if t <= last_complete]
