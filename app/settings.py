@@ -103,7 +103,7 @@ SCHEMA: tuple[Setting, ...] = (
             "TTL, losers skip the tick; heartbeat: the same lock, extended while the run lives; leader: one "
             "replica holds a renewed lease and runs every tick.", choices=("none", "lock", "heartbeat", "leader"),
             label="Run-once strategy"),
-    Setting("cron_interval", "float", 120.0, "Simulated seconds between cron ticks (one shard bucket per tick).",
+    Setting("cron_interval", "float", 60.0, "Simulated seconds between cron ticks (one shard bucket per tick).",
             5, 3600, label="Cron interval", unit="s"),
     Setting("cron_task_s", "float", 45.0, "How long one run of the task takes (the lesson's 45 s p99).",
             1, 3600, label="Task duration", unit="s"),

@@ -110,18 +110,24 @@ class Replica:
     def loop(self) -> None:
         read_at = 0.0
         while self.running:
-            if time.monotonic() - read_at > SETTINGS_EVERY_S:
-                self.settings, read_at = labs.settings(self.r, self.lab), time.monotonic()
-            now = self.now()
-            self.lead(now)
-            tick = math.floor(now / float(self.settings["cron_interval"]))
-            if self.last_tick is None or tick < self.last_tick:  # start-up, or the interval was raised
-                self.last_tick = tick
-            elif tick > self.last_tick:
-                self.last_tick = tick
-                self.on_tick(tick, now)
+            try:
+                if time.monotonic() - read_at > SETTINGS_EVERY_S:
+                    self.settings, read_at = labs.settings(self.r, self.lab), time.monotonic()
+                self.step()
+            except redis.ConnectionError:
+                time.sleep(0.5)  # the server restarts: keep the process, try again
             time.sleep(loop_sleep(self.settings))
         self.stop()
+
+    def step(self) -> None:
+        now = self.now()
+        self.lead(now)
+        tick = math.floor(now / float(self.settings["cron_interval"]))
+        if self.last_tick is None or tick < self.last_tick:  # start-up, or the interval was raised
+            self.last_tick = tick
+        elif tick > self.last_tick:
+            self.last_tick = tick
+            self.on_tick(tick, now)
 
     def on_tick(self, tick: int, now: float) -> None:
         strategy = self.settings["cron_strategy"]

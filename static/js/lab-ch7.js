@@ -143,8 +143,10 @@ function renderShard(rep) {
 
 function render(rep) {
   if (!rep) return;
+  // the live region says only what changed by the learner's hand; the tick number sits beside it
   setText(q('strategy'), `${STRATEGY_TEXT[rep.settings.cron_strategy] || ''} Tick every ${fmt(rep.settings.cron_interval)} s, `
-    + `runs take ${fmt(rep.settings.cron_task_s)} s; now tick ${rep.tick}.`);
+    + `runs take ${fmt(rep.settings.cron_task_s)} s.`);
+  setText(q('now'), `Now tick ${rep.tick} (t = ${fmt(rep.now, 0)} s).`);
   setAttr(q('strategy'), 'data-strategy', rep.settings.cron_strategy);
   renderReplicas(rep);
   setText(q('lock'), lockText(rep.lock, 'the lock was', 'its TTL'));
@@ -171,7 +173,7 @@ for (const b of root.querySelectorAll('[data-scenario]')) b.addEventListener('cl
 const ACTIONS = {
   'kill-holder': { action: 'kill', replica: 'holder' },
   'kill-leader': { action: 'kill', replica: 'leader' },
-  slow: { action: 'slow', duration_s: 150 },
+  slow: { action: 'slow', duration_s: 100 },
   down: { action: 'down', duration_s: 330 },
   reset: { action: 'reset' },
 };

@@ -87,7 +87,7 @@ def test_a_set_nx_ex_lock_makes_it_one_run_per_tick(api):
 def test_a_slow_run_past_a_short_ttl_overlaps_the_next_holder(api):
     """TTL 30 s, ticks every 60 s, one run of 150 s: the lock is gone by the next tick, so another
     replica takes it and runs while the first still runs; the first's release is then refused."""
-    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=20, cron_lock_ttl=30)
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
     control(api, lab, action="slow", duration_s=150)
     rep = wait_sched(api, lab, lambda rep: rep["totals"]["overlaps"] >= 1 and events_of(
         api, lab, "cron.release_refused"))
@@ -98,8 +98,20 @@ def test_a_slow_run_past_a_short_ttl_overlaps_the_next_holder(api):
     assert rep["by_strategy"]["lock"]["max_runs"] >= 1
 
 
+def test_a_plain_delete_frees_the_next_holders_lock(api):
+    """The lesson's snippet releases with DEL: the slow run, finishing after its lock expired, deletes
+    the lock the next tick's replica now holds."""
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30,
+                cron_release="delete")
+    control(api, lab, action="slow", duration_s=150)
+    wait_sched(api, lab, lambda rep: events_of(api, lab, "cron.foreign_release"))
+    freed = events_of(api, lab, "cron.foreign_release")[0]["data"]
+    assert freed["holder"] != freed["replica"]
+    assert events_of(api, lab, "cron.release_refused") == []
+
+
 def test_a_heartbeat_keeps_the_lock_through_the_same_slow_run(api):
-    lab = start(api, 3, cron_strategy="heartbeat", cron_interval=60, cron_task_s=20, cron_lock_ttl=30)
+    lab = start(api, 3, cron_strategy="heartbeat", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
     control(api, lab, action="slow", duration_s=150)
     rep = wait_sched(api, lab, lambda rep: any(
         "lock held by" in e["data"]["reason"] for e in events_of(api, lab, "cron.skipped"))
