@@ -76,8 +76,8 @@ SCHEMA: tuple[Setting, ...] = (
             label="Breaker threshold"),
     Setting("breaker_cooldown", "float", 60.0, "How long the breaker stays open before a trial call.",
             1, 3600, label="Breaker cool-down", unit="s"),
-    Setting("respawn_delay", "float", 30.0, "How long a killed worker stays dead before the supervisor "
-            "starts a replacement.", 0, 3600, label="Respawn delay", unit="s"),
+    Setting("respawn_delay", "float", 30.0, "How long a killed worker (or scheduler replica) stays dead "
+            "before the supervisor starts a replacement.", 0, 3600, label="Respawn delay", unit="s"),
     Setting("scale_in", "choice", "drain", "drain: a removed worker finishes its job first; kill: it "
             "is killed mid-job (the job then waits for its VT).", choices=("drain", "kill"),
             label="Scale-in"),
@@ -107,8 +107,8 @@ SCHEMA: tuple[Setting, ...] = (
             5, 3600, label="Cron interval", unit="s"),
     Setting("cron_task_s", "float", 45.0, "How long one run of the task takes (the lesson's 45 s p99).",
             1, 3600, label="Task duration", unit="s"),
-    Setting("cron_lock_ttl", "float", 120.0, "TTL of the run lock: the safety net if the holder dies. Under "
-            "the longest run, a second replica takes the lock while the first still runs.", 1, 3600,
+    Setting("cron_lock_ttl", "float", 120.0, "TTL of the run lock: the safety net if the holder dies. Set "
+            "shorter than the longest run, a second replica can take the lock while the first still runs.", 1, 3600,
             label="Lock TTL", unit="s"),
     Setting("cron_release", "choice", "compare", "compare: release deletes the lock only if it is still "
             "yours; delete: a plain DEL, which frees another replica's lock after yours expired.",

@@ -42,6 +42,7 @@ def test_ch7_no_lock_runs_four_times_a_lock_once_a_short_ttl_overlaps_and_a_kill
     expect(page.get_by_test_id("ch7-by-lock").locator(".ch7-rpt")).to_have_text("1", timeout=LONG)
     expect(page.get_by_test_id("ch7-by-none")).to_have_count(0)  # the count restarted with the scenario
     shot("lock")
+    page.locator("#lab-widget").screenshot(path=str(shot("lock").with_name("ch7-widget.png")))
 
     # a run slower than the interval: a 30 s TTL is gone by the next tick, whose replica runs beside it
     page.get_by_test_id("ch7-scenario-short").click()
