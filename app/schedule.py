@@ -162,6 +162,7 @@ def report(lab: str) -> dict[str, Any]:
         "replicas": replicas,
         "lock": _lock_view(r, lab, TASK, now, s),
         "leader": leader,
+        "failovers": [json.loads(x) for x in r.lrange(cron_key(lab, "failovers"), 0, -1)],
         "ticks": [{"tick": t, **rows[t]} for t in sorted(rows)[-RECENT_TICKS:]],
         "totals": {
             "ticks": len(complete), "runs": sum(x["runs"] for x in complete),

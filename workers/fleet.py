@@ -68,7 +68,10 @@ class SchedulerFleet:
         pid = slot.proc.pid
         slot.proc.send_signal(signal.SIGKILL)
         slot.proc.wait()
-        self.r.hdel(cron_key(lab, "running"), replica)
+        with self.r.pipeline() as pipe:
+            pipe.hdel(cron_key(lab, "running"), replica)
+            pipe.hset(cron_key(lab, "killed"), replica, clock.now(self.r, lab))  # failovers are timed from it
+            pipe.execute()
         slot.state = state
         speed = max(float(settings.get("speed", 20)), 1e-9)
         slot.respawn_at = time.time() + float(settings["respawn_delay"]) / speed

@@ -185,6 +185,20 @@ class Replica:
             self.leader_until, self.next_renew = got["expires"], now + lease / 3
             self.emit("leader.elected", lease=lease, previous=got["previous"] or "none",
                       vacant=round(max(0.0, now - got["previous_expires"]), 3) if got["previous"] else 0)
+            if got["previous"] and got["previous"] != self.id:
+                self.record_failover(got["previous"], lease)
+
+    def record_failover(self, previous: str, lease: float) -> None:
+        """How long the schedule had no leader: from the old leader's SIGKILL (if it was killed) to now."""
+        t = clock.now(self.r, self.lab)
+        killed = self.r.hget(cron_key(self.lab, "killed"), previous)
+        row = {"from": previous, "to": self.id, "t": round(t, 3), "lease": lease,
+               "gap_s": round(t - float(killed), 3) if killed is not None else None}
+        with self.r.pipeline() as pipe:
+            pipe.lpush(cron_key(self.lab, "failovers"), json.dumps(row))
+            pipe.ltrim(cron_key(self.lab, "failovers"), 0, 19)
+            pipe.hdel(cron_key(self.lab, "killed"), previous)
+            pipe.execute()
 
     # --- one run of the task ----------------------------------------------------------------
     def run(self, tick: int, strategy: str, s: dict, start: float) -> None:

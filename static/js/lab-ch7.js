@@ -151,6 +151,9 @@ function render(rep) {
   renderReplicas(rep);
   setText(q('lock'), lockText(rep.lock, 'the lock was', 'its TTL'));
   setText(q('leader'), rep.settings.cron_strategy === 'leader' || rep.leader.holder ? lockText(rep.leader, 'the lease was', 'the lease') : 'not in use');
+  const fo = rep.failovers[0];
+  setText(q('failover'), !fo ? 'none yet' : `${fo.from} → ${fo.to}`
+    + (fo.gap_s != null ? `: no leader for ${fmt(fo.gap_s)} s after ${fo.from} was killed (lease ${fmt(fo.lease)} s)` : ` (lease taken over from a live ${fo.from})`));
   renderCounts(rep);
   renderByStrategy(rep);
   renderMargins(rep);

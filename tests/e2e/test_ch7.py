@@ -57,4 +57,13 @@ def test_ch7_no_lock_runs_four_times_a_lock_once_a_short_ttl_overlaps_and_a_kill
     page.get_by_test_id("ch7-kill-leader").click()
     expect(page.get_by_test_id(old)).to_have_attribute("data-state", "dead", timeout=10_000)
     expect(page.locator(f".ch7-replica:has(.ch7-leader):not([data-testid='{old}'])")).to_have_count(1, timeout=LONG)
+    expect(page.get_by_test_id("ch7-failover")).to_contain_text("no leader for", timeout=10_000)
     page.get_by_test_id("ch7-panel").screenshot(path=str(shot("leader").with_name("ch7-panel.png")))
+
+    # every replica down for five ticks and more: when they are back, one run catches up, once
+    page.get_by_test_id("ch7-reset").click()
+    page.get_by_test_id("ch7-down").click()
+    expect(page.get_by_test_id("ch7-replica-r1")).to_have_attribute("data-state", "down", timeout=10_000)
+    expect(page.get_by_test_id("ch7-catch-ups")).to_have_text("1", timeout=LONG)
+    expect(page.get_by_test_id("ch7-replica-r1")).to_have_attribute("data-state", "running", timeout=LONG)
+    expect(page.get_by_test_id("ch7-missed")).not_to_have_text("0")  # the ticks nobody was up to run

@@ -135,6 +135,9 @@ def test_a_killed_leader_is_replaced_within_its_lease(api):
     assert elected and elected[0]["data"]["replica"] != old and elected[0]["data"]["previous"] == old
     # the lease bounds the gap; a follower looks every FOLLOWER_POLL_S, the loop adds about a second
     assert elected[0]["t_sim"] - t_kill <= 60 + 5 + 5
+    failover = sched(api, lab)["failovers"][0]
+    assert failover["from"] == old and failover["to"] == elected[0]["data"]["replica"]
+    assert failover["gap_s"] == pytest.approx(elected[0]["t_sim"] - t_kill, abs=2)
     # and the new leader alone runs the ticks
     rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= (elected[0]["t_sim"] // 60) + 3)
     after = [t for t in complete_ticks(rep) if t["tick"] > elected[0]["t_sim"] // 60]
