@@ -51,6 +51,10 @@ BODIES: dict[str, dict[str, Any]] = {
         "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
         "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
         "seed": {"type": "integer", "minimum": 0}}},
+    "schedule.control_schedule": {"type": "object", "required": ["action"], "properties": {
+        "action": {"type": "string", "enum": ["kill", "down", "slow", "reset"]},
+        "replica": {"type": "string", "description": "r1, r2, …, or leader / holder"},
+        "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
 }
 
 _PUBLIC = ("/api/", "/ws/", "/healthz", "/metrics")

@@ -76,8 +76,8 @@ SCHEMA: tuple[Setting, ...] = (
             label="Breaker threshold"),
     Setting("breaker_cooldown", "float", 60.0, "How long the breaker stays open before a trial call.",
             1, 3600, label="Breaker cool-down", unit="s"),
-    Setting("respawn_delay", "float", 30.0, "How long a killed worker stays dead before the supervisor "
-            "starts a replacement.", 0, 3600, label="Respawn delay", unit="s"),
+    Setting("respawn_delay", "float", 30.0, "How long a killed worker (or scheduler replica) stays dead "
+            "before the supervisor starts a replacement.", 0, 3600, label="Respawn delay", unit="s"),
     Setting("scale_in", "choice", "drain", "drain: a removed worker finishes its job first; kill: it "
             "is killed mid-job (the job then waits for its VT).", choices=("drain", "kill"),
             label="Scale-in"),
@@ -96,6 +96,40 @@ SCHEMA: tuple[Setting, ...] = (
             1, 3600, label="Autoscaler target wait", unit="s"),
     Setting("autoscale_min", "int", 1, "The standing floor the autoscaler never scales below.", 0, 8,
             label="Autoscaler floor"),
+    # --- Chapter 7: scheduled work. Replicas are real processes; all times are on their own clocks.
+    Setting("scheduler_replicas", "int", 0, "Scheduler replicas: real processes, each running the same cron "
+            "entry on its own clock (the lesson's 10 API replicas).", 0, 10, label="Scheduler replicas"),
+    Setting("cron_strategy", "choice", "none", "none: every replica runs every tick; lock: SET NX EX with a "
+            "TTL, losers skip the tick; heartbeat: the same lock, extended while the run lives; leader: one "
+            "replica holds a renewed lease and runs every tick.", choices=("none", "lock", "heartbeat", "leader"),
+            label="Run-once strategy"),
+    Setting("cron_interval", "float", 60.0, "Simulated seconds between cron ticks (one shard bucket per tick).",
+            5, 3600, label="Cron interval", unit="s"),
+    Setting("cron_task_s", "float", 45.0, "How long one run of the task takes (the lesson's 45 s p99).",
+            1, 3600, label="Task duration", unit="s"),
+    Setting("cron_lock_ttl", "float", 120.0, "TTL of the run lock: the safety net if the holder dies. Set "
+            "shorter than the longest run, a second replica can take the lock while the first still runs.", 1, 3600,
+            label="Lock TTL", unit="s"),
+    Setting("cron_release", "choice", "compare", "compare: release deletes the lock only if it is still "
+            "yours; delete: a plain DEL, which frees another replica's lock after yours expired.",
+            choices=("compare", "delete"), label="Lock release"),
+    Setting("leader_lease", "float", 60.0, "Leader lease, renewed every third of it by the leader; a dead "
+            "leader is replaced within one lease.", 5, 3600, label="Leader lease", unit="s"),
+    Setting("clock_skew", "float", 0.0, "Spread of the replicas' clocks: replica k of N runs "
+            "skew·(k−1)/(N−1) s ahead of replica 1, and judges a lock's expiry by its own clock.", 0, 600,
+            label="Clock skew", unit="s"),
+    Setting("cron_idempotent", "bool", False, "Each digest is claimed with a conditional write before it is "
+            "sent, so a second run of the same tick finds nothing left to do (one wasted run, no emails).",
+            label="Idempotent task"),
+    Setting("cron_catch_up", "bool", True, "A run that finds the last run older than 1.5 intervals also "
+            "does the ticks nobody ran (after every replica was down, or a leader failover).",
+            label="Catch up missed ticks"),
+    Setting("cron_shard", "bool", False, "Spread the daily digest: hash each user into one of the buckets, "
+            "and each tick mails only its bucket, instead of everyone on the day's first tick.",
+            label="Shard users by hash"),
+    Setting("shard_buckets", "int", 12, "Buckets per day (the lesson's 1,440 one-minute buckets); a day "
+            "is this many ticks.", 1, 1440, label="Shard buckets"),
+    Setting("cron_users", "int", 120, "Users who get the daily digest.", 1, 5000, label="Users"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SCHEMA}

@@ -23,6 +23,7 @@ from app.config import Config
 from workers import autoscale, loadgen
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
+from workers.fleet import SchedulerFleet
 from workers.process import die_with_parent
 
 LOOP_S = 0.02  # reaper scan interval: bounds how late past its deadline a lease is redelivered
@@ -54,6 +55,7 @@ class Supervisor:
         self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
         self.rq = redis.Redis.from_url(config.redis_url)
         self.pools: dict[str, LabPool] = {}
+        self.fleet = SchedulerFleet(self.r, config.redis_url)  # chapter 7's scheduler replicas
         self.running = True
 
     # --- processes ------------------------------------------------------------------------
@@ -208,6 +210,8 @@ class Supervisor:
         if pool and cmd.get("cmd") == "kill":
             slot = pool.slots.get(cmd.get("worker"))
             result = self.kill(pool, slot) if slot else {"ok": False, "error": "unknown worker"}
+        elif pool and cmd.get("cmd") == "kill_replica":
+            result = self.fleet.kill(pool.lab, cmd.get("replica"), labs.settings(self.r, pool.lab))
         if cmd.get("reply"):
             self.r.rpush(cmd["reply"], json.dumps(result))
             self.r.expire(cmd["reply"], 30)
@@ -225,6 +229,7 @@ class Supervisor:
             if last is None or time.time() - float(last) > self.config.lab_idle_ttl:
                 if lab in self.pools:
                     self.stop_pool(self.pools.pop(lab))
+                self.fleet.stop(lab)
                 labs.teardown(self.r, lab, self.config.var_dir)
 
     def tick(self) -> None:
@@ -232,11 +237,13 @@ class Supervisor:
         for lab in list(self.pools):
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 self.stop_pool(self.pools.pop(lab))
+                self.fleet.stop(lab)
                 labs.teardown(self.r, lab, self.config.var_dir)
         for lab in live:
             pool = self.pools.setdefault(lab, LabPool(lab))
             settings = labs.settings(self.r, lab)
             self.reconcile(pool, settings)
+            self.fleet.reconcile(lab, settings)
             self.broker_tick(pool, settings)
 
     def run(self) -> None:
@@ -258,6 +265,7 @@ class Supervisor:
 
     def shutdown(self) -> None:
         """Warm-stop every worker (finish the current job) briefly, then kill the rest."""
+        self.fleet.stop_all()
         procs = [s.proc for p in self.pools.values() for s in p.slots.values()
                  if s.proc and s.proc.poll() is None]
         for p in procs:

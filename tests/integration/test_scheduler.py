@@ -1,0 +1,255 @@
+"""Chapter 7 on the real stack: scheduler replicas are real processes racing for real Redis locks.
+
+Claims from the lesson, each run for real: with no lock every replica runs every tick; a SET NX EX
+lock makes it one run per tick; a lock TTL shorter than a slow run lets the next tick's replica in
+while the first still runs; a heartbeat keeps the lock through it; a killed leader is replaced
+within its lease; after every replica was down, one catch-up run mails the missed buckets once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from workers import shards
+
+pytestmark = pytest.mark.integration
+
+SPEED = 200
+
+
+def sched(api, lab) -> dict:
+    res = api.call("GET", f"/api/labs/{lab['lab_id']}/schedule", token=lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def control(api, lab, **body) -> dict:
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/schedule", body, lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def wait_sched(api, lab, predicate, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    rep = sched(api, lab)
+    while not predicate(rep):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met: totals={rep['totals']} ticks={rep['ticks'][-5:]} "
+                                 f"replicas={rep['replicas']}")
+        time.sleep(0.1)
+        rep = sched(api, lab)
+    return rep
+
+
+def start(api, n: int = 3, **settings) -> dict:
+    """A ch7 lab whose n replicas are all up and ticking; measurements start at the next tick."""
+    lab = api.lab("ch7", speed=SPEED, scheduler_replicas=n, **settings)
+    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == n
+               and all(x["state"] == "running" for x in rep["replicas"]))
+    control(api, lab, action="reset")
+    return lab
+
+
+def complete_ticks(rep: dict) -> list[dict]:
+    return [t for t in rep["ticks"] if t["tick"] <= rep["last_complete_tick"]]
+
+
+def events_of(api, lab, type_: str) -> list[dict]:
+    return [e for e in api.events(lab) if e["type"] == type_]
+
+
+def test_without_a_lock_every_replica_runs_every_tick(api):
+    lab = start(api, 3, cron_strategy="none", cron_interval=120, cron_task_s=30)
+    rep = wait_sched(api, lab, lambda rep: len(complete_ticks(rep)) >= 4)
+    runs = [t["runs"] for t in complete_ticks(rep)]
+    assert runs and all(n == 3 for n in runs), runs
+    assert all(sorted(t["by"]) == ["r1", "r2", "r3"] for t in complete_ticks(rep))
+    assert rep["by_strategy"]["none"]["runs_per_tick"] == 3
+    assert rep["model"]["no_lock_runs_per_tick"] == 3
+
+
+def test_a_set_nx_ex_lock_makes_it_one_run_per_tick(api):
+    lab = start(api, 3, cron_strategy="lock", cron_interval=120, cron_task_s=45, cron_lock_ttl=120)
+    rep = wait_sched(api, lab, lambda rep: len(complete_ticks(rep)) >= 4)
+    runs = [t["runs"] for t in complete_ticks(rep)]
+    assert runs and all(n == 1 for n in runs), runs
+    assert rep["totals"]["overlaps"] == 0
+    assert rep["by_strategy"]["lock"]["runs_per_tick"] == 1
+    skipped = events_of(api, lab, "cron.skipped")
+    assert any("lock held by" in e["data"]["reason"] for e in skipped)
+
+
+def test_a_slow_run_past_a_short_ttl_overlaps_the_next_holder(api):
+    """TTL 30 s, ticks every 60 s, one run of 150 s: the lock is gone by the next tick, so another
+    replica takes it and runs while the first still runs; the first's release is then refused."""
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
+    control(api, lab, action="slow", duration_s=150)
+    rep = wait_sched(api, lab, lambda rep: rep["totals"]["overlaps"] >= 1 and events_of(
+        api, lab, "cron.release_refused"))
+    overlap = events_of(api, lab, "cron.overlap")[0]
+    refused = events_of(api, lab, "cron.release_refused")[0]
+    assert overlap["data"]["others"]  # someone was still running
+    assert refused["data"]["holder"] != refused["data"]["replica"]
+    assert rep["by_strategy"]["lock"]["max_runs"] >= 1
+
+
+def test_a_plain_delete_frees_the_next_holders_lock(api):
+    """The lesson's snippet releases with DEL: the slow run, finishing after its lock expired, deletes
+    the lock the next tick's replica now holds."""
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30,
+                cron_release="delete")
+    control(api, lab, action="slow", duration_s=150)
+    wait_sched(api, lab, lambda rep: events_of(api, lab, "cron.foreign_release"))
+    freed = events_of(api, lab, "cron.foreign_release")[0]["data"]
+    assert freed["holder"] != freed["replica"]
+    assert events_of(api, lab, "cron.release_refused") == []
+
+
+def test_a_heartbeat_keeps_the_lock_through_the_same_slow_run(api):
+    lab = start(api, 3, cron_strategy="heartbeat", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
+    control(api, lab, action="slow", duration_s=150)
+    rep = wait_sched(api, lab, lambda rep: any(
+        "lock held by" in e["data"]["reason"] for e in events_of(api, lab, "cron.skipped"))
+        and rep["last_complete_tick"] >= rep["since_tick"] + 5)
+    assert rep["totals"]["overlaps"] == 0
+    assert events_of(api, lab, "cron.lock_lost") == []
+    assert all(t["runs"] <= 1 for t in complete_ticks(rep))
+
+
+def test_a_killed_leader_is_replaced_within_its_lease(api):
+    lab = start(api, 3, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=10,
+                respawn_delay=3600)
+    rep = wait_sched(api, lab, lambda rep: any(x["leader"] for x in rep["replicas"]))
+    old = next(x["id"] for x in rep["replicas"] if x["leader"])
+    killed = control(api, lab, action="kill", replica="leader")
+    assert killed["replica"] == old
+    wait_sched(api, lab, lambda rep: any(x["leader"] and x["id"] != old for x in rep["replicas"]))
+    evs = api.events(lab)
+    t_kill = next(e["t_sim"] for e in evs if e["type"] == "replica.killed" and e["data"]["replica"] == old)
+    elected = [e for e in evs if e["type"] == "leader.elected" and e["t_sim"] >= t_kill]
+    assert elected and elected[0]["data"]["replica"] != old and elected[0]["data"]["previous"] == old
+    # the lease bounds the gap; a follower looks every FOLLOWER_POLL_S, the loop adds about a second
+    assert elected[0]["t_sim"] - t_kill <= 60 + 5 + 5
+    failover = sched(api, lab)["failovers"][0]
+    assert failover["from"] == old and failover["to"] == elected[0]["data"]["replica"]
+    assert failover["gap_s"] == pytest.approx(elected[0]["t_sim"] - t_kill, abs=2)
+    # and the new leader alone runs the ticks
+    rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= (elected[0]["t_sim"] // 60) + 3)
+    after = [t for t in complete_ticks(rep) if t["tick"] > elected[0]["t_sim"] // 60]
+    log = [(e["t_sim"], e["type"], e["data"]) for e in api.events(lab)
+           if e["type"].startswith(("leader", "replica", "cron.run_s"))]
+    assert after and all(t["runs"] == 1 for t in after), (after, log)
+
+
+def test_after_every_replica_was_down_one_catch_up_run_mails_the_missed_buckets(api, r):
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=10, cron_shard=True,
+                shard_buckets=12, cron_users=120)
+    wait_sched(api, lab, lambda rep: rep["totals"]["runs"] >= 2)
+    control(api, lab, action="down", duration_s=330)  # five or six ticks nobody runs
+    wait_sched(api, lab, lambda rep: events_of(api, lab, "scheduler.up"))
+    t_up = events_of(api, lab, "scheduler.up")[0]["t_sim"]
+    # (a lagging process on a loaded machine can miss a tick before the downtime too: count after it)
+    def after_up() -> list[dict]:
+        return [e for e in events_of(api, lab, "cron.catch_up") if e["t_sim"] >= t_up]
+    wait_sched(api, lab, lambda rep: after_up())
+    t_catch = after_up()[0]["t_sim"]
+    rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= t_catch // 60 + 3)
+    catch = after_up()
+    assert len(catch) == 1, catch
+    data = catch[0]["data"]
+    assert data["missed"] >= 4 and data["ago"] > 1.5 * 60
+    assert rep["totals"]["missed_ticks"] >= 4
+    # every user whose bucket fell in the downtime got their digest, once
+    emails = r.hgetall(f"lab:{lab['lab_id']}:cron:emails")
+    everyone = shards.users(120)
+    for t in range(data["tick"] - data["covered"], data["tick"] + 1):
+        for u in shards.due_users(t, everyone, 12, True):
+            assert emails.get(f"{t // 12}:{u}") == "1", (t, u)
+    assert rep["totals"]["max_emails_per_user"] == 1
+
+
+def test_idempotent_digests_make_a_double_run_cost_one_wasted_run(api):
+    lab = start(api, 2, cron_strategy="none", cron_interval=60, cron_task_s=10, cron_idempotent=True,
+                cron_shard=True, shard_buckets=12, cron_users=120)
+    rep = wait_sched(api, lab, lambda rep: len(complete_ticks(rep)) >= 3)
+    ticks = complete_ticks(rep)
+    assert all(t["runs"] == 2 for t in ticks)
+    assert rep["totals"]["max_emails_per_user"] == 1
+    assert rep["totals"]["duplicate_emails"] == 0
+    # the second run of each tick found every digest already claimed: all its work was wasted
+    assert all(t["wasted"] == t["emails"] for t in ticks)
+
+
+def test_replicas_die_with_their_lab(api):
+    lab = start(api, 2)
+    pids = [x["pid"] for x in sched(api, lab)["replicas"]]
+    assert all(pids)
+    api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{p}") for p in pids):
+        assert time.monotonic() < deadline, "replica processes outlived their lab"
+        time.sleep(0.1)
+
+
+def test_bad_input_is_a_clear_4xx(api):
+    lab = api.lab("ch7", speed=SPEED)
+    path = f"/api/labs/{lab['lab_id']}/schedule"
+    assert api.call("POST", path, {"action": "explode"}, lab["token"]).status == 422
+    assert api.call("POST", path, {"action": "down", "duration_s": -1}, lab["token"]).status == 422
+    assert api.call("POST", path, {"action": "kill", "replica": "r99"}, lab["token"]).status == 404
+    assert api.call("POST", path, {"action": "kill", "replica": "leader"}, lab["token"]).status == 409
+    assert api.call("POST", path, {"action": "reset"}, lab["view_token"]).status == 403
+    assert api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_strategy": "hope"},
+                    lab["token"]).status == 422
+
+
+def test_replicas_die_with_their_parent(redis_server, r):
+    """PR_SET_PDEATHSIG: SIGKILL the process that owns the fleet (no cleanup runs) and its replicas go too."""
+    code = (
+        "import redis, sys, time\n"
+        "from workers.fleet import SchedulerFleet\n"
+        "url = sys.argv[1]\n"
+        "fleet = SchedulerFleet(redis.Redis.from_url(url, decode_responses=True), url)\n"
+        "fleet.reconcile('pdeath', {'scheduler_replicas': 2, 'respawn_delay': 0, 'speed': 20, 'clock_skew': 0})\n"
+        "print(' '.join(str(s.proc.pid) for s in fleet.fleets['pdeath'].slots.values()), flush=True)\n"
+        "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code, redis_server.url], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{p}") for p in pids):
+            assert time.monotonic() < deadline, "a replica outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        for k in r.scan_iter("lab:pdeath:*"):
+            r.delete(k)
+
+
+@pytest.mark.parametrize("skew, deposed", [(30, False), (50, True)])
+def test_clock_skew_past_the_lease_margin_deposes_a_live_leader(api, skew, deposed):
+    """Lease 60 s renewed every 20 s leaves 40 s of margin. r1 leads; r2 joins with its clock `skew`
+    ahead and judges r1's lease by it: at 50 s it sees the lease run out between renewals."""
+    lab = start(api, 1, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=5)
+    wait_sched(api, lab, lambda rep: rep["leader"]["holder"] == "r1")
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"scheduler_replicas": 2, "clock_skew": skew},
+             lab["token"])
+    rep = wait_sched(api, lab, lambda rep: len(rep["replicas"]) == 2 and rep["replicas"][1]["seen_tick"] is not None)
+    assert rep["margin"]["leader"]["ok"] is not deposed
+    if deposed:
+        wait_sched(api, lab, lambda rep: events_of(api, lab, "leader.lost"))
+        lost = events_of(api, lab, "leader.lost")[0]["data"]
+        assert lost == {"replica": "r1", "holder": "r2"}
+    else:
+        start_t = rep["now"]
+        wait_sched(api, lab, lambda rep: rep["now"] > start_t + 5 * 60)
+        assert events_of(api, lab, "leader.lost") == []
+        assert sched(api, lab)["leader"]["holder"] == "r1"

@@ -1,0 +1,141 @@
+"""Chapter 7's scheduler fleet: the lab's scheduler replicas as real processes, owned by the supervisor.
+
+Like the worker pool: one process per replica, SIGKILL on *kill replica* (a crash: no finally block
+runs, so a held lock or lease stays until it expires), a replacement after the respawn delay,
+scale-in by SIGTERM. A downtime fault takes every replica down at once, which is what the lesson's
+missed-tick catch-up is for. Replicas get PR_SET_PDEATHSIG: a dead supervisor leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from workers.broker import clock, stream
+from workers.process import die_with_parent
+from workers.scheduler import clock_offset, cron_key
+
+
+@dataclass
+class ReplicaSlot:
+    id: str
+    proc: subprocess.Popen | None = None
+    state: str = "running"  # running · dead (respawns after the delay) · down (fleet downtime)
+    respawn_at: float = 0.0
+
+
+@dataclass
+class LabFleet:
+    lab: str
+    slots: dict[str, ReplicaSlot] = field(default_factory=dict)
+    down: bool = False
+
+
+class SchedulerFleet:
+    def __init__(self, r: redis.Redis, redis_url: str):
+        self.r, self.redis_url = r, redis_url
+        self.fleets: dict[str, LabFleet] = {}
+
+    def spawn(self, fleet: LabFleet, slot: ReplicaSlot, settings: dict) -> None:
+        env = dict(os.environ, REDIS_URL=self.redis_url)
+        slot.proc = subprocess.Popen([sys.executable, "-m", "workers.scheduler", fleet.lab, slot.id], env=env,
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        slot.state = "running"
+        self.write_row(fleet, slot)
+        stream.emit(self.r, fleet.lab, "replica.started", clock.now(self.r, fleet.lab), replica=slot.id,
+                    pid=slot.proc.pid, offset=round(clock_offset(settings, slot.id), 3))
+
+    def write_row(self, fleet: LabFleet, slot: ReplicaSlot) -> None:
+        alive = slot.state == "running" and slot.proc is not None
+        self.r.hset(cron_key(fleet.lab, "replicas"), slot.id,
+                    json.dumps({"id": slot.id, "state": slot.state, "pid": slot.proc.pid if alive else None}))
+
+    def kill(self, lab: str, replica: str, settings: dict, state: str = "dead") -> dict:
+        """SIGKILL the replica as a crash would; its run (if any) stops mid-way and is no longer running."""
+        fleet = self.fleets.get(lab)
+        slot = fleet.slots.get(replica) if fleet else None
+        if slot is None:
+            return {"ok": False, "error": f"no replica {replica!r}"}
+        if slot.proc is None or slot.state != "running":
+            return {"ok": False, "error": f"replica {replica} is {slot.state}"}
+        pid = slot.proc.pid
+        slot.proc.send_signal(signal.SIGKILL)
+        slot.proc.wait()
+        with self.r.pipeline() as pipe:
+            pipe.hdel(cron_key(lab, "running"), replica)
+            pipe.hset(cron_key(lab, "killed"), replica, clock.now(self.r, lab))  # failovers are timed from it
+            pipe.execute()
+        slot.state = state
+        speed = max(float(settings.get("speed", 20)), 1e-9)
+        slot.respawn_at = time.time() + float(settings["respawn_delay"]) / speed
+        self.write_row(fleet, slot)
+        stream.emit(self.r, lab, "replica.killed", clock.now(self.r, lab), replica=replica, pid=pid)
+        return {"ok": True, "replica": replica, "pid": pid}
+
+    def reconcile(self, lab: str, settings: dict) -> None:
+        """Make the lab's replicas match `scheduler_replicas`, honour downtime, respawn the dead."""
+        want = int(settings.get("scheduler_replicas", 0))
+        fleet = self.fleets.get(lab)
+        if fleet is None:
+            if want == 0:
+                return
+            fleet = self.fleets[lab] = LabFleet(lab)
+        now = clock.now(self.r, lab)
+        down_until = float(self.r.hget(cron_key(lab, "fault"), "down_until") or -1)
+        for rid in [f"r{k}" for k in range(1, want + 1) if f"r{k}" not in fleet.slots]:
+            fleet.slots[rid] = ReplicaSlot(rid, state="dead")
+        if fleet.down and now >= down_until:
+            fleet.down = False
+            stream.emit(self.r, lab, "scheduler.up", now)
+        fleet.down = now < down_until
+        for rid in sorted(fleet.slots, key=lambda s: int(s[1:])):
+            slot = fleet.slots[rid]
+            if int(rid[1:]) > want:  # scale-in: a graceful stop, then forget it
+                self.stop_slot(slot)
+                del fleet.slots[rid]
+                self.r.hdel(cron_key(lab, "replicas"), rid)
+                continue
+            if now < down_until:
+                if slot.state == "running":
+                    self.kill(lab, rid, settings, state="down")
+                elif slot.state != "down":
+                    slot.state = "down"
+                    self.write_row(fleet, slot)
+                continue
+            if slot.state == "down":
+                slot.state, slot.respawn_at = "dead", 0.0
+            if slot.state == "running" and slot.proc is not None and slot.proc.poll() is not None:
+                self.r.hdel(cron_key(lab, "running"), rid)
+                slot.state, slot.respawn_at = "dead", time.time()
+                stream.emit(self.r, lab, "replica.died", now, replica=rid)
+            if slot.state == "dead" and time.time() >= slot.respawn_at:
+                self.spawn(fleet, slot, settings)
+
+    @staticmethod
+    def stop_slot(slot: ReplicaSlot) -> None:
+        if slot.proc is not None and slot.proc.poll() is None:
+            slot.proc.terminate()
+            try:
+                slot.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                slot.proc.kill()
+                slot.proc.wait()
+
+    def stop(self, lab: str) -> None:
+        """The lab is gone: kill its replicas now (teardown sweeps their keys)."""
+        fleet = self.fleets.pop(lab, None)
+        for slot in fleet.slots.values() if fleet else ():
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.kill()
+                slot.proc.wait()
+
+    def stop_all(self) -> None:
+        for lab in list(self.fleets):
+            self.stop(lab)
