@@ -206,6 +206,8 @@ def clock_action(lab_id: str):
     r = get_redis()
     action = body.get("action")
     actions = {"pause": ("clock.paused", clock.pause), "resume": ("clock.resumed", clock.resume)}
+    if not isinstance(action, str | None):
+        raise ApiError(422, "invalid_action", {"action": "must be pause, resume or step"})
     if action in actions:
         ev, fn = actions[action]
         stream.emit(r, lab_id, ev, fn(r, lab_id))
