@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from app.config import Config
+from workers.process import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
 LIMITS = Config.from_env()
@@ -68,7 +69,8 @@ def _reason(stderr: str, path: Path) -> str:
 def _decode_check(path: Path, extra: list[str], timeout: float) -> None:
     try:
         proc = subprocess.run([ffmpeg(), "-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra,
-                               "-f", "null", "-"], capture_output=True, text=True, timeout=timeout)
+                               "-f", "null", "-"], capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:
         raise InvalidMedia(f"decoding took longer than {timeout:g} s") from None
     if proc.returncode != 0:
@@ -95,14 +97,15 @@ def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
          "-vf", f"scale=-2:{height}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28",
          "-pix_fmt", "yuv420p", "-c:a", "aac", "-ac", "2", "-b:a", "64k",
          "-movflags", "+faststart", "-f", "mp4", str(dst)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=die_with_parent)  # a killed work horse takes its ffmpeg with it
 
 
 def thumbnail(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-i", str(src), "-frames:v", "1",
                     "-vf", "scale=-2:144", "-f", "image2", str(dst)], check=True, timeout=LIMITS.ffmpeg_timeout,
-                   capture_output=True)
+                   capture_output=True, preexec_fn=die_with_parent)
 
 
 def duration_of(path: Path) -> float:

@@ -7,15 +7,19 @@ affected: a good clip uploaded after all of them still completes, and no worker 
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ARTIFACTS, Api
 from tests.integration.test_api import multipart, post_oversize
+from tests.integration.test_launcher import processes_mentioning
 from workers import media
 
 pytestmark = pytest.mark.integration
@@ -221,3 +225,36 @@ def test_ffmpeg_itself_refuses_playlists_that_reach_for_local_files(tmp_path, fi
     assert f"Opening '{clip_path()}' for reading" in unsafe.stderr
     with pytest.raises(media.InvalidMedia, match="not on whitelist"):
         media.probe(only_local)
+
+
+def test_an_ffmpeg_that_hangs_is_stopped_by_its_time_limit(tmp_path):
+    """A FIFO nobody writes to makes ffmpeg wait forever on its input: the decode check gives up."""
+    fifo = tmp_path / "stuck.mp4"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(media.InvalidMedia, match="longer than 1 s"):
+        media.probe(fifo, timeout=1)
+    assert time.monotonic() - started < 30
+    assert not processes_mentioning(str(fifo)), "the timed-out ffmpeg was killed"
+
+
+def test_a_killed_work_horse_takes_its_ffmpeg_with_it(tmp_path):
+    """What SIGKILL on a busy worker does to the transcode it started: no orphan keeps running."""
+    fifo = tmp_path / "stuck.mp4"
+    os.mkfifo(fifo)
+    script = ("import sys, time; from pathlib import Path; from workers import media; "
+              "p = media.start_transcode(Path(sys.argv[1]), Path(sys.argv[2]), 144); print(p.pid, flush=True); "
+              "time.sleep(600)")
+    horse = subprocess.Popen([sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")],
+                             stdout=subprocess.PIPE, text=True)
+    ffmpeg_pid = int(horse.stdout.readline())
+    assert any(line.startswith(f"{ffmpeg_pid}:") for line in processes_mentioning(str(fifo)))  # up, blocked
+    horse.kill()
+    horse.wait()
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(fifo)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = processes_mentioning(str(fifo))
+    if left:
+        os.kill(ffmpeg_pid, 9)  # stop what this test started, then fail
+    assert not left, "ffmpeg outlived the process that started it"

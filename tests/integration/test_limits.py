@@ -179,3 +179,21 @@ def test_the_access_log_never_shows_a_token(tight, tapi):
     assert f"/api/labs/{lab_id}/events" in text and f"lab={lab_id}" in text  # requests are logged…
     assert token not in text and view not in text  # …their tokens are not
     assert "token=[redacted]" in text and "view=[redacted]" in text
+
+
+def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis_server):
+    """A deep queue asks for 8 workers; with 3 allowed on the machine and 1 used elsewhere, it gets 2."""
+    from app import labs as lab_registry
+    from workers import autoscale
+    from workers.broker.keys import key
+
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
+    r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
+    busy = lab_registry.create(r, "ch0", 20, max_labs=10)["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, max_labs=10)["lab_id"]
+    settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
+    r.hset(key(lab, "states"), "queued", 500)
+    assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1
+    assert lab_registry.settings(r, lab)["workers"] == MAX_WORKERS - 1
+    assert lab_registry.settings(r, busy)["workers"] == 1
+    r.flushdb()
