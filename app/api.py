@@ -163,7 +163,8 @@ def create_lab():
     try:
         created = labs.create(get_redis(), preset, clean["speed"], cfg.max_labs)
     except labs.LabFull:
-        raise limits.too_many("labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
+        raise limits.too_many("labs_full", f"this machine is full: all {cfg.max_labs} labs are in use; "
+                              "try again in a minute",
                               60) from None
     lab = created["lab_id"]
     created["ws_url"] = f"/ws/labs/{lab}"

@@ -15,11 +15,12 @@ import time
 import pytest
 import redis
 import websocket
+from playwright.sync_api import expect
 
 from app import embedded_redis
 from app.config import Config
 from app.launcher import gunicorn_command, stop_all, wait_healthy
-from tests.conftest import Api, Stack
+from tests.conftest import ARTIFACTS, Api, Stack
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
 from workers import media
@@ -197,3 +198,15 @@ def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis
     assert lab_registry.settings(r, lab)["workers"] == MAX_WORKERS - 1
     assert lab_registry.settings(r, busy)["workers"] == 1
     r.flushdb()
+
+
+@pytest.mark.e2e
+def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tapi, page, shot):
+    for _ in range(MAX_LABS):
+        tapi.lab("ch0", speed=20, workers=0)
+    page.goto(f"{tight.url}/chapters/1")
+    expect(page.locator("#lab-widget")).to_have_attribute("data-state", "error", timeout=30_000)
+    expect(page.locator("#lab-widget")).to_contain_text(f"all {MAX_LABS} labs are in use; try again in a minute")
+    expect(page.get_by_role("button", name="Try again")).to_be_visible()
+    shot("lab-full")
+    page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
