@@ -244,15 +244,19 @@ def _source_from_upload(lab_id: str) -> tuple[str, str]:
     video_id = uuid.uuid4().hex[:12]
     path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
+    room = cfg.max_lab_bytes - labs.disk_usage(cfg.var_dir, lab_id)
     size = len(head)
     with open(path, "wb") as out:
         out.write(head)
         while chunk := f.stream.read(1 << 16):
             size += len(chunk)
-            if size > cfg.max_upload_bytes:
+            if size > min(cfg.max_upload_bytes, room):
                 out.close()
                 path.unlink()
-                raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+                if size > cfg.max_upload_bytes:
+                    raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+                raise ApiError(413, "lab_storage_full", f"this lab's files may take {cfg.max_lab_bytes} bytes "
+                               "and this upload would pass that; reset the lab to start afresh")
             out.write(chunk)
     try:
         media.check_upload(path)

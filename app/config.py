@@ -37,6 +37,8 @@ class Config:
     """Default simulated seconds per real second for new labs (the lesson's demo runs at 20x)."""
     max_upload_bytes: int = 20 * 1024 * 1024
     """Largest video upload accepted; larger requests get 413 before they reach a worker."""
+    max_lab_bytes: int = 256 * 1024 * 1024
+    """Disk one lab's uploads and outputs may take; an upload past it gets 413 (reset the lab to free it)."""
     max_labs: int = 40
     """Labs alive at once on this deployment; creating one more answers 429."""
     lab_idle_ttl: int = 1800
@@ -71,6 +73,7 @@ class Config:
             host=os.environ.get("HOST") or cls.host,
             speed=_float("SPEED", cls.speed),
             max_upload_bytes=_int("MAX_UPLOAD_BYTES", cls.max_upload_bytes),
+            max_lab_bytes=_int("MAX_LAB_BYTES", cls.max_lab_bytes),
             max_labs=_int("MAX_LABS", cls.max_labs),
             lab_idle_ttl=_int("LAB_IDLE_TTL", cls.lab_idle_ttl),
             max_workers=_int("MAX_WORKERS", cls.max_workers),

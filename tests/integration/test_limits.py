@@ -27,7 +27,7 @@ from workers import media
 
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
-MAX_LABS, MAX_WORKERS, IDLE_TTL = 3, 3, 12
+MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,8 @@ def tight(redis_server, tmp_path_factory):
     redis.Redis.from_url(db).flushdb()
     env = dict(os.environ, REDIS_URL=db, VAR_DIR=str(var_dir), PORT=str(port), MAX_LABS=str(MAX_LABS),
                MAX_WORKERS=str(MAX_WORKERS), LAB_IDLE_TTL=str(IDLE_TTL), RATE_JOBS=str(RATE_JOBS),
-               RATE_KILLS=str(RATE_KILLS), RATE_WINDOW=str(WINDOW), MAX_UPLOAD_BYTES=str(2 * 1024 * 1024))
+               RATE_KILLS=str(RATE_KILLS), RATE_WINDOW=str(WINDOW), MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
+               MAX_LAB_BYTES=str(MAX_LAB_BYTES))
     config = Config(redis_url=db, port=port, access_log=str(log))
     procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),
              subprocess.Popen(gunicorn_command(config, threads=16), env=env)]
@@ -135,6 +136,19 @@ def test_the_machine_refuses_labs_and_workers_past_its_ceilings_with_429_and_ret
     tapi.call("DELETE", f"/api/labs/{labs[2]['lab_id']}", token=labs[2]["token"])
     res = tapi.call("POST", "/api/labs", {"preset": "ch0"})  # a lab slot is free, but no worker is
     assert res.status == 429 and res.json()["error"] == "workers_full"
+
+
+def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    clip = media.sample_clip("carphone_pristine").read_bytes()  # ~590 kB: one fits in 1 MB, two do not
+    body, headers = multipart("file", "one.mp4", clip)
+    assert tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers,
+                     token=lab["token"]).status == 202
+    res = tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == 413 and res.json()["error"] == "lab_storage_full"
+    uploads = list((tight.var_dir / "labs" / lab["lab_id"] / "uploads").iterdir())
+    assert len(uploads) == 1, "the refused upload left no partial file"
+    assert tapi.snapshot(lab)["counts"]["enqueued"] == 1
 
 
 def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(tight, tapi):
