@@ -40,12 +40,15 @@ def create_app(config: Config | None = None) -> Flask:
 
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "media-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+       "media-src 'self'; connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
+       "form-action 'self'")
 
 
 def security_headers(resp):
-    """No inline scripts, no framing, no MIME sniffing: a lab page cannot be turned against its user."""
+    """No inline scripts, no framing (X-Frame-Options for browsers older than frame-ancestors), no
+    MIME sniffing, no URL (a viewer link holds a token) sent to other sites as a Referer."""
     resp.headers.setdefault("Content-Security-Policy", CSP)
     resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+    resp.headers.setdefault("X-Frame-Options", "DENY")
     resp.headers.setdefault("Referrer-Policy", "same-origin")
     return resp

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
 import uuid
 from functools import wraps
+from urllib.parse import urlsplit
 
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import idempotency, internals, labs, numbers, presets, settings
+from app import idempotency, internals, labs, limits, numbers, presets, settings
 from app.errors import ApiError
 from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
@@ -82,11 +84,30 @@ def meta():
 
 # --- auth -----------------------------------------------------------------------------------
 
-def request_token(lab: str) -> str | None:
+def bearer_token() -> str | None:
     auth = request.headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        return auth[7:].strip()
-    return request.cookies.get(f"lab_{lab}") or None
+    return auth[7:].strip() or None if auth.startswith("Bearer ") else None
+
+
+def request_token(lab: str) -> str | None:
+    return bearer_token() or request.cookies.get(f"lab_{lab}") or None
+
+
+def same_origin() -> bool:
+    """Did this request come from one of our own pages? A browser names the page's origin in
+    `Origin` (WebSocket upgrades, fetch/form POSTs) or at least in `Referer`; a cross-site page
+    cannot forge either. No header at all is not proof of a browser, so callers decide about that."""
+    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    return origin is not None and urlsplit(origin).netloc == request.host
+
+
+def refuse_cross_site() -> None:
+    """CSRF: the lab cookie rides along on any request the browser makes, even one a foreign page
+    starts, so a change authorised only by the cookie must come from our own origin. A Bearer
+    token is never sent by the browser on its own, so it needs no such check."""
+    if not same_origin():
+        raise ApiError(403, "cross_site", "a change authorised by the lab cookie must come from this "
+                       "app's own pages (send Authorization: Bearer <token> from other clients)")
 
 
 def lab_access(write: bool):
@@ -106,6 +127,8 @@ def lab_access(write: bool):
                 raise ApiError(403, "forbidden", "this token does not open this lab"
                                + (" for changes" if write else ""))
             if write:
+                if bearer_token() is None:
+                    refuse_cross_site()
                 labs.touch(r, lab_id)
             return fn(lab_id, *a, **kw)
         return wrapper
@@ -136,11 +159,13 @@ def create_lab():
     clean, errors = settings.validate({"speed": speed_value})
     if errors:
         raise ApiError(422, "invalid_settings", errors)
+    limits.check_workers(get_redis(), int(presets.settings_for(preset)["workers"]))
     try:
         created = labs.create(get_redis(), preset, clean["speed"], cfg.max_labs)
     except labs.LabFull:
-        raise ApiError(429, "labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
-                       {"Retry-After": "60"}) from None
+        raise limits.too_many("labs_full", f"this machine is full: all {cfg.max_labs} labs are in use; "
+                              "try again in a minute",
+                              60) from None
     lab = created["lab_id"]
     created["ws_url"] = f"/ws/labs/{lab}"
     created["preset"] = preset
@@ -170,6 +195,8 @@ def patch_settings(lab_id: str):
     clean, errors = settings.validate(json_body())
     if errors:
         raise ApiError(422, "invalid_settings", errors)
+    if "workers" in clean:
+        limits.check_workers(get_redis(), clean["workers"], lab_id)
     return jsonify(settings=labs.update_settings(get_redis(), lab_id, clean))
 
 
@@ -180,6 +207,8 @@ def clock_action(lab_id: str):
     r = get_redis()
     action = body.get("action")
     actions = {"pause": ("clock.paused", clock.pause), "resume": ("clock.resumed", clock.resume)}
+    if not isinstance(action, str | None):
+        raise ApiError(422, "invalid_action", {"action": "must be pause, resume or step"})
     if action in actions:
         ev, fn = actions[action]
         stream.emit(r, lab_id, ev, fn(r, lab_id))
@@ -215,16 +244,25 @@ def _source_from_upload(lab_id: str) -> tuple[str, str]:
     video_id = uuid.uuid4().hex[:12]
     path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
+    room = cfg.max_lab_bytes - labs.disk_usage(cfg.var_dir, lab_id)
     size = len(head)
     with open(path, "wb") as out:
         out.write(head)
         while chunk := f.stream.read(1 << 16):
             size += len(chunk)
-            if size > cfg.max_upload_bytes:
+            if size > min(cfg.max_upload_bytes, room):
                 out.close()
                 path.unlink()
-                raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+                if size > cfg.max_upload_bytes:
+                    raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+                raise ApiError(413, "lab_storage_full", f"this lab's files may take {cfg.max_lab_bytes} bytes "
+                               "and this upload would pass that; reset the lab to start afresh")
             out.write(chunk)
+    try:
+        media.check_upload(path)
+    except media.InvalidMedia as e:
+        path.unlink()
+        raise ApiError(422, "undecodable_video", {"file": f"refused before queueing: {e}"}) from None
     return str(path), video_id
 
 
@@ -251,6 +289,7 @@ SAMPLES = ("bigbuckbunny", "bikes", "carphone_pristine", "poison")
 @lab_access(write=True)
 def create_job(lab_id: str):
     r = get_redis()
+    limits.check_rate(r, "jobs")
     claim = idempotency.begin(r, lab_id, labs.settings(r, lab_id))  # before the body: a resend mid-upload gets 409
     try:
         return _create_job(r, lab_id, claim)
@@ -313,7 +352,13 @@ def inline_transcode(lab_id: str):
         started = time.perf_counter()
         media.probe(src)
         proc = media.start_transcode(src, out, media.RENDITIONS["240p"])
-        if proc.wait(timeout=120) != 0:
+        try:
+            code = proc.wait(timeout=media.LIMITS.ffmpeg_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise ApiError(504, "transcode_timeout", "the inline transcode passed its time limit") from None
+        if code != 0:
             raise ApiError(422, "transcode_failed", proc.stderr.read().decode()[:200])
         elapsed = (time.perf_counter() - started) * 1000
         size = out.stat().st_size
@@ -407,6 +452,7 @@ def idempotency_status(lab_id: str):
 def kill_worker(lab_id: str, worker_id: str):
     """Ask the supervisor (which owns the processes) to SIGKILL the worker and its horse."""
     r = get_redis()
+    limits.check_rate(r, "kills")
     if worker_id == "random":
         busy = [w["id"] for w in labs.workers(r, lab_id) if w.get("state") == "busy"]
         if not busy:

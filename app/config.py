@@ -37,12 +37,30 @@ class Config:
     """Default simulated seconds per real second for new labs (the lesson's demo runs at 20x)."""
     max_upload_bytes: int = 20 * 1024 * 1024
     """Largest video upload accepted; larger requests get 413 before they reach a worker."""
+    max_lab_bytes: int = 256 * 1024 * 1024
+    """Disk one lab's uploads and outputs may take; an upload past it gets 413 (reset the lab to free it)."""
     max_labs: int = 40
     """Labs alive at once on this deployment; creating one more answers 429."""
     lab_idle_ttl: int = 1800
     """Real seconds without activity after which a lab is removed with its keys, files and workers."""
+    max_workers: int = 64
+    """Worker processes (all labs together) this machine runs; a lab or resize past it answers 429."""
+    rate_jobs: int = 120
+    """Job creations one client (IP address) may make per `rate_window`; more answer 429. 0: unlimited."""
+    rate_kills: int = 30
+    """Worker kills one client may ask for per `rate_window`; more answer 429. 0: unlimited."""
+    rate_window: int = 60
+    """Length in real seconds of the fixed window the per-client rate limits count in."""
+    max_video_pixels: int = 3840 * 2160
+    """Largest frame (width × height) ffmpeg will decode: a 30000×30000 header cannot exhaust memory."""
+    ffmpeg_timeout: float = 120.0
+    """Real seconds any one ffmpeg run may take before it is killed and the job dead-lettered."""
+    max_output_bytes: int = 64 * 1024 * 1024
+    """Largest file one transcode may write (ffmpeg `-fs`)."""
     var_dir: Path = field(default_factory=lambda: ROOT / "var")
     """Where uploads, transcoded outputs and the embedded server's data live."""
+    access_log: str = ""
+    """Where gunicorn writes its access log ("-" for stdout; empty: none). Tokens are redacted."""
     secret_key: str = ""
     """Flask secret (signs nothing security-critical; tokens are random and checked in Redis)."""
     testing: bool = False
@@ -55,8 +73,17 @@ class Config:
             host=os.environ.get("HOST") or cls.host,
             speed=_float("SPEED", cls.speed),
             max_upload_bytes=_int("MAX_UPLOAD_BYTES", cls.max_upload_bytes),
+            max_lab_bytes=_int("MAX_LAB_BYTES", cls.max_lab_bytes),
             max_labs=_int("MAX_LABS", cls.max_labs),
             lab_idle_ttl=_int("LAB_IDLE_TTL", cls.lab_idle_ttl),
+            max_workers=_int("MAX_WORKERS", cls.max_workers),
+            rate_jobs=_int("RATE_JOBS", cls.rate_jobs),
+            rate_kills=_int("RATE_KILLS", cls.rate_kills),
+            rate_window=_int("RATE_WINDOW", cls.rate_window),
+            max_video_pixels=_int("MAX_VIDEO_PIXELS", cls.max_video_pixels),
+            ffmpeg_timeout=_float("FFMPEG_TIMEOUT", cls.ffmpeg_timeout),
+            max_output_bytes=_int("MAX_OUTPUT_BYTES", cls.max_output_bytes),
             var_dir=Path(os.environ.get("VAR_DIR") or ROOT / "var"),
+            access_log=os.environ.get("ACCESS_LOG", ""),
             secret_key=os.environ.get("SECRET_KEY") or os.urandom(16).hex(),
         )

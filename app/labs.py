@@ -171,10 +171,23 @@ def lab_dir(var_dir: Path, lab: str) -> Path:
     return var_dir / "labs" / lab
 
 
+def disk_usage(var_dir: Path, lab: str) -> int:
+    """Bytes the lab's uploads and outputs take on disk (its share of the machine's storage)."""
+    total = 0
+    for p in lab_dir(var_dir, lab).rglob("*"):
+        try:
+            total += p.stat().st_size if p.is_file() else 0
+        except OSError:
+            pass  # renamed or removed while we looked (a worker publishing an output)
+    return total
+
+
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
     r.srem(LABS, lab)
-    for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*"):
+    # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
+    for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",
+                    f"media:valid:{lab_dir(var_dir, lab)}/*"):
         batch = list(r.scan_iter(match=pattern, count=500))
         for i in range(0, len(batch), 500):
             r.delete(*batch[i:i + 500])

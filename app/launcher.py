@@ -25,6 +25,8 @@ def gunicorn_command(config: Config, threads: int = 256) -> list[str]:
         "-k", "gthread", "--threads", str(threads), "-w", "1",
         "-b", f"{config.host}:{config.port}", "--no-control-socket",
         "--log-level", "warning", "--graceful-timeout", "5",
+        "--logger-class", "app.redact.RedactingLogger",  # tokens never reach a log
+        *(["--access-logfile", config.access_log] if config.access_log else []),
     ]
 
 

@@ -22,9 +22,9 @@ MAX_RATE = 5.0  # simulated jobs/s: ~150 jobs in flight at W = 30 s, the lab's i
 
 
 def _rate(body: dict, default: float | None) -> float | None:
-    value = body.get("rate", default)
-    if value is None:
-        return None
+    value = body.get("rate")
+    if value is None:  # absent or null: the default (none for "rate", which then asks for one)
+        return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RATE:
         raise ApiError(422, "invalid_rate", {"rate": f"must be a number of jobs/s in (0, {MAX_RATE:g}]"})
     return float(value)

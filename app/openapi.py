@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask
 
 from app import presets, settings
+from app.api import FAULTS
 
 _KIND = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"}}
 ERROR = {"type": "object", "required": ["error"],
@@ -44,9 +45,10 @@ BODIES: dict[str, dict[str, Any]] = {
         "job_type": {"type": "string", "enum": ["transcode", "thumbnail"]},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
     "api.inject_fault": {"type": "object", "required": ["type"], "properties": {
-        "type": {"type": "string", "enum": ["storage_outage", "poison", "slow"]},
+        "type": {"type": "string", "enum": list(FAULTS)},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
-    "api.replay_dlq": {"type": "object", "properties": {"reason": {"type": "string"}}},
+    "api.replay_dlq": {"type": "object", "properties": {
+        "reason": {"type": "string"}, "rate": {"type": "number", "minimum": 0.001, "maximum": 1000}}},
     "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
         "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
         "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
@@ -56,6 +58,50 @@ BODIES: dict[str, dict[str, Any]] = {
         "replica": {"type": "string", "description": "r1, r2, …, or leader / holder"},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
 }
+
+UPLOAD = {"type": "object", "required": ["file"], "properties": {
+    "file": {"type": "string", "format": "binary", "description": "the video; its bytes decide, not its name"},
+    **BODIES["api.create_job"]["properties"]}}
+
+
+def _json(description: str, schema: dict | None = None) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema or {"type": "object"}}}}
+
+
+def _query(name: str, schema: dict, doc: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": doc}
+
+
+_STREAM_ID = {"type": "string", "pattern": r"^\d+(-\d+)?$"}
+QUERY: dict[str, list[dict[str, Any]]] = {
+    "api.get_events": [_query("after", _STREAM_ID, "only events after this id")],
+    "api.get_job": [_query("wait", {"type": "number", "minimum": 0, "maximum": 25}, "long-poll seconds"),
+                    _query("include", {"type": "string", "enum": ["history"]}, "add every attempt's internals")],
+    "loadgen.get_loadgen": [_query("window", {"type": "number", "minimum": 10, "maximum": 86400},
+                                   "simulated seconds measured over")],
+    "retries.get_retries": [_query("bucket_s", {"type": "number", "minimum": 0.01, "maximum": 3600},
+                                   "histogram bucket, simulated seconds")],
+    "ws.lab_events": [_query("after", _STREAM_ID, "resume after this id"),
+                      _query("token", {"type": "string"}, "the lab or view token")],
+}
+# What a call answers when it succeeds, where that is not "200 with a JSON object". Errors are
+# always `{error, detail}` JSON (4XX, and 503 when a dependency is down).
+SUCCESS: dict[str, dict[str, Any]] = {
+    "api.create_lab": {"201": _json("the new lab", {"type": "object", "required": [
+        "lab_id", "token", "view_token", "settings", "ws_url"]})},
+    "api.delete_lab": {"204": {"description": "removed with its keys, files and workers"}},
+    "api.create_job": {"202": _json("queued", {"type": "object", "required": ["job_id", "status_url"]})},
+    "api.inject_fault": {"202": _json("fault started", {"type": "object", "required": ["fault"]})},
+    "api.get_job": {"200": _json("the job"), "304": {"description": "unchanged since If-None-Match"}},
+    "api.get_output": {"200": {"description": "the file", "content": {"video/mp4": {}, "image/jpeg": {}}},
+                       "206": {"description": "a byte range", "content": {"video/mp4": {}, "image/jpeg": {}}},
+                       "304": {"description": "unchanged"}},
+    "api.metrics": {"200": {"description": "Prometheus text", "content": {"text/plain": {}}}},
+    "api.healthz": {"200": _json("healthy"), "503": _json("Redis unreachable")},
+    "ws.lab_events": {"101": {"description": "switching to the WebSocket protocol"}},
+}
+ERRORS = {"4XX": _json("bad input, unknown thing, or not allowed", ERROR),
+          "503": _json("a dependency (Redis, the worker pool) is unavailable", ERROR)}
 
 _PUBLIC = ("/api/", "/ws/", "/healthz", "/metrics")
 
@@ -72,15 +118,15 @@ def document(app: Flask) -> dict[str, Any]:
             op: dict[str, Any] = {
                 "operationId": f"{rule.endpoint}_{method.lower()}", "summary": doc,
                 "parameters": [{"name": a, "in": "path", "required": True, "schema": {"type": "string"}}
-                               for a in sorted(rule.arguments)],
-                "responses": {"default": {"description": "error",
-                                          "content": {"application/json": {"schema": ERROR}}},
-                              "200": {"description": "ok"}},
+                               for a in sorted(rule.arguments)] + QUERY.get(rule.endpoint, []),
+                "responses": {**SUCCESS.get(rule.endpoint, {"200": _json("ok")}), **ERRORS},
             }
             if rule.rule.startswith("/api/labs/<"):
                 op["security"] = [{"bearer": []}]
             if rule.endpoint in BODIES and method in ("POST", "PATCH"):
                 op["requestBody"] = {"content": {"application/json": {"schema": BODIES[rule.endpoint]}}}
+            if rule.endpoint == "api.create_job":
+                op["requestBody"]["content"]["multipart/form-data"] = {"schema": UPLOAD}
             paths.setdefault(path, {})[method.lower()] = op
     return {
         "openapi": "3.1.0",

@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from urllib.parse import urlsplit
 
 import redis
 from flask import Flask, current_app, request
@@ -176,12 +175,6 @@ class Hub:
                 threading.Event().wait(0.5)
 
 
-def _origin_ok() -> bool:
-    """Refuse cross-site WebSocket hijacking: a browser's Origin must be this app's host."""
-    origin = request.headers.get("Origin")
-    return origin is None or urlsplit(origin).netloc == request.host
-
-
 def init_app(app: Flask) -> None:
     sock.init_app(app)
     app.extensions["ws_hub"] = Hub(app.config["LAB"].redis_url)
@@ -193,15 +186,20 @@ def _guard_ws():
     if not request.path.startswith("/ws/labs/"):
         return None
     lab = request.path.rsplit("/", 1)[-1]
-    from app.api import parse_after
+    from app.api import bearer_token, parse_after, same_origin
     from app.store import get_redis
 
-    if not _origin_ok():
+    # Cross-site WebSocket hijacking: browsers always send Origin on an upgrade, and it must be
+    # ours. A client without Origin is not a browser, so it cannot be riding a victim's cookie;
+    # it must show its token itself (Authorization header or ?token=).
+    if "Origin" in request.headers and not same_origin():
         raise ApiError(403, "bad_origin", "WebSocket from a foreign Origin refused")
     r = get_redis()
     if len(lab) > 32 or not labs.exists(r, lab):
         raise ApiError(404, "unknown_lab", f"no lab {lab!r}")
-    token = request.args.get("token") or request.cookies.get(f"lab_{lab}")
+    token = bearer_token() or request.args.get("token")
+    if token is None and "Origin" in request.headers:
+        token = request.cookies.get(f"lab_{lab}")
     if labs.check_token(r, lab, token, allow_view=True) is None:
         raise ApiError(401 if not token else 403, "forbidden", "a lab or view token is required")
     parse_after(request.args.get("after"))

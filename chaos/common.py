@@ -188,6 +188,7 @@ class Stack:
     def env(self) -> dict[str, str]:
         return dict(os.environ, REDIS_URL=self.redis_url, VAR_DIR=str(self.var_dir), PORT=str(self.port),
                     HOST="127.0.0.1", MAX_LABS="20", LAB_IDLE_TTL="3600",
+                    RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000",
                     PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
     def start(self) -> Stack:

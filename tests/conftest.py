@@ -25,6 +25,9 @@ from app.launcher import gunicorn_command, stop_all, wait_healthy
 from bench.common import chromium_launch_args
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+# The shared stack serves a whole test session from one address (2,000-job tests, kill storms):
+# per-client rate limits and the machine's worker ceiling are tested on their own stack instead.
+UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000"}
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +131,8 @@ def stack(redis_server, tmp_path_factory):
     var_dir = tmp_path_factory.mktemp("var")
     port = embedded_redis.free_port()
     env = dict(os.environ, REDIS_URL=redis_server.url, VAR_DIR=str(var_dir), PORT=str(port),
-               MAX_LABS="200", LAB_IDLE_TTL="3600", MAX_UPLOAD_BYTES=str(2 * 1024 * 1024))
+               MAX_LABS="200", LAB_IDLE_TTL="3600", MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
+               **UNLIMITED)
     os.environ["LAB_TEST_REDIS_URL"] = redis_server.url
     config = Config(redis_url=redis_server.url, port=port)
     procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),

@@ -14,7 +14,7 @@ import math
 
 import redis
 
-from app import labs, numbers
+from app import labs, limits, numbers
 from app.settings import BY_NAME
 from workers import loadgen
 from workers.broker import stream
@@ -40,8 +40,9 @@ def decide(depth: int, workers: int, lam: float, W: float, target_wait: float, f
     return workers, "hold"
 
 
-def tick(r: redis.Redis, lab: str, now: float, settings: dict) -> int | None:
-    """One decision every EVERY_S simulated seconds while `autoscale` is on; returns a new size."""
+def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int = 10**6) -> int | None:
+    """One decision every EVERY_S simulated seconds while `autoscale` is on; returns a new size.
+    It never grows the lab past what the machine's worker ceiling leaves free (`machine_max`)."""
     if not settings.get("autoscale"):
         return None
     k = key(lab, "autoscale")
@@ -52,8 +53,9 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict) -> int | None:
     states = r.hgetall(key(lab, "states"))
     depth = int(states.get("queued", 0)) + int(states.get("retrying", 0))
     current = int(settings["workers"])
+    ceiling = min(MAX_WORKERS, max(current, machine_max - limits.workers_in_use(r, exclude=lab)))
     target, why = decide(depth, current, loadgen.recent_rate(r, lab, now), loadgen.MIX_W,
-                         float(settings["autoscale_target_wait"]), int(settings["autoscale_min"]))
+                         float(settings["autoscale_target_wait"]), int(settings["autoscale_min"]), ceiling)
     if target == current:
         return None
     if target < current and last[1] is not None and now - float(last[1]) < SCALE_IN_COOLDOWN_S:

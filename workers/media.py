@@ -2,19 +2,29 @@
 
 The wheel has no ffprobe, so validity is checked by decoding: `-xerror` turns any decode error
 (including a truncated faststart MP4, which otherwise exits 0) into a non-zero exit.
-Only the `file` protocol is allowed, so a crafted playlist cannot make ffmpeg read other files.
+Every input is opened with SAFE_INPUT: only the `file` protocol and only real video containers
+(no HLS playlist, no ffconcat list, so an upload cannot make ffmpeg read /etc/passwd or another
+lab's files), and no frame larger than the configured pixel cap (a 30000×30000 header cannot make
+the decoder allocate gigabytes). Every run has a real-time limit and is killed when it passes it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from app.config import Config
+from workers.process import die_with_parent
+
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
-SAFE_INPUT = ["-protocol_whitelist", "file", "-format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi"]
+LIMITS = Config.from_env()
+FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi"
+SAFE_INPUT = ["-protocol_whitelist", "file", "-format_whitelist", FORMATS,
+              "-max_pixels", str(LIMITS.max_video_pixels)]
 
 
 @lru_cache(maxsize=1)
@@ -48,31 +58,54 @@ class InvalidMedia(ValueError):
     """The file is not a decodable video."""
 
 
-def probe(path: Path, timeout: float = 60) -> None:
-    """Decode the whole file; raise InvalidMedia with ffmpeg's first error line if it fails."""
-    proc = subprocess.run([ffmpeg(), "-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path),
-                           "-f", "null", "-"], capture_output=True, text=True, timeout=timeout)
+def _reason(stderr: str, path: Path) -> str:
+    """ffmpeg's most telling error line, without its `[demuxer @ 0x…]` prefix or our file path."""
+    lines = [re.sub(r"\[[^\]]* @ 0x[0-9a-f]+\] ", "", ln).replace(str(path), path.name)
+             for ln in stderr.strip().splitlines()]
+    telling = [ln for ln in lines if not ln.startswith(("Error opening input", "Error opening output"))]
+    return ((telling or lines or ["not a decodable video"])[0])[:160]
+
+
+def _decode_check(path: Path, extra: list[str], timeout: float) -> None:
+    try:
+        proc = subprocess.run([ffmpeg(), "-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra,
+                               "-f", "null", "-"], capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=die_with_parent)
+    except subprocess.TimeoutExpired:
+        raise InvalidMedia(f"decoding took longer than {timeout:g} s") from None
     if proc.returncode != 0:
-        first = (proc.stderr.strip().splitlines() or ["not a decodable video"])[0]
-        raise InvalidMedia(f"ffmpeg exit {proc.returncode}: {first[:160]}")
+        raise InvalidMedia(f"ffmpeg exit {proc.returncode}: {_reason(proc.stderr, path)}")
+
+
+def probe(path: Path, timeout: float = LIMITS.ffmpeg_timeout) -> None:
+    """Decode the whole file; raise InvalidMedia with ffmpeg's first error line if it fails."""
+    _decode_check(path, [], timeout)
+
+
+def check_upload(path: Path, timeout: float = 20) -> None:
+    """The upload-time check: an allowed container whose first video frame decodes within the pixel
+    cap. Cheap (one frame), so the web process can refuse most bad uploads with a reason at once;
+    damage further in (a truncated file) is found by the worker's full `probe` and dead-lettered."""
+    _decode_check(path, ["-map", "0:v:0", "-frames:v", "1"], timeout)
 
 
 def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
     """Start a real libx264 transcode to `dst` (an .mp4 temp path); the caller paces and waits."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-i", str(src), "-t", "8",
+        [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-i", str(src), "-t", "8", "-fs", str(LIMITS.max_output_bytes),
          "-vf", f"scale=-2:{height}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28",
          "-pix_fmt", "yuv420p", "-c:a", "aac", "-ac", "2", "-b:a", "64k",
          "-movflags", "+faststart", "-f", "mp4", str(dst)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=die_with_parent)  # a killed work horse takes its ffmpeg with it
 
 
 def thumbnail(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-i", str(src), "-frames:v", "1",
-                    "-vf", "scale=-2:144", "-f", "image2", str(dst)], check=True, timeout=60,
-                   capture_output=True)
+                    "-vf", "scale=-2:144", "-f", "image2", str(dst)], check=True, timeout=LIMITS.ffmpeg_timeout,
+                   capture_output=True, preexec_fn=die_with_parent)
 
 
 def duration_of(path: Path) -> float:

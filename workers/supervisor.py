@@ -189,7 +189,7 @@ class Supervisor:
         moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
         moved += reaper.start_due_retries(self.r, lab, now)
         moved += loadgen.tick(self.r, self.rq, lab, now)
-        autoscale.tick(self.r, lab, now, settings)
+        autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
         if time.time() - pool.handoffs_swept > 1:
             pool.handoffs_swept = time.time()

@@ -113,18 +113,24 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
     idempotent = settings["idempotent_outputs"]
     renditions = payload["resolutions"] if payload["job_type"] == "transcode" else ["thumb"]
     procs = {}
-    for rend in renditions:
-        tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
-                                  "jpg" if rend == "thumb" else "mp4")
-        if rend == "thumb":
-            media.thumbnail(src, tmp)
-        else:
-            procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
-    pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]),
-         [proc for proc, _tmp, _final in procs.values()])
-    for rend, (proc, _tmp, _final) in procs.items():
-        if proc.wait(timeout=120) != 0:
-            raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
+    try:
+        for rend in renditions:
+            tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
+                                      "jpg" if rend == "thumb" else "mp4")
+            if rend == "thumb":
+                media.thumbnail(src, tmp)
+            else:
+                procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
+        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]),
+             [proc for proc, _tmp, _final in procs.values()])
+        for rend, (proc, _tmp, _final) in procs.items():
+            if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
+                raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
+    finally:
+        for proc, _tmp, _final in procs.values():  # a failed attempt leaves no ffmpeg running
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     store_outputs(r, lab, settings, clock.now(r, lab))
     outputs = {}
     for rend in renditions:
@@ -164,11 +170,13 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         duration *= float(faults.get("slow_factor", 3))
     if not retry.breaker_allows(r, lab, start, settings):
         raise StorageDown("circuit open: not calling storage", at=start)
-    last_beat, last_pct = start, 0
+    last_beat, last_pct, real_start = start, 0, time.monotonic()
     while True:
         now = clock.now(r, lab)
         elapsed = now - start
         storage_check(r, lab, start, now)
+        if time.monotonic() - real_start > media.LIMITS.ffmpeg_timeout and any(p.poll() is None for p in procs):
+            raise NonRetryable(f"ffmpeg ran longer than {media.LIMITS.ffmpeg_timeout:g} real seconds")
         if settings["exec_timeout"] and elapsed > settings["exec_timeout"]:
             raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100

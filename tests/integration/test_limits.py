@@ -1,0 +1,226 @@
+"""Limits on a stack of their own, configured tight: per-client rate limits, the machine's lab and
+worker ceilings (429 + Retry-After), idle expiry that leaves nothing behind, and an access log that
+never shows a token. Everything real: supervisor, rq workers, ffmpeg, gunicorn on a free port.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+import websocket
+from playwright.sync_api import expect
+
+from app import embedded_redis
+from app.config import Config
+from app.launcher import gunicorn_command, stop_all, wait_healthy
+from tests.conftest import ARTIFACTS, Api, Stack
+from tests.integration.test_api import multipart
+from tests.integration.test_launcher import processes_mentioning
+from workers import media
+
+pytestmark = pytest.mark.integration
+RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
+MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
+
+
+@pytest.fixture(scope="module")
+def tight(redis_server, tmp_path_factory):
+    """A second real stack (same Redis server, own key space is not needed: labs are ids)."""
+    var_dir = tmp_path_factory.mktemp("tight-var")
+    log = var_dir / "access.log"
+    port = embedded_redis.free_port()
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    db = redis_server.url.rsplit("/", 1)[0] + "/3"  # its own database: lab counts see only its labs
+    redis.Redis.from_url(db).flushdb()
+    env = dict(os.environ, REDIS_URL=db, VAR_DIR=str(var_dir), PORT=str(port), MAX_LABS=str(MAX_LABS),
+               MAX_WORKERS=str(MAX_WORKERS), LAB_IDLE_TTL=str(IDLE_TTL), RATE_JOBS=str(RATE_JOBS),
+               RATE_KILLS=str(RATE_KILLS), RATE_WINDOW=str(WINDOW), MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
+               MAX_LAB_BYTES=str(MAX_LAB_BYTES))
+    config = Config(redis_url=db, port=port, access_log=str(log))
+    procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),
+             subprocess.Popen(gunicorn_command(config, threads=16), env=env)]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, procs)
+        stack = Stack(url, Api(url), var_dir, db, procs)
+        stack.log = log
+        yield stack
+    finally:
+        stop_all(procs)
+        r.close()
+
+
+@pytest.fixture
+def tapi(tight):
+    client = Api(tight.url)
+    yield client
+    for lab in client.created:
+        client.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+    r = redis.Redis.from_url(tight.redis_url)
+    deadline = time.monotonic() + 20
+    while r.scard("labs") and time.monotonic() < deadline:  # the next test starts with an empty machine
+        time.sleep(0.1)
+
+
+def workers_ready(stack, lab: dict, n: int) -> None:
+    r = redis.Redis.from_url(stack.redis_url)
+    deadline = time.monotonic() + 60
+    while r.scard(f"rq:workers:lab-{lab['lab_id']}") < n:
+        assert time.monotonic() < deadline, "workers did not register"
+        time.sleep(0.05)
+
+
+def post_from(stack, source_ip: str, path: str, body: dict, token: str) -> tuple[int, dict, dict]:
+    """A POST from another loopback address: another client, as far as the server can tell."""
+    conn = http.client.HTTPConnection(stack.url.split("//")[1], timeout=20, source_address=(source_ip, 0))
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {token}"})
+    res = conn.getresponse()
+    out = res.status, dict(res.getheaders()), json.loads(res.read() or b"{}")
+    conn.close()
+    return out
+
+
+def until_limited(stack, source_ip: str, path: str, body: dict, token: str, limit: int) -> list[int]:
+    """Statuses of limit + 1 calls in one fixed window (re-run if an hour boundary passed meanwhile)."""
+    while True:
+        slot = int(time.time() // WINDOW)
+        statuses = [post_from(stack, source_ip, path, body, token)[0] for _ in range(limit + 1)]
+        if int(time.time() // WINDOW) == slot:
+            return statuses
+
+
+def test_one_client_gets_429_with_retry_after_past_its_job_budget_and_others_do_not(tight, tapi):
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    path = f"/api/labs/{lab['lab_id']}/jobs"
+    statuses = until_limited(tight, "127.0.0.2", path, {"sample": "carphone_pristine"}, lab["token"], RATE_JOBS)
+    assert statuses == [202] * RATE_JOBS + [429]
+    status, headers, body = post_from(tight, "127.0.0.2", path, {"sample": "carphone_pristine"}, lab["token"])
+    assert status == 429 and body["error"] == "rate_limited" and "try again in" in body["detail"]
+    assert 1 <= int(headers["Retry-After"]) <= WINDOW
+    assert tapi.snapshot(lab)["counts"]["enqueued"] == RATE_JOBS, "a refused call made no job"
+    # another client is not held back by the first one's budget
+    assert post_from(tight, "127.0.0.3", path, {"sample": "carphone_pristine"}, lab["token"])[0] == 202
+
+
+def test_worker_kills_are_rate_limited_per_client(tight, tapi):
+    lab = tapi.lab("ch0", speed=200)
+    workers_ready(tight, lab, 1)
+    kill = f"/api/labs/{lab['lab_id']}/workers/w1/kill"
+    statuses = until_limited(tight, "127.0.0.4", kill, {}, lab["token"], RATE_KILLS)
+    assert statuses[0] == 200 and statuses[-1] == 429  # between: 409 while w1 is dead, or 200 once back
+    assert len([e for e in tapi.events(lab) if e["type"] == "worker.killed"]) <= RATE_KILLS
+
+
+def test_the_machine_refuses_labs_and_workers_past_its_ceilings_with_429_and_retry_after(tight, tapi):
+    labs = [tapi.lab("ch0", speed=20, workers=0) for _ in range(MAX_LABS)]
+    res = tapi.call("POST", "/api/labs", {"preset": "ch0"})
+    assert res.status == 429 and res.json()["error"] == "labs_full" and res.headers["Retry-After"] == "60"
+    first, second = labs[0], labs[1]
+    ok = tapi.call("PATCH", f"/api/labs/{first['lab_id']}/settings", {"workers": MAX_WORKERS}, first["token"])
+    assert ok.status == 200
+    res = tapi.call("PATCH", f"/api/labs/{second['lab_id']}/settings", {"workers": 1}, second["token"])
+    assert res.status == 429 and res.json()["error"] == "workers_full" and int(res.headers["Retry-After"]) > 0
+    assert f"at most {MAX_WORKERS} workers" in res.json()["detail"]
+    # resizing the lab that holds them stays possible, and freeing workers lets the other lab grow
+    assert tapi.call("PATCH", f"/api/labs/{first['lab_id']}/settings", {"workers": 1}, first["token"]).status == 200
+    assert tapi.call("PATCH", f"/api/labs/{second['lab_id']}/settings", {"workers": 2},
+                     second["token"]).status == 200
+    tapi.call("DELETE", f"/api/labs/{labs[2]['lab_id']}", token=labs[2]["token"])
+    res = tapi.call("POST", "/api/labs", {"preset": "ch0"})  # a lab slot is free, but no worker is
+    assert res.status == 429 and res.json()["error"] == "workers_full"
+
+
+def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    clip = media.sample_clip("carphone_pristine").read_bytes()  # ~590 kB: one fits in 1 MB, two do not
+    body, headers = multipart("file", "one.mp4", clip)
+    assert tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers,
+                     token=lab["token"]).status == 202
+    res = tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == 413 and res.json()["error"] == "lab_storage_full"
+    uploads = list((tight.var_dir / "labs" / lab["lab_id"] / "uploads").iterdir())
+    assert len(uploads) == 1, "the refused upload left no partial file"
+    assert tapi.snapshot(lab)["counts"]["enqueued"] == 1
+
+
+def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(tight, tapi):
+    lab = tapi.lab("ch0", speed=200, workers=1, job_duration=10)
+    workers_ready(tight, lab, 1)
+    lab_id = lab["lab_id"]
+    body, headers = multipart("file", "clip.mp4", media.sample_clip("carphone_pristine").read_bytes())
+    res = tapi.call("POST", f"/api/labs/{lab_id}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == 202
+    tapi.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    r = redis.Redis.from_url(tight.redis_url, decode_responses=True)
+    assert list(r.scan_iter(match=f"*{lab_id}*")) and (tight.var_dir / "labs" / lab_id / "uploads").is_dir()
+    assert processes_mentioning(f"lab-{lab_id}")
+    deadline = time.monotonic() + IDLE_TTL + 60
+    while r.sismember("labs", lab_id) and time.monotonic() < deadline:
+        time.sleep(0.5)  # nobody touches it: after IDLE_TTL s the supervisor's sweep removes it
+    assert not r.sismember("labs", lab_id)
+    deadline = time.monotonic() + 20
+    while (list(r.scan_iter(match=f"*{lab_id}*")) or processes_mentioning(f"lab-{lab_id}")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(r.scan_iter(match=f"*{lab_id}*")) == []
+    assert processes_mentioning(f"lab-{lab_id}") == []
+    assert not (tight.var_dir / "labs" / lab_id).exists()
+    assert tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"]).status == 404
+    tapi.created.clear()
+
+
+def test_the_access_log_never_shows_a_token(tight, tapi):
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    lab_id, token, view = lab["lab_id"], lab["token"], lab["view_token"]
+    tapi.call("GET", f"/api/labs/{lab_id}/events?after=0&token={token}", token=token)
+    tapi.call("GET", f"/chapters/0?lab={lab_id}&view={view}",
+              headers={"Referer": f"{tight.url}/chapters/0?lab={lab_id}&view={view}"})
+    ws = websocket.create_connection(tight.url.replace("http", "ws") + f"/ws/labs/{lab_id}?after=0&token={token}",
+                                     origin=tight.url, timeout=10)
+    ws.close()  # (gunicorn does not log upgraded requests; its redaction is checked with the others)
+    tapi.call("GET", f"/api/labs/{lab_id}", headers={"Cookie": f"lab_{lab_id}={token}"})
+    deadline = time.monotonic() + 10
+    while f"GET /api/labs/{lab_id} HTTP" not in tight.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    text = tight.log.read_text()
+    assert f"/api/labs/{lab_id}/events" in text and f"lab={lab_id}" in text  # requests are logged…
+    assert token not in text and view not in text  # …their tokens are not
+    assert "token=[redacted]" in text and "view=[redacted]" in text
+
+
+def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis_server):
+    """A deep queue asks for 8 workers; with 3 allowed on the machine and 1 used elsewhere, it gets 2."""
+    from app import labs as lab_registry
+    from workers import autoscale
+    from workers.broker.keys import key
+
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
+    r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
+    busy = lab_registry.create(r, "ch0", 20, max_labs=10)["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, max_labs=10)["lab_id"]
+    settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
+    r.hset(key(lab, "states"), "queued", 500)
+    assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1
+    assert lab_registry.settings(r, lab)["workers"] == MAX_WORKERS - 1
+    assert lab_registry.settings(r, busy)["workers"] == 1
+    r.flushdb()
+
+
+@pytest.mark.e2e
+def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tapi, page, shot):
+    for _ in range(MAX_LABS):
+        tapi.lab("ch0", speed=20, workers=0)
+    page.goto(f"{tight.url}/chapters/1")
+    expect(page.locator("#lab-widget")).to_have_attribute("data-state", "error", timeout=30_000)
+    expect(page.locator("#lab-widget")).to_contain_text(f"all {MAX_LABS} labs are in use; try again in a minute")
+    expect(page.get_by_role("button", name="Try again")).to_be_visible()
+    shot("lab-full")
+    page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
