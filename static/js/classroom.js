@@ -141,9 +141,10 @@ async function showScenario({ lab, api }, id) {
   const hint = h('p', { class: 'lw-hint', testid: 'url-scenario-hint', 'aria-live': 'polite' }, sc.hint);
   const run = lab.viewer ? null : h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'url-scenario-run',
     onclick: async (e) => {
-      e.currentTarget.disabled = true;
+      const btn = e.currentTarget; // null once the handler has awaited
+      btn.disabled = true;
       setText(hint, await runScenario(api, lab.id, sc));
-      e.currentTarget.disabled = false;
+      btn.disabled = false;
     } }, 'Run the scenario');
   const box = h('div', { class: 'cr-scenario', testid: 'url-scenario', 'data-scenario': sc.id },
     h('p', { class: 'cr-scenario-title' }, h('strong', {}, `Scenario: ${sc.title}. `), sc.summary), run, hint);

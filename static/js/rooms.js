@@ -9,7 +9,6 @@
 import { errorText, h, setAttr, setText } from './widget-util.js';
 
 const root = document.querySelector('.rooms[data-page]');
-if (root) ({ rooms: roomsPage, join: joinPage, room: dashboard })[root.dataset.page]?.(root);
 
 const q = (role) => root.querySelector(`[data-role="${role}"]`);
 const roomStore = (code) => `awl:room:${code}`;
@@ -41,7 +40,7 @@ function roomsPage() {
     const [kind, value] = form.elements.start.value.split(':');
     btn.disabled = true;
     setText(status, 'Starting your lab and its workers…');
-    const res = await call('POST', '/api/rooms', { [kind]: value });
+    const res = await call('POST', '/api/rooms', { [kind]: value, speed: Number(form.elements.speed.value) });
     btn.disabled = false;
     if (res.status !== 201) { setText(status, `Could not create the room: ${errorText(res.data, res.status)}`); return; }
     const d = res.data;
@@ -144,3 +143,5 @@ function dashboard() {
   }
   poll();
 }
+
+if (root) ({ rooms: roomsPage, join: joinPage, room: dashboard })[root.dataset.page]?.();
