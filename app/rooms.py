@@ -103,6 +103,13 @@ def watch_path(room: dict[str, str]) -> str:
     return f"{path}?lab={room['lab_id']}&view={room['view_token']}&room={room['code']}"
 
 
+def room_title(room: dict[str, str]) -> str:
+    """The scenario's name if the room started from one, else the chapter preset's."""
+    if room.get("scenario") in scenarios.SCENARIOS:
+        return f"Scenario: {scenarios.SCENARIOS[room['scenario']]['title']}"
+    return presets.PRESETS[room["preset"]]["title"]
+
+
 def headline(r: redis.Redis, lab: str) -> dict[str, int]:
     """The four numbers an instructor scans a room for: done, redelivered, dead-lettered, lost."""
     c = labs.counts(r, lab)
@@ -147,13 +154,13 @@ def create_room():
     body = json_body()
     scenario = body.get("scenario")
     if scenario is not None:
-        if scenario not in scenarios.SCENARIOS:
+        if not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS:
             raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
         preset = scenarios.SCENARIOS[scenario]["preset"]
         lab_settings = scenarios.settings_for(scenario)
     else:
         preset = body.get("preset", presets.DEFAULT_PRESET)
-        if preset not in scenarios.room_presets():
+        if not isinstance(preset, str) or preset not in scenarios.room_presets():
             raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(scenarios.room_presets())}"})
         lab_settings = presets.settings_for(preset)
     if "speed" in body:
@@ -181,7 +188,7 @@ def get_room(code: str):
     room = load(get_redis(), code)
     path = scenarios.chapter_path(room["preset"])
     return jsonify(code=room["code"], display_code=pretty(room["code"]), preset=room["preset"],
-                   title=presets.PRESETS[room["preset"]]["title"], scenario=room["scenario"] or None,
+                   title=room_title(room), scenario=room["scenario"] or None,
                    lab_id=room["lab_id"], view_token=room["view_token"], chapter_url=path,
                    watch_url=watch_path(room))
 
@@ -224,7 +231,10 @@ def room_presence(code: str):
         raise ApiError(422, "invalid_lab", {"lab_id": "must be a lab id"})
     now, code = time.time(), room["code"]
     if lab_id == room["lab_id"]:
+        # The projector showing the lab is use, not idleness: a lecture can run 30 minutes without a click.
         role = "instructor"
+        if labs.exists(r, lab_id):
+            labs.touch(r, lab_id)
     elif lab_id and r.hexists(rkey(code, "students"), lab_id):
         role = "student"
         r.zadd(rkey(code, "seen"), {lab_id: now})
@@ -310,7 +320,7 @@ def room_page(code: str):
     except ApiError as e:
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
     return _page("room.html", room=room, display_code=pretty(room["code"]), join_url=join_url(room["code"]),
-                 chapter_url=scenarios.chapter_path(room["preset"]), title=presets.PRESETS[room["preset"]]["title"])
+                 chapter_url=scenarios.chapter_path(room["preset"]), title=room_title(room))
 
 
 @bp.get("/join")
@@ -331,7 +341,7 @@ def join_page(code: str):
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
     path = scenarios.chapter_path(room["preset"])
     return _page("room_join.html", room=room, error=None, code=room["code"], display_code=pretty(room["code"]),
-                 title=presets.PRESETS[room["preset"]]["title"], chapter_url=path,
+                 title=room_title(room), chapter_url=path,
                  watch_url=watch_path(room))
 
 

@@ -171,3 +171,31 @@ def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, w
     rows = dict(list(csv.reader(io.StringIO(open(dl.value.path()).read())))[1:])
     assert int(rows["enqueued"]) == 1
     expect(page.get_by_test_id("export-status")).to_contain_text("saved the counts")
+
+
+def test_presenter_mode_from_the_url_is_large_high_contrast_and_still_motionless(page: Page, stack, api, watch_errors):
+    watch_errors(page)
+    page.emulate_media(reduced_motion="reduce")
+    page.set_viewport_size({"width": 1366, "height": 768})
+    page.goto(f"{stack.url}/chapters/1?speed=200&present=1")
+    widget_ready(page)
+    lab = saved_lab(page, "ch1")
+    api.created.append({"lab_id": lab["id"], "token": lab["token"]})
+    expect(page.locator("html")).to_have_class(re.compile(r"\bpresent\b"))
+    expect(page.get_by_test_id("present-toggle")).to_have_attribute("aria-pressed", "true")
+    style = page.evaluate("""() => {
+      const w = getComputedStyle(document.getElementById('lab-widget'));
+      const tile = getComputedStyle(document.querySelector('.lw-ro'));
+      return {pos: w.position, font: parseFloat(w.fontSize), color: w.color, bg: w.backgroundColor,
+              transition: tile.transitionDuration};
+    }""")
+    assert style["pos"] == "fixed" and style["font"] >= 20
+    assert style["color"] == "rgb(0, 0, 0)" and style["bg"] == "rgb(255, 255, 255)"  # black on white
+    assert style["transition"] == "0s"  # prefers-reduced-motion still wins in presenter mode
+    page.locator("body").press("?")  # the widget's own shortcuts work on top of presenter mode
+    expect(page.get_by_test_id("shortcut-help")).to_be_visible()
+    page.locator("body").press("Escape")
+    expect(page.get_by_test_id("shortcut-help")).to_be_hidden()
+    page.locator("body").press("u")
+    expect(page.get_by_test_id("event-log")).to_contain_text("job 1 enqueued", timeout=LONG)
+    page.screenshot(path=str(ARTIFACTS / "rooms-presenter-url.png"))

@@ -12,7 +12,7 @@ import pytest
 import segno
 
 from app import presets, scenarios
-from app.rooms import ALPHABET
+from app.rooms import ALPHABET, ROOM_TTL
 
 pytestmark = pytest.mark.integration
 
@@ -198,6 +198,8 @@ def test_room_calls_refuse_bad_input_foreign_origins_and_end_when_closed(api):
     assert api.call("POST", "/api/rooms", {"preset": "ch99"}).status == 422
     assert api.call("POST", "/api/rooms", {"preset": "ch1-heartbeat"}).status == 422  # no chapter page runs it
     assert api.call("POST", "/api/rooms", {"scenario": "nope"}).status == 422
+    assert api.call("POST", "/api/rooms", {"scenario": ["poison-pill"]}).status == 422
+    assert api.call("POST", "/api/rooms", {"preset": {"ch1": 1}}).status == 422
     assert api.call("POST", "/api/rooms", {"preset": "ch1", "speed": 0}).status == 422
     assert api.call("POST", "/api/rooms", ["ch1"]).status == 422
     assert api.call("POST", "/api/rooms", raw=b"{", headers={"Content-Type": "application/json"}).status == 400
@@ -209,3 +211,14 @@ def test_room_calls_refuse_bad_input_foreign_origins_and_end_when_closed(api):
     assert api.call("GET", f"/api/rooms/{room['code']}").status == 404
     assert status(api, room).status == 404
 
+
+def test_a_room_lives_in_redis_with_a_ttl_and_the_projector_keeps_its_lab_alive(api, r):
+    room = open_room(api, preset="ch1", speed=200)
+    code, lab_id = room["code"], room["lab"]["lab_id"]
+    assert 0 < r.ttl(f"room:{code}") <= ROOM_TTL
+    assert r.hget(f"room:{code}", "instructor") != room["instructor_token"]  # stored only as a hash
+    check_in(api, room, uuid.uuid4().hex)
+    assert 0 < r.ttl(f"room:{code}:viewers") <= ROOM_TTL
+    r.hset(f"lab:{lab_id}:meta", "last_active", 0)  # idle since 1970 ...
+    assert check_in(api, room, uuid.uuid4().hex, lab_id).json()["role"] == "instructor"
+    assert float(r.hget(f"lab:{lab_id}:meta", "last_active")) > 0  # ... until the presenting page checked in
