@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import re
+import time
 import uuid
 from urllib.parse import parse_qsl, urlsplit
 
@@ -12,7 +13,7 @@ import pytest
 import segno
 
 from app import presets, scenarios
-from app.rooms import ALPHABET, ROOM_TTL
+from app.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 
 pytestmark = pytest.mark.integration
 
@@ -222,3 +223,18 @@ def test_a_room_lives_in_redis_with_a_ttl_and_the_projector_keeps_its_lab_alive(
     r.hset(f"lab:{lab_id}:meta", "last_active", 0)  # idle since 1970 ...
     assert check_in(api, room, uuid.uuid4().hex, lab_id).json()["role"] == "instructor"
     assert float(r.hget(f"lab:{lab_id}:meta", "last_active")) > 0  # ... until the presenting page checked in
+
+
+def test_a_viewer_who_closes_the_page_stops_counting_and_a_gone_lab_cannot_be_followed(api, r):
+    room = open_room(api, preset="ch1", speed=200)
+    here, gone = uuid.uuid4().hex, uuid.uuid4().hex
+    check_in(api, room, here)
+    check_in(api, room, gone)
+    assert status(api, room).json()["viewers"] == 2
+    r.zadd(f"room:{room['code']}:viewers", {gone: time.time() - PRESENCE_WINDOW - 1})  # last seen too long ago
+    assert status(api, room).json()["viewers"] == 1
+    lab = room["lab"]
+    assert api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 204
+    res = api.call("POST", f"/api/rooms/{room['code']}/follow", {})
+    assert res.status == 410 and res.json()["error"] == "room_lab_gone"
+    assert status(api, room).json()["lab_alive"] is False
