@@ -24,7 +24,7 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, export, filters, loadgen, pages, retries, rooms, store, ws
+    from app import api, errors, filters, loadgen, pages, retries, store, ws
 
     store.init_app(app)
     filters.init_app(app)
@@ -33,9 +33,11 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(loadgen.bp)
     app.register_blueprint(retries.bp)
+    ws.init_app(app)
+    from app import export, rooms  # classroom (issue 10): rooms, scenario links, run export
+
     app.register_blueprint(rooms.bp)
     app.register_blueprint(export.bp)
-    ws.init_app(app)
     app.after_request(security_headers)
     return app
 
