@@ -47,6 +47,10 @@ BODIES: dict[str, dict[str, Any]] = {
         "type": {"type": "string", "enum": ["storage_outage", "poison", "slow"]},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
     "api.replay_dlq": {"type": "object", "properties": {"reason": {"type": "string"}}},
+    "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
+        "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
+        "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
+        "seed": {"type": "integer", "minimum": 0}}},
     "rooms.create_room": {"type": "object", "properties": {
         "preset": {"type": "string", "enum": list(scenarios.room_presets())},
         "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
@@ -54,10 +58,6 @@ BODIES: dict[str, dict[str, Any]] = {
     "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
     "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
         "client": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,40}$"}, "lab_id": {"type": "string"}}},
-    "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
-        "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
-        "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
-        "seed": {"type": "integer", "minimum": 0}}},
 }
 
 _PUBLIC = ("/api/", "/ws/", "/healthz", "/metrics")
