@@ -146,13 +146,8 @@ def create_lab():
     created["preset"] = preset
     resp = jsonify(created)
     resp.status_code = 201
-    return lab_cookie(resp, lab, created["token"])
-
-
-def lab_cookie(resp, lab: str, token: str):
-    """The page's lab cookie (lets <video> fetch outputs); SameSite=Strict so no other site sends it."""
-    resp.set_cookie(f"lab_{lab}", token, httponly=True, samesite="Strict",
-                    max_age=current_app.config["LAB"].lab_idle_ttl)
+    resp.set_cookie(f"lab_{lab}", created["token"], httponly=True, samesite="Strict",
+                    max_age=cfg.lab_idle_ttl)
     return resp
 
 

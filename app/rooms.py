@@ -25,7 +25,7 @@ import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
 from app import chapters, labs, presets, scenarios, settings
-from app.api import json_body, lab_cookie
+from app.api import json_body
 from app.errors import ApiError
 from app.labs import _hash as token_hash
 from app.store import get_redis
@@ -114,6 +114,13 @@ def headline(r: redis.Redis, lab: str) -> dict[str, int]:
     """The four numbers an instructor scans a room for: done, redelivered, dead-lettered, lost."""
     c = labs.counts(r, lab)
     return {"done": c["done"], "redelivered": c["redelivered"], "dead": c["dlq"], "lost": c["lost"]}
+
+
+def lab_cookie(resp, lab: str, token: str):
+    """The same lab cookie POST /api/labs sets (it lets <video> fetch outputs); SameSite=Strict."""
+    resp.set_cookie(f"lab_{lab}", token, httponly=True, samesite="Strict",
+                    max_age=current_app.config["LAB"].lab_idle_ttl)
+    return resp
 
 
 def _keep_alive(r: redis.Redis, code: str) -> None:
