@@ -19,7 +19,7 @@ import secrets
 import time
 from io import BytesIO
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import redis
 import segno
@@ -101,8 +101,13 @@ def join_url(code: str) -> str:
 
 def watch_path(room: dict[str, str]) -> str:
     """The chapter page opened read-only on the instructor's lab (the widget's viewer mode)."""
-    path = scenarios.chapter_path(room["preset"])
-    return f"{path}?lab={room['lab_id']}&view={room['view_token']}&room={room['code']}"
+    return chapter_link(room, lab=room["lab_id"], view=room["view_token"])
+
+
+def chapter_link(room: dict[str, str], **extra: str) -> str:
+    """The room's chapter page for a lab of one's own: the room's code, and its scenario's banner."""
+    query = {"room": room["code"], **({"scenario": room["scenario"]} if room.get("scenario") else {}), **extra}
+    return f"{scenarios.chapter_path(room['preset'])}?{urlencode(query)}"
 
 
 def room_title(room: dict[str, str]) -> str:
@@ -221,7 +226,7 @@ def follow_room(code: str):
     r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time()}))
     r.zadd(rkey(room["code"], "seen"), {lab["lab_id"]: time.time()})
     _keep_alive(r, room["code"])
-    resp = jsonify(dict(lab, name=label, chapter_url=f"{scenarios.chapter_path(room['preset'])}?room={room['code']}"))
+    resp = jsonify(dict(lab, name=label, chapter_url=chapter_link(room)))
     resp.status_code = 201
     return lab_cookie(resp, lab["lab_id"], lab["token"])
 
@@ -329,7 +334,7 @@ def room_page(code: str):
     except ApiError as e:
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
     return _page("room.html", room=room, display_code=pretty(room["code"]), join_url=join_url(room["code"]),
-                 chapter_url=scenarios.chapter_path(room["preset"]), title=room_title(room))
+                 lab_url=chapter_link(room), present_url=chapter_link(room, present="1"), title=room_title(room))
 
 
 @bp.get("/join")

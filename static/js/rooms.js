@@ -69,7 +69,7 @@ function joinPage() {
 }
 
 function dashboard() {
-  const { code, preset, chapterUrl } = root.dataset;
+  const { code, preset, labUrl, presentUrl } = root.dataset;
   let saved = null;
   try { saved = JSON.parse(localStorage.getItem(roomStore(code)) || 'null'); } catch { saved = null; }
   if (['127.0.0.1', 'localhost', '[::1]'].includes(location.hostname)) q('host-hint').hidden = false;
@@ -81,7 +81,7 @@ function dashboard() {
   q('dash').hidden = false;
   const open = (present) => {
     adoptLab(preset, saved.lab);
-    location.assign(`${chapterUrl}?room=${code}${present ? '&present=1' : ''}`);
+    location.assign(present ? presentUrl : labUrl);
   };
   q('open-present').addEventListener('click', () => open(true));
   q('open-lab').addEventListener('click', () => open(false));

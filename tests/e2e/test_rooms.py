@@ -43,6 +43,8 @@ def widget_ready(page: Page) -> None:
 
 def create_room(page: Page, base: str, start: str = "preset:ch1", speed: int = 200) -> str:
     page.goto(f"{base}/rooms")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "rooms-start.png"), full_page=True)
     page.get_by_test_id("room-start").select_option(start)
     page.get_by_test_id("room-speed").fill(str(speed))
     page.get_by_test_id("room-create").click()
@@ -70,6 +72,7 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     student.get_by_test_id("join-code").fill(f"{code[:3].lower()}-{code[3:].lower()}")
     student.get_by_test_id("join-submit").click()
     expect(student.get_by_test_id("join-room-code")).to_have_text(f"{code[:3]}-{code[3:]}")
+    student.screenshot(path=str(ARTIFACTS / "rooms-join.png"), full_page=True)
     student.get_by_test_id("join-watch").click()
     widget_ready(student)
     assert student.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
@@ -108,8 +111,11 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     code = create_room(teacher, stack.url, start="scenario:vt-too-short")
     lab = saved_lab(teacher, "ch1")
     api.created.append({"lab_id": lab["id"], "token": lab["token"]})
-    student = watch_errors(browser.new_context().new_page())
+    # scanned from the QR code on a phone
+    student = watch_errors(browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                               has_touch=True).new_page())
     student.goto(f"{stack.url}/join/{code}")
+    student.screenshot(path=str(ARTIFACTS / "rooms-join-phone.png"), full_page=True)
     student.get_by_test_id("follow-name").fill("Ada")
     student.get_by_test_id("join-follow").click()
     widget_ready(student)
@@ -118,6 +124,7 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     assert mine["id"] != lab["id"]
     expect(student.get_by_test_id("upload-file")).to_have_count(1)  # their own lab: full controls
     expect(student.get_by_test_id("room-badge")).to_have_attribute("data-role-in-room", "student", timeout=10_000)
+    expect(student.get_by_test_id("url-scenario")).to_have_attribute("data-scenario", "vt-too-short")
     theirs = api.call("GET", f"/api/labs/{lab['id']}", token=lab["token"]).json()["settings"]
     own = api.call("GET", f"/api/labs/{mine['id']}", token=mine["token"]).json()["settings"]
     assert own == theirs and own["vt_seconds"] == 300
@@ -129,6 +136,7 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     expect(row.locator('[data-count="redelivered"]')).to_have_attribute("data-value", re.compile(r"^[1-9]"),
                                                                          timeout=LONG)
     teacher.screenshot(path=str(ARTIFACTS / "rooms-dashboard-student.png"), full_page=True)
+    student.screenshot(path=str(ARTIFACTS / "rooms-follow-phone.png"))
     teacher.context.close()
     student.context.close()
 

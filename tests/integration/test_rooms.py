@@ -142,6 +142,7 @@ def test_every_scenario_link_carries_every_setting_and_a_room_can_start_from_it(
         got = patched.json()["settings"]
         assert {k: got[k] for k in sc["settings"]} == sc["settings"]
         room = open_room(api, scenario=sid, speed=200)
+        assert follow(api, room)["chapter_url"].endswith(f"?room={room['code']}&scenario={sid}")
         snap = api.call("GET", f"/api/labs/{room['lab']['lab_id']}", token=room["lab"]["token"]).json()
         assert snap["preset"] == sc["preset"]
         assert snap["settings"] == {**presets.settings_for(sc["preset"]), **sc["settings"], "speed": 200}
