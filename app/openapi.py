@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import Flask
 
-from app import presets, scenarios, settings
+from app import presets, settings
 
 _KIND = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"}}
 ERROR = {"type": "object", "required": ["error"],
@@ -43,13 +43,6 @@ BODIES: dict[str, dict[str, Any]] = {
         "sample": {"type": "string", "enum": ["bigbuckbunny", "bikes", "carphone_pristine", "poison"]},
         "job_type": {"type": "string", "enum": ["transcode", "thumbnail"]},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
-    "rooms.create_room": {"type": "object", "properties": {
-        "preset": {"type": "string", "enum": list(scenarios.room_presets())},
-        "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
-        "speed": settings_schema()["properties"]["speed"]}},
-    "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
-    "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
-        "client": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,40}$"}, "lab_id": {"type": "string"}}},
     "api.inject_fault": {"type": "object", "required": ["type"], "properties": {
         "type": {"type": "string", "enum": ["storage_outage", "poison", "slow"]},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},

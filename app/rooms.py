@@ -25,7 +25,7 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import chapters, labs, presets, scenarios, settings
+from app import chapters, labs, openapi, presets, scenarios, settings
 from app.api import json_body
 from app.errors import ApiError
 from app.labs import _hash as token_hash
@@ -151,6 +151,18 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
         created["settings"] = labs.update_settings(r, created["lab_id"], changes)
     created.update(ws_url=f"/ws/labs/{created['lab_id']}", preset=preset)
     return created
+
+
+# Request bodies of the room calls, for the OpenAPI document (built from the routes; these routes own them).
+openapi.BODIES.update({
+    "rooms.create_room": {"type": "object", "properties": {
+        "preset": {"type": "string", "enum": scenarios.room_presets()},
+        "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
+        "speed": openapi.settings_schema()["properties"]["speed"]}},
+    "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
+    "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
+        "client": {"type": "string", "pattern": _CLIENT.pattern}, "lab_id": {"type": "string"}}},
+})
 
 
 # --- API ----------------------------------------------------------------------------------------

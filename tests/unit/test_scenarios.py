@@ -2,7 +2,7 @@
 
 from urllib.parse import parse_qsl, urlsplit
 
-from app import presets, rooms, scenarios, settings
+from app import presets, scenarios, settings
 
 
 def test_every_scenario_is_valid_settings_on_a_preset_a_room_can_run():
@@ -22,8 +22,3 @@ def test_a_scenario_url_round_trips_every_setting_through_the_validator():
         clean, errors = settings.validate(query)
         assert not errors and clean == sc["settings"]
 
-
-def test_join_codes_are_read_the_way_students_type_them():
-    assert rooms.normalise(" abc-def ") == "ABCDEF"
-    assert rooms.pretty("ABCDEF") == "ABC-DEF"
-    assert not set(rooms.ALPHABET) & set("0O1I") and len(set(rooms.ALPHABET)) == len(rooms.ALPHABET)
