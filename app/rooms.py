@@ -235,7 +235,8 @@ def follow_room(code: str):
         raise ApiError(410, "room_lab_gone", "the instructor's lab has expired; ask for a new room")
     lab = _new_lab(r, room["preset"], labs.settings(r, room["lab_id"]))
     label = " ".join(name.split()) or f"student {r.hlen(rkey(room['code'], 'students')) + 1}"
-    r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time()}))
+    r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time(),
+                                                                     "view_token": lab["view_token"]}))
     r.zadd(rkey(room["code"], "seen"), {lab["lab_id"]: time.time()})
     _keep_alive(r, room["code"])
     resp = jsonify(dict(lab, name=label, chapter_url=chapter_link(room)))
@@ -282,13 +283,16 @@ def room_status(code: str):
     room = require_instructor(r, code)
     code, now = room["code"], time.time()
     seen = dict(r.zrange(rkey(code, "seen"), 0, -1, withscores=True))
+    path = scenarios.chapter_path(room["preset"])
     students = []
     for lab_id, raw in r.hgetall(rkey(code, "students")).items():
         info = json.loads(raw)
         alive = labs.exists(r, lab_id)
         students.append({"lab_id": lab_id, "name": info["name"], "joined": info["joined"], "alive": alive,
                          "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
-                         "counts": headline(r, lab_id) if alive else None})
+                         "counts": headline(r, lab_id) if alive else None,
+                         # the instructor may put a student's run on the projector, read-only
+                         "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}"})
     students.sort(key=lambda s: s["joined"])
     lab_alive = labs.exists(r, room["lab_id"])
     _keep_alive(r, code)

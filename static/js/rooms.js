@@ -97,10 +97,12 @@ function dashboard() {
   const rows = q('rows');
   const rowFor = new Map();
 
-  function row(id, name) {
+  function row(id, name, watchUrl) {
     let tr = rowFor.get(id);
     if (!tr) {
-      tr = h('tr', { 'data-lab': id, testid: `room-row-${id}` }, h('th', { scope: 'row' }, name),
+      const label = watchUrl
+        ? h('a', { href: watchUrl, title: `Watch ${name}'s lab, read-only (put it on the projector)` }, name) : name;
+      tr = h('tr', { 'data-lab': id, testid: `room-row-${id}` }, h('th', { scope: 'row' }, label),
         ...['done', 'redelivered', 'dead', 'lost'].map((k) => h('td', { class: 'num', 'data-count': k }, '–')),
         h('td', { 'data-role': 'live' }, ''));
       rowFor.set(id, tr);
@@ -129,7 +131,7 @@ function dashboard() {
       setText(studentsN, String(d.students.length));
       setAttr(studentsN, 'data-value', String(d.students.length));
       fill(row(d.lab_id, 'Your lab (on the projector)'), d.counts, d.lab_alive ? 'live' : 'expired');
-      for (const s of d.students) fill(row(s.lab_id, s.name), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away');
+      for (const s of d.students) fill(row(s.lab_id, s.name, s.watch_url), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away');
       setText(q('dash-status'), '');
       root.dataset.state = 'ready';
     } else if (res.status === 404) {

@@ -137,6 +137,11 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
                                                                          timeout=LONG)
     teacher.screenshot(path=str(ARTIFACTS / "rooms-dashboard-student.png"), full_page=True)
     student.screenshot(path=str(ARTIFACTS / "rooms-follow-phone.png"))
+    # the instructor opens the student's run read-only from the dashboard (to put it on the projector)
+    row.get_by_role("link", name="Ada").click()
+    widget_ready(teacher)
+    assert teacher.locator("#lab-widget").get_attribute("data-lab-id") == mine["id"]
+    expect(teacher.locator("#lab-widget")).to_have_class(re.compile(r"\blw-viewer\b"))
     teacher.context.close()
     student.context.close()
 

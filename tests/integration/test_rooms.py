@@ -104,6 +104,10 @@ def test_the_instructor_view_counts_viewers_and_each_student_labs_headline_count
     assert [s["name"] for s in snap["students"]] == ["Grace"]
     assert snap["students"][0]["counts"] == {"done": 0, "redelivered": 0, "dead": 0, "lost": 0}
     assert snap["students"][0]["live"] is True
+    # the instructor can open the student's lab read-only (e.g. to put it on the projector)
+    watch = dict(parse_qsl(urlsplit(snap["students"][0]["watch_url"]).query))
+    assert watch["lab"] == student["lab_id"] and watch["view"] == student["view_token"]
+    assert api.call("PATCH", f"/api/labs/{student['lab_id']}/settings", {"workers": 0}, watch["view"]).status == 403
 
     # the student runs a real job; the instructor's readout follows their lab's counts
     res = api.call("POST", f"/api/labs/{student['lab_id']}/jobs", {"duration_s": 30}, student["token"])
