@@ -68,10 +68,28 @@ function joinPage() {
   });
 }
 
-function dashboard() {
+/**
+ * The hand-off link (`#instructor=…&lab_token=…`) moves the dashboard to another computer, e.g. the
+ * classroom's: a URL fragment never reaches the server, so the tokens stay out of every log.
+ */
+async function fromHandoff(code) {
+  const frag = new URLSearchParams(location.hash.slice(1));
+  const token = frag.get('instructor'), labToken = frag.get('lab_token');
+  if (!token || !labToken) return null;
+  history.replaceState(history.state, '', location.pathname);
+  const res = await call('GET', `/api/rooms/${code}`);
+  if (!res.ok) return null;
+  const d = res.data;
+  const saved = { token, preset: d.preset,
+    lab: { lab_id: d.lab_id, token: labToken, view_token: d.view_token, ws_url: `/ws/labs/${d.lab_id}` } };
+  localStorage.setItem(roomStore(code), JSON.stringify(saved));
+  return saved;
+}
+
+async function dashboard() {
   const { code, preset, labUrl, presentUrl } = root.dataset;
-  let saved = null;
-  try { saved = JSON.parse(localStorage.getItem(roomStore(code)) || 'null'); } catch { saved = null; }
+  let saved = await fromHandoff(code);
+  try { saved = saved || JSON.parse(localStorage.getItem(roomStore(code)) || 'null'); } catch { saved = null; }
   if (['127.0.0.1', 'localhost', '[::1]'].includes(location.hostname)) q('host-hint').hidden = false;
   if (!saved || !saved.token) {
     q('not-instructor').hidden = false;
@@ -79,6 +97,9 @@ function dashboard() {
     return;
   }
   q('dash').hidden = false;
+  const handoff = q('handoff');
+  handoff.value = `${location.origin}${location.pathname}#${new URLSearchParams({ instructor: saved.token, lab_token: saved.lab.token })}`;
+  handoff.addEventListener('focus', () => handoff.select());
   const open = (present) => {
     adoptLab(preset, saved.lab);
     location.assign(present ? presentUrl : labUrl);
@@ -137,6 +158,10 @@ function dashboard() {
     } else if (res.status === 404) {
       setText(q('dash-status'), 'This room has closed or expired.');
       root.dataset.state = 'closed';
+      return;
+    } else if (res.status === 403) {
+      setText(q('dash-status'), 'This browser’s instructor token does not open this room.');
+      root.dataset.state = 'forbidden';
       return;
     } else {
       setText(q('dash-status'), `Could not refresh: ${errorText(res.data, res.status)}`);

@@ -102,6 +102,20 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     teacher.get_by_test_id("present-toggle").click()
     expect(teacher.locator("html")).not_to_have_class(re.compile(r"\bpresent\b"))
     assert "present=1" not in teacher.url
+
+    # the hand-off link moves the dashboard and the lab to another computer (a fresh browser context)
+    teacher.goto(f"{stack.url}/rooms/{code}")
+    handoff = teacher.get_by_test_id("room-handoff").input_value()
+    assert "#instructor=" in handoff and "lab_token=" in handoff
+    other = watch_errors(browser.new_context().new_page())
+    other.goto(handoff)
+    expect(other.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
+    assert "#" not in other.url  # the tokens leave the address bar at once
+    other.get_by_test_id("open-lab").click()
+    widget_ready(other)
+    assert other.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
+    expect(other.get_by_test_id("upload-file")).to_have_count(1)  # the instructor's own controls
+    other.context.close()
     teacher.context.close()
     student.context.close()
 
