@@ -37,12 +37,11 @@ ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 """Join-code letters: no 0/O or 1/I, so a code read off a projector is typed right first time."""
 CODE_LENGTH = 6
 ROOM_TTL = 4 * 3600
-"""Real seconds a room lives after the instructor last looked at it: a class period and then some."""
+"""Real seconds a room lives after the instructor last looked at it or presented: a class period and then some."""
 PRESENCE_WINDOW = 30
 """A viewer counts as present if their page checked in within this many real seconds (it does every 10)."""
 MAX_VIEWERS = 1000
 MAX_STUDENTS = 100
-HEADLINE = ("done", "redelivered", "dead", "lost")
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
 _CLIENT = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
 
@@ -262,6 +261,7 @@ def room_presence(code: str):
         role = "instructor"
         if labs.exists(r, lab_id):
             labs.touch(r, lab_id)
+        _keep_alive(r, code)
     elif lab_id and r.hexists(rkey(code, "students"), lab_id):
         role = "student"
         r.zadd(rkey(code, "seen"), {lab_id: now})
