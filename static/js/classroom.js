@@ -21,12 +21,13 @@ let els = null;
 if (root) {
   presenter();
   onLab({ ready: onReady, snapshot: (snap) => updateSetupLink(snap.settings) });
-  if (params.get('room')) joinRoom(params.get('room'));
 }
 
 function onReady(detail) {
+  const first = !current;
   current = detail;
   if (!els) els = buildPanel();
+  if (first && params.get('room')) joinRoom(params.get('room'));
   applyUrlSettings(detail);
   if (params.get('scenario')) showScenario(detail, params.get('scenario'));
   updateSetupLink(detail.snapshot.settings);
@@ -115,11 +116,14 @@ async function applyUrlSettings({ lab, api, meta }) {
   const names = new Set(meta.settings.map((s) => s.name));
   const changes = Object.fromEntries([...params].filter(([k]) => names.has(k) && k !== 'speed'));
   if (!Object.keys(changes).length) return;
-  const applied = `awl:applied:${lab.id}`;
-  if (sessionStorage.getItem(applied) === location.search) return; // a reload must not re-send them
+  const applied = `awl:applied:${lab.id}`, wanted = JSON.stringify(changes);
+  if (sessionStorage.getItem(applied) === wanted) { // a reload must not send them (and an event) again
+    setAttr(root, 'data-url-settings', 'applied');
+    return;
+  }
   const res = await api('PATCH', `/api/labs/${lab.id}/settings`, changes);
   if (res.ok) {
-    sessionStorage.setItem(applied, location.search);
+    sessionStorage.setItem(applied, wanted);
     setAttr(root, 'data-url-settings', 'applied');
   } else {
     setAttr(root, 'data-url-settings', 'refused');
@@ -174,7 +178,6 @@ function joinRoom(code) {
     `Room ${code.slice(0, 3)}-${code.slice(3)}`);
   root.querySelector('.lw-head-title').append(badge);
   async function checkIn() {
-    if (!current) { setTimeout(checkIn, 500); return; }
     const { lab } = current;
     let res;
     try {

@@ -172,6 +172,13 @@ def test_a_scenario_link_applies_every_setting_and_runs(page: Page, stack, api, 
     got = api.call("GET", f"/api/labs/{lab['id']}", token=lab["token"]).json()["settings"]
     want = scenarios.SCENARIOS["poison-pill"]["settings"]
     assert {k: got[k] for k in want} == want
+    changed = [e for e in api.events({"lab_id": lab["id"], "token": lab["token"]}) if e["type"] == "settings.changed"]
+    page.reload()  # the same link reloaded resumes the lab and does not send the settings again
+    widget_ready(page)
+    expect(page.locator("#lab-widget")).to_have_attribute("data-url-settings", "applied", timeout=10_000)
+    assert saved_lab(page, "ch4")["id"] == lab["id"]
+    again = [e for e in api.events({"lab_id": lab["id"], "token": lab["token"]}) if e["type"] == "settings.changed"]
+    assert again == changed
     # the set-up link names every setting that differs from the chapter's preset (ch4 already has 4 attempts)
     expect(page.get_by_test_id("setup-url")).to_have_value(re.compile(r"\?scenario=poison-pill&.*retry_cap=60"))
     assert "max_attempts" not in page.get_by_test_id("setup-url").input_value()
