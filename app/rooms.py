@@ -116,10 +116,9 @@ def room_title(room: dict[str, str]) -> str:
     return presets.PRESETS[room["preset"]]["title"]
 
 
-def headline(r: redis.Redis, lab: str) -> dict[str, int]:
+def headline(c: dict[str, int] | None) -> dict[str, int] | None:
     """The four numbers an instructor scans a room for: done, redelivered, dead-lettered, lost."""
-    c = labs.counts(r, lab)
-    return {"done": c["done"], "redelivered": c["redelivered"], "dead": c["dlq"], "lost": c["lost"]}
+    return c and {"done": c["done"], "redelivered": c["redelivered"], "dead": c["dlq"], "lost": c["lost"]}
 
 
 def lab_cookie(resp, lab: str, token: str):
@@ -284,20 +283,20 @@ def room_status(code: str):
     code, now = room["code"], time.time()
     seen = dict(r.zrange(rkey(code, "seen"), 0, -1, withscores=True))
     path = scenarios.chapter_path(room["preset"])
+    joined = r.hgetall(rkey(code, "students"))
+    counts = labs.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
     students = []
-    for lab_id, raw in r.hgetall(rkey(code, "students")).items():
-        info = json.loads(raw)
-        alive = labs.exists(r, lab_id)
+    for lab_id, raw in joined.items():
+        info, alive = json.loads(raw), counts[lab_id] is not None
         students.append({"lab_id": lab_id, "name": info["name"], "joined": info["joined"], "alive": alive,
                          "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
-                         "counts": headline(r, lab_id) if alive else None,
+                         "counts": headline(counts[lab_id]),
                          # the instructor may put a student's run on the projector, read-only
                          "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}"})
     students.sort(key=lambda s: s["joined"])
-    lab_alive = labs.exists(r, room["lab_id"])
     _keep_alive(r, code)
     return jsonify(code=code, display_code=pretty(code), preset=room["preset"], lab_id=room["lab_id"],
-                   lab_alive=lab_alive, counts=headline(r, room["lab_id"]) if lab_alive else None,
+                   lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
                    students=students, expires_in=ROOM_TTL, join_url=join_url(code))
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import segno
 
-from app import presets, scenarios
+from app import labs, presets, scenarios
 from app.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 
 pytestmark = pytest.mark.integration
@@ -153,7 +153,7 @@ def test_every_scenario_link_carries_every_setting_and_a_room_can_start_from_it(
     assert api.call("GET", "/s/no-such-thing").status == 404
 
 
-def test_export_jsonl_is_the_event_stream_and_csv_is_the_counts(api):
+def test_export_jsonl_is_the_event_stream_and_csv_is_the_counts(api, r):
     lab = api.lab("ch1", speed=200, workers=1, vt_seconds=1200)
     for _ in range(2):
         assert api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"duration_s": 20}, lab["token"]).status == 202
@@ -175,6 +175,8 @@ def test_export_jsonl_is_the_event_stream_and_csv_is_the_counts(api):
     assert rows[0] == ["count", "value"]
     assert {k: int(v) for k, v in rows[1:]} == api.snapshot(lab)["counts"]
     assert dict(rows[1:])["done"] == "2"
+    # the dashboard's one-round-trip read gives the same numbers, and None for a lab that is gone
+    assert labs.counts_of(r, [lab["lab_id"], "gone"]) == {lab["lab_id"]: labs.counts(r, lab["lab_id"]), "gone": None}
 
     other = api.lab("ch1", speed=200, workers=0)
     assert api.call("GET", base + "/export.csv").status == 401
