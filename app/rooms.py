@@ -30,6 +30,7 @@ from app.api import json_body
 from app.errors import ApiError
 from app.labs import _hash as token_hash
 from app.store import get_redis
+from workers.broker.keys import key
 
 bp = Blueprint("rooms", __name__)
 
@@ -151,12 +152,51 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
     return created
 
 
+def _setup_from(body: dict, scenario: str | None) -> tuple[str, dict[str, Any]]:
+    """(preset, settings) of a fresh room lab: the scenario's, else the chapter preset's; `speed` on top."""
+    if scenario:
+        preset, lab_settings = scenarios.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
+    else:
+        preset = body.get("preset", presets.DEFAULT_PRESET)
+        if not isinstance(preset, str) or preset not in scenarios.room_presets():
+            raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(scenarios.room_presets())}"})
+        lab_settings = presets.settings_for(preset)
+    if "speed" in body:
+        clean, errors = settings.validate({"speed": body["speed"]})
+        if errors:
+            raise ApiError(422, "invalid_settings", errors)
+        lab_settings["speed"] = clean["speed"]
+    return preset, lab_settings
+
+
+def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
+    """The caller's own lab, set up beforehand, becomes the room's: its owner token proves it is
+    theirs, and its view token (which the server keeps only as a hash) is what students will get."""
+    lab_id, view_token = body.get("lab_id"), body.get("view_token")
+    if not isinstance(lab_id, str) or len(lab_id) > 32 or not labs.exists(r, lab_id):
+        raise ApiError(404, "unknown_lab", f"no lab {str(lab_id)[:40]!r}")
+    auth = request.headers.get("Authorization", "")
+    token = auth[7:].strip() if auth.startswith("Bearer ") else ""
+    if labs.check_token(r, lab_id, token) != "owner":
+        raise ApiError(403, "forbidden", "send the lab's own token as Authorization: Bearer <token>")
+    if not isinstance(view_token, str) or labs.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
+        raise ApiError(422, "invalid_view_token", {"view_token": "must be this lab's view token"})
+    preset = r.hget(key(lab_id, "meta"), "preset")
+    if preset not in scenarios.room_presets():
+        raise ApiError(422, "invalid_preset", {"lab_id": f"a room runs a chapter's preset; this lab runs {preset}"})
+    labs.touch(r, lab_id)
+    return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
+            "preset": preset, "settings": labs.settings(r, lab_id)}
+
+
 # Request bodies of the room calls, for the OpenAPI document (built from the routes; these routes own them).
 openapi.BODIES.update({
     "rooms.create_room": {"type": "object", "properties": {
         "preset": {"type": "string", "enum": scenarios.room_presets()},
         "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
-        "speed": openapi.settings_schema()["properties"]["speed"]}},
+        "speed": openapi.settings_schema()["properties"]["speed"],
+        "lab_id": {"type": "string", "description": "open the room on this lab of yours (send its token as Bearer)"},
+        "view_token": {"type": "string", "description": "that lab's view token, handed to the students"}}},
     "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
     "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
         "client": {"type": "string", "pattern": _CLIENT.pattern}, "lab_id": {"type": "string"}}},
@@ -173,27 +213,18 @@ def list_scenarios():
 
 @bp.post("/api/rooms")
 def create_room():
-    """Open a room: a fresh instructor lab (a chapter preset or a scenario), a join code and a QR code."""
+    """Open a room: a fresh instructor lab (a chapter preset or a scenario) or the caller's own lab
+    (`lab_id` + `view_token`, with that lab's token as Bearer), a join code and a QR code."""
     refuse_foreign_origin()
     body = json_body()
-    scenario = body.get("scenario")
-    if scenario is not None:
-        if not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS:
-            raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
-        preset = scenarios.SCENARIOS[scenario]["preset"]
-        lab_settings = scenarios.settings_for(scenario)
-    else:
-        preset = body.get("preset", presets.DEFAULT_PRESET)
-        if not isinstance(preset, str) or preset not in scenarios.room_presets():
-            raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(scenarios.room_presets())}"})
-        lab_settings = presets.settings_for(preset)
-    if "speed" in body:
-        clean, errors = settings.validate({"speed": body["speed"]})
-        if errors:
-            raise ApiError(422, "invalid_settings", errors)
-        lab_settings["speed"] = clean["speed"]
     r = get_redis()
-    lab = _new_lab(r, preset, lab_settings)
+    scenario = body.get("scenario")
+    if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS):
+        raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
+    lab = _adopt_lab(r, body) if "lab_id" in body else _new_lab(r, *_setup_from(body, scenario))
+    preset = lab["preset"]
+    if scenario and (needs := scenarios.SCENARIOS[scenario]["preset"]) != preset:
+        raise ApiError(422, "invalid_scenario", {"scenario": f"{scenario} runs on {needs}, this lab on {preset}"})
     code, token = new_code(r), secrets.token_urlsafe(24)
     r.hset(rkey(code), mapping={
         "lab_id": lab["lab_id"], "view_token": lab["view_token"], "preset": preset,

@@ -28,6 +28,7 @@ function onReady(detail) {
   current = detail;
   if (!els) els = buildPanel();
   if (first && params.get('room')) joinRoom(params.get('room'));
+  els.roomRow.hidden = Boolean(detail.lab.viewer || !detail.lab.view || params.get('room'));
   applyUrlSettings(detail);
   if (params.get('scenario')) showScenario(detail, params.get('scenario'));
   updateSetupLink(detail.snapshot.settings);
@@ -73,7 +74,25 @@ function buildPanel() {
       h('small', { class: 'lw-doc' }, 'every setting that differs from the chapter’s preset, in the address')),
     setup);
   (root.querySelector('.lw-bottom') || root).append(panel);
-  return { status, setup };
+  const roomBtn = h('button', { type: 'button', class: 'lw-btn', testid: 'room-from-lab', onclick: () => roomFromLab(status) },
+    'Open a classroom room on this lab');
+  const roomRow = h('div', { class: 'lw-row lw-wrap cr-room-row' }, roomBtn,
+    h('small', { class: 'lw-doc' }, 'a join code and QR code; students watch this lab or copy it'));
+  panel.append(roomRow);
+  return { status, setup, roomRow };
+}
+
+/** Open a room on the lab as it is now (settings tuned, jobs run): the instructor's dashboard follows. */
+async function roomFromLab(status) {
+  const { lab, api } = current;
+  const body = { lab_id: lab.id, view_token: lab.view };
+  if (params.get('scenario')) body.scenario = params.get('scenario');
+  setText(status, 'opening a room…');
+  const res = await api('POST', '/api/rooms', body);
+  if (res.status !== 201) { setText(status, `Could not open a room: ${errorText(res.data, res.status)}`); return; }
+  const d = res.data;
+  localStorage.setItem(`awl:room:${d.code}`, JSON.stringify({ token: d.instructor_token, lab: d.lab, preset: d.lab.preset }));
+  location.assign(d.room_url);
 }
 
 async function download(kind, status) {

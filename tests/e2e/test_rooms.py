@@ -78,6 +78,7 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     assert student.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
     expect(student.locator("#lab-widget")).to_have_class(re.compile(r"\blw-viewer\b"))
     expect(student.get_by_test_id("upload-file")).to_have_count(0)  # a viewer gets no mutate controls
+    expect(student.get_by_test_id("room-from-lab")).to_be_hidden()
     expect(student.get_by_test_id("room-badge")).to_have_attribute("data-role-in-room", "viewer", timeout=10_000)
 
     # the dashboard counts the viewer
@@ -205,6 +206,17 @@ def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, w
     rows = dict(list(csv.reader(io.StringIO(open(dl.value.path()).read())))[1:])
     assert int(rows["enqueued"]) == 1
     expect(page.get_by_test_id("export-status")).to_contain_text("saved the counts")
+
+    # the lab as it is now (its job, its settings) becomes a classroom room
+    page.get_by_test_id("room-from-lab").click()
+    page.wait_for_url(re.compile(r"/rooms/[A-Z2-9]{6}$"), timeout=30_000)
+    expect(page.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
+    code = page.url.rsplit("/", 1)[1]
+    assert api.call("GET", f"/api/rooms/{code}").json()["lab_id"] == lab["id"]
+    page.get_by_test_id("open-lab").click()
+    widget_ready(page)
+    assert page.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
+    expect(page.get_by_test_id("room-from-lab")).to_be_hidden()  # already in a room
 
 
 def test_presenter_mode_from_the_url_is_large_high_contrast_and_still_motionless(page: Page, stack, api, watch_errors):

@@ -245,3 +245,27 @@ def test_a_viewer_who_closes_the_page_stops_counting_and_a_gone_lab_cannot_be_fo
     res = api.call("POST", f"/api/rooms/{room['code']}/follow", {})
     assert res.status == 410 and res.json()["error"] == "room_lab_gone"
     assert status(api, room).json()["lab_alive"] is False
+
+
+def test_an_instructor_can_open_a_room_on_a_lab_they_already_set_up(api):
+    lab = api.lab("ch4", speed=200, workers=1, max_attempts=2)
+    other = api.lab("ch4", speed=200, workers=0)
+    body = {"lab_id": lab["lab_id"], "view_token": lab["view_token"], "scenario": "poison-pill"}
+    res = api.call("POST", "/api/rooms", body, token=lab["token"])
+    assert res.status == 201, res.body
+    room = res.json()
+    assert room["lab"]["lab_id"] == lab["lab_id"]
+    joined = api.call("GET", f"/api/rooms/{room['code']}").json()
+    assert joined["view_token"] == lab["view_token"] and joined["title"] == "Scenario: Poison pill"
+    copy = follow(api, room)
+    got = api.call("GET", f"/api/labs/{copy['lab_id']}", token=copy["token"]).json()["settings"]
+    assert got["max_attempts"] == 2 and got["workers"] == 1  # the lab's own tuned settings, not the scenario's
+    # only the lab's owner token opens a room on it, and only with the lab's real view token
+    assert api.call("POST", "/api/rooms", body, token=lab["view_token"]).status == 403
+    assert api.call("POST", "/api/rooms", body, token=other["token"]).status == 403
+    assert api.call("POST", "/api/rooms", body).status == 403
+    wrong = api.call("POST", "/api/rooms", {**body, "view_token": other["view_token"]}, token=lab["token"])
+    assert wrong.status == 422 and "view_token" in wrong.json()["detail"]
+    assert api.call("POST", "/api/rooms", {**body, "scenario": "vt-too-short"}, token=lab["token"]).status == 422
+    assert api.call("POST", "/api/rooms", {**body, "lab_id": "nolab"}, token=lab["token"]).status == 404
+    assert api.call("POST", "/api/rooms", {**body, "lab_id": ["x"]}, token=lab["token"]).status == 404
