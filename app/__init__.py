@@ -35,6 +35,10 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(retries.bp)
     app.register_blueprint(schedule.bp)
     ws.init_app(app)
+    from app import export, rooms  # classroom (issue 10): rooms, scenario links, run export
+
+    app.register_blueprint(rooms.bp)
+    app.register_blueprint(export.bp)
     app.after_request(security_headers)
     return app
 

@@ -129,8 +129,24 @@ def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
 
 def counts(r: redis.Redis, lab: str) -> dict[str, int]:
     """Gauges from the state machine, counters from the event stream (same atomic writes)."""
-    states = {k: int(v) for k, v in r.hgetall(key(lab, "states")).items()}
-    counters = {k: int(v) for k, v in r.hgetall(key(lab, "counts")).items()}
+    return _fold_counts(r.hgetall(key(lab, "states")), r.hgetall(key(lab, "counts")))
+
+
+def counts_of(r: redis.Redis, lab_ids: list[str]) -> dict[str, dict[str, int] | None]:
+    """Counts of many labs in one round trip (a room's dashboard polls every student's); None = lab gone."""
+    with r.pipeline(transaction=False) as pipe:
+        for lab in lab_ids:
+            pipe.sismember(LABS, lab)
+            pipe.hgetall(key(lab, "states"))
+            pipe.hgetall(key(lab, "counts"))
+        raw = pipe.execute()
+    return {lab: _fold_counts(raw[3 * i + 1], raw[3 * i + 2]) if raw[3 * i] else None
+            for i, lab in enumerate(lab_ids)}
+
+
+def _fold_counts(state_rows: dict[str, str], counter_rows: dict[str, str]) -> dict[str, int]:
+    states = {k: int(v) for k, v in state_rows.items()}
+    counters = {k: int(v) for k, v in counter_rows.items()}
     out = {name: counters.get(name, 0) for name in COUNTERS}
     out.update({
         "queued": states.get("queued", 0) + states.get("retrying", 0),

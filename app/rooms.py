@@ -1,0 +1,413 @@
+"""Classroom rooms: an instructor's lab that a room of students watches live or copies to follow along.
+
+A room is a short join code pointing at the instructor's lab. The code is the students' capability:
+it resolves to the lab's *view token* (read-only live view) or makes each student a lab of their own
+with the instructor's current preset and settings ("follow along"). The instructor holds a separate
+instructor token for the room dashboard (viewer count, each student lab's headline counts).
+
+CSRF: every room call is authorised by a bearer token sent in a header (the instructor token, or
+none at all for the code-gated calls), never by a cookie, so a cross-site form cannot ride on the
+instructor's session; POSTs also refuse a browser Origin that is not this app's host.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+import time
+from io import BytesIO
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import redis
+import segno
+from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
+
+from app import chapters, labs, openapi, presets, scenarios, settings
+from app.api import json_body
+from app.errors import ApiError
+from app.labs import _hash as token_hash
+from app.store import get_redis
+from workers.broker.keys import key
+
+bp = Blueprint("rooms", __name__)
+
+ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+"""Join-code letters: no 0/O or 1/I, so a code read off a projector is typed right first time."""
+CODE_LENGTH = 6
+ROOM_TTL = 4 * 3600
+"""Real seconds a room lives after the instructor last looked at it or presented: a class period and then some."""
+PRESENCE_WINDOW = 30
+"""A viewer counts as present if their page checked in within this many real seconds (it does every 10)."""
+MAX_VIEWERS = 1000
+MAX_STUDENTS = 100
+_CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
+_CLIENT = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
+
+
+def rkey(code: str, part: str = "") -> str:
+    return f"room:{code}" + (f":{part}" if part else "")
+
+
+def normalise(code: str) -> str:
+    """Codes are shown as ABC-DEF; students type them in any case, with or without the dash."""
+    return re.sub(r"[\s-]", "", code or "").upper()
+
+
+def new_code(r: redis.Redis) -> str:
+    while True:
+        code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+        if not r.exists(rkey(code)):
+            return code
+
+
+def pretty(code: str) -> str:
+    return f"{code[:3]}-{code[3:]}"
+
+
+def load(r: redis.Redis, code: str) -> dict[str, str]:
+    """The room, or a 404 for a code that is malformed, unknown or expired."""
+    code = normalise(code)
+    room = r.hgetall(rkey(code)) if _CODE.match(code) else {}
+    if not room:
+        raise ApiError(404, "unknown_room", f"no room with the code {code[:12]!r}: check the code on the screen")
+    room["code"] = code
+    return room
+
+
+def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
+    room = load(r, code)
+    auth = request.headers.get("Authorization", "")
+    if not auth.startswith("Bearer "):
+        raise ApiError(401, "missing_token", "send Authorization: Bearer <instructor token>",
+                       {"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(room["instructor"], token_hash(auth[7:].strip())):
+        raise ApiError(403, "forbidden", "this token is not this room's instructor token")
+    return room
+
+
+def refuse_foreign_origin() -> None:
+    """A browser names the page behind a POST in `Origin`; a page on another site is refused."""
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        raise ApiError(403, "bad_origin", "a room call from another site's page was refused")
+
+
+def join_url(code: str) -> str:
+    return request.host_url.rstrip("/") + url_for("rooms.join_page", code=code)
+
+
+def watch_path(room: dict[str, str]) -> str:
+    """The chapter page opened read-only on the instructor's lab (the widget's viewer mode)."""
+    return chapter_link(room, lab=room["lab_id"], view=room["view_token"])
+
+
+def chapter_link(room: dict[str, str], **extra: str) -> str:
+    """The room's chapter page for a lab of one's own: the room's code, and its scenario's banner."""
+    query = {"room": room["code"], **({"scenario": room["scenario"]} if room.get("scenario") else {}), **extra}
+    return f"{scenarios.chapter_path(room['preset'])}?{urlencode(query)}"
+
+
+def room_title(room: dict[str, str]) -> str:
+    """The scenario's name if the room started from one, else the chapter preset's."""
+    if room.get("scenario") in scenarios.SCENARIOS:
+        return f"Scenario: {scenarios.SCENARIOS[room['scenario']]['title']}"
+    return presets.PRESETS[room["preset"]]["title"]
+
+
+def headline(c: dict[str, int] | None) -> dict[str, int] | None:
+    """The four numbers an instructor scans a room for: done, redelivered, dead-lettered, lost."""
+    return c and {"done": c["done"], "redelivered": c["redelivered"], "dead": c["dlq"], "lost": c["lost"]}
+
+
+def lab_cookie(resp, lab: str, token: str):
+    """The same lab cookie POST /api/labs sets (it lets <video> fetch outputs); SameSite=Strict."""
+    resp.set_cookie(f"lab_{lab}", token, httponly=True, samesite="Strict",
+                    max_age=current_app.config["LAB"].lab_idle_ttl)
+    return resp
+
+
+def _keep_alive(r: redis.Redis, code: str) -> None:
+    with r.pipeline() as pipe:
+        for part in ("", "viewers", "students", "seen"):
+            pipe.expire(rkey(code, part), ROOM_TTL)
+        pipe.execute()
+
+
+def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[str, Any]:
+    """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
+    cfg = current_app.config["LAB"]
+    try:
+        created = labs.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
+    except labs.LabFull:
+        raise ApiError(429, "labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
+                       {"Retry-After": "60"}) from None
+    base = presets.settings_for(preset)
+    changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
+    if changes:
+        created["settings"] = labs.update_settings(r, created["lab_id"], changes)
+    created.update(ws_url=f"/ws/labs/{created['lab_id']}", preset=preset)
+    return created
+
+
+def _setup_from(body: dict, scenario: str | None) -> tuple[str, dict[str, Any]]:
+    """(preset, settings) of a fresh room lab: the scenario's, else the chapter preset's; `speed` on top."""
+    if scenario:
+        preset, lab_settings = scenarios.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
+    else:
+        preset = body.get("preset", presets.DEFAULT_PRESET)
+        if not isinstance(preset, str) or preset not in scenarios.room_presets():
+            raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(scenarios.room_presets())}"})
+        lab_settings = presets.settings_for(preset)
+    if "speed" in body:
+        clean, errors = settings.validate({"speed": body["speed"]})
+        if errors:
+            raise ApiError(422, "invalid_settings", errors)
+        lab_settings["speed"] = clean["speed"]
+    return preset, lab_settings
+
+
+def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
+    """The caller's own lab, set up beforehand, becomes the room's: its owner token proves it is
+    theirs, and its view token (which the server keeps only as a hash) is what students will get."""
+    lab_id, view_token = body.get("lab_id"), body.get("view_token")
+    if not isinstance(lab_id, str) or len(lab_id) > 32 or not labs.exists(r, lab_id):
+        raise ApiError(404, "unknown_lab", f"no lab {str(lab_id)[:40]!r}")
+    auth = request.headers.get("Authorization", "")
+    token = auth[7:].strip() if auth.startswith("Bearer ") else ""
+    if labs.check_token(r, lab_id, token) != "owner":
+        raise ApiError(403, "forbidden", "send the lab's own token as Authorization: Bearer <token>")
+    if not isinstance(view_token, str) or labs.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
+        raise ApiError(422, "invalid_view_token", {"view_token": "must be this lab's view token"})
+    preset = r.hget(key(lab_id, "meta"), "preset")
+    if preset not in scenarios.room_presets():
+        raise ApiError(422, "invalid_preset", {"lab_id": f"a room runs a chapter's preset; this lab runs {preset}"})
+    labs.touch(r, lab_id)
+    return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
+            "preset": preset, "settings": labs.settings(r, lab_id)}
+
+
+# Request bodies of the room calls, for the OpenAPI document (built from the routes; these routes own them).
+openapi.BODIES.update({
+    "rooms.create_room": {"type": "object", "properties": {
+        "preset": {"type": "string", "enum": scenarios.room_presets()},
+        "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
+        "speed": openapi.settings_schema()["properties"]["speed"],
+        "lab_id": {"type": "string", "description": "open the room on this lab of yours (send its token as Bearer)"},
+        "view_token": {"type": "string", "description": "that lab's view token, handed to the students"}}},
+    "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
+    "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
+        "client": {"type": "string", "pattern": _CLIENT.pattern}, "lab_id": {"type": "string"}}},
+})
+
+
+# --- API ----------------------------------------------------------------------------------------
+
+@bp.get("/api/scenarios")
+def list_scenarios():
+    """Ready-made scenarios ("VT too short", "retry storm", "poison pill") with their shareable URLs."""
+    return jsonify(scenarios=scenarios.all_public())
+
+
+@bp.post("/api/rooms")
+def create_room():
+    """Open a room: a fresh instructor lab (a chapter preset or a scenario) or the caller's own lab
+    (`lab_id` + `view_token`, with that lab's token as Bearer), a join code and a QR code."""
+    refuse_foreign_origin()
+    body = json_body()
+    r = get_redis()
+    scenario = body.get("scenario")
+    if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS):
+        raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
+    lab = _adopt_lab(r, body) if "lab_id" in body else _new_lab(r, *_setup_from(body, scenario))
+    preset = lab["preset"]
+    if scenario and (needs := scenarios.SCENARIOS[scenario]["preset"]) != preset:
+        raise ApiError(422, "invalid_scenario", {"scenario": f"{scenario} runs on {needs}, this lab on {preset}"})
+    code, token = new_code(r), secrets.token_urlsafe(24)
+    r.hset(rkey(code), mapping={
+        "lab_id": lab["lab_id"], "view_token": lab["view_token"], "preset": preset,
+        "scenario": scenario or "", "instructor": token_hash(token), "created": time.time()})
+    _keep_alive(r, code)
+    resp = jsonify(code=code, display_code=pretty(code), instructor_token=token, lab=lab,
+                   join_url=join_url(code), room_url=url_for("rooms.room_page", code=code),
+                   qr_url=url_for("rooms.room_qr", code=code), chapter_url=scenarios.chapter_path(preset))
+    resp.status_code = 201
+    return lab_cookie(resp, lab["lab_id"], lab["token"])
+
+
+@bp.get("/api/rooms/<code>")
+def get_room(code: str):
+    """Resolve a join code: the room's chapter and the instructor lab's id and view token (read-only)."""
+    room = load(get_redis(), code)
+    path = scenarios.chapter_path(room["preset"])
+    return jsonify(code=room["code"], display_code=pretty(room["code"]), preset=room["preset"],
+                   title=room_title(room), scenario=room["scenario"] or None,
+                   lab_id=room["lab_id"], view_token=room["view_token"], chapter_url=path,
+                   watch_url=watch_path(room))
+
+
+@bp.post("/api/rooms/<code>/follow")
+def follow_room(code: str):
+    """Follow along: a lab of your own with the instructor lab's preset and current settings."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = load(r, code)
+    name = json_body().get("name", "")
+    if not isinstance(name, str) or len(name) > 40:
+        raise ApiError(422, "invalid_name", {"name": "must be text of at most 40 characters"})
+    if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:
+        raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
+                       {"Retry-After": "60"})
+    if not labs.exists(r, room["lab_id"]):
+        raise ApiError(410, "room_lab_gone", "the instructor's lab has expired; ask for a new room")
+    lab = _new_lab(r, room["preset"], labs.settings(r, room["lab_id"]))
+    label = " ".join(name.split()) or f"student {r.hlen(rkey(room['code'], 'students')) + 1}"
+    r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time(),
+                                                                     "view_token": lab["view_token"]}))
+    r.zadd(rkey(room["code"], "seen"), {lab["lab_id"]: time.time()})
+    _keep_alive(r, room["code"])
+    resp = jsonify(dict(lab, name=label, chapter_url=chapter_link(room)))
+    resp.status_code = 201
+    return lab_cookie(resp, lab["lab_id"], lab["token"])
+
+
+@bp.post("/api/rooms/<code>/presence")
+def room_presence(code: str):
+    """A page in the room checks in (every 10 s): a viewer, a follow-along student or the instructor."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = load(r, code)
+    body = json_body()
+    client, lab_id = body.get("client"), body.get("lab_id")
+    if not isinstance(client, str) or not _CLIENT.match(client):
+        raise ApiError(422, "invalid_client", {"client": "must be 8–40 letters, digits, - or _"})
+    if lab_id is not None and not isinstance(lab_id, str):
+        raise ApiError(422, "invalid_lab", {"lab_id": "must be a lab id"})
+    now, code = time.time(), room["code"]
+    if lab_id == room["lab_id"]:
+        # The projector showing the lab is use, not idleness: a lecture can run 30 minutes without a click.
+        role = "instructor"
+        if labs.exists(r, lab_id):
+            labs.touch(r, lab_id)
+        _keep_alive(r, code)
+    elif lab_id and r.hexists(rkey(code, "students"), lab_id):
+        role = "student"
+        r.zadd(rkey(code, "seen"), {lab_id: now})
+    else:
+        role = "viewer"
+        viewers = rkey(code, "viewers")
+        r.zremrangebyscore(viewers, 0, now - PRESENCE_WINDOW)
+        if r.zscore(viewers, client) is None and r.zcard(viewers) >= MAX_VIEWERS:
+            raise ApiError(429, "room_full", f"this room already has {MAX_VIEWERS} viewers", {"Retry-After": "30"})
+        r.zadd(viewers, {client: now})
+        r.expire(viewers, ROOM_TTL)
+    return jsonify(role=role, every_s=10)
+
+
+@bp.get("/api/rooms/<code>/status")
+def room_status(code: str):
+    """The instructor's view: live viewer count and each student lab's done/redelivered/dead/lost."""
+    r = get_redis()
+    room = require_instructor(r, code)
+    code, now = room["code"], time.time()
+    seen = dict(r.zrange(rkey(code, "seen"), 0, -1, withscores=True))
+    path = scenarios.chapter_path(room["preset"])
+    joined = r.hgetall(rkey(code, "students"))
+    counts = labs.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
+    students = []
+    for lab_id, raw in joined.items():
+        info, alive = json.loads(raw), counts[lab_id] is not None
+        students.append({"lab_id": lab_id, "name": info["name"], "joined": info["joined"], "alive": alive,
+                         "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
+                         "counts": headline(counts[lab_id]),
+                         # the instructor may put a student's run on the projector, read-only
+                         "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}"})
+    students.sort(key=lambda s: s["joined"])
+    _keep_alive(r, code)
+    return jsonify(code=code, display_code=pretty(code), preset=room["preset"], lab_id=room["lab_id"],
+                   lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
+                   viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
+                   students=students, expires_in=ROOM_TTL, join_url=join_url(code))
+
+
+@bp.get("/api/rooms/<code>/qr.svg")
+def room_qr(code: str):
+    """The join URL as a QR code (SVG, drawn on the server: no third-party service sees the code)."""
+    room = load(get_redis(), code)
+    out = BytesIO()
+    segno.make(join_url(room["code"]), error="m").save(
+        out, kind="svg", scale=10, border=4, dark="#000", light="#fff", xmldecl=False,
+        title=f"Join room {pretty(room['code'])}")
+    return out.getvalue(), 200, {"Content-Type": "image/svg+xml", "Cache-Control": "private, max-age=3600"}
+
+
+@bp.delete("/api/rooms/<code>")
+def close_room(code: str):
+    """Close the room: the code stops working. Labs are left to their idle expiry (students keep theirs)."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = require_instructor(r, code)
+    r.delete(*(rkey(room["code"], part) for part in ("", "viewers", "students", "seen")))
+    return "", 204
+
+
+# --- pages --------------------------------------------------------------------------------------
+
+@bp.app_template_global("classroom_scenarios")
+def classroom_scenarios() -> list[dict[str, Any]]:
+    """The scenario table for any page (the index lists it too)."""
+    return scenarios.all_public()
+
+
+def _page(template: str, status: int = 200, **ctx):
+    return render_template(template, chapters=chapters.all_chapters(), **ctx), status
+
+
+@bp.get("/rooms")
+def rooms_page():
+    """Start a room (instructor) or join one by code (student)."""
+    return _page("rooms.html", room_ttl_hours=ROOM_TTL // 3600,
+                 presets=[(p, presets.PRESETS[p]["title"]) for p in scenarios.room_presets()])
+
+
+@bp.get("/rooms/<code>")
+def room_page(code: str):
+    """The instructor's room dashboard: code, QR, viewers and every follow-along lab."""
+    try:
+        room = load(get_redis(), code)
+    except ApiError as e:
+        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
+    return _page("room.html", room=room, display_code=pretty(room["code"]), join_url=join_url(room["code"]),
+                 lab_url=chapter_link(room), present_url=chapter_link(room, present="1"), title=room_title(room))
+
+
+@bp.get("/join")
+def join_form():
+    """`/join?code=ABC-DEF`, the join form's target, goes to that room's join page."""
+    code = normalise(request.args.get("code", ""))
+    if code:
+        return redirect(url_for("rooms.join_page", code=code[:12]))
+    return _page("room_join.html", room=None, error=None, code="")
+
+
+@bp.get("/join/<code>")
+def join_page(code: str):
+    """What a student's QR scan opens: watch the instructor's lab, or follow along in your own."""
+    try:
+        room = load(get_redis(), code)
+    except ApiError as e:
+        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
+    path = scenarios.chapter_path(room["preset"])
+    return _page("room_join.html", room=room, error=None, code=room["code"], display_code=pretty(room["code"]),
+                 title=room_title(room), chapter_url=path,
+                 watch_url=watch_path(room))
+
+
+@bp.get("/s/<scenario_id>")
+def scenario_link(scenario_id: str):
+    """Short scenario link: `/s/vt-too-short` → the chapter page with every setting in the query string."""
+    if scenario_id not in scenarios.SCENARIOS:
+        abort(404)
+    return redirect(scenarios.url_for(scenario_id))

@@ -1,0 +1,100 @@
+"""Scenario presets: ready-made set-ups an instructor prepares before class and shares as a URL.
+
+One table, read by the API (`/api/scenarios`), the room and index pages, and the chapter page's
+scenario banner. A scenario is a chapter preset plus settings on top (every one of them travels
+in the shareable URL's query string, so the link alone reproduces the set-up) and the action that
+makes the effect happen: a fault to inject and/or jobs to send.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from app import chapters, presets, settings
+
+# id → scenario. `settings` are validated against the settings schema by the unit tests.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "vt-too-short": {
+        "title": "VT too short",
+        "preset": "ch1",
+        "summary": "A 300 s lease on a 600 s transcode: the lease runs out mid-job and a second worker "
+                   "starts the same job while the first is still busy.",
+        "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": False, "job_duration": 600,
+                     "retry_policy": "none", "ack_mode": "late"},
+        "enqueue": {"sample": "bigbuckbunny", "duration_s": 600}, "count": 1,
+        "hint": "Predict: what happens at t + 300 s while the first worker is still busy?",
+    },
+    "retry-storm": {
+        "title": "Retry storm",
+        "preset": "ch4",
+        "summary": "Storage goes down under six jobs retrying on a fixed 20 s delay with no jitter: "
+                   "every retry lands at the same instant, again and again.",
+        "settings": {"workers": 3, "job_duration": 30, "retry_policy": "fixed", "retry_base": 20,
+                     "retry_cap": 300, "max_attempts": 8, "breaker": False, "vt_seconds": 300},
+        "fault": {"type": "storage_outage", "duration_s": 200},
+        "enqueue": {"sample": "bigbuckbunny", "job_type": "thumbnail", "duration_s": 30}, "count": 6,
+        "hint": "Watch the retry arrivals bunch up. Then switch the policy to full jitter and run it again.",
+    },
+    "poison-pill": {
+        "title": "Poison pill",
+        "preset": "ch4",
+        "summary": "A job that crashes the process running it, every time: it burns its attempts and "
+                   "lands in the dead-letter queue instead of blocking the queue forever.",
+        "settings": {"workers": 2, "max_attempts": 4, "retry_policy": "full_jitter", "retry_base": 5,
+                     "retry_cap": 60, "vt_seconds": 300},
+        "fault": {"type": "poison"},
+        "hint": "Predict: how many attempts before the DLQ, and how many workers die on the way?",
+    },
+}
+
+
+def chapter_for(preset: str) -> chapters.Chapter | None:
+    """The chapter whose page runs this preset (a room and a scenario open that page)."""
+    return next((c for c in chapters.all_chapters() if c.preset == preset), None)
+
+
+def room_presets() -> list[str]:
+    """Presets a room can run: one per chapter, since students land on that chapter's page."""
+    return [c.preset for c in chapters.all_chapters() if c.preset in presets.PRESETS]
+
+
+def chapter_path(preset: str) -> str:
+    ch = chapter_for(preset)
+    return f"/chapters/{ch.url_slug}" if ch else "/"
+
+
+def query_for(scenario_id: str) -> dict[str, str]:
+    """The query string that reproduces a scenario: its id plus every setting, as text."""
+    sc = SCENARIOS[scenario_id]
+    return {"scenario": scenario_id, **{name: _text(v) for name, v in sc["settings"].items()}}
+
+
+def _text(value: Any) -> str:
+    """A setting as a query-string value the settings validator reads back to the same value."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def url_for(scenario_id: str) -> str:
+    """The shareable link: the chapter page with the scenario in its query string."""
+    return f"{chapter_path(SCENARIOS[scenario_id]['preset'])}?{urlencode(query_for(scenario_id))}"
+
+
+def settings_for(scenario_id: str) -> dict[str, Any]:
+    """Full lab settings for a scenario: the preset's, with the scenario's on top (validated)."""
+    sc = SCENARIOS[scenario_id]
+    clean, errors = settings.validate(sc["settings"])
+    if errors:
+        raise ValueError(f"scenario {scenario_id}: {errors}")
+    return {**presets.settings_for(sc["preset"]), **clean}
+
+
+def public(scenario_id: str) -> dict[str, Any]:
+    """A scenario as the API and pages show it, with its link."""
+    sc = SCENARIOS[scenario_id]
+    return {"id": scenario_id, **sc, "url": url_for(scenario_id), "short_url": f"/s/{scenario_id}",
+            "chapter_url": chapter_path(sc["preset"])}
+
+
+def all_public() -> list[dict[str, Any]]:
+    return [public(s) for s in SCENARIOS]

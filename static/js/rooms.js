@@ -1,0 +1,174 @@
+// Classroom rooms (issue 10): the rooms page (start a room), the join page (watch or follow along)
+// and the instructor's dashboard (viewer count, each student lab's headline counts).
+//
+// Tokens travel only in Authorization headers, never in cookies the room reads, so no other site can
+// act for the instructor. The instructor token lives in localStorage (it must outlive the tab that made
+// the room); a lab's own token goes where the widget resumes labs from: sessionStorage
+// `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
+
+import { errorText, h, setAttr, setText } from './widget-util.js';
+
+const root = document.querySelector('.rooms[data-page]');
+
+const q = (role) => root.querySelector(`[data-role="${role}"]`);
+const roomStore = (code) => `awl:room:${code}`;
+
+async function call(method, path, body, token) {
+  const headers = {};
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  try {
+    const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const data = (res.headers.get('content-type') || '').includes('json') ? await res.json().catch(() => null) : null;
+    return { ok: res.ok, status: res.status, data };
+  } catch {
+    return { ok: false, status: 0, data: null };
+  }
+}
+
+/** Hand a lab to the widget: it resumes `awl:lab:<preset>` from sessionStorage instead of creating one. */
+function adoptLab(preset, lab) {
+  sessionStorage.setItem(`awl:lab:${preset}`, JSON.stringify({ id: lab.lab_id, token: lab.token, view: lab.view_token, ws: lab.ws_url }));
+}
+
+function roomsPage() {
+  const form = q('create');
+  const status = q('create-status');
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const btn = form.querySelector('button');
+    const [kind, value] = form.elements.start.value.split(':');
+    btn.disabled = true;
+    setText(status, 'Starting your lab and its workers…');
+    const res = await call('POST', '/api/rooms', { [kind]: value, speed: Number(form.elements.speed.value) });
+    btn.disabled = false;
+    if (res.status !== 201) { setText(status, `Could not create the room: ${errorText(res.data, res.status)}`); return; }
+    const d = res.data;
+    localStorage.setItem(roomStore(d.code), JSON.stringify({ token: d.instructor_token, lab: d.lab, preset: d.lab.preset }));
+    adoptLab(d.lab.preset, d.lab);
+    location.assign(d.room_url);
+  });
+}
+
+function joinPage() {
+  const form = q('follow');
+  if (!form) return;
+  const status = q('follow-status');
+  const { code, preset } = root.dataset;
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const btn = form.querySelector('button');
+    btn.disabled = true;
+    setText(status, 'Starting your own lab with the instructor’s settings…');
+    const res = await call('POST', `/api/rooms/${code}/follow`, { name: form.elements.name.value.trim() });
+    btn.disabled = false;
+    if (res.status !== 201) { setText(status, `Could not start your lab: ${errorText(res.data, res.status)}`); return; }
+    adoptLab(preset, res.data);
+    location.assign(res.data.chapter_url);
+  });
+}
+
+/**
+ * The hand-off link (`#instructor=…&lab_token=…`) moves the dashboard to another computer, e.g. the
+ * classroom's: a URL fragment never reaches the server, so the tokens stay out of every log.
+ */
+async function fromHandoff(code) {
+  const frag = new URLSearchParams(location.hash.slice(1));
+  const token = frag.get('instructor'), labToken = frag.get('lab_token');
+  if (!token || !labToken) return null;
+  history.replaceState(history.state, '', location.pathname);
+  const res = await call('GET', `/api/rooms/${code}`);
+  if (!res.ok) return null;
+  const d = res.data;
+  const saved = { token, preset: d.preset,
+    lab: { lab_id: d.lab_id, token: labToken, view_token: d.view_token, ws_url: `/ws/labs/${d.lab_id}` } };
+  localStorage.setItem(roomStore(code), JSON.stringify(saved));
+  return saved;
+}
+
+async function dashboard() {
+  const { code, preset, labUrl, presentUrl } = root.dataset;
+  let saved = await fromHandoff(code);
+  try { saved = saved || JSON.parse(localStorage.getItem(roomStore(code)) || 'null'); } catch { saved = null; }
+  if (['127.0.0.1', 'localhost', '[::1]'].includes(location.hostname)) q('host-hint').hidden = false;
+  if (!saved || !saved.token) {
+    q('not-instructor').hidden = false;
+    root.dataset.state = 'viewer';
+    return;
+  }
+  q('dash').hidden = false;
+  const handoff = q('handoff');
+  handoff.value = `${location.origin}${location.pathname}#${new URLSearchParams({ instructor: saved.token, lab_token: saved.lab.token })}`;
+  handoff.addEventListener('focus', () => handoff.select());
+  const open = (present) => {
+    adoptLab(preset, saved.lab);
+    location.assign(present ? presentUrl : labUrl);
+  };
+  q('open-present').addEventListener('click', () => open(true));
+  q('open-lab').addEventListener('click', () => open(false));
+  q('close').addEventListener('click', async () => {
+    if (!confirm('Close this room? The join code stops working; labs already open keep running until idle.')) return;
+    const res = await call('DELETE', `/api/rooms/${code}`, undefined, saved.token);
+    if (res.ok || res.status === 404) { localStorage.removeItem(roomStore(code)); location.assign('/rooms'); }
+    else setText(q('dash-status'), errorText(res.data, res.status));
+  });
+
+  const viewers = root.querySelector('[data-testid="room-viewers"]');
+  const studentsN = root.querySelector('[data-testid="room-students"]');
+  const rows = q('rows');
+  const rowFor = new Map();
+
+  function row(id, name, watchUrl) {
+    let tr = rowFor.get(id);
+    if (!tr) {
+      const label = watchUrl
+        ? h('a', { href: watchUrl, title: `Watch ${name}'s lab, read-only (put it on the projector)` }, name) : name;
+      tr = h('tr', { 'data-lab': id, testid: `room-row-${id}` }, h('th', { scope: 'row' }, label),
+        ...['done', 'redelivered', 'dead', 'lost'].map((k) => h('td', { class: 'num', 'data-count': k }, '–')),
+        h('td', { 'data-role': 'live' }, ''));
+      rowFor.set(id, tr);
+      rows.append(tr);
+    }
+    return tr;
+  }
+
+  function fill(tr, counts, state) {
+    for (const td of tr.querySelectorAll('[data-count]')) {
+      const v = counts ? counts[td.dataset.count] : null;
+      setText(td, v == null ? '–' : String(v));
+      setAttr(td, 'data-value', v == null ? null : String(v));
+    }
+    setText(tr.querySelector('[data-role="live"]'), state);
+    setAttr(tr, 'data-state', state);
+  }
+
+  // One request at a time: the next poll waits for this answer (stacked polls hang a busy page).
+  async function poll() {
+    const res = await call('GET', `/api/rooms/${code}/status`, undefined, saved.token);
+    if (res.ok) {
+      const d = res.data;
+      setText(viewers, String(d.viewers));
+      setAttr(viewers, 'data-value', String(d.viewers));
+      setText(studentsN, String(d.students.length));
+      setAttr(studentsN, 'data-value', String(d.students.length));
+      fill(row(d.lab_id, 'Your lab (on the projector)'), d.counts, d.lab_alive ? 'live' : 'expired');
+      for (const s of d.students) fill(row(s.lab_id, s.name, s.watch_url), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away');
+      setText(q('dash-status'), '');
+      root.dataset.state = 'ready';
+    } else if (res.status === 404) {
+      setText(q('dash-status'), 'This room has closed or expired.');
+      root.dataset.state = 'closed';
+      return;
+    } else if (res.status === 403) {
+      setText(q('dash-status'), 'This browser’s instructor token does not open this room.');
+      root.dataset.state = 'forbidden';
+      return;
+    } else {
+      setText(q('dash-status'), `Could not refresh: ${errorText(res.data, res.status)}`);
+    }
+    setTimeout(poll, 2000);
+  }
+  poll();
+}
+
+if (root) ({ rooms: roomsPage, join: joinPage, room: dashboard })[root.dataset.page]?.();
