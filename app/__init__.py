@@ -24,13 +24,14 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, filters, pages, store, ws
+    from app import api, errors, fairness, filters, pages, store, ws
 
     store.init_app(app)
     filters.init_app(app)
     errors.init_app(app)
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(fairness.bp)
     ws.init_app(app)
     app.after_request(security_headers)
     return app

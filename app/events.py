@@ -28,6 +28,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.resent": ("resent", "job {job}: a worker took its message and died before claiming it; "
                              "attempt {attempt} sent again"),
     "job.lost": ("lost", "job {job} lost: acked early, its worker died"),
+    "fairness.started": (None, "worker {worker} took a {tier} job from customer {customer} after {wait}s"),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),
     "email.suppressed": ("emails_suppressed", "second completion email for job {job} suppressed"),

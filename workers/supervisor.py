@@ -20,6 +20,7 @@ import redis
 
 from app import labs
 from app.config import Config
+from workers import fairness
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
 from workers.process import die_with_parent
@@ -166,6 +167,8 @@ class Supervisor:
         moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
         moved += reaper.start_due_retries(self.r, lab, now)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
+        if not state["paused"]:
+            fairness.tick(self.r, self.rq, lab, settings, now)
         if time.time() - pool.handoffs_swept > 1:
             pool.handoffs_swept = time.time()
             reaper.resend_lost_handoffs(self.r, self.rq, lab, now)
