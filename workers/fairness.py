@@ -36,7 +36,7 @@ def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: 
     now = clock.now(r, lab) if now is None else now
     r.hsetnx(key(lab, "fair", "meta"), "t0", now)
     first = r.hincrby(key(lab, "fair", "meta"), "seq", count) - count
-    members = {f"{first + i}:{customer}": now + i * 1e-6 for i in range(count)}  # keep FIFO order
+    members = {f"{first + i}:{customer}": now + (first + i) * 1e-6 for i in range(count)}  # FIFO by seq
     r.zadd(pending_key(lab, tier), members)
     r.hincrby(key(lab, "fair", "meta"), f"submitted_{tier}", count)
     return count
@@ -149,9 +149,10 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
             break
         seq, cust = member.split(":", 1)
         r.hincrby(key(lab, "fair", "running"), tier, 1)
-        r.hincrby(key(lab, "fair", "meta"), "released", 1)
+        order = r.hincrby(key(lab, "fair", "meta"), "released", 1)
         reaper.rq_queue(rq_conn, lab).enqueue_call(
-            "workers.fairness.run_job", args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"])),
+            "workers.fairness.run_job",
+            args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
             timeout=-1, result_ttl=0, failure_ttl=300)
         running[tier] += 1
         free_workers -= 1
@@ -159,15 +160,18 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
     return sent
 
 
-def run_job(lab: str, seq: str, tier: str, customer: str, enqueued: float, duration: float) -> None:
-    """One tier job in a real work horse: record its wait, hold a worker for `duration` simulated s."""
+def run_job(lab: str, seq: str, tier: str, customer: str, enqueued: float, duration: float,
+            order: int = 0) -> None:
+    """One tier job in a real work horse: record its wait, hold a worker for `duration` simulated s.
+    `order` is the strategy's pick order (start order can differ by a worker's hand-off latency)."""
     from workers.tasks import connection, set_worker, worker_id
 
     r = connection()
     start = clock.now(r, lab)
     wait = max(0.0, start - enqueued)
     r.rpush(key(lab, "fair", "waits"), json.dumps({"tier": tier, "customer": customer, "wait": round(wait, 3),
-                                                   "t": round(start, 3), "seq": int(seq)}))
+                                                   "t": round(start, 3), "seq": int(seq),
+                                                   "order": order}))
     r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
     set_worker(r, lab, state="busy", job_id=f"{tier}-{seq}", horse_pid=os.getpid())
     stream.emit(r, lab, "fairness.started", start, worker_id=worker_id(), tier=tier, customer=customer,
