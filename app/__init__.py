@@ -24,7 +24,7 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, fairness, filters, pages, store, ws
+    from app import api, errors, fairness, filters, loadgen, pages, retries, store, ws
 
     store.init_app(app)
     filters.init_app(app)
@@ -32,6 +32,8 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(fairness.bp)
+    app.register_blueprint(loadgen.bp)
+    app.register_blueprint(retries.bp)
     ws.init_app(app)
     app.after_request(security_headers)
     return app

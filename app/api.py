@@ -15,7 +15,7 @@ from functools import wraps
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import labs, numbers, presets, settings
+from app import idempotency, internals, labs, numbers, presets, settings
 from app.errors import ApiError
 from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
@@ -24,7 +24,7 @@ from workers.broker import clock, dlq, producer, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key
 
 bp = Blueprint("api", __name__)
-FAULTS = ("storage_outage", "poison", "slow")
+FAULTS = ("storage_outage", "poison", "slow", "dedup_outage")
 
 
 @bp.get("/healthz")
@@ -251,13 +251,22 @@ SAMPLES = ("bigbuckbunny", "bikes", "carphone_pristine", "poison")
 @lab_access(write=True)
 def create_job(lab_id: str):
     r = get_redis()
+    claim = idempotency.begin(r, lab_id, labs.settings(r, lab_id))  # before the body: a resend mid-upload gets 409
+    try:
+        return _create_job(r, lab_id, claim)
+    except Exception:
+        if claim:
+            claim.abandon()  # no job was made: free the key so the client may retry
+        raise
+
+
+def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
     lab_settings = labs.settings(r, lab_id)
-    idem = request.headers.get("Idempotency-Key")
-    if idem is not None and not (0 < len(idem) <= 200):
-        raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1–200 characters")
     is_upload = (request.content_type or "").startswith("multipart/")
     body = dict(request.form) if is_upload else json_body()
-    fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    replayed = claim.replay(body) if claim else None
+    if replayed:
+        return replayed
     errors = {}
     job_type = body.get("job_type", "transcode")
     if job_type not in producer.JOB_TYPES:
@@ -271,41 +280,20 @@ def create_job(lab_id: str):
         errors["duration_s"] = errs["job_duration"]
     if errors:
         raise ApiError(422, "invalid_job", errors)
-    idem_key = key(lab_id, "idem", hashlib.sha256(idem.encode()).hexdigest()) if idem else None
-    if idem_key:
-        prior = r.get(idem_key)
-        if prior:
-            stored = json.loads(prior)
-            if stored["fingerprint"] != fingerprint:
-                raise ApiError(422, "idempotency_key_reused",
-                               "this Idempotency-Key was used with a different body")
-            if stored.get("response") is None:
-                raise ApiError(409, "request_in_progress", "a request with this key is still running")
-            resp = jsonify(stored["response"])
-            resp.status_code, resp.headers["Idempotent-Replayed"] = 202, "true"
-            return resp
-        if not r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": None}), nx=True,
-                     ex=3600):
-            raise ApiError(409, "request_in_progress", "a request with this key is still running")
     started = time.perf_counter()
-    try:
-        if is_upload:
-            source, video_id = _source_from_upload(lab_id)
-        else:
-            source, video_id = _source_from_sample(lab_id, sample)
-        payload = producer.enqueue_job(
-            r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
-            duration_s=clean["job_duration"], resolutions=["240p", "144p"], idempotency_key=idem,
-            poison=False)
-    except Exception:
-        if idem_key:
-            r.delete(idem_key)
-        raise
+    if is_upload:
+        source, video_id = _source_from_upload(lab_id)
+    else:
+        source, video_id = _source_from_sample(lab_id, sample)
+    payload = producer.enqueue_job(
+        r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
+        duration_s=clean["job_duration"], resolutions=["240p", "144p"],
+        idempotency_key=request.headers.get("Idempotency-Key"), poison=False)
     response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
                 "payload": payload, "enqueue_ms": round((time.perf_counter() - started) * 1000, 2)}
-    if idem_key:
-        r.set(idem_key, json.dumps({"fingerprint": fingerprint, "response": response}), ex=3600)
-    return jsonify(response), 202
+    resp = jsonify(response)
+    resp.status_code = 202
+    return claim.finish(body, response, resp) if claim else resp
 
 
 @bp.post("/api/labs/<lab_id>/inline")
@@ -355,8 +343,15 @@ def list_jobs(lab_id: str):
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>")
 @lab_access(write=False)
 def get_job(lab_id: str, job_id: str):
-    """Status with ETag; If-None-Match → 304; ?wait=N holds up to N s (≤ 25) until it changes."""
+    """Status with ETag; If-None-Match → 304; ?wait=N holds up to N s (≤ 25) until it changes.
+
+    ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
+    and files written, folded from the event stream (the inspect panel reads this).
+    """
     j = _job_or_404(lab_id, job_id)
+    include = request.args.get("include", "")
+    if include not in ("", "history"):
+        raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
     wait = request.args.get("wait", "0")
     try:
         wait_s = min(25.0, max(0.0, float(wait)))
@@ -372,7 +367,7 @@ def get_job(lab_id: str, job_id: str):
             tag = _etag(j)
     if client_tag == tag:
         return "", 304, {"ETag": tag}
-    resp = jsonify(j)
+    resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)
     resp.headers["ETag"] = tag
     resp.headers["Cache-Control"] = "no-cache"
     return resp
@@ -396,6 +391,13 @@ def get_output(lab_id: str, job_id: str, name: str):
 @lab_access(write=False)
 def outbox(lab_id: str):
     return jsonify(emails=[json.loads(e) for e in get_redis().lrange(key(lab_id, "outbox"), 0, -1)])
+
+
+@bp.get("/api/labs/<lab_id>/idempotency")
+@lab_access(write=False)
+def idempotency_status(lab_id: str):
+    """Idempotency keys held and their memory, beside the model's dedup window (VT + p99)."""
+    return jsonify(idempotency.status(get_redis(), lab_id))
 
 
 # --- workers, faults, DLQ, events -------------------------------------------------------------
@@ -443,7 +445,7 @@ def inject_fault(lab_id: str):
             resolutions=["240p", "144p"], idempotency_key=None, poison=True)
         stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
         return jsonify(fault=fault, job_id=payload["job_id"]), 202
-    r.hset(key(lab_id, "faults"), f"{fault}_until", now + duration)
+    r.hset(key(lab_id, "faults"), mapping={f"{fault}_until": now + duration, f"{fault}_from": now})
     stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=duration)
     return jsonify(fault=fault, until=now + duration), 202
 
@@ -461,8 +463,14 @@ def replay_dlq(lab_id: str):
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ApiError(422, "invalid_reason", {"reason": "must be text"})
+    rate = body.get("rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                             or not 0.001 <= rate <= 1000):
+        raise ApiError(422, "invalid_rate", {"rate": "must be a number of jobs per simulated second, "
+                                                    "0.001–1000 (omit it for an unpaced replay)"})
     r = get_redis()
-    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None))
+    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate),
+                   rate=rate)
 
 
 def parse_after(value: str | None) -> str:

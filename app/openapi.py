@@ -47,6 +47,10 @@ BODIES: dict[str, dict[str, Any]] = {
         "type": {"type": "string", "enum": ["storage_outage", "poison", "slow"]},
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
     "api.replay_dlq": {"type": "object", "properties": {"reason": {"type": "string"}}},
+    "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
+        "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
+        "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
+        "seed": {"type": "integer", "minimum": 0}}},
 }
 
 _PUBLIC = ("/api/", "/ws/", "/healthz", "/metrics")

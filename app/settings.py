@@ -47,6 +47,9 @@ SCHEMA: tuple[Setting, ...] = (
             label="Deterministic output path"),
     Setting("notify_guard", "bool", True, "A 'notified' compare-and-swap flag makes the completion "
             "email go out once however many times the handler runs.", label="Send-once email guard"),
+    Setting("dedup_fail_mode", "choice", "open", "When the idempotency store is down: open proceeds "
+            "unchecked (risking a duplicate job), closed refuses with 503 (the client retries later).",
+            choices=("open", "closed"), label="Dedup store down"),
     Setting("retry_policy", "choice", "full_jitter", "How long to wait before retrying a failed attempt.",
             choices=("none", "fixed", "linear", "exponential", "full_jitter"), label="Retry policy"),
     Setting("retry_base", "float", 10.0, "Base delay of the retry policy.", 0.1, 3600,
@@ -57,6 +60,14 @@ SCHEMA: tuple[Setting, ...] = (
             1, 20, label="Max attempts"),
     Setting("retry_budget", "float", 0.0, "Wall-clock budget from first attempt; 0 = no budget.",
             0, 86400, label="Retry budget", unit="s"),
+    Setting("jitter_seed", "int", 0, "Seed for the jitter draws (each job and attempt draws from its own "
+            "stream of it), so an outage experiment can be repeated exactly; 0 = a fresh random draw.",
+            0, 2**31 - 1, label="Jitter seed"),
+    Setting("dlq_alert_depth", "int", 5, "Alert when this many jobs sit in the dead-letter queue.", 1, 10000,
+            label="DLQ depth alert"),
+    Setting("dlq_alert_rate", "float", 3.0, "Alert when dead letters arrive faster than this per simulated "
+            "minute: a burst means something upstream broke, not one bad file.", 0.1, 10000,
+            label="DLQ arrival alert", unit="/min"),
     Setting("classify_errors", "bool", True, "Corrupt input is non-retryable and goes straight to the "
             "DLQ instead of burning every attempt.", label="Non-retryable errors skip retries"),
     Setting("breaker", "bool", False, "A circuit breaker on storage: after repeated failures, fail fast "
@@ -91,6 +102,17 @@ SCHEMA: tuple[Setting, ...] = (
             1, 3600, label="Tier job duration", unit="s"),
     Setting("exec_timeout", "float", 0.0, "Per-attempt execution timeout; 0 = none. Keep it below VT.",
             0, 7200, label="Execution timeout", unit="s"),
+    Setting("lock_ttl", "float", 1800.0, "TTL of the job's lock (Chapter 7's run lock): the third timeout, "
+            "which should outlast the VT so nothing ever waits for it.", 10, 86400, label="Lock TTL", unit="s"),
+    Setting("boot_lag", "float", 0.0, "A worker added to a running pool boots this long before it can "
+            "claim a job (the lesson's 90 s container start).", 0, 3600, label="Worker boot lag", unit="s"),
+    Setting("autoscale", "bool", False, "Scale out when the backlog would take longer than the target "
+            "wait to drain; scale in (drain or kill, see Scale-in) when the queue is empty.",
+            label="Autoscaler"),
+    Setting("autoscale_target_wait", "float", 150.0, "The autoscaler's target drain time for the backlog.",
+            1, 3600, label="Autoscaler target wait", unit="s"),
+    Setting("autoscale_min", "int", 1, "The standing floor the autoscaler never scales below.", 0, 8,
+            label="Autoscaler floor"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SCHEMA}

@@ -13,7 +13,7 @@ import traceback
 
 from bench.common import OUT, Bench, Stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page")
+BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles")
 
 
 def _terminate(signum, frame):

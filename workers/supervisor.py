@@ -20,7 +20,7 @@ import redis
 
 from app import labs
 from app.config import Config
-from workers import fairness
+from workers import autoscale, fairness, loadgen
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
 from workers.process import die_with_parent
@@ -33,7 +33,7 @@ RQ_BIN = str(Path(sys.executable).with_name("rq"))
 class Slot:
     id: str
     proc: subprocess.Popen | None = None
-    state: str = "idle"  # idle|busy (from the worker) · dead · respawning · draining
+    state: str = "idle"  # idle|busy (from the worker) · booting · dead · respawning · draining
     respawn_at: float = 0.0
     generation: int = 0
 
@@ -45,6 +45,7 @@ class LabPool:
     next_id: int = 1
     fault_active: set = field(default_factory=set)
     handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
+    reconciled: bool = False  # after the first pass, added workers pay the boot lag
 
 
 class Supervisor:
@@ -113,6 +114,15 @@ class Supervisor:
         slot.respawn_at = time.time() + settings["respawn_delay"] / speed
         self.write_row(pool, slot, job_id=None, attempt=None, horse_pid=None, progress=None)
 
+    def boot_later(self, pool: LabPool, slot: Slot, settings: dict) -> None:
+        """A worker added to a running pool is useful only after its boot lag (image pull, start-up,
+        health check): hold it in `booting` and start the real process when the lag is over."""
+        slot.state = "booting"
+        slot.respawn_at = time.time() + settings["boot_lag"] / max(float(settings.get("speed", 20)), 1e-9)
+        self.write_row(pool, slot, job_id=None)
+        stream.emit(self.r, pool.lab, "worker.booting", clock.now(self.r, pool.lab), worker_id=slot.id,
+                    lag=settings["boot_lag"])
+
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self, pool: LabPool, settings: dict) -> None:
         """Make the pool match `workers`; scale-in drains (or kills, if the learner chose that)."""
@@ -122,10 +132,16 @@ class Supervisor:
             slot = Slot(f"w{pool.next_id}")
             pool.next_id += 1
             pool.slots[slot.id] = slot
-            self.spawn(pool, slot)
+            if pool.reconciled and settings["boot_lag"] > 0:
+                self.boot_later(pool, slot, settings)
+            else:
+                self.spawn(pool, slot)
             live.append(slot)
+        pool.reconciled = True
         for slot in sorted(live, key=lambda s: int(s.id[1:]), reverse=True)[: max(0, len(live) - want)]:
-            if settings["scale_in"] == "kill" and slot.state not in ("dead", "respawning"):
+            if slot.state == "booting":  # never started: nothing to drain
+                slot.state = "draining"
+            elif settings["scale_in"] == "kill" and slot.state not in ("dead", "respawning"):
                 self.kill(pool, slot)
                 slot.state = "draining"
             elif slot.proc and slot.proc.poll() is None and slot.state not in ("dead", "respawning"):
@@ -147,6 +163,10 @@ class Supervisor:
                 stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
                             worker_id=slot.id)
             return
+        if slot.state == "booting":
+            if time.time() >= slot.respawn_at:
+                self.spawn(pool, slot)
+            return
         if slot.state in ("dead", "respawning"):
             if slot.state == "dead" and time.time() >= slot.respawn_at:
                 slot.state = "respawning"
@@ -166,6 +186,8 @@ class Supervisor:
         now = state["t"]
         moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
         moved += reaper.start_due_retries(self.r, lab, now)
+        moved += loadgen.tick(self.r, self.rq, lab, now)
+        autoscale.tick(self.r, lab, now, settings)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
         if not state["paused"]:
             fairness.tick(self.r, self.rq, lab, settings, now)

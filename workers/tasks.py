@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from pathlib import Path
 
@@ -75,7 +74,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rec = r.hgetall(job(lab, job_id))
-    rng = random.Random()
+    rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     try:
         if rec.get("poison") == "1":
             # A poison pill: the handler crashes the process that runs it, every time. The lab
@@ -93,7 +92,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         else:
             notify(r, lab, job_id, attempt, settings, end)
     except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
-        end = clock.now(r, lab)
+        end = getattr(e, "at", None) or clock.now(r, lab)
         if isinstance(e, StorageDown):
             retry.breaker_record(r, lab, end, settings, ok=False)
         attempts_used = attempt - int(rec.get("attempt_base", 0))
@@ -163,10 +162,13 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     faults = r.hgetall(key(lab, "faults"))
     if float(faults.get("slow_until", -1)) > start:
         duration *= float(faults.get("slow_factor", 3))
+    if not retry.breaker_allows(r, lab, start, settings):
+        raise StorageDown("circuit open: not calling storage", at=start)
     last_beat, last_pct = start, 0
     while True:
         now = clock.now(r, lab)
         elapsed = now - start
+        storage_check(r, lab, start, now)
         if settings["exec_timeout"] and elapsed > settings["exec_timeout"]:
             raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
@@ -181,6 +183,14 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
             leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])
             last_beat = now
         time.sleep(TICK)
+
+
+def storage_check(r: redis.Redis, lab: str, start: float, now: float) -> None:
+    """The attempt streams its output to storage while it runs, so an outage fails every in-flight
+    attempt at the moment it begins: the synchronized failure that makes retries a herd."""
+    until, since = r.hmget(key(lab, "faults"), "storage_outage_until", "storage_outage_from")
+    if until and float(until) > now:
+        raise StorageDown("storage unavailable (outage fault)", at=max(start, float(since or start)))
 
 
 def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float) -> None:

@@ -42,6 +42,7 @@ const FAULT_TEXT = {
   storage_outage: ['Storage outage', 'Saving outputs fails for a while: attempts fail and are retried.'],
   poison: ['Poison pill', 'Enqueue a job whose handler crashes the process running it, every time.'],
   slow: ['Slow jobs', 'Jobs started during the fault take three times as long.'],
+  dedup_outage: ['Dedup store down', 'Idempotency keys cannot be checked: the lab fails open or closed (chapter 5).'],
 };
 const SPEED_STOPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 const STEP_CHOICES = [10, 30, 60, 300];
@@ -98,6 +99,7 @@ function boot(root) {
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
+    history: new Map(), found: new Map(), pausedForInspect: false, renderMs: [],
   };
   const els = {};
   const api = makeApi(() => S.lab);
@@ -239,6 +241,7 @@ function boot(root) {
       counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
       tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
       log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
+      history: new Map(), found: new Map(), pausedForInspect: false,
     });
     els.player.removeAttribute('src');
     els.player.load();
@@ -324,6 +327,7 @@ function boot(root) {
 
   /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
   function ingest(ev) {
+    if (ev.job_id != null && ev.job_id === S.selectedJob) fetchHistorySoon();
     if (!ev || !ev.id || !ev.type) return;
     if (S.lastId && idCmp(ev.id, S.lastId) <= 0) return;
     S.lastId = ev.id;
@@ -618,7 +622,14 @@ function boot(root) {
     timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
       { onOpenJob: (id) => openJob(id, true) });
     const find = q('job-find');
-    find.addEventListener('input', () => markDirty());
+    find.addEventListener('input', () => { markDirty(); findOlderSoon(); });
+    if (S.controls.has('clock') && !S.lab.viewer) {
+      const pref = h('input', { type: 'checkbox', testid: 'pause-while-inspecting' });
+      pref.checked = localStorage.getItem(PAUSE_PREF) === '1';
+      pref.addEventListener('change', () => localStorage.setItem(PAUSE_PREF, pref.checked ? '1' : '0'));
+      find.closest('label').after(h('label', { class: 'lw-find' }, pref, ' pause while inspecting'));
+    }
+    buildHelp();
     if (S.controls.has('kill') && !S.lab.viewer) setText(q('workers-hint'), 'click a busy worker to kill it');
     if (S.lab.viewer) {
       root.classList.add('lw-viewer');
@@ -628,16 +639,60 @@ function boot(root) {
       b.hidden = false;
       b.removeAttribute('role');
     }
-    root.addEventListener('keydown', onKey);
+    document.addEventListener('keydown', onKey);
     reduceMotion.addEventListener?.('change', () => markDirty());
   }
 
+  // Keyboard shortcuts. Never while typing: inputs, selects and editable text keep their keys; space
+  // also leaves buttons, links and the log alone (there it clicks or scrolls).
+  const SHORTCUTS = [
+    ['Space', 'pause or resume the clock', 'clock'], ['S', 'step a paused clock', 'clock'],
+    ['K', 'kill a busy worker', 'kill'], ['U', 'enqueue the chosen sample clip', null],
+    ['R', 'reset the lab', null], ['?', 'show or hide this help', null], ['Esc', 'close this help or the open job', null],
+  ];
+  function buildHelp() {
+    els.help = h('div', { class: 'lw-help', testid: 'shortcut-help', role: 'dialog', 'aria-label': 'Keyboard shortcuts', hidden: true },
+      h('h3', {}, 'Keyboard shortcuts'),
+      h('dl', {}, SHORTCUTS.filter(([, , c]) => !c || S.controls.has(c)).map(([k, what]) => [h('dt', {}, h('kbd', {}, k)), h('dd', {}, what)])),
+      h('button', { type: 'button', class: 'lw-btn lw-small', onclick: () => toggleHelp(false) }, 'Close'));
+    root.append(els.help);
+  }
+  function toggleHelp(show) {
+    els.help.hidden = !show;
+    if (show) els.help.querySelector('button').focus();
+  }
+
+  // a checkbox or slider takes no letters, so shortcuts still work there; a text box or select does
+  const typing = (t) => Boolean(t.closest('textarea, select, [contenteditable]')
+    || (t.matches('input') && !['checkbox', 'radio', 'range', 'button', 'submit', 'file'].includes(t.type)));
+
   function onKey(e) {
-    if (e.key !== ' ' || e.defaultPrevented || S.lab.viewer || !S.controls.has('clock')) return;
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
     const t = e.target;
-    if (t.closest('input, select, textarea, button, a, video, summary, details, [contenteditable], [data-role="log"]')) return;
-    e.preventDefault();
-    togglePause();
+    if (!t.closest || typing(t)) return;
+    const k = e.key.length === 1 ? e.key.toLowerCase() : e.key;
+    if (k === '?') { e.preventDefault(); toggleHelp(els.help.hidden); return; }
+    if (k === 'Escape') {
+      if (!els.help.hidden) toggleHelp(false);
+      else if (S.selectedJob) openJob(S.selectedJob);
+      return;
+    }
+    if (S.lab.viewer) return;
+    const clock = S.controls.has('clock');
+    if (k === ' ' && clock && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
+      e.preventDefault();
+      togglePause();
+    } else if (k === 's' && clock && S.clock && S.clock.paused) {
+      clockAction({ action: 'step', seconds: Number(root.querySelector('#lw-step').value) });
+    } else if (k === 'k' && S.controls.has('kill')) {
+      const busy = [...S.workers.values()].find((w) => w.state === 'busy');
+      if (busy) killWorker(busy.id);
+    } else if (k === 'u') {
+      const sample = root.querySelector('#lw-sample');
+      if (sample) enqueueSample(sample.value);
+    } else if (k === 'r' && els.reset) {
+      resetLab();
+    }
   }
 
   function section(title, ...kids) {
@@ -1048,7 +1103,7 @@ function boot(root) {
       els.step = h('button', { type: 'button', class: 'lw-btn', testid: 'clock-step',
         onclick: () => clockAction({ action: 'step', seconds: Number(stepSel.value) }) }, 'Step');
       kids.push(h('div', { class: 'lw-row lw-wrap' }, els.pause, els.step, stepSel),
-        h('p', { class: 'lw-doc' }, 'Space pauses and resumes while the lab has focus. Step advances a paused clock.'));
+        h('p', { class: 'lw-doc' }, 'Space pauses and resumes, S steps a paused clock; press ? for every shortcut.'));
     }
     const range = h('input', { type: 'range', id: 'lw-speed', testid: 'speed-slider', min: 0,
       max: SPEED_STOPS.length - 1, step: 1 });
@@ -1161,8 +1216,23 @@ function boot(root) {
     markDirty();
   }
 
+  // render cost, kept so a tool or test can read how long a frame's work takes (root.lwRenderStats())
+  root.lwRenderStats = () => {
+    const ms = [...S.renderMs].sort((a, b) => a - b);
+    const pick = (p) => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))];
+    return { frames: ms.length, p50: pick(0.5), p95: pick(0.95), max: ms[ms.length - 1] };
+  };
+  root.lwRenderStats.reset = () => { S.renderMs = []; };
+
   function renderAll() {
     if (!S.meta || !els.readouts) return;
+    const t0 = performance.now();
+    renderFrame();
+    S.renderMs.push(performance.now() - t0);
+    if (S.renderMs.length > 600) S.renderMs.splice(0, S.renderMs.length - 600);
+  }
+
+  function renderFrame() {
     const now = simNow();
     renderClock(now);
     renderReadouts(now);
@@ -1174,7 +1244,7 @@ function boot(root) {
     timeline.render(S.tl, now, (id) => (S.jobs.get(id) || {}).state);
     renderJobs();
     renderLog();
-    if (S.selectedJob) renderDetail();
+    if (S.selectedJob) { renderDetail(); renderCountdown(now); }
   }
 
   function renderClock(now) {
@@ -1418,10 +1488,11 @@ function boot(root) {
     if (n !== S.dlqFetchedFor) fetchDlqSoon();
     const items = n ? S.dlq : [];
     syncList(q('dlq'), dlqEls, items.slice(0, 30), (d) => d.job_id, () => {
-      const title = h('strong', {}), reason = h('span', { class: 'lw-dlq-reason' }), err = h('span', { class: 'lw-dlq-err' });
+      const title = h('button', { type: 'button', class: 'lw-linkish', onclick: (ev) => openJob(ev.currentTarget.dataset.job) }), reason = h('span', { class: 'lw-dlq-reason' }), err = h('span', { class: 'lw-dlq-err' });
       return { li: h('li', { class: 'lw-dlq-item' }, title, reason, err), title, reason, err };
     }, (d, e) => {
       e.li.dataset.testid = `dlq-${d.job_id}`;
+      e.title.dataset.job = d.job_id;
       setText(e.title, `job ${d.job_id} · ${d.attempts} attempt${d.attempts === 1 ? '' : 's'}`);
       setText(e.reason, d.reason);
       setText(e.err, d.last_error ? `last error: ${d.last_error}` : '');
@@ -1436,13 +1507,24 @@ function boot(root) {
 
   const fetchDlqSoon = throttled(() => fetchDlq(false), 500);
 
+  const findText = () => q('job-find').value.trim().replace(/^#/, '');
+  // the live model holds the newest 200 jobs; an exact id older than that is asked of the API
+  const findOlderSoon = throttled(async () => {
+    const id = findText();
+    if (!/^\d+$/.test(id) || S.jobs.has(id) || S.found.has(id)) return;
+    const res = await api('GET', labPath(`/jobs/${id}`));
+    if (res.ok || res.status === 404) { S.found.set(id, res.ok ? res.data : null); markDirty(); }
+  }, 300);
+  const jobById = (id) => S.jobs.get(id) || S.found.get(id);
+
   const jobEls = new Map();
   function renderJobs() {
-    const find = q('job-find').value.trim().replace(/^#/, '');
+    const find = findText();
     let jobs = [...S.jobs.values()].sort((a, b) => Number(b.id) - Number(a.id));
     if (find) jobs = jobs.filter((j) => j.id === find || j.id.startsWith(find));
+    if (find && !jobs.some((j) => j.id === find) && S.found.get(find)) jobs.unshift(S.found.get(find));
     q('jobs-empty').hidden = jobs.length > 0;
-    if (!jobs.length && find) setText(q('jobs-empty'), `No job #${find} in the newest 200.`);
+    if (!jobs.length && find) setText(q('jobs-empty'), /^\d+$/.test(find) && !S.found.has(find) ? `Looking for job #${find}…` : `No job #${find} in this lab.`);
     else setText(q('jobs-empty'), 'No jobs yet.');
     syncList(q('jobs'), jobEls, jobs.slice(0, 25), (j) => j.id, (j) => {
       const open = h('button', { type: 'button', class: 'lw-job-open', testid: `job-open-${j.id}`,
@@ -1505,6 +1587,8 @@ function boot(root) {
 
   function openJob(id, fromTimeline) {
     S.selectedJob = S.selectedJob === id && !fromTimeline ? null : id;
+    if (S.selectedJob) fetchHistory();
+    pauseForInspect(Boolean(S.selectedJob));
     renderDetail(true);
     markDirty();
     if (fromTimeline && S.selectedJob) {
@@ -1512,35 +1596,82 @@ function boot(root) {
     }
   }
 
+  // the open job's internals from the API (every attempt with its fence, CAS refusals, retry delays, files)
+  async function fetchHistory() {
+    const id = S.selectedJob;
+    if (id == null) return;
+    const res = await api('GET', labPath(`/jobs/${encodeURIComponent(id)}?include=history`));
+    if (res.ok && res.data.history) { S.history.set(id, res.data.history); markDirty(); }
+  }
+  const fetchHistorySoon = throttled(fetchHistory, 300);
+
+  const PAUSE_PREF = 'lw-pause-while-inspecting';
+  function pauseForInspect(opening) {
+    if (S.lab.viewer || !S.controls.has('clock') || !S.clock) return;
+    if (opening && localStorage.getItem(PAUSE_PREF) === '1' && !S.clock.paused) {
+      S.pausedForInspect = true;
+      clockAction({ action: 'pause' });
+    } else if (!opening && S.pausedForInspect) {
+      S.pausedForInspect = false;
+      if (S.clock.paused) clockAction({ action: 'resume' });
+    }
+  }
+
+  function renderCountdown(now) {
+    const el = els.detail.querySelector('[data-testid="lease-countdown"]');
+    const j = jobById(S.selectedJob);
+    if (!el || !j) return;
+    const left = j.lease_deadline != null && j.state === 'running' ? j.lease_deadline - now : null;
+    setText(el, left == null ? 'no lease held' : left > 0 ? `${Math.ceil(left)} s left (t=${fmtT(j.lease_deadline)} s)`
+      : `expired at t=${fmtT(j.lease_deadline)} s`);
+  }
+
   let detailKey = '';
   function renderDetail(force) {
     const box = els.detail;
     const id = S.selectedJob;
-    const j = id != null ? S.jobs.get(id) : null;
+    const j = id != null ? jobById(id) : null;
     if (!j) { box.hidden = true; box.replaceChildren(); detailKey = ''; return; }
     // hold still while the learner selects text or works inside the panel
     const sel = document.getSelection();
     if (!force && ((sel && !sel.isCollapsed && box.contains(sel.anchorNode)) || box.contains(document.activeElement))) return;
     const tj = S.tl.get(id);
-    const key = JSON.stringify([j, tj ? [...tj.attempts.values()] : null]);
+    const hist = S.history.get(id);
+    const key = JSON.stringify([j, tj ? [...tj.attempts.values()] : null, hist]);
     if (!force && key === detailKey) return;
     detailKey = key;
-    const rows = (tj ? [...tj.attempts.values()] : []).sort((a, b) => a.n - b.n).map((a) => h('tr', {},
-      h('td', {}, a.n), h('td', {}, a.worker || '–'), h('td', {}, a.start != null ? fmtT(a.start) : 'queued'),
-      h('td', {}, a.end != null ? fmtT(a.end) : '–'),
-      h('td', {}, a.outcome || 'queued', a.expiredAt != null ? ` · lease expired at ${fmtT(a.expiredAt)}` : '', a.error ? ` · ${a.error}` : '')));
-    box.replaceChildren(
+    // the server's fold of the stream when we have it; the live timeline's own record until then
+    const rows = hist ? hist.attempts.map((a) => h('tr', { testid: `attempt-${a.attempt}` },
+      h('td', {}, a.attempt), h('td', {}, a.worker || '–'), h('td', {}, a.start != null ? fmtT(a.start) : 'queued'),
+      h('td', {}, a.end != null ? fmtT(a.end) : '–'), h('td', {}, a.outcome || (a.start != null ? 'running' : 'queued'),
+        a.error ? ` · ${a.error}` : ''), h('td', {}, String(a.fence)),
+      h('td', {}, a.lease_deadline != null ? `t=${fmtT(a.lease_deadline)}` : '–')))
+      : (tj ? [...tj.attempts.values()] : []).sort((a, b) => a.n - b.n).map((a) => h('tr', { testid: `attempt-${a.n}` },
+        h('td', {}, a.n), h('td', {}, a.worker || '–'), h('td', {}, a.start != null ? fmtT(a.start) : 'queued'),
+        h('td', {}, a.end != null ? fmtT(a.end) : '–'),
+        h('td', {}, a.outcome || 'queued', a.expiredAt != null ? ` · lease expired at ${fmtT(a.expiredAt)}` : '', a.error ? ` · ${a.error}` : ''),
+        h('td', {}, String(a.n)), h('td', {}, a.deadline != null ? `t=${fmtT(a.deadline)}` : '–')));
+    const cas = hist ? hist.cas_refused : [];
+    const delays = hist ? hist.retry_delays : [];
+    const files = hist ? hist.output_files : [];
+    box.replaceChildren(...[
       h('div', { class: 'lw-detail-head' }, h('h4', {}, `Job ${id}: ${stateWord(j.state)}`),
         h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'detail-close', onclick: () => openJob(id) }, 'Close')),
       h('dl', {},
         h('dt', {}, 'attempt'), h('dd', {}, String(j.attempt)),
-        j.lease_deadline != null ? [h('dt', {}, 'lease deadline'), h('dd', {}, `t=${fmtT(j.lease_deadline)} s`)] : null,
+        h('dt', {}, 'lease deadline'), h('dd', { testid: 'lease-countdown' }),
         j.dlq_reason ? [h('dt', {}, 'DLQ reason'), h('dd', {}, j.dlq_reason)] : null,
         j.last_error ? [h('dt', {}, 'last error'), h('dd', {}, j.last_error)] : null),
       h('table', { class: 'lw-attempts' }, h('caption', {}, 'Attempts (simulated seconds; CAS outcome per attempt)'),
-        h('thead', {}, h('tr', {}, ['#', 'worker', 'start', 'end', 'outcome'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('thead', {}, h('tr', {}, ['#', 'worker', 'start', 'end', 'outcome', 'fence', 'lease until'].map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, rows)),
-      h('details', {}, h('summary', {}, 'Payload'), h('pre', {}, JSON.stringify(j.payload, null, 2))));
+      h('p', { class: 'lw-doc', testid: 'detail-cas' }, cas.length
+        ? `CAS refused ${cas.length} transition${cas.length === 1 ? '' : 's'}: ${cas.map((c) => `attempt ${c.attempt} at t=${fmtT(c.t)} (${c.reason})`).join('; ')}`
+        : 'CAS refused nothing: every transition carried the current fence.'),
+      delays.length ? h('p', { class: 'lw-doc', testid: 'detail-retries' },
+        `Retry delays drawn: ${delays.map((d) => `${d.delay} s after attempt ${d.attempt}`).join(', ')}`) : null,
+      files.length ? h('p', { class: 'lw-doc', testid: 'detail-files' }, `Files written: ${files.join(', ')}`) : null,
+      h('details', {}, h('summary', {}, 'Payload'), h('pre', {}, JSON.stringify(j.payload, null, 2)))].filter(Boolean));
     box.hidden = false;
   }
 

@@ -106,9 +106,10 @@ def test_a_stalled_websocket_consumer_does_not_hold_up_anyone_else(slow_run):
     assert c["fast_got"] == c["events"], explain(res)
     assert c["http_ok"] > 0 and not [v for v in res.violations if v.startswith("HTTP")], explain(res)
     assert not [v for v in res.violations if "RSS" in v], explain(res)
-    # once it reads again it finds a gap-free prefix of the stream, then the server's 1013 "too slow"
+    # once it reads again it finds a gap-free prefix of the stream, then the server's close: 1013 "too slow",
+    # or 1008 when the ping timeout cut it before its mailbox filled
     assert not [v for v in res.violations if "prefix" in v or "framing" in v], explain(res)
-    assert 0 < c["slow_got"] < c["events"] and c["slow_close"] == 1013, explain(res)
+    assert 0 < c["slow_got"] < c["events"] and c["slow_close"] in slow_consumer.CUT_CODES, explain(res)
 
 
 def test_a_stalled_websocket_consumer_is_cut_once_its_mailbox_overflows(slow_run):

@@ -29,6 +29,19 @@ emit(KEYS[3], KEYS[4], cjson.encode(ev), 'replayed')
 return att
 """
 
+# Paced: back to `retrying` with a due time, so the reaper's due-retry loop releases it on schedule.
+_REPLAY_PACED = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'dlq' then return 0 end
+local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
+redis.call('HSET', KEYS[1], 'state', 'retrying', 'attempt_base', att)
+redis.call('HDEL', KEYS[1], 'dlq_reason')
+redis.call('ZREM', KEYS[6], ARGV[1])
+move(KEYS[2], 'dlq', 'retrying')
+redis.call('ZADD', KEYS[7], ARGV[3], ARGV[1])
+emit(KEYS[3], KEYS[4], ARGV[2], 'replayed')
+return att + 1
+"""
+
 
 def list_dead(r: redis.Redis, lab: str) -> list[dict]:
     """Newest first, each with reason, attempts used and last error."""
@@ -42,20 +55,31 @@ def list_dead(r: redis.Redis, lab: str) -> list[dict]:
     return out
 
 
-def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limit: int = 100) -> list[str]:
-    """Move matching dead letters back to the queue with their attempt count reset.
+def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limit: int = 100,
+           rate: float | None = None) -> list[str]:
+    """Move matching dead letters back to the queue with their attempt count reset, oldest first.
 
     The fence (attempt number) keeps counting up, so a worker still holding an old attempt can
     never complete the replayed job; only `attempt_base` resets the max_attempts budget.
+    With `rate` (jobs per simulated second) the k-th job is due at now + k/rate instead of all
+    at once: an unpaced replay of a big DLQ is a retry storm of its own.
     """
     replayed = []
-    for entry in list_dead(r, lab):
+    for entry in reversed(list_dead(r, lab)):
         if reason and reason.lower() not in entry["reason"].lower():
             continue
-        ev = stream.encode("job.replayed", now, job_id=entry["job_id"], reason=entry["reason"])
-        res = script(r, _REPLAY)(keys=lab_keys(lab, entry["job_id"], key(lab, "dlq"),
-                                                key(lab, "dispatch")),
-                                 args=[entry["job_id"], ev, time.time()])
+        if rate:
+            due = now + len(replayed) / rate
+            ev = stream.encode("job.replayed", now, job_id=entry["job_id"], attempt=entry["job"]["attempt"],
+                               reason=entry["reason"], due=round(due, 3), rate=rate)
+            res = script(r, _REPLAY_PACED)(keys=lab_keys(lab, entry["job_id"], key(lab, "dlq"),
+                                                          key(lab, "scheduled")),
+                                           args=[entry["job_id"], ev, due])
+        else:
+            ev = stream.encode("job.replayed", now, job_id=entry["job_id"], reason=entry["reason"])
+            res = script(r, _REPLAY)(keys=lab_keys(lab, entry["job_id"], key(lab, "dlq"),
+                                                    key(lab, "dispatch")),
+                                     args=[entry["job_id"], ev, time.time()])
         if res:
             replayed.append(entry["job_id"])
         if len(replayed) >= limit:

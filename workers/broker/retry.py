@@ -21,7 +21,14 @@ class NonRetryable(Exception):
 
 
 class StorageDown(Exception):
-    """The storage dependency failed; retryable, and counted by the circuit breaker."""
+    """The storage dependency failed; retryable, and counted by the circuit breaker.
+
+    `at` is the simulated moment the call failed when that is known (an outage that starts
+    mid-call fails every in-flight call at its start, not whenever each worker next looks)."""
+
+    def __init__(self, message: str, at: float | None = None):
+        super().__init__(message)
+        self.at = at
 
 
 def exponential_delay(n: int, base: float, cap: float) -> float:
@@ -32,6 +39,11 @@ def exponential_delay(n: int, base: float, cap: float) -> float:
 def full_jitter_delay(n: int, base: float, cap: float, rng: random.Random) -> float:
     """Uniform in [0, exponential_delay(n)] (AWS's 'full jitter')."""
     return rng.uniform(0, exponential_delay(n, base, cap))
+
+
+def jitter_rng(seed: int, job_id: str, attempt: int) -> random.Random:
+    """One reproducible draw stream per (seed, job, attempt); seed 0 means unseeded."""
+    return random.Random(f"{seed}:{job_id}:{attempt}") if seed else random.Random()
 
 
 def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random) -> float | None:

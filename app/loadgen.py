@@ -1,0 +1,102 @@
+"""Chapter 2's load-generator routes: start/stop/retune the Poisson traffic, read L vs λW live.
+
+The generator itself runs in the pool supervisor (workers/loadgen.py); these routes only change
+its state in Redis and report what the real run measured beside the numbers model's values.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+
+from app import labs
+from app.api import json_body, lab_access
+from app.errors import ApiError
+from app.store import get_redis
+from workers import loadgen
+from workers.broker import clock
+from workers.broker.keys import key
+
+bp = Blueprint("loadgen", __name__)
+ACTIONS = ("start", "stop", "rate", "peak", "unpeak")
+MAX_RATE = 5.0  # simulated jobs/s: ~150 jobs in flight at W = 30 s, the lab's in-flight bound
+
+
+def _rate(body: dict, default: float | None) -> float | None:
+    value = body.get("rate", default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RATE:
+        raise ApiError(422, "invalid_rate", {"rate": f"must be a number of jobs/s in (0, {MAX_RATE:g}]"})
+    return float(value)
+
+
+def report(lab_id: str, window_s: float = 600.0) -> dict:
+    r = get_redis()
+    now = clock.now(r, lab_id)
+    settings = labs.settings(r, lab_id)
+    state = loadgen.read_state(r, lab_id)
+    workers = labs.workers(r, lab_id)
+    states = r.hgetall(key(lab_id, "states"))
+    measured = loadgen.measure(r, lab_id, now, window_s)
+    span, pool = measured["t1"] - measured["t0"], int(settings["workers"])
+    # ρ over the window: busy worker-seconds over the pool's worker-seconds (at its current size)
+    measured["rho"] = measured["busy_s"] / (pool * span) if pool and span > 0 else None
+    return {
+        "state": {**state, "effective_rate": loadgen.effective_rate(state), "peak": state["factor"] != 1,
+                  "peak_factor": loadgen.PEAK_FACTOR, "max_in_flight": loadgen.MAX_IN_FLIGHT},
+        "now": {"t": round(now, 3),
+                "in_flight": sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running")),
+                "queued": int(states.get("queued", 0)) + int(states.get("retrying", 0)),
+                "busy": sum(1 for w in workers if w.get("state") == "busy"),
+                "workers": sum(1 for w in workers if w.get("state") in ("idle", "busy")),
+                "booting": sum(1 for w in workers if w.get("state") == "booting"),
+                "draining": sum(1 for w in workers if w.get("state") == "draining")},
+        "measured": measured,
+        "model": loadgen.model(loadgen.effective_rate(state), int(settings["workers"])),
+        "ordering": loadgen.timeout_ordering(settings),
+        "autoscale": {"on": settings["autoscale"], "target_wait": settings["autoscale_target_wait"],
+                      "floor": settings["autoscale_min"], "boot_lag": settings["boot_lag"]},
+    }
+
+
+@bp.get("/api/labs/<lab_id>/loadgen")
+@lab_access(write=False)
+def get_loadgen(lab_id: str):
+    """Load generator state, measured L, λ, W and queue wait, the model's values and timeout ordering."""
+    raw = request.args.get("window", "600")
+    try:
+        window = float(raw)
+    except ValueError:
+        window = -1.0
+    if not 10 <= window <= 86400:
+        raise ApiError(422, "invalid_window", {"window": "must be simulated seconds in [10, 86400]"})
+    return jsonify(report(lab_id, window))
+
+
+@bp.post("/api/labs/<lab_id>/loadgen")
+@lab_access(write=True)
+def control_loadgen(lab_id: str):
+    """Start (rate, seed), stop, change rate, or step to the 1.8× peak and back."""
+    body = json_body()
+    action = body.get("action")
+    if action not in ACTIONS:
+        raise ApiError(422, "invalid_action", {"action": f"must be one of {', '.join(ACTIONS)}"})
+    r = get_redis()
+    now = clock.now(r, lab_id)
+    if action == "start":
+        seed = body.get("seed", 1)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise ApiError(422, "invalid_seed", {"seed": "must be a whole number in [0, 2^31)"})
+        loadgen.start(r, lab_id, now, _rate(body, 0.1), seed)
+    elif not loadgen.read_state(r, lab_id)["on"] and action != "stop":
+        raise ApiError(409, "not_running", "start the load generator first")
+    elif action == "stop":
+        loadgen.stop(r, lab_id, now)
+    elif action == "rate":
+        rate = _rate(body, None)
+        if rate is None:
+            raise ApiError(422, "invalid_rate", {"rate": "send the new rate in jobs/s"})
+        loadgen.retune(r, lab_id, now, rate=rate)
+    else:
+        loadgen.retune(r, lab_id, now, peak=action == "peak")
+    return jsonify(report(lab_id))

@@ -1,0 +1,97 @@
+"""Chapter 4's readouts: when retries arrive after a storage outage, and how the DLQ is doing.
+
+Everything here is measured from the lab's event stream (what the real workers did), with the
+numbers model's figure beside it, so the learner sees the lesson's claim and the run side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import redis
+from flask import Blueprint, jsonify, request
+
+from app import labs, numbers
+from app.api import lab_access
+from app.errors import ApiError
+from app.store import get_redis
+from workers.broker import clock, stream
+from workers.broker.keys import key
+from workers.broker.retry import exponential_delay
+
+bp = Blueprint("retries", __name__)
+EVENT_LIMIT = 50_000  # a lab's whole history at the lab sizes this course runs
+
+
+def retry_waves(events: list[dict]) -> dict[str, dict]:
+    """Retry arrivals (the `due` of each scheduled retry) per policy, relative to the start of the
+    outage they followed. Why relative: runs of different policies then share one time axis."""
+    outages = [e["t_sim"] for e in events if e["type"] == "fault.started"
+               and e["data"].get("fault") == "storage_outage"]
+    waves: dict[str, dict] = {}
+    for e in events:
+        if e["type"] != "job.retry_scheduled":
+            continue
+        since = [t for t in outages if t <= e["t_sim"]]
+        if not since:
+            continue
+        policy = e["data"]["policy"]
+        w = waves.setdefault(policy, {"arrivals": [], "first_wave": []})
+        rel = e["data"]["due"] - since[-1]
+        w["arrivals"].append(rel)
+        if abs(e["t_sim"] - since[-1]) <= 0.001:  # failed at the outage's first instant: in flight then
+            w["first_wave"].append(rel)
+    return waves
+
+
+def histogram(values: list[float], bucket_s: float) -> list[list[float]]:
+    """[[bucket start, count], …] for the buckets that hold any value, in time order."""
+    counts = Counter(math.floor(v / bucket_s) for v in values)
+    return [[round(b * bucket_s, 6), n] for b, n in sorted(counts.items())]
+
+
+def dlq_health(r: redis.Redis, lab: str, events: list[dict], settings: dict) -> dict:
+    """Depth and arrival rate over the last simulated minute, each against its alert threshold."""
+    now = clock.now(r, lab)
+    depth = int(r.zcard(key(lab, "dlq")))
+    recent = sum(1 for e in events if e["type"] == "job.dead_lettered" and e["t_sim"] > now - 60)
+    return {"depth": depth, "depth_threshold": settings["dlq_alert_depth"],
+            "depth_alert": depth >= settings["dlq_alert_depth"],
+            "arrivals_per_min": recent, "rate_threshold": settings["dlq_alert_rate"],
+            "rate_alert": recent >= settings["dlq_alert_rate"]}
+
+
+@bp.get("/api/labs/<lab_id>/retries")
+@lab_access(write=False)
+def get_retries(lab_id: str):
+    """Retry-arrival histograms per policy (measured) beside the model's peak, DLQ alerts, breaker."""
+    raw = request.args.get("bucket_s", "")
+    try:
+        bucket_s = float(raw) if raw else None
+    except ValueError:
+        bucket_s = -1.0
+    if bucket_s is not None and not 0.01 <= bucket_s <= 3600:
+        raise ApiError(422, "invalid_bucket", {"bucket_s": "must be a number of simulated seconds, 0.01–3600"})
+    r = get_redis()
+    s = labs.settings(r, lab_id)
+    window = exponential_delay(1, s["retry_base"], s["retry_cap"])  # full jitter's first-retry window
+    bucket_s = bucket_s or window / 10
+    events = stream.read_after(r, lab_id, "0", count=EVENT_LIMIT)
+    policies = {}
+    for policy, w in retry_waves(events).items():
+        first = histogram(w["first_wave"], bucket_s)
+        policies[policy] = {"retries": len(w["arrivals"]), "histogram": histogram(w["arrivals"], bucket_s),
+                            "first_wave": len(w["first_wave"]),
+                            "first_wave_peak": max((n for _b, n in first), default=0)}
+    herd = max((p["first_wave"] for p in policies.values()), default=0)
+    breaker = r.hgetall(key(lab_id, "breaker"))
+    return jsonify(
+        bucket_s=bucket_s, window_s=window, policies=policies,
+        model={"clients": herd, "no_jitter_peak_per_bucket": herd,
+               "full_jitter_peak_per_bucket": numbers.jitter_peak_per_bucket(herd, window, bucket_s),
+               "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s)},
+        dlq=dlq_health(r, lab_id, events, s),
+        breaker={"enabled": s["breaker"], "state": breaker.get("state", "closed") if s["breaker"] else "off",
+                 "failures": int(breaker.get("failures", 0)), "threshold": s["breaker_threshold"]},
+        budget={"max_attempts": s["max_attempts"], "retry_budget_s": s["retry_budget"]})

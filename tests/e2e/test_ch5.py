@@ -1,0 +1,50 @@
+"""Chapter 5's add-on in real Chromium on the real stack: forced redelivery with the guards on
+sends one email to the outbox; the flaky client's resends make one job with a key, one per send
+without."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.e2e
+
+LONG = 60_000
+
+
+@pytest.fixture
+def ch5(page: Page, stack, api, shot):
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{stack.url}/chapters/5?speed=200")
+    expect(page.get_by_test_id("ch5-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
+    yield page
+    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch5')")
+    if saved:
+        lab = json.loads(saved)
+        api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def test_ch5_guards_send_one_email_and_a_keyed_client_makes_one_job(ch5: Page, shot):
+    page = ch5
+    expect(page.get_by_test_id("ch5-window")).to_contain_text("3,600 s")
+    page.get_by_test_id("ch5-redeliver").click()
+    # the handler runs to the end twice (lease ran out mid-job), the notified flag lets one email out
+    expect(page.get_by_test_id("ch5-runs")).to_have_text("2", timeout=LONG)
+    expect(page.get_by_test_id("ch5-emails")).to_have_text("1")
+    expect(page.get_by_test_id("ch5-outbox-list")).to_have_attribute("data-count", "1", timeout=10_000)
+    page.get_by_test_id("ch5-drops").fill("2")
+    page.get_by_test_id("ch5-send-key").click()
+    result = page.get_by_test_id("ch5-client-result")
+    expect(result).to_have_attribute("data-jobs", "1", timeout=20_000)
+    expect(page.get_by_test_id("ch5-client-log").locator("li")).to_have_count(3)
+    expect(page.get_by_test_id("ch5-client-log")).to_contain_text("Idempotent-Replayed: true")
+    expect(page.get_by_test_id("ch5-held")).to_contain_text("1 key,", timeout=10_000)
+    shot("keyed")
+    page.locator("#lab-widget").screenshot(path=str(shot("keyed").with_name("ch5-widget.png")))
+    page.get_by_test_id("ch5-send-nokey").click()
+    expect(result).to_have_attribute("data-jobs", "3", timeout=20_000)
+    page.get_by_test_id("ch5-panel").screenshot(path=str(shot("nokey").with_name("ch5-panel.png")))

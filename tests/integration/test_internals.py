@@ -1,0 +1,36 @@
+"""GET /api/labs/{lab}/jobs/{job}?include=history: a job's internals folded from the real event stream."""
+
+import pytest
+
+from tests.integration.test_delivery import busy_worker, enqueue, kill, types
+
+pytestmark = pytest.mark.integration
+
+
+def test_history_shows_each_attempt_with_its_fence_lease_and_the_files_written(api):
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, respawn_delay=10)
+    api.workers_ready(lab, 2)
+    job = enqueue(api, lab)
+    w = busy_worker(api, lab, job)
+    kill(api, lab, w["id"])
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    res = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}?include=history", token=lab["token"])
+    assert res.status == 200, res.body
+    body = res.json()
+    assert body["state"] == "done" and body["payload"]["job_id"] == job  # the plain contract is kept
+    h = body["history"]
+    first, second = h["attempts"]
+    claimed = types(api.events(lab), "job.claimed")[0]
+    assert (first["fence"], first["worker"], first["outcome"]) == (1, w["id"], "lease expired")
+    assert first["lease_deadline"] == pytest.approx(claimed["t_sim"] + 1200, abs=1)
+    assert first["end"] >= first["lease_deadline"]
+    assert (second["fence"], second["outcome"]) == (2, "succeeded") and second["worker"] != w["id"]
+    assert any(p.endswith("240p.mp4") for p in h["output_files"])
+    assert h["cas_refused"] == [] and h["retry_delays"] == []
+
+
+def test_an_unknown_include_is_a_clear_422(api):
+    lab = api.lab("ch1")
+    job = enqueue(api, lab)
+    res = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}?include=everything", token=lab["token"])
+    assert res.status == 422 and b"history" in res.body

@@ -1,0 +1,136 @@
+"""Chapter 2 on real workers: the load generator's rate, Little's law on the run, the autoscaler's
+drain-time rule with boot lag, and scale-in that drains (nothing redelivered) vs kills (redelivered).
+
+Timing assertions are in simulated seconds from the event stream; rates are statistical with fixed seeds.
+"""
+
+import math
+
+import pytest
+
+from workers import loadgen
+
+pytestmark = pytest.mark.integration
+
+
+def types(events, t):
+    return [e for e in events if e["type"] == t]
+
+
+def control(api, lab, **body):
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/loadgen", body, lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def report(api, lab, window=86400):
+    res = api.call("GET", f"/api/labs/{lab['lab_id']}/loadgen?window={window}", token=lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def enqueue(api, lab, **body):
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", **body},
+                   lab["token"])
+    assert res.status == 202, res.body
+    return res.json()["job_id"]
+
+
+def test_arrivals_follow_the_seeded_poisson_schedule_at_lambda(api):
+    lab = api.lab("ch2", speed=100, workers=0)
+    lam, seed = 1.0, 11
+    start = control(api, lab, action="start", rate=lam, seed=seed)["state"]
+    api.wait_for(lab, lambda s: s["counts"]["enqueued"] >= 120, timeout=60)
+    control(api, lab, action="stop")
+    # the snapshot lists the newest 200 jobs; a loaded box may overshoot 120 before the stop lands
+    jobs = sorted(api.snapshot(lab)["jobs"], key=lambda j: int(j["id"]))
+    n = int(jobs[-1]["id"])
+    assert [int(j["id"]) for j in jobs] == list(range(n - len(jobs) + 1, n + 1))
+    # job types follow the seeded mix draw for draw; nothing generated was dropped or duplicated
+    assert [j["payload"]["video_id"] for j in jobs] == [f"load-{loadgen.draw(seed, int(j['id']) - 1, lam)[1].name}"
+                                                        for j in jobs]
+    assert report(api, lab)["state"]["generated"] == n
+    # n arrivals by simulated time T: Poisson with mean λT (4σ bounds), measured on the lab's clock
+    T = jobs[-1]["created_at"] - start["started_t"]
+    assert abs(n - lam * T) < 4 * math.sqrt(lam * T), (n, T)
+    durations = {jt.name: jt.mean_s for jt in loadgen.MIX}
+    assert all(j["payload"]["duration_s"] == durations[j["payload"]["video_id"][5:]] for j in jobs)
+
+
+def test_littles_law_holds_on_a_real_run_and_every_job_completes(api):
+    lab = api.lab("ch2", speed=50, workers=3)
+    api.workers_ready(lab, 3)
+    control(api, lab, action="start", rate=0.06, seed=5)
+    api.wait_for(lab, lambda s: s["clock"]["t"] >= 1000, timeout=120, every=0.5)
+    mid = report(api, lab)
+    control(api, lab, action="stop")
+    m = mid["measured"]
+    assert m["arrivals"] >= 20
+    # L (time-averaged jobs in flight) = λ × W when W counts every job, finished or not: the real
+    # run's bookkeeping has no job missing
+    assert m["L"] == pytest.approx(m["lambda_W"], rel=0.05)
+    assert mid["model"]["L"] == pytest.approx(0.06 * 30)
+    generated = report(api, lab)["state"]["generated"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == generated, timeout=120, every=0.5)
+    assert snap["counts"]["lost"] == 0 and snap["counts"]["redelivered"] == 0
+
+
+def test_autoscaler_scales_out_by_the_drain_time_rule_and_new_workers_wait_out_their_boot_lag(api):
+    lab = api.lab("ch2", speed=50, workers=1, autoscale_min=1, boot_lag=90, autoscale_target_wait=150)
+    api.workers_ready(lab, 1)
+    for _ in range(12):
+        enqueue(api, lab, job_type="thumbnail", duration_s=30)
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"autoscale": True}, lab["token"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 12 and len(s["workers"]) == 1
+                        and s["settings"]["workers"] == 1, timeout=120, every=0.3)
+    ev = api.events(lab)
+    out, back = types(ev, "autoscale.scaled")[0], types(ev, "autoscale.scaled")[-1]
+    # the lesson's rule: depth × 30 s / 1 worker > 150 s → scale to ceil(depth × 30 / 150)
+    depth = out["data"]["depth"]
+    assert depth * 30 / 1 > 150 and out["data"]["to"] == math.ceil(depth * 30 / 150) > 1
+    booting = types(ev, "worker.booting")
+    assert len(booting) == out["data"]["to"] - 1
+    for b in booting:  # a new worker starts only after its boot lag, on the simulated clock
+        started = next(e for e in types(ev, "worker.started") if e["worker_id"] == b["worker_id"])
+        assert started["t_sim"] - b["t_sim"] >= 90
+    # scale-in once the queue is empty: back to the floor, draining, nothing redelivered or lost
+    assert back["data"]["to"] == 1
+    assert types(ev, "worker.draining")
+    assert snap["counts"]["redelivered"] == 0 and snap["counts"]["lost"] == 0
+
+
+@pytest.mark.parametrize("mode", ["drain", "kill"])
+def test_scale_in_drains_in_flight_jobs_but_a_naive_kill_causes_redeliveries(api, mode):
+    lab = api.lab("ch2", speed=50, workers=3, boot_lag=0, vt_seconds=300, exec_timeout=250, scale_in=mode)
+    api.workers_ready(lab, 3)
+    jobs = [enqueue(api, lab, job_type="transcode", duration_s=200) for _ in range(3)]
+    api.wait_for(lab, lambda s: sum(w["state"] == "busy" for w in s["workers"]) == 3, timeout=60, every=0.05)
+    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
+    assert res.status == 200
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=120, every=0.3)
+    assert snap["counts"]["lost"] == 0 and snap["counts"]["dlq"] == 0
+    ev = api.events(lab)
+    attempts = {j: [a for a in api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{j}", token=lab["token"])
+                    .json()["attempts"]] for j in jobs}
+    if mode == "drain":
+        assert len(types(ev, "worker.draining")) == 2 and not types(ev, "worker.killed")
+        assert snap["counts"]["redelivered"] == 0
+        assert all([a["outcome"] for a in att] == ["succeeded"] for att in attempts.values())
+    else:
+        assert len(types(ev, "worker.killed")) == 2
+        assert snap["counts"]["redelivered"] == 2  # the killed workers' jobs came back after their VT
+        assert sum(len(att) == 2 for att in attempts.values()) == 2
+
+
+def test_bad_loadgen_input_is_a_clear_4xx(api):
+    lab = api.lab("ch2", speed=100, workers=0)
+    path = f"/api/labs/{lab['lab_id']}/loadgen"
+    assert api.call("POST", path, {"action": "peak"}, lab["token"]).status == 409
+    for body in ({"action": "nope"}, {"action": "start", "rate": -1}, {"action": "start", "rate": "x"},
+                 {"action": "start", "seed": 1.5}, {"action": "start", "rate": 99}):
+        res = api.call("POST", path, body, lab["token"])
+        assert res.status == 422 and res.json()["error"], (body, res.body)
+    assert api.call("GET", path + "?window=abc", token=lab["token"]).status == 422
+    assert api.call("POST", path, {"action": "start"}, lab["view_token"]).status == 403
+    assert api.call("POST", path, raw=b"{", headers={"Content-Type": "application/json"},
+                    token=lab["token"]).status == 400

@@ -1,0 +1,64 @@
+"""Chapter 2's autoscaler: the lesson's drain-time rule out, draining scale-in back.
+
+Out: if the backlog alone would take longer than the target wait to drain
+(depth × W / workers > target), scale to ceil(depth × W / target). New workers only help after
+their boot lag (the supervisor holds them in `booting`), so the rule counts requested workers,
+not running ones — otherwise it would keep adding workers for the same backlog while they boot.
+In: with an empty queue, shrink to what the measured arrival rate needs at the utilisation
+target; the supervisor drains (or, if the learner chose it, kills) the removed workers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import redis
+
+from app import labs, numbers
+from app.settings import BY_NAME
+from workers import loadgen
+from workers.broker import stream
+from workers.broker.keys import key
+
+EVERY_S = 10.0  # simulated seconds between decisions
+SCALE_IN_COOLDOWN_S = 60.0  # no scale-in this soon after any change (no flapping on a quiet spell)
+MAX_WORKERS = int(BY_NAME["workers"].max)
+
+
+def decide(depth: int, workers: int, lam: float, W: float, target_wait: float, floor: int,
+           ceiling: int = MAX_WORKERS) -> tuple[int, str]:
+    """(target workers, why) from queue depth, requested workers and measured arrival rate."""
+    drain = depth * W / workers if workers > 0 else math.inf
+    if depth and drain > target_wait:
+        needed = math.ceil(depth * W / target_wait - 1e-9)
+        return min(ceiling, max(needed, floor)), f"drain time {drain:.0f} s > target {target_wait:g} s"
+    if depth == 0:
+        want = max(floor, numbers.workers_for_utilisation(lam, W, numbers.Inputs().target_utilisation)
+                   if lam > 0 else floor)
+        if want < workers:
+            return want, f"queue empty; λ {lam:.3f}/s needs {want} at ρ ≤ {numbers.Inputs().target_utilisation:g}"
+    return workers, "hold"
+
+
+def tick(r: redis.Redis, lab: str, now: float, settings: dict) -> int | None:
+    """One decision every EVERY_S simulated seconds while `autoscale` is on; returns a new size."""
+    if not settings.get("autoscale"):
+        return None
+    k = key(lab, "autoscale")
+    last = r.hmget(k, "decided_t", "changed_t")
+    if last[0] is not None and now - float(last[0]) < EVERY_S:
+        return None
+    r.hset(k, "decided_t", now)
+    states = r.hgetall(key(lab, "states"))
+    depth = int(states.get("queued", 0)) + int(states.get("retrying", 0))
+    current = int(settings["workers"])
+    target, why = decide(depth, current, loadgen.recent_rate(r, lab, now), loadgen.MIX_W,
+                         float(settings["autoscale_target_wait"]), int(settings["autoscale_min"]))
+    if target == current:
+        return None
+    if target < current and last[1] is not None and now - float(last[1]) < SCALE_IN_COOLDOWN_S:
+        return None
+    r.hset(k, "changed_t", now)
+    labs.update_settings(r, lab, {"workers": target})
+    stream.emit(r, lab, "autoscale.scaled", now, frm=current, to=target, depth=depth, reason=why)
+    return target
