@@ -85,7 +85,8 @@ SCHEMA: tuple[Setting, ...] = (
             1, 7200, label="Transcode duration", unit="s"),
     Setting("fairness", "choice", "shared", "Chapter 6: how a free worker picks between the pro and free "
             "queues — one shared FIFO, a hard split, weighted polling, strict priority, strict priority with "
-            "aging, fully separate pools, or round robin across customers.",
+            "aging, fully separate pools, or round robin across the customers inside a tier (tiers picked by "
+            "weighted polling).",
             choices=("shared", "split", "weighted", "strict", "aging", "separate", "round_robin"),
             label="Fairness strategy"),
     Setting("pro_workers", "int", 1, "Workers walled off for pro under a hard split or full separation.",
