@@ -6,6 +6,8 @@ the per-tier queues in `workers.fairness` and read back what the real workers me
 
 from __future__ import annotations
 
+import functools
+
 from flask import Blueprint, jsonify
 
 from app import labs, numbers
@@ -37,14 +39,35 @@ def _tier(body: dict) -> str:
 @bp.get("/api/labs/<lab_id>/fairness")
 @lab_access(write=False)
 def get_fairness(lab_id: str):
-    """Per-tier and per-customer wait percentiles, queue depths and cost per tier."""
+    """Per-tier and per-customer wait percentiles, queue depths, and cost per tier."""
     r = get_redis()
     settings = labs.settings(r, lab_id)
     out = fairness.summary(r, lab_id, settings, clock.now(r, lab_id))
-    price_s = numbers.Inputs().worker_price_per_hour / 3600
-    out["cost_usd"] = {kind: {t: round(v * price_s, 6) for t, v in out[f"{kind}_worker_s"].items()}
-                       for kind in ("used", "paid")}
+    out["cost_usd"] = cost(out)
     return jsonify(out)
+
+
+@functools.cache
+def _model() -> tuple[numbers.Inputs, dict]:
+    inputs = numbers.Inputs()
+    return inputs, numbers.derive(inputs)["ch6"]
+
+
+def cost(summary: dict) -> dict:
+    """Worker-seconds used and paid per tier, priced by the numbers model's worker price, against the
+    revenue the pro jobs that finished bring in (the model's per-job figure): the lesson's "same
+    spreadsheet", measured on this lab, with the model's lesson-scale ratio beside it."""
+    inputs, fig = _model()
+    price_s = inputs.worker_price_per_hour / 3600
+    out = {kind: {t: round(v * price_s, 6) for t, v in summary[f"{kind}_worker_s"].items()}
+           for kind in ("used", "paid")}
+    out["idle"] = {t: round(out["paid"][t] - out["used"][t], 6) for t in fairness.TIERS}
+    out["revenue"] = {"pro": round(summary["done"]["pro"] * inputs.pro_revenue_per_job, 6), "free": 0.0}
+    out["pro_paid_to_revenue"] = round(out["paid"]["pro"] / out["revenue"]["pro"], 4) if out["revenue"]["pro"] else None
+    out["model"] = {"worker_price_per_hour": inputs.worker_price_per_hour,
+                    "pro_revenue_per_job": inputs.pro_revenue_per_job,
+                    "pro_reservation_cost_to_revenue": round(fig["pro_reservation_cost_to_revenue"], 4)}
+    return out
 
 
 @bp.post("/api/labs/<lab_id>/fairness/jobs")

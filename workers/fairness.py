@@ -17,7 +17,7 @@ import time
 
 import redis
 
-from workers.broker import clock, handoff, reaper, stream
+from workers.broker import clock, reaper, stream
 from workers.broker.keys import key
 
 TIERS = ("pro", "free")
@@ -26,7 +26,7 @@ SPIKE_FACTOR = 2.0  # the lesson's "2x" spike
 WAITS_KEPT = 5000
 COUNTERS = ("submitted", "done", "requeued")  # per-tier job counts kept in the meta hash
 TICK = 0.02
-START_GRACE_S = 30.0  # real seconds RQ may show a job 'started' before its horse claims it
+START_GRACE_S = 30.0  # real seconds a job RQ has taken may wait for its horse to claim it
 SWEEP_S = 0.5  # real seconds between sweeps for released jobs that will never finish
 _swept: dict[str, float] = {}  # lab → real time of its last sweep (the supervisor's process only)
 
@@ -212,23 +212,33 @@ def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
     back = 0
     for member, raw in r.hgetall(inflight_key(lab)).items():
         rec = json.loads(raw)
-        status = r.hget(f"rq:job:{rec['rq']}", "status")
-        if rec.get("worker"):
-            row = workers.get(rec["worker"], {})
-            lost = (status in (None, "failed", "stopped", "canceled")
-                    or row.get("state") in (None, "dead", "respawning")
-                    or row.get("job_id") != job_label(rec["tier"], member))
-        else:  # not started yet: lost once RQ's copy is neither waiting in the queue nor being started
-            age = time.time() - rec["released"]
-            lost = (age > handoff.HANDOFF_S and r.lpos(queue_key, rec["rq"]) is None
-                    and (status != "started" or age > START_GRACE_S))
-        if lost and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
+        reason = lost_reason(rec, job_label(rec["tier"], member), r.hget(f"rq:job:{rec['rq']}", "status"),
+                             workers, lambda rq_id: r.lpos(queue_key, rq_id) is not None)
+        if reason and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
             _enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
             r.hincrby(key(lab, "fair", "meta"), f"requeued_{rec['tier']}", 1)
             stream.emit(r, lab, "fairness.requeued", now, worker_id=rec.get("worker") or "?", tier=rec["tier"],
-                        customer=member.split(":", 1)[1])
+                        customer=member.split(":", 1)[1], reason=reason)
             back += 1
     return back
+
+
+def lost_reason(rec: dict, label: str, status: str | None, workers: dict[str, dict], waiting) -> str | None:
+    """Why a released job will never finish, or None while it still may. `waiting(rq_id)`: is RQ's
+    copy still in the queue? A job RQ has taken but no horse has claimed gets START_GRACE_S: on a
+    loaded box a fork can take seconds, and taking it back early would only waste the hand-off."""
+    if status in ("failed", "stopped", "canceled"):
+        return f"its work horse {status}"
+    if rec.get("worker"):
+        row = workers.get(rec["worker"], {})
+        if row.get("state") in (None, "dead", "respawning"):
+            return "its worker died"
+        if row.get("job_id") != label or status is None:
+            return "its worker moved on without finishing it"
+        return None
+    if time.time() - rec["released"] > START_GRACE_S and not waiting(rec["rq"]):
+        return "the worker RQ handed it to never started it"
+    return None
 
 
 def job_label(tier: str, member: str) -> str:
@@ -271,7 +281,7 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
     wait = max(0.0, start - enqueued)
     r.rpush(key(lab, "fair", "waits"), json.dumps({"tier": tier, "customer": customer, "wait": round(wait, 3),
                                                    "t": round(start, 3), "seq": int(member.split(":")[0]),
-                                                   "order": order}))
+                                                   "order": order, "worker": wid}))
     r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
     stream.emit(r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer,
                 wait=round(wait, 1))

@@ -35,7 +35,7 @@ function row(cells, cls) { return h('tr', { class: cls }, cells.map((c, i) => h(
 function render(d) {
   const starved = d.pending.free > 0 && d.running.free === 0 && d.running.pro > 0;
   $('ch6-tier-rows').replaceChildren(...['pro', 'free'].map((t) => row([
-    t, d.pending[t], d.running[t], d.waits[t].n, fmt(d.waits[t].p50), fmt(d.waits[t].p95), fmt(d.waits[t].p99),
+    t, d.pending[t], d.running[t], d.waits[t].n, d.requeued[t], fmt(d.waits[t].p50), fmt(d.waits[t].p95), fmt(d.waits[t].p99),
     fmt(d.used_worker_s[t]), fmt(d.paid_worker_s[t]), `$${d.cost_usd.paid[t].toFixed(4)}`,
   ], t === 'free' && starved ? 'fx-starved' : null)));
   const custs = Object.entries(d.customers).sort((a, b) => (b[1].p95 ?? 0) - (a[1].p95 ?? 0)).slice(0, 12);
@@ -54,6 +54,12 @@ function render(d) {
     text: `Strategy ${d.strategy}. Pro p95 ${fmt(d.waits.pro.p95)} s, free p95 ${fmt(d.waits.free.p95)} s; `
       + `${d.pending.free} free and ${d.pending.pro} pro jobs waiting.${starved ? ' Free is starving: only pro jobs run.' : ''}`,
   });
+  const c = d.cost_usd;
+  const ratio = c.pro_paid_to_revenue == null ? 'no pro job finished yet' : `${c.pro_paid_to_revenue.toFixed(3)} of its revenue`;
+  setText($('ch6-cost'), `Cost per tier at $${c.model.worker_price_per_hour}/worker-hour: pro paid $${c.paid.pro.toFixed(4)} `
+    + `(idle $${c.idle.pro.toFixed(4)}), free paid $${c.paid.free.toFixed(4)} (idle $${c.idle.free.toFixed(4)}). `
+    + `Pro capacity cost ${ratio} ($${c.model.pro_revenue_per_job}/pro job); the lesson's 1,000-worker reservation `
+    + `costs ${c.model.pro_reservation_cost_to_revenue.toFixed(3)} of pro revenue.`);
   $('lab-ch6').dataset.strategy = d.strategy;
   $('lab-ch6').dataset.started = d.waits.pro.n + d.waits.free.n;
 }

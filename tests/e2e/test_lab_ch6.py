@@ -30,6 +30,10 @@ def test_ch6_panel_runs_a_noisy_neighbour_burst_and_switches_strategy_live(page:
     free_waiting = int(tier_rows.nth(1).locator("td").nth(0).inner_text())
     assert free_waiting > 0, "the burst should still be queued when the quiet customers are served"
     expect(page.get_by_test_id("ch6-chart")).not_to_have_attribute("data-points", "0", timeout=10_000)
+    expect(page.get_by_test_id("ch6-cost")).to_contain_text("Cost per tier")
+    expect(page.get_by_test_id("ch6-cost")).to_contain_text("of pro revenue")
+    page.get_by_role("button", name="2× free spike").click()
+    expect(page.get_by_test_id("ch6-status")).to_contain_text("Free traffic doubled")
     page.get_by_test_id("ch6-strategy").focus()  # the controls are reachable by keyboard
     shot("ch6-panel")
     saved = page.evaluate("sessionStorage.getItem('awl:lab:ch6')")

@@ -129,3 +129,19 @@ def test_fairness_api_refuses_bad_input_with_4xx(api):
     assert api.call("POST", f"/api/labs/{lid}/fairness/jobs", {}, lab["view_token"]).status == 403
     res = api.call("PATCH", f"/api/labs/{lid}/settings", {"fairness": "lottery"}, tok)
     assert res.status == 422
+
+
+def test_a_2x_spike_doubles_one_tiers_arrivals_while_it_lasts(api, r):
+    """Traffic from the lab's own generator, half pro and half free; a free spike doubles only free."""
+    lab = api.lab("ch6", speed=100, workers=1, fair_job_s=3600, arrival_rate=1.0, pro_share=0.5)
+    lid, tok = lab["lab_id"], lab["token"]
+    res = api.call("POST", f"/api/labs/{lid}/fairness/spike", {"tier": "free", "duration_s": 600}, tok)
+    assert res.status == 202 and res.json()["factor"] == 2.0
+    before = api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()["submitted"]
+    until = res.json()["until"]
+    api.wait_for(lab, lambda s: s["clock"]["t"] >= until, timeout=120, every=0.5)
+    after = api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()["submitted"]
+    assert api.call("PATCH", f"/api/labs/{lid}/settings", {"arrival_rate": 0}, tok).status == 200
+    pro, free = (after[t] - before[t] for t in ("pro", "free"))
+    # Poisson means over the 600 s window: pro 300, free 600 (σ ≈ 17 and 24)
+    assert 200 < pro < 400 and 1.6 * pro < free < 2.5 * pro
