@@ -85,6 +85,7 @@ def finish(b: Bench, lab: dict, total: int) -> Run:
          timeout=900, what=f"{total} tier jobs did not finish", every=0.2)
     run = Run(fairness.waits(b.r, lid), b.call("GET", f"/api/labs/{lid}/fairness", token=lab["token"]))
     b.delete_lab(lab)
+    print(f"  fairness: {run.summary['strategy']}: {total} jobs done at lab t={run.summary['now']:.0f} s", flush=True)
     return run
 
 

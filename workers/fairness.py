@@ -321,6 +321,9 @@ def summary(r: redis.Redis, lab: str, settings: dict, now: float) -> dict:
     return {
         "strategy": settings["fairness"], "now": round(now, 3), "pools": cap,
         "pending": {t: r.zcard(pending_key(lab, t)) for t in TIERS},
+        # age of each tier's oldest waiting job: climbs without bound while a tier starves
+        "oldest_wait": {t: round(now - head[1], 1) if (head := _oldest(r, pending_key(lab, t))) else None
+                        for t in TIERS},
         "running": running_counts(r, lab),
         **{name: {t: int(meta.get(f"{name}_{t}", 0)) for t in TIERS} for name in COUNTERS},
         "waits": by_tier, "customers": by_customer,

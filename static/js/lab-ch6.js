@@ -34,8 +34,12 @@ function row(cells, cls) { return h('tr', { class: cls }, cells.map((c, i) => h(
 
 function render(d) {
   const starved = d.pending.free > 0 && d.running.free === 0 && d.running.pro > 0;
+  // a walled-off pro pool sits idle while free jobs queue: the cost of a hard reservation
+  const walled = ['split', 'separate'].includes(d.strategy);
+  const idleReserved = walled && d.pending.free > 0 ? d.pools.pro - d.running.pro : 0;
   $('ch6-tier-rows').replaceChildren(...['pro', 'free'].map((t) => row([
-    t, d.pending[t], d.running[t], d.waits[t].n, d.requeued[t], fmt(d.waits[t].p50), fmt(d.waits[t].p95), fmt(d.waits[t].p99),
+    t, d.pending[t], fmt(d.oldest_wait[t]), d.running[t], d.waits[t].n, d.requeued[t],
+    fmt(d.waits[t].p50), fmt(d.waits[t].p95), fmt(d.waits[t].p99),
     fmt(d.used_worker_s[t]), fmt(d.paid_worker_s[t]), `$${d.cost_usd.paid[t].toFixed(4)}`,
   ], t === 'free' && starved ? 'fx-starved' : null)));
   const custs = Object.entries(d.customers).sort((a, b) => (b[1].p95 ?? 0) - (a[1].p95 ?? 0)).slice(0, 12);
@@ -52,7 +56,8 @@ function render(d) {
       { name: 'free p99', points: line('free', 'p99'), cls: 'la-d', dashed: true },
     ],
     text: `Strategy ${d.strategy}. Pro p95 ${fmt(d.waits.pro.p95)} s, free p95 ${fmt(d.waits.free.p95)} s; `
-      + `${d.pending.free} free and ${d.pending.pro} pro jobs waiting.${starved ? ' Free is starving: only pro jobs run.' : ''}`,
+      + `${d.pending.free} free and ${d.pending.pro} pro jobs waiting.${starved ? ' Free is starving: only pro jobs run.' : ''}`
+      + (idleReserved > 0 ? ` ${idleReserved} pro-reserved worker${idleReserved > 1 ? 's' : ''} idle while free jobs wait.` : ''),
   });
   const c = d.cost_usd;
   const ratio = c.pro_paid_to_revenue == null ? 'no pro job finished yet' : `${c.pro_paid_to_revenue.toFixed(3)} of its revenue`;

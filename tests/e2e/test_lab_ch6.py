@@ -35,7 +35,7 @@ def test_ch6_panel_runs_a_noisy_neighbour_burst_and_switches_strategy_live(page:
     page.get_by_role("button", name="2× free spike").click()
     expect(page.get_by_test_id("ch6-status")).to_contain_text("Free traffic doubled")
     page.get_by_test_id("ch6-strategy").focus()  # the controls are reachable by keyboard
-    shot("ch6-panel")
+    panel.screenshot(path=str(shot("ch6-page").with_name("ch6-panel.png")))  # cropped, for review
     saved = page.evaluate("sessionStorage.getItem('awl:lab:ch6')")
     if saved:
         lab = json.loads(saved)
