@@ -24,13 +24,14 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, filters, loadgen, pages, retries, schedule, store, ws
+    from app import api, errors, fairness, filters, loadgen, pages, retries, schedule, store, ws
 
     store.init_app(app)
     filters.init_app(app)
     errors.init_app(app)
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)
+    app.register_blueprint(fairness.bp)
     app.register_blueprint(loadgen.bp)
     app.register_blueprint(retries.bp)
     app.register_blueprint(schedule.bp)

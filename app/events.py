@@ -28,6 +28,9 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.resent": ("resent", "job {job}: a worker took its message and died before claiming it; "
                              "attempt {attempt} sent again"),
     "job.lost": ("lost", "job {job} lost: acked early, its worker died"),
+    "fairness.started": (None, "worker {worker} took a {tier} job from customer {customer} after {wait}s"),
+    "fairness.requeued": ("fair_requeued", "a {tier} job from customer {customer} was taken back ({reason}): "
+                                           "queued again at its original place"),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),
     "email.suppressed": ("emails_suppressed", "second completion email for job {job} suppressed"),

@@ -83,6 +83,24 @@ SCHEMA: tuple[Setting, ...] = (
             label="Scale-in"),
     Setting("job_duration", "float", 600.0, "Simulated duration of a transcode (the lesson's 10 minutes).",
             1, 7200, label="Transcode duration", unit="s"),
+    Setting("fairness", "choice", "shared", "Chapter 6: how a free worker picks between the pro and free "
+            "queues — one shared FIFO, a hard split, weighted polling, strict priority, strict priority with "
+            "aging, fully separate pools, or round robin across the customers inside a tier (tiers picked by "
+            "weighted polling).",
+            choices=("shared", "split", "weighted", "strict", "aging", "separate", "round_robin"),
+            label="Fairness strategy"),
+    Setting("pro_workers", "int", 1, "Workers walled off for pro under a hard split or full separation.",
+            0, 8, label="Pro-reserved workers"),
+    Setting("pro_weight", "float", 0.7, "Weighted polling: chance a free worker checks the pro queue first; "
+            "1 − this is the free tier's floor.", 0, 1, label="P(pro first)"),
+    Setting("aging_s", "float", 300.0, "Aging: a free job that has waited this long jumps the priority rule.",
+            1, 7200, label="Aging threshold", unit="s"),
+    Setting("arrival_rate", "float", 0.0, "Chapter 6 traffic: tier jobs per simulated second (0 = off).",
+            0, 5, label="Arrival rate", unit="jobs/s"),
+    Setting("pro_share", "float", 0.1, "Fraction of chapter 6 traffic from pro customers (the lesson's 10%).",
+            0, 1, label="Pro share"),
+    Setting("fair_job_s", "float", 30.0, "Simulated service time of one chapter 6 tier job.",
+            1, 3600, label="Tier job duration", unit="s"),
     Setting("exec_timeout", "float", 0.0, "Per-attempt execution timeout; 0 = none. Keep it below VT.",
             0, 7200, label="Execution timeout", unit="s"),
     Setting("lock_ttl", "float", 1800.0, "TTL of the job's lock (Chapter 7's run lock): the third timeout, "

@@ -13,7 +13,7 @@ import traceback
 
 from bench.common import OUT, Bench, Stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule")
+BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness")
 
 
 def _terminate(signum, frame):

@@ -20,7 +20,7 @@ import redis
 
 from app import labs
 from app.config import Config
-from workers import autoscale, loadgen
+from workers import autoscale, fairness, loadgen
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
 from workers.fleet import SchedulerFleet
@@ -191,6 +191,8 @@ class Supervisor:
         moved += loadgen.tick(self.r, self.rq, lab, now)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
+        if not state["paused"]:
+            fairness.tick(self.r, self.rq, lab, settings, now)
         if time.time() - pool.handoffs_swept > 1:
             pool.handoffs_swept = time.time()
             reaper.resend_lost_handoffs(self.r, self.rq, lab, now)

@@ -1,0 +1,120 @@
+"""Chapter 6 API: submit tier traffic, drop a noisy-neighbour burst, spike a tier, read the waits.
+
+The strategy itself is the `fairness` setting (PATCH /settings switches it live); these calls feed
+the per-tier queues in `workers.fairness` and read back what the real workers measured.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from flask import Blueprint, jsonify
+
+from app import labs, numbers
+from app.api import json_body, lab_access
+from app.errors import ApiError
+from app.store import get_redis
+from workers import fairness
+from workers.broker import clock
+from workers.broker.keys import key
+
+bp = Blueprint("fairness", __name__)
+MAX_BATCH = 500  # the lesson's burst size is the ceiling for one call
+
+
+def _int(body: dict, name: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ApiError(422, "invalid_body", {name: f"must be a whole number between {lo} and {hi}"})
+    return value
+
+
+def _tier(body: dict) -> str:
+    tier = body.get("tier", "free")
+    if tier not in fairness.TIERS:
+        raise ApiError(422, "invalid_body", {"tier": f"must be one of {', '.join(fairness.TIERS)}"})
+    return tier
+
+
+@bp.get("/api/labs/<lab_id>/fairness")
+@lab_access(write=False)
+def get_fairness(lab_id: str):
+    """Per-tier and per-customer wait percentiles, queue depths, and cost per tier."""
+    r = get_redis()
+    settings = labs.settings(r, lab_id)
+    out = fairness.summary(r, lab_id, settings, clock.now(r, lab_id))
+    out["cost_usd"] = cost(out)
+    return jsonify(out)
+
+
+@functools.cache
+def _model() -> tuple[numbers.Inputs, dict]:
+    inputs = numbers.Inputs()
+    return inputs, numbers.derive(inputs)["ch6"]
+
+
+def cost(summary: dict) -> dict:
+    """Worker-seconds used and paid per tier, priced by the numbers model's worker price, against the
+    revenue the pro jobs that finished bring in (the model's per-job figure): the lesson's "same
+    spreadsheet", measured on this lab, with the model's lesson-scale ratio beside it."""
+    inputs, fig = _model()
+    price_s = inputs.worker_price_per_hour / 3600
+    out = {kind: {t: round(v * price_s, 6) for t, v in summary[f"{kind}_worker_s"].items()}
+           for kind in ("used", "paid")}
+    out["idle"] = {t: round(out["paid"][t] - out["used"][t], 6) for t in fairness.TIERS}
+    out["revenue"] = {"pro": round(summary["done"]["pro"] * inputs.pro_revenue_per_job, 6), "free": 0.0}
+    out["pro_paid_to_revenue"] = round(out["paid"]["pro"] / out["revenue"]["pro"], 4) if out["revenue"]["pro"] else None
+    out["model"] = {"worker_price_per_hour": inputs.worker_price_per_hour,
+                    "pro_revenue_per_job": inputs.pro_revenue_per_job,
+                    "pro_reservation_cost_to_revenue": round(fig["pro_reservation_cost_to_revenue"], 4)}
+    return out
+
+
+@bp.post("/api/labs/<lab_id>/fairness/jobs")
+@lab_access(write=True)
+def submit_jobs(lab_id: str):
+    """Queue `count` jobs for one customer of one tier."""
+    body = json_body()
+    tier = _tier(body)
+    count = _int(body, "count", 1, 1, MAX_BATCH)
+    customer = body.get("customer", f"{tier[0]}1")
+    if not isinstance(customer, str) or not customer.isalnum() or len(customer) > 16:
+        raise ApiError(422, "invalid_body", {"customer": "must be 1–16 letters or digits"})
+    fairness.submit(get_redis(), lab_id, tier, customer, count)
+    return jsonify(enqueued=count, tier=tier, customer=customer), 202
+
+
+@bp.post("/api/labs/<lab_id>/fairness/noisy-neighbour")
+@lab_access(write=True)
+def noisy_neighbour(lab_id: str):
+    """One free customer drops a burst; `others` customers then submit one job each."""
+    body = json_body()
+    burst = _int(body, "burst", 60, 1, MAX_BATCH)
+    others = _int(body, "others", 9, 0, 50)
+    r = get_redis()
+    now = clock.now(r, lab_id)
+    fairness.submit(r, lab_id, "free", "f0", burst, now)
+    for i in range(1, others + 1):
+        fairness.submit(r, lab_id, "free", f"f{i}", 1, now + 0.001)
+    return jsonify(burst=burst, others=others), 202
+
+
+@bp.post("/api/labs/<lab_id>/fairness/spike")
+@lab_access(write=True)
+def spike(lab_id: str):
+    """Double one tier's arrival rate for `duration_s` simulated seconds."""
+    body = json_body()
+    tier = _tier(body)
+    duration = _int(body, "duration_s", 300, 1, 7200)
+    r = get_redis()
+    until = clock.now(r, lab_id) + duration
+    r.hset(key(lab_id, "fair", "spike"), tier, until)
+    return jsonify(tier=tier, factor=fairness.SPIKE_FACTOR, until=round(until, 3)), 202
+
+
+@bp.post("/api/labs/<lab_id>/fairness/reset")
+@lab_access(write=True)
+def reset(lab_id: str):
+    """Drop queued tier jobs and measurements, to compare the next strategy from a clean slate."""
+    fairness.reset(get_redis(), lab_id)
+    return jsonify(ok=True)

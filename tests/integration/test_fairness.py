@@ -1,0 +1,147 @@
+"""Chapter 6 on real workers: the strategy a freed worker polls by decides who waits.
+
+Jobs are queued while the clock is paused, so every strategy starts from the same backlog.
+"""
+
+from __future__ import annotations
+
+from workers import fairness
+
+SPEED = 50
+JOB_S = 30
+
+
+def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, **settings) -> list[dict]:
+    """Queue `batches` (tier, customer, count) in order on a paused clock, then run them all."""
+    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=workers, fair_job_s=JOB_S, **settings)
+    lid, tok = lab["lab_id"], lab["token"]
+    api.workers_ready(lab, workers)
+    assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).status == 200
+    total = 0
+    for tier, customer, count in batches:
+        res = api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": tier, "customer": customer,
+                                                                  "count": count}, tok)
+        assert res.status == 202, res.body
+        total += count
+    assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok).status == 200
+    api.wait_for(lab, lambda _s: len(fairness.waits(r, lid)) >= total, timeout=180, every=0.3)
+    summary = api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()
+    assert summary["pending"] == {"pro": 0, "free": 0}
+    return fairness.waits(r, lid)
+
+
+def tier_waits(rows: list[dict], tier: str) -> list[float]:
+    return [w["wait"] for w in rows if w["tier"] == tier]
+
+
+BACKLOG = [("free", "f1", 5), ("pro", "p1", 60)]  # 60 pro jobs = 600 s of work for 3 workers
+
+
+def test_aging_bounds_the_free_wait_where_strict_priority_does_not(api, r):
+    strict = run(api, r, "strict", BACKLOG)
+    free = [w["order"] for w in strict if w["tier"] == "free"]
+    pro = [w["order"] for w in strict if w["tier"] == "pro"]
+    assert min(free) > max(pro)  # strict: no free job was picked until the pro queue was empty
+
+    aged = run(api, r, "aging", BACKLOG, aging_s=300)
+    # one "round" = 3 workers each finishing a job, measured (hand-off overhead included): 60 pro jobs
+    # are 20 rounds. The 5 aged free jobs need 2 rounds of workers after promotion, plus one of slack.
+    bound = 300 + 3 * max(tier_waits(aged, "pro")) / 20
+    assert 300 <= max(tier_waits(aged, "free")) <= bound  # promoted at the threshold, not before
+    assert min(tier_waits(strict, "free")) > bound  # the same backlog under strict priority blows the bound
+
+
+def test_weighted_polling_gives_free_a_floor_under_a_pro_backlog(api, r):
+    rows = run(api, r, "weighted", BACKLOG, pro_weight=0.7)
+    free = [w["order"] for w in rows if w["tier"] == "free"]
+    pro = [w["order"] for w in rows if w["tier"] == "pro"]
+    assert max(free) < max(pro)  # every free job got a slot before the pro backlog drained
+
+
+def test_hard_split_keeps_pro_fast_and_free_slow(api, r):
+    rows = run(api, r, "split", [("free", "f1", 30), ("pro", "p1", 6)], pro_workers=1)
+    free, pro = tier_waits(rows, "free"), tier_waits(rows, "pro")
+    # one reserved pro worker: pro never waits behind the 30 free jobs queued before it
+    assert max(pro) < fairness.percentiles(free)["p50"]
+
+
+NOISY = [("free", "f0", 40)] + [("free", f"f{i}", 1) for i in range(1, 10)]
+PRO_NOISY = [("pro", "p0", 15), ("pro", "p1", 1), ("pro", "p2", 1)]
+
+
+def test_noisy_neighbour_fifo_puts_nine_quiet_customers_behind_the_whole_burst(api, r):
+    rows = run(api, r, "shared", NOISY)
+    burst = [w["wait"] for w in rows if w["customer"] == "f0"]
+    quiet = [w["wait"] for w in rows if w["customer"] != "f0"]
+    order = {w["customer"]: w["order"] for w in rows if w["customer"] != "f0"}
+    assert min(order.values()) > 40  # FIFO: every quiet customer is picked after the whole burst
+    assert min(quiet) >= fairness.percentiles(burst)["p95"]
+
+
+def test_round_robin_rotates_customers_inside_each_tier(api, r):
+    rows = run(api, r, "round_robin", NOISY + PRO_NOISY, pro_weight=0.5)
+    for tier, noisy in (("free", "f0"), ("pro", "p0")):
+        burst = [w["wait"] for w in rows if w["customer"] == noisy]
+        quiet = [w["wait"] for w in rows if w["tier"] == tier and w["customer"] != noisy]
+        assert max(quiet) < fairness.percentiles(burst)["p50"], tier  # quiet customers finish early
+        # each quiet customer was picked within the first rotation of its own tier
+        picks = sorted(w["order"] for w in rows if w["tier"] == tier)
+        firsts = [w["order"] for w in rows if w["tier"] == tier and w["customer"] != noisy]
+        assert max(picks.index(o) for o in firsts) <= len(firsts), tier
+
+
+def test_a_killed_worker_gives_its_tier_job_back_and_its_slot_is_reused(api, r):
+    """SIGKILL a worker mid-job: the job's in-flight record is taken back (its tier count drops), the job
+    runs again from its original place in the queue, and every job finishes: none vanishes."""
+    lab = api.lab("ch6", speed=20, fairness="strict", workers=3, fair_job_s=60, respawn_delay=1)
+    lid, tok = lab["lab_id"], lab["token"]
+    api.workers_ready(lab, 3)
+    res = api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1", "count": 7}, tok)
+    assert res.status == 202
+    api.wait_for(lab, lambda _s: len(fairness.waits(r, lid)) >= 3, timeout=60)
+    busy = [w for w in api.snapshot(lab)["workers"] if w.get("job_id", "") and w["job_id"].startswith("pro-")]
+    assert busy, "no worker shows a pro job"
+    victim = busy[0]
+    assert api.call("POST", f"/api/labs/{lid}/workers/{victim['id']}/kill", {}, tok).status == 200
+
+    def summary() -> dict:
+        return api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()
+
+    api.wait_for(lab, lambda _s: summary()["requeued"]["pro"] == 1, timeout=30)
+    api.wait_for(lab, lambda _s: summary()["done"]["pro"] == 7, timeout=180, every=0.5)
+    final = summary()
+    assert final["running"] == {"pro": 0, "free": 0} and final["pending"] == {"pro": 0, "free": 0}
+    starts = [w["seq"] for w in fairness.waits(r, lid)]
+    assert len(starts) == 8 and len(set(starts)) == 7  # the killed job started twice, finished once
+    assert final["used_worker_s"]["pro"] == 7 * 60  # and is billed once
+    assert api.snapshot(lab)["counts"].get("fair_requeued") == 1
+
+
+def test_fairness_api_refuses_bad_input_with_4xx(api):
+    lab = api.lab("ch6", speed=SPEED)
+    lid, tok = lab["lab_id"], lab["token"]
+    for path, body in [("jobs", {"tier": "gold"}), ("jobs", {"count": 501}), ("jobs", {"count": "3"}),
+                       ("jobs", {"customer": "../x"}), ("noisy-neighbour", {"burst": 0}),
+                       ("spike", {"tier": "pro", "duration_s": -1})]:
+        res = api.call("POST", f"/api/labs/{lid}/fairness/{path}", body, tok)
+        assert res.status == 422, (path, body, res.body)
+        assert "error" in res.json()
+    assert api.call("POST", f"/api/labs/{lid}/fairness/jobs", {}, lab["view_token"]).status == 403
+    res = api.call("PATCH", f"/api/labs/{lid}/settings", {"fairness": "lottery"}, tok)
+    assert res.status == 422
+
+
+def test_a_2x_spike_doubles_one_tiers_arrivals_while_it_lasts(api, r):
+    """Traffic from the lab's own generator, half pro and half free; a free spike doubles only free."""
+    lab = api.lab("ch6", speed=100, workers=1, fair_job_s=3600, arrival_rate=1.0, pro_share=0.5)
+    lid, tok = lab["lab_id"], lab["token"]
+    res = api.call("POST", f"/api/labs/{lid}/fairness/spike", {"tier": "free", "duration_s": 600}, tok)
+    assert res.status == 202 and res.json()["factor"] == 2.0
+    before = api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()["submitted"]
+    until = res.json()["until"]
+    api.wait_for(lab, lambda s: s["clock"]["t"] >= until, timeout=120, every=0.5)
+    after = api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()["submitted"]
+    assert api.call("PATCH", f"/api/labs/{lid}/settings", {"arrival_rate": 0}, tok).status == 200
+    pro, free = (after[t] - before[t] for t in ("pro", "free"))
+    # Poisson means over the 600 s window: pro 300, free 600 (σ ≈ 17 and 24)
+    assert 200 < pro < 400 and 1.6 * pro < free < 2.5 * pro
