@@ -117,12 +117,13 @@ function render(d) {
   setText(root.querySelector('[data-x="rho"]'), cells.rho[1]);
 
   // the spoken summary changes at most every 10 s, so a screen reader is not flooded
-  if (Date.now() - lastSummary > 10000 || !state.on || root.dataset.spoken !== String(state.on)) {
-    root.dataset.spoken = String(state.on);
+  const key = `${state.on}:${m.arrivals > 0}`;
+  if (Date.now() - lastSummary > 10000 || !state.on || root.dataset.spoken !== key) {
+    root.dataset.spoken = key;
     lastSummary = Date.now();
     setText(q('summary'), m.arrivals
       ? `${m.arrivals} arrivals measured: L = ${fmt(m.L)} jobs in flight, λW = ${fmt(m.lambda_W)}. ${x.rho == null || x.rho >= 1 ? 'The pool is past ρ = 1: the queue grows without bound.' : `Model ρ = ${fmtRho(x.rho)}, suggested pool for ρ ≤ 0.8: ${x.workers_for_target}.`}`
-      : 'Start the load to measure L, λ and W on the real workers.');
+      : (state.on ? 'Load running: waiting for the first arrivals…' : 'Start the load to measure L, λ and W on the real workers.'));
   }
 
   setText(q('autoscale'), autoscale.on
@@ -136,9 +137,9 @@ function render(d) {
   const ex = ordering.exec_timeout;
   setText(q('order-line'), `exec timeout ${ex ? `${fmt(ex, ' s')} ${rel(ex, ordering.vt_seconds)}` : 'none ·'} VT ${fmt(ordering.vt_seconds, ' s')} ${rel(ordering.vt_seconds, ordering.lock_ttl)} lock TTL ${fmt(ordering.lock_ttl, ' s')} (slowest job p99 ${fmt(ordering.p99, ' s')})`);
   const list = q('order-checks');
-  const key = ordering.checks.map((c) => c.ok).join();
-  if (list.dataset.key !== key) {
-    list.dataset.key = key;
+  const okKey = ordering.checks.map((c) => c.ok).join();
+  if (list.dataset.key !== okKey) {
+    list.dataset.key = okKey;
     list.replaceChildren(...ordering.checks.map((c) => h('li', { 'data-ok': String(c.ok) },
       c.ok ? c.rule : `${c.rule} violated: ${c.detail}`)));
     setAttr(list, 'role', ordering.ok ? null : 'alert');

@@ -491,6 +491,9 @@ function boot(root) {
         break;
       }
       case 'worker.respawning': { const w = S.workers.get(ev.worker_id); if (w) w.state = 'respawning'; break; }
+      case 'worker.booting':
+        S.workers.set(ev.worker_id, { id: ev.worker_id, state: 'booting', pid: null, job_id: null, bootLag: d.lag });
+        break;
       case 'worker.draining': { const w = S.workers.get(ev.worker_id); if (w) w.state = 'draining'; break; }
       case 'worker.stopped': S.workers.delete(ev.worker_id); break;
       case 'settings.changed':
@@ -1276,7 +1279,7 @@ function boot(root) {
   function renderReadouts(now) {
     const c = S.counts;
     const ws = [...S.workers.values()].map(effective);
-    const alive = ws.filter((w) => !['dead', 'respawning'].includes(w.state)).length;
+    const alive = ws.filter((w) => !['dead', 'respawning', 'booting'].includes(w.state)).length;
     const busy = ws.filter((w) => w.state === 'busy').length;
     setReadout('queued', c.queued || 0, null, c.retrying ? `${c.retrying} waiting to retry` : 'waiting to be claimed');
     setReadout('active', busy, `${busy} / ${alive}`, `busy / alive${ws.length > alive ? ` · ${ws.length - alive} down` : ''}`);
@@ -1321,6 +1324,7 @@ function boot(root) {
         return left != null && left > 0 ? `dead: respawns in ~${fmtDur(left)}` : 'dead: respawning soon';
       }
       case 'respawning': return 'respawning: new process starting';
+      case 'booting': return `booting: takes jobs after its ${fmtDur(w.bootLag ?? S.settings.boot_lag)} boot lag`;
       case 'draining': return 'draining: finishes its job, takes no more';
       default: return w.state;
     }

@@ -32,6 +32,7 @@ def test_ch2_load_generator_main_path(page: Page, stack, api, shot):
         expect(page.get_by_test_id("ch2-lambdaW")).not_to_have_text("–", timeout=30_000)
         expect(page.locator('[data-x="L2"]')).to_contain_text("3 (= 0.1/s × 30 s)")
         expect(page.get_by_test_id("ch2-chart-L")).not_to_have_attribute("data-points", "0", timeout=10_000)
+        expect(page.get_by_test_id("ch2-summary")).to_contain_text("arrivals measured: L =", timeout=15_000)
         page.get_by_test_id("ch2-peak").click()
         expect(page.get_by_test_id("ch2-peak")).to_have_attribute("aria-pressed", "true")
         expect(page.locator('[data-x="lambda"]')).to_have_text("0.18/s")
