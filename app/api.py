@@ -348,23 +348,15 @@ def get_job(lab_id: str, job_id: str):
     ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
     and files written, folded from the event stream (the inspect panel reads this).
     """
-    j = _job_or_404(lab_id, job_id)
+    from app.status import hold_until_changed, parse_wait  # status imports this module's lab_access
+
+    _job_or_404(lab_id, job_id)
     include = request.args.get("include", "")
     if include not in ("", "history"):
         raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
-    wait = request.args.get("wait", "0")
-    try:
-        wait_s = min(25.0, max(0.0, float(wait)))
-    except ValueError:
-        raise ApiError(422, "invalid_wait", {"wait": "must be a number of seconds (0–25)"}) from None
     client_tag = request.headers.get("If-None-Match")
-    tag = _etag(j)
-    if wait_s and client_tag == tag:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and tag == client_tag:
-            time.sleep(0.05)
-            j = _job_or_404(lab_id, job_id)
-            tag = _etag(j)
+    j, tag, _ = hold_until_changed(get_redis(), lab_id, job_id, client_tag, parse_wait(request.args.get("wait")),
+                                   lambda j: (j, _etag(j)))
     if client_tag == tag:
         return "", 304, {"ETag": tag}
     resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)
