@@ -24,7 +24,7 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, filters, loadgen, pages, retries, status, store, ws
+    from app import api, errors, filters, loadgen, pages, retries, status, store, webhooks, ws
 
     store.init_app(app)
     filters.init_app(app)
@@ -34,6 +34,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(loadgen.bp)
     app.register_blueprint(retries.bp)
     app.register_blueprint(status.bp)
+    app.register_blueprint(webhooks.bp)
     ws.init_app(app)
     app.after_request(security_headers)
     return app
