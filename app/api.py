@@ -355,8 +355,12 @@ def get_job(lab_id: str, job_id: str):
     if include not in ("", "history"):
         raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
     client_tag = request.headers.get("If-None-Match")
-    j, tag, _ = hold_until_changed(get_redis(), lab_id, job_id, client_tag, parse_wait(request.args.get("wait")),
-                                   lambda j: (j, _etag(j)))
+
+    def view() -> tuple[dict, str]:
+        j = _job_or_404(lab_id, job_id)
+        return j, _etag(j)
+    j, tag, _ = hold_until_changed(get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")),
+                                   view)
     if client_tag == tag:
         return "", 304, {"ETag": tag}
     resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)

@@ -33,7 +33,8 @@ from workers.broker.keys import key
 bp = Blueprint("status", __name__)
 
 MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a thread up longer
-CLIENTS = ("poll", "etag", "long")  # ?client= labels, so the lab can tally each watcher's load
+CLIENTS = ("poll", "etag", "long")
+MAX_BATCH = 50  # ?client= labels, so the lab can tally each watcher's load
 
 _held: Counter[str] = Counter()  # lab → long-polls held now in this process ("" = all labs)
 _held_lock = threading.Lock()
@@ -85,20 +86,18 @@ def parse_wait(raw: str | None) -> float:
     return min(MAX_WAIT_S, wait)
 
 
-def hold_until_changed(r: redis.Redis, lab_id: str, job_id: str, client_tag: str | None, wait_s: float,
-                       view: Callable[[dict], tuple[Any, str]]) -> tuple[Any, str, bool]:
-    """Return (view, tag, held) as soon as the job's view differs from `client_tag`, or when `wait_s` runs out.
+def hold_until_changed(r: redis.Redis, lab_id: str, job_ids: set[str], client_tag: str | None, wait_s: float,
+                       view: Callable[[], tuple[Any, str]]) -> tuple[Any, str, bool]:
+    """Return (view, tag, held) as soon as `view()`'s tag differs from `client_tag`, or when `wait_s` runs out.
 
-    The stream position is taken *before* the job is read, so a change landing between the read and
-    the XREAD is still seen: it is an entry after that position.
+    The hold re-reads only when an event names one of `job_ids`. The stream position is taken
+    *before* the first read, so a change landing between that read and the XREAD is still seen:
+    it is an entry after that position.
     """
     events = key(lab_id, "events")
     top = r.xrevrange(events, count=1)
     last = top[0][0] if top else "0-0"
-    j = labs.read_job(r, lab_id, job_id)
-    if j is None:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
-    shown, tag = view(j)
+    shown, tag = view()
     if not wait_s or tag != client_tag:
         return shown, tag, False
     with long_poll_slot(lab_id):
@@ -109,15 +108,41 @@ def hold_until_changed(r: redis.Redis, lab_id: str, job_id: str, client_tag: str
                 break
             entries = reply[0][1]
             last = entries[-1][0]
-            if not any(json.loads(f["e"]).get("job_id") == job_id for _, f in entries):
-                continue
-            j = labs.read_job(r, lab_id, job_id)
-            if j is None:
-                raise ApiError(404, "unknown_job", f"job {job_id!r} went away with its lab")
-            shown, tag = view(j)
-            if tag != client_tag:
-                break
+            if any(json.loads(f["e"]).get("job_id") in job_ids for _, f in entries):
+                shown, tag = view()
+                if tag != client_tag:
+                    break
     return shown, tag, True
+
+
+def read_or_404(r: redis.Redis, lab_id: str, job_id: str) -> dict:
+    j = labs.read_job(r, lab_id, job_id) if len(job_id) <= 20 else None
+    if j is None:
+        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
+    return j
+
+
+def conditional(r: redis.Redis, lab_id: str, job_ids: set[str], view: Callable[[], tuple[Any, str]]):
+    """The shared GET: validate ?wait and ?client, hold if asked, answer 304 or 200 with the ETag."""
+    client = request.args.get("client")
+    if client is not None and client not in CLIENTS:
+        raise ApiError(422, "invalid_client", {"client": f"must be one of {', '.join(CLIENTS)}"})
+    wait_s = parse_wait(request.args.get("wait"))
+    client_tag = request.headers.get("If-None-Match")  # none yet: the first answer comes at once
+    body, tag, held = hold_until_changed(r, lab_id, job_ids, client_tag, wait_s, view)
+    # the server's clock, so a browser can line its own up with the events' t_real (NTP-style)
+    headers = {"ETag": tag, "Cache-Control": "no-cache", "Lab-Server-Time": f"{time.time():.4f}"}
+    if held:
+        headers["Long-Poll"] = "changed" if tag != client_tag else "timeout"
+    if tag == client_tag:
+        if client:
+            tally(r, lab_id, client, 304, 0)
+        return "", 304, headers
+    resp = jsonify(body)
+    resp.headers.update(headers)
+    if client:
+        tally(r, lab_id, client, 200, resp.content_length or 0)
+    return resp
 
 
 def tally(r: redis.Redis, lab_id: str, client: str, status: int, nbytes: int) -> None:
@@ -140,32 +165,33 @@ def job_status(lab_id: str, job_id: str):
     closes and the client simply asks again. `?client=poll|etag|long` labels the request in the lab's
     server-side tally (GET .../status-load).
     """
-    client = request.args.get("client")
-    if client is not None and client not in CLIENTS:
-        raise ApiError(422, "invalid_client", {"client": f"must be one of {', '.join(CLIENTS)}"})
-    if len(job_id) > 20:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
-    wait_s = parse_wait(request.args.get("wait"))
-    client_tag = request.headers.get("If-None-Match")  # none yet: the first answer comes at once
     r = get_redis()
 
-    def view(j: dict) -> tuple[dict, str]:
-        body = status_body(j, lab_id)
+    def view() -> tuple[dict, str]:
+        body = status_body(read_or_404(r, lab_id, job_id), lab_id)
         return body, etag_of(body)
 
-    body, tag, held = hold_until_changed(r, lab_id, job_id, client_tag, wait_s, view)
-    headers = {"ETag": tag, "Cache-Control": "no-cache"}
-    if held:
-        headers["Long-Poll"] = "changed" if tag != client_tag else "timeout"
-    if tag == client_tag:
-        if client:
-            tally(r, lab_id, client, 304, 0)
-        return "", 304, headers
-    resp = jsonify(body)
-    resp.headers.update(headers)
-    if client:
-        tally(r, lab_id, client, 200, resp.content_length or 0)
-    return resp
+    return conditional(r, lab_id, {job_id}, view)
+
+
+@bp.get("/api/labs/<lab_id>/status")
+@lab_access(write=False)
+def jobs_status(lab_id: str):
+    """Several jobs' status bodies in one answer (?jobs=1,2,3), with one ETag; ?wait=N holds until any changes.
+
+    A browser opens at most six connections to a host, so a page holds one long-poll for all the jobs
+    it watches rather than one per job (which would leave it no connection for anything else).
+    """
+    ids = [i for i in request.args.get("jobs", "").split(",") if i]
+    if not ids or len(ids) > MAX_BATCH:
+        raise ApiError(422, "invalid_jobs", {"jobs": f"send 1–{MAX_BATCH} job ids, comma-separated"})
+    r = get_redis()
+
+    def view() -> tuple[dict, str]:
+        body = {"jobs": [status_body(read_or_404(r, lab_id, i), lab_id) for i in ids]}
+        return body, etag_of(body)
+
+    return conditional(r, lab_id, set(ids), view)
 
 
 @bp.get("/api/labs/<lab_id>/status-load")

@@ -99,6 +99,28 @@ def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
     assert out["res"].status == 200 and out["res"].json()["state"] != "queued"
 
 
+def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
+    lab = api.lab("ch3", speed=50, workers=0)
+    a, b = new_job(api, lab), new_job(api, lab)
+    url = f"/api/labs/{lab['lab_id']}/status?jobs={a['job_id']},{b['job_id']}"
+    first = api.call("GET", url, token=lab["token"])
+    assert [j["status"] for j in first.json()["jobs"]] == ["queued", "queued"]
+    out: dict = {}
+
+    def run():
+        out["res"] = api.call("GET", url + "&wait=20", token=lab["token"],
+                              headers={"If-None-Match": first.headers["ETag"]})
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive()
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
+    t.join(25)
+    assert out["res"].status == 200 and "running" in [j["status"] for j in out["res"].json()["jobs"]]
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}/status?jobs=", token=lab["token"]).status == 422
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}/status?jobs={a['job_id']},404", token=lab["token"]).status == 404
+
+
 def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
     lab = api.lab("ch3", speed=50, workers=0)
     job = new_job(api, lab)
