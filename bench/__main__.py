@@ -13,7 +13,7 @@ import traceback
 
 from bench.common import OUT, Bench, Stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles")
+BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "status")
 
 
 def _terminate(signum, frame):
