@@ -39,7 +39,7 @@ TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.l
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05
-KEEP = 200  # messages and arrivals remembered per lab
+KEEP = 200  # messages shown and receiver arrivals kept per lab
 
 
 def hook(lab: str) -> str:
@@ -158,6 +158,8 @@ class Deliverer:
             for msg_id in self.r.zrangebyscore(due(lab), "-inf", time.time(), start=0, num=20):
                 if self.r.zrem(due(lab), msg_id):  # this deliverer owns this try
                     self.try_once(lab, reg, msg_id)
+            if not labs.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
+                self.r.delete(hook(lab), messages(lab), due(lab))
 
     def target(self, lab: str, url: str) -> tuple[str, list[str]]:
         if url == BUILTIN:

@@ -175,6 +175,7 @@ function apply(ev) {
     learn('ws', String(ev.job_id), TERMINAL[ev.type], serverNow());
   }
   if (ev.type === 'webhook.received') {
+    showArrival(ev);
     const hs = r.stats.hook;
     hs.requests += 1;
     hs.bytes += ev.data.bytes || 0;
@@ -185,6 +186,15 @@ function apply(ev) {
   }
   if (ev.type === 'job.claim_refused' || ev.type === 'job.duplicate_blocked') showHistory(String(ev.job_id));
   render();
+}
+
+function showArrival(ev) {
+  const d = ev.data;
+  const list = q('arrivals');
+  list.prepend(h('li', { 'data-status': String(d.status) }, `${d.msg.slice(-10)} · job ${ev.job_id} · ${d.kind} · `
+    + `signature ${d.verified} · answered ${d.status}${d.status === 200 ? '' : ' (fail switch)'}`
+    + `${d.duplicate ? ' · duplicate id' : ''} · ${fmt(d.delay_ms, 0)} ms after completion`));
+  while (list.children.length > 8) list.lastChild.remove();
 }
 
 async function showHistory(jobId) {
@@ -320,6 +330,8 @@ onLab({
     round = null;
     recent = [];
     ctx = { lab, api };
+    q('arrivals').replaceChildren();
+    setAttr(q('hook-link'), 'href', `/api/labs/${lab.id}/webhook`);
     for (const b of root.querySelectorAll('button')) b.disabled = false;
     registerHook(0);
     loadModel();

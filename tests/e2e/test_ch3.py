@@ -69,3 +69,7 @@ def test_ch3_receiver_fail_switch_shows_retried_webhooks(ch3: Page):
     expect(row(page, "hook").locator('[data-c="learned"]')).to_have_text("1 / 1", timeout=LONG)
     expect(row(page, "hook").locator('[data-c="requests"]')).to_have_text("3")
     expect(page.locator("#lab-widget")).to_contain_text("failed on try 1", timeout=10_000)
+    arrivals = page.get_by_test_id("ch3-arrivals").locator("li")
+    expect(arrivals).to_have_count(3)
+    expect(arrivals.first).to_contain_text("answered 200")
+    expect(page.get_by_test_id("ch3-arrivals").locator('li[data-status="500"]')).to_have_count(2)
