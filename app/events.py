@@ -53,12 +53,12 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "breaker.half_open": (None, "circuit breaker half-open: one trial call"),
     "breaker.closed": (None, "circuit breaker closed: storage healthy again"),
     "webhook.registered": (None, "webhook registered: {target}"),
-    "webhook.attempted": ("webhook_failures", "webhook {msg} for job {job} failed on try {try} ({reason}); "
-                                              "next try in {delay}s"),
-    "webhook.delivered": ("webhooks_delivered", "webhook {msg} for job {job} delivered on try {try}"),
-    "webhook.gave_up": ("webhooks_abandoned", "webhook {msg} for job {job} abandoned after {try} tries: "
+    "webhook.attempted": ("webhook_failures", "webhook for job {job} failed on try {try} ({reason}); "
+                                              "next try in {delay}s (full jitter)"),
+    "webhook.delivered": ("webhooks_delivered", "webhook for job {job} delivered on try {try}"),
+    "webhook.gave_up": ("webhooks_abandoned", "webhook for job {job} abandoned after {try} tries: "
                                               "the client must poll"),
-    "webhook.received": ("webhooks_received", "receiver got webhook {msg} ({kind}), signature {verified}, "
+    "webhook.received": ("webhooks_received", "receiver got the {kind} webhook for job {job}: signature {verified}, "
                                               "answered {status}"),
     "settings.changed": (None, "settings changed: {changes}"),
     "fault.started": (None, "fault: {fault} for {duration}s"),

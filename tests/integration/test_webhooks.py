@@ -99,6 +99,15 @@ def test_a_finished_job_is_delivered_to_the_built_in_receiver_and_verified(api):
     assert kinds.index("job.succeeded") < kinds.index("webhook.received") < kinds.index("webhook.delivered")
 
 
+def test_a_dead_lettered_job_is_announced_as_job_dead(api):
+    lab = api.lab("ch3", speed=200, workers=1, vt_seconds=10, max_attempts=1)
+    register(api, lab, "builtin")
+    poison = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "poison"}, lab["token"])
+    assert poison.status == 202, poison.body
+    arrival = wait_until(lambda: webhook_state(api, lab)["arrivals"])[0]
+    assert arrival["type"] == "job.dead" and arrival["job_id"] == poison.json()["job_id"] and arrival["verified"]
+
+
 def test_a_delivery_to_an_allowlisted_server_verifies_with_the_reference_library(api, hook_server):
     lab = api.lab("ch3", speed=200, workers=1, job_duration=20)
     secret = register(api, lab, hook_url()).json()["secret"]
