@@ -208,6 +208,27 @@ class HttpError(RuntimeError):
     pass
 
 
+def http(url: str, method: str, body: Any = None, token: str | None = None, headers: dict | None = None,
+         timeout: float = 30) -> tuple[int, bytes, dict]:
+    """One JSON request the way every client of the public contract makes it; HTTP errors are answers, not raises.
+
+    Shared by the benchmarks and the chaos drills so both speak to the app exactly alike.
+    """
+    hdrs = dict(headers or {})
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs["Content-Type"] = "application/json"
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
 class Bench:
     """What a benchmark gets: the stack, the HTTP contract, and read access to the server."""
 
@@ -221,19 +242,7 @@ class Bench:
     # HTTP ---------------------------------------------------------------------------------
     def call(self, method: str, path: str, body: Any = None, token: str | None = None,
              expect: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 30) -> Any:
-        hdrs = {}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            hdrs["Content-Type"] = "application/json"
-        if token:
-            hdrs["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(self.stack.url + path, data=data, method=method, headers=hdrs)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
+        status, raw, _ = http(self.stack.url + path, method, body, token, timeout=timeout)
         if status not in expect:
             raise HttpError(f"{method} {path} → {status}: {raw[:300]!r}")
         return json.loads(raw) if raw else None

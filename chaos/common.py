@@ -33,6 +33,7 @@ import websocket
 from app import embedded_redis
 from app.config import Config
 from app.launcher import gunicorn_command, stop_all, wait_healthy
+from bench.common import http
 from workers.broker import stream
 from workers.broker.keys import key
 
@@ -316,19 +317,8 @@ class Client:
 
     def call(self, method: str, path: str, body: Any = None, token: str | None = None,
              headers: dict | None = None, timeout: float = 30) -> Reply:
-        hdrs = dict(headers or {})
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            hdrs["Content-Type"] = "application/json"
-        if token:
-            hdrs["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(self.stack.url + path, data=data, method=method, headers=hdrs)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                status, raw, rh = resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as e:
-            status, raw, rh = e.code, e.read(), dict(e.headers)
+            status, raw, rh = http(self.stack.url + path, method, body, token, headers, timeout)
         except (OSError, urllib.error.URLError) as e:
             return Reply(0, {"error": type(e).__name__, "detail": str(e)})
         try:
