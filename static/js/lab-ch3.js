@@ -184,7 +184,11 @@ function apply(ev) {
       hs.delays = { ...(hs.delays || {}), [ev.job_id]: ev.data.delay_ms };
     }
   }
-  if (ev.type === 'job.claim_refused' || ev.type === 'job.duplicate_blocked') showHistory(String(ev.job_id));
+  if (ev.type === 'job.claim_refused' || ev.type === 'job.duplicate_blocked') {
+    setText(q('refused'), `Job ${ev.job_id}: ${MOVES[ev.type](ev)[0]} → ${MOVES[ev.type](ev)[1]} refused by the `
+      + 'compare-and-swap; the job is unchanged.');
+    showHistory(String(ev.job_id));
+  }
   render();
 }
 
@@ -195,6 +199,25 @@ function showArrival(ev) {
     + `signature ${d.verified} · answered ${d.status}${d.status === 200 ? '' : ' (fail switch)'}`
     + `${d.duplicate ? ' · duplicate id' : ''} · ${fmt(d.delay_ms, 0)} ms after completion`));
   while (list.children.length > 8) list.lastChild.remove();
+}
+
+let loadTimer = null;
+
+/** At most one tally read per 1.5 s, and always one after the last change (a trailing read). */
+function refreshServerLoadSoon() {
+  if (!loadTimer) loadTimer = setTimeout(() => { loadTimer = null; refreshServerLoad(); }, 1500);
+}
+
+/** The same requests as the status endpoint tallied them: body bytes only, which is where a 304 saves. */
+async function refreshServerLoad() {
+  if (!round) return;
+  const res = await ctx.api('GET', `/api/labs/${ctx.lab.id}/status-load`);
+  if (!res.ok || !round) return;
+  const c = res.data.clients;
+  const part = (m, label) => `${label} ${c[m].requests} requests, ${fmt(c[m].bytes / 1000)} kB of bodies`
+    + (c[m].not_modified ? ` (${c[m].not_modified} × 304)` : '');
+  setText(q('server'), `The status endpoint counted: ${part('poll', 'polling')}; ${part('etag', 'ETag polling')}; `
+    + `${part('long', 'long-poll')}. Long-polls held now: ${res.data.long_polls_held} of ${res.data.long_poll_cap}.`);
 }
 
 async function showHistory(jobId) {
@@ -293,6 +316,7 @@ function render() {
     setAttr(row, 'data-not-modified', String(st.notModified));
   }
   renderMachine(r);
+  refreshServerLoadSoon();
   setAttr(root, 'data-learned-all', String(METHODS.every((m) => r.stats[m.id].learned.size === r.ids.length)));
 }
 
@@ -331,6 +355,8 @@ onLab({
     recent = [];
     ctx = { lab, api };
     q('arrivals').replaceChildren();
+    setText(q('server'), '');
+    setText(q('refused'), '');
     setAttr(q('hook-link'), 'href', `/api/labs/${lab.id}/webhook`);
     for (const b of root.querySelectorAll('button')) b.disabled = false;
     registerHook(0);

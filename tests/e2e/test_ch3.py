@@ -51,10 +51,12 @@ def test_ch3_watches_the_same_jobs_five_ways_and_counts_each(ch3: Page, shot):
     expect(model.locator('[data-c="here"]')).to_contain_text("W/P")
     expect(model.locator('[data-c="lesson"]')).to_contain_text("1,500/s: 15 per completion")
 
+    expect(page.get_by_test_id("ch3-server")).to_contain_text("× 304", timeout=10_000)
     page.get_by_test_id("ch3-late").click()
     machine = page.get_by_test_id("ch3-machine")
     expect(machine.locator('li[data-outcome="refused"]')).to_have_count(1, timeout=30_000)
     expect(machine).to_contain_text("done → running")
+    expect(page.get_by_test_id("ch3-refused")).to_contain_text("done → running refused")
     expect(machine).to_contain_text("Server history: done → running refused", timeout=10_000)
     page.get_by_test_id("ch3-panel").screenshot(path=str(shot("panel").with_name("ch3-panel.png")))
 
