@@ -262,19 +262,20 @@ function modelCells(m, W) {
   const P = round.interval;
   const lesson = {
     poll: `L/P = ${fmt(model.watched_jobs, 0)}/${fmt(model.poll_interval_s)} s = ${fmt(model.polls_per_s, 0)}/s: `
-      + `${fmt(model.polls_per_completion)} per completion`,
+      + `${fmt(model.polls_per_completion)} per completion; learns P/2 = ${fmt(model.poll_mean_delay_to_learn_s)} s late`,
     etag: `the same ${fmt(model.polls_per_s, 0)}/s, ${pct(model.etag_unchanged_fraction)} answered 304`,
     long: `max(λ, L/25 s) = ${fmt(model.long_poll_requests_per_s, 0)}/s: `
-      + `${fmt(model.long_poll_requests_per_s / model.completions_per_s)} per completion`,
-    ws: `0 requests/s; ${fmt(model.websocket_connections, 0)} sockets ≈ ${fmt(model.websocket_memory_mb)} MB`,
-    hook: `λ = ${fmt(model.webhook_requests_per_s, 0)}/s: 1 per completion`,
+      + `${fmt(model.long_poll_requests_per_s / model.completions_per_s)} per completion; learns within `
+      + `${fmt(model.long_poll_delay_to_learn_s)} s (it re-checks every 500 ms)`,
+    ws: `0 requests/s; ${fmt(model.websocket_connections, 0)} sockets ≈ ${fmt(model.websocket_memory_mb)} MB; learns at once`,
+    hook: `λ = ${fmt(model.webhook_requests_per_s, 0)}/s: 1 per completion; learns at once`,
   }[m];
   const here = W == null ? 'waiting for a job to finish' : {
-    poll: `W/P = ${fmt(W)} s / ${fmt(P)} s = ${fmt(W / P)} per job`,
+    poll: `W/P = ${fmt(W)} s / ${fmt(P)} s = ${fmt(W / P)} per job; P/2 = ${fmt(P * 500, 0)} ms late on average`,
     etag: `${fmt(W / P)} per job, 1 − P/W = ${pct(1 - P / W)} of them 304 (the lesson counts one change per job; `
       + 'here queued → running is a change too)',
     long: `max(1, W/25 s) = ${fmt(Math.max(1, W / LONG_WAIT_S))} per job, if each job had its own long-poll; `
-      + 'this page holds one for all its jobs',
+      + 'this page holds one for all its jobs. No re-check timer: the server wakes on the event stream',
     ws: '0 requests: every change is pushed on the open socket',
     hook: '1 per job, plus 1 per failed try',
   }[m];

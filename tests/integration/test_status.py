@@ -54,7 +54,7 @@ def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_eta
     assert load["clients"]["etag"]["requests"] == 3 and load["clients"]["etag"]["not_modified"] == 1
 
 
-def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api):
+def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
     lab = api.lab("ch3", speed=50, workers=0)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
@@ -62,6 +62,8 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api):
     t = long_poll(api, status_url(lab, job), lab["token"], tag, 20, out)
     time.sleep(1.0)
     assert t.is_alive(), "the long-poll answered before anything changed"
+    blocked = [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]]
+    assert blocked, "the held request waits in a blocking XREAD on the event stream, not a sleep loop"
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
     res = out["res"]
