@@ -6,7 +6,6 @@ Every bad input answers with `{error, detail}` and a 4xx status, never a 500.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -330,10 +329,6 @@ def _job_or_404(lab_id: str, job_id: str) -> dict:
     return j
 
 
-def _etag(j: dict) -> str:
-    return '"' + hashlib.sha1(json.dumps(j, sort_keys=True).encode()).hexdigest()[:16] + '"'
-
-
 @bp.get("/api/labs/<lab_id>/jobs")
 @lab_access(write=False)
 def list_jobs(lab_id: str):
@@ -348,7 +343,7 @@ def get_job(lab_id: str, job_id: str):
     ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
     and files written, folded from the event stream (the inspect panel reads this).
     """
-    from app.status import hold_until_changed, parse_wait  # status imports this module's lab_access
+    from app.status import etag_of, hold_until_changed, parse_wait  # status imports this module's lab_access
 
     _job_or_404(lab_id, job_id)
     include = request.args.get("include", "")
@@ -358,7 +353,7 @@ def get_job(lab_id: str, job_id: str):
 
     def view() -> tuple[dict, str]:
         j = _job_or_404(lab_id, job_id)
-        return j, _etag(j)
+        return j, etag_of(j)
     j, tag, _ = hold_until_changed(get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")),
                                    view)
     if client_tag == tag:

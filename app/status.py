@@ -23,8 +23,7 @@ from typing import Any
 import redis
 from flask import Blueprint, current_app, jsonify, request
 
-from app import labs
-from app.api import lab_access
+from app.api import _job_or_404, lab_access
 from app.errors import ApiError
 from app.store import get_redis, get_rq
 from workers.broker import reaper
@@ -33,8 +32,8 @@ from workers.broker.keys import key
 bp = Blueprint("status", __name__)
 
 MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a thread up longer
-CLIENTS = ("poll", "etag", "long")
-MAX_BATCH = 50  # ?client= labels, so the lab can tally each watcher's load
+CLIENTS = ("poll", "etag", "long")  # ?client= labels, so the lab can tally each watcher's load
+MAX_BATCH = 50  # job ids one multi-job status request may name
 
 _held: Counter[str] = Counter()  # lab → long-polls held now in this process ("" = all labs)
 _held_lock = threading.Lock()
@@ -49,6 +48,7 @@ def status_body(j: dict, lab_id: str) -> dict[str, Any]:
 
 
 def etag_of(body: dict) -> str:
+    """A strong validator of exactly this body: equal bodies, equal tags, so unchanged polls get 304."""
     return '"' + hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16] + '"'
 
 
@@ -115,13 +115,6 @@ def hold_until_changed(r: redis.Redis, lab_id: str, job_ids: set[str], client_ta
     return shown, tag, True
 
 
-def read_or_404(r: redis.Redis, lab_id: str, job_id: str) -> dict:
-    j = labs.read_job(r, lab_id, job_id) if len(job_id) <= 20 else None
-    if j is None:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
-    return j
-
-
 def conditional(r: redis.Redis, lab_id: str, job_ids: set[str], view: Callable[[], tuple[Any, str]]):
     """The shared GET: validate ?wait and ?client, hold if asked, answer 304 or 200 with the ETag."""
     client = request.args.get("client")
@@ -168,7 +161,7 @@ def job_status(lab_id: str, job_id: str):
     r = get_redis()
 
     def view() -> tuple[dict, str]:
-        body = status_body(read_or_404(r, lab_id, job_id), lab_id)
+        body = status_body(_job_or_404(lab_id, job_id), lab_id)
         return body, etag_of(body)
 
     return conditional(r, lab_id, {job_id}, view)
@@ -188,7 +181,7 @@ def jobs_status(lab_id: str):
     r = get_redis()
 
     def view() -> tuple[dict, str]:
-        body = {"jobs": [status_body(read_or_404(r, lab_id, i), lab_id) for i in ids]}
+        body = {"jobs": [status_body(_job_or_404(lab_id, i), lab_id) for i in ids]}
         return body, etag_of(body)
 
     return conditional(r, lab_id, set(ids), view)
@@ -217,9 +210,6 @@ def late_delivery(lab_id: str, job_id: str):
     A real worker takes it and tries the queued → running compare-and-swap; on a finished job the CAS
     finds `done` and refuses (`job.claim_refused`): the invalid done → running transition, caught.
     """
-    r = get_redis()
-    j = labs.read_job(r, lab_id, job_id) if len(job_id) <= 20 else None
-    if j is None:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
+    j = _job_or_404(lab_id, job_id)
     reaper.send(get_rq(), lab_id, job_id, j["attempt"])
     return jsonify(job_id=job_id, attempt=j["attempt"], state=j["state"]), 202
