@@ -6,12 +6,14 @@ held long-polls, and an outbound call to a slow customer endpoint would sit on o
 reaper loop runs every 20 ms and bounds how late a lease is redelivered, so it must never wait on
 someone else's server. The thread tails each lab's event stream from a cursor, so a finished job
 becomes a message exactly once (the message id is derived from the event id, and creating it is a
-SETNX), and every try is claimed with ZREM, so any number of deliverers cannot send one try twice.
+SETNX), and every try is claimed by one compare-and-set on its due time, so two deliverers never
+send the same try.
 
 Delivery is at-least-once, as the lesson says: a receiver that processed a message but answered 500
 gets it again with the same `webhook-id`, which is how a receiver de-duplicates. Redirects are never
 followed and the target is resolved and checked again on every try (DNS can change after
-registration); the connection goes to the address that was checked.
+registration); the connection goes to the address that was checked. A try is claimed with a short
+lease rather than removed, so a supervisor killed mid-send leaves the try to come back, not vanish.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.l
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05
+TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
+
+# Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
+# and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
+_LEASE_TRY = """
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
 KEEP = 200  # messages shown and receiver arrivals kept per lab
 
 
@@ -135,6 +147,7 @@ class Deliverer:
         host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
         self.base = f"http://{host}:{config.port}"
         self.running = True
+        self.lease = self.r.register_script(_LEASE_TRY)
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="webhooks", daemon=True)
@@ -156,7 +169,7 @@ class Deliverer:
                 continue
             collect(self.r, lab, reg)
             for msg_id in self.r.zrangebyscore(due(lab), "-inf", time.time(), start=0, num=20):
-                if self.r.zrem(due(lab), msg_id):  # this deliverer owns this try
+                if self.lease(keys=[due(lab)], args=[msg_id, time.time(), time.time() + TRY_LEASE_S]):
                     self.try_once(lab, reg, msg_id)
             if not labs.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
                 self.r.delete(hook(lab), messages(lab), due(lab))
@@ -169,6 +182,7 @@ class Deliverer:
     def try_once(self, lab: str, reg: dict, msg_id: str) -> None:
         raw = self.r.hget(messages(lab), msg_id)
         if raw is None:
+            self.r.zrem(due(lab), msg_id)
             return
         msg = json.loads(raw)
         n = len(msg["tries"]) + 1
@@ -190,9 +204,11 @@ class Deliverer:
         fields = {"job_id": msg["job_id"], "msg": msg_id, "try": n}
         if status is not None and 200 <= status < 300:
             msg["state"] = "delivered"
+            self.r.zrem(due(lab), msg_id)
             stream.emit(self.r, lab, "webhook.delivered", now, **fields, status=status)
         elif n >= settings["max_attempts"]:
             msg["state"] = "abandoned"
+            self.r.zrem(due(lab), msg_id)
             stream.emit(self.r, lab, "webhook.gave_up", now, **fields, reason=reason)
         else:
             # Chapter 4's full jitter, on the lab's clock and its retry settings, seeded per message and try.
