@@ -359,8 +359,9 @@ onLab({
     setText(q('server'), '');
     setText(q('refused'), '');
     setAttr(q('hook-link'), 'href', `/api/labs/${lab.id}/webhook`);
-    for (const b of root.querySelectorAll('button')) b.disabled = false;
-    registerHook(0);
+    for (const b of root.querySelectorAll('button')) b.disabled = Boolean(lab.viewer);
+    if (lab.viewer) setText(q('hook-state'), 'view only: the lab owner uploads, registers and switches');
+    else registerHook(0);
     loadModel();
     setAttr(root, 'data-state', 'ready');
   },

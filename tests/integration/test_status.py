@@ -38,6 +38,7 @@ def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_eta
     job = new_job(api, lab)
     first = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"])
     assert first.status == 200 and first.json()["status"] == "queued"
+    assert abs(float(first.headers["Lab-Server-Time"]) - time.time()) < 60, "the server's clock, for the page"
     tag = first.headers["ETag"]
     again = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"],
                      headers={"If-None-Match": tag})
