@@ -32,6 +32,9 @@ from workers.broker.keys import key
 bp = Blueprint("status", __name__)
 
 MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a thread up longer
+# One XREAD blocks at most this long, then the hold blocks again: redis-py reads with a 5 s socket
+# timeout, so a single 25 s block would be cut off (and a loaded box adds to any block's length).
+BLOCK_CHUNK_S = 2.0
 CLIENTS = ("poll", "etag", "long")  # ?client= labels, so the lab can tally each watcher's load
 MAX_BATCH = 50  # job ids one multi-job status request may name
 
@@ -103,9 +106,13 @@ def hold_until_changed(r: redis.Redis, lab_id: str, job_ids: set[str], client_ta
     with long_poll_slot(lab_id):
         deadline = time.monotonic() + wait_s
         while (left := deadline - time.monotonic()) > 0.001:
-            reply = r.xread({events: last}, count=500, block=max(1, int(left * 1000)))
+            try:
+                reply = r.xread({events: last}, count=500, block=max(1, int(min(left, BLOCK_CHUNK_S) * 1000)))
+            except redis.RedisError as e:
+                raise ApiError(503, "status_store_unavailable", f"the event stream did not answer ({e}); "
+                               "ask again", {"Retry-After": "1"}) from None
             if not reply:
-                break
+                continue
             entries = reply[0][1]
             last = entries[-1][0]
             if any(json.loads(f["e"]).get("job_id") in job_ids for _, f in entries):
