@@ -24,7 +24,7 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, fairness, filters, loadgen, pages, retries, schedule, store, ws
+    from app import api, errors, fairness, filters, loadgen, pages, retries, schedule, status, store, webhooks, ws
 
     store.init_app(app)
     filters.init_app(app)
@@ -35,6 +35,8 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(loadgen.bp)
     app.register_blueprint(retries.bp)
     app.register_blueprint(schedule.bp)
+    app.register_blueprint(status.bp)
+    app.register_blueprint(webhooks.bp)
     ws.init_app(app)
     from app import export, rooms  # classroom (issue 10): rooms, scenario links, run export
 

@@ -6,7 +6,6 @@ Every bad input answers with `{error, detail}` and a 4xx status, never a 500.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import time
@@ -375,10 +374,6 @@ def _job_or_404(lab_id: str, job_id: str) -> dict:
     return j
 
 
-def _etag(j: dict) -> str:
-    return '"' + hashlib.sha1(json.dumps(j, sort_keys=True).encode()).hexdigest()[:16] + '"'
-
-
 @bp.get("/api/labs/<lab_id>/jobs")
 @lab_access(write=False)
 def list_jobs(lab_id: str):
@@ -393,23 +388,19 @@ def get_job(lab_id: str, job_id: str):
     ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
     and files written, folded from the event stream (the inspect panel reads this).
     """
-    j = _job_or_404(lab_id, job_id)
+    from app.status import etag_of, hold_until_changed, parse_wait  # status imports this module's lab_access
+
+    _job_or_404(lab_id, job_id)
     include = request.args.get("include", "")
     if include not in ("", "history"):
         raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
-    wait = request.args.get("wait", "0")
-    try:
-        wait_s = min(25.0, max(0.0, float(wait)))
-    except ValueError:
-        raise ApiError(422, "invalid_wait", {"wait": "must be a number of seconds (0–25)"}) from None
     client_tag = request.headers.get("If-None-Match")
-    tag = _etag(j)
-    if wait_s and client_tag == tag:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and tag == client_tag:
-            time.sleep(0.05)
-            j = _job_or_404(lab_id, job_id)
-            tag = _etag(j)
+
+    def view() -> tuple[dict, str]:
+        j = _job_or_404(lab_id, job_id)
+        return j, etag_of(j)
+    j, tag, _ = hold_until_changed(get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")),
+                                   view)
     if client_tag == tag:
         return "", 304, {"ETag": tag}
     resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)

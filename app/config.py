@@ -63,6 +63,14 @@ class Config:
     """Where gunicorn writes its access log ("-" for stdout; empty: none). Tokens are redacted."""
     secret_key: str = ""
     """Flask secret (signs nothing security-critical; tokens are random and checked in Redis)."""
+    long_poll_max: int = 32
+    """Long-polls this web process holds at once. gthread spends a thread per held request (and per
+    WebSocket), so the cap keeps held polls from starving everything else; beyond it: 503."""
+    long_poll_per_lab: int = 12
+    """Long-polls one lab may hold at once, so one lab cannot take the whole budget; beyond it: 429."""
+    webhook_allowlist: tuple[str, ...] = ()
+    """URL prefixes a webhook may target despite resolving to a private or loopback address. Empty in
+    any real deployment; the test suite sets it to one loopback port it owns (WEBHOOK_TEST_ALLOWLIST)."""
     testing: bool = False
 
     @classmethod
@@ -86,4 +94,7 @@ class Config:
             var_dir=Path(os.environ.get("VAR_DIR") or ROOT / "var"),
             access_log=os.environ.get("ACCESS_LOG", ""),
             secret_key=os.environ.get("SECRET_KEY") or os.urandom(16).hex(),
+            long_poll_max=_int("LONG_POLL_MAX", cls.long_poll_max),
+            long_poll_per_lab=_int("LONG_POLL_PER_LAB", cls.long_poll_per_lab),
+            webhook_allowlist=tuple(p for p in os.environ.get("WEBHOOK_TEST_ALLOWLIST", "").split(",") if p),
         )

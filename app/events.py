@@ -22,6 +22,8 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.replayed": ("replayed", "job {job} replayed from the DLQ"),
     "job.duplicate_blocked": ("duplicates_blocked",
                               "stale attempt {attempt} of job {job} refused by the CAS guard ({reason})"),
+    "job.claim_refused": ("claims_refused", "late delivery of job {job} (attempt {attempt}) refused by the CAS: "
+                                            "the job is already {state} (attempt {current_attempt})"),
     "job.duplicate_completed": ("duplicate_completions",
                                 "job {job} completed AGAIN by worker {worker}: no CAS guard"),
     "job.crashed": ("crashes", "job {job} crashed worker {worker}'s work horse (attempt {attempt})"),
@@ -73,6 +75,14 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "scheduler.down": (None, "every scheduler replica down for {duration}s"),
     "scheduler.up": (None, "scheduler replicas coming back"),
     "cron.slow_next": (None, "the next run will take {duration}s"),
+    "webhook.registered": (None, "webhook registered: {target}"),
+    "webhook.attempted": ("webhook_failures", "webhook for job {job} failed on try {try} ({reason}); "
+                                              "next try in {delay}s (full jitter)"),
+    "webhook.delivered": ("webhooks_delivered", "webhook for job {job} delivered on try {try}"),
+    "webhook.gave_up": ("webhooks_abandoned", "webhook for job {job} abandoned after {try} tries: "
+                                              "the client must poll"),
+    "webhook.received": ("webhooks_received", "receiver got the {kind} webhook for job {job}: signature {verified}, "
+                                              "answered {status}"),
     "settings.changed": (None, "settings changed: {changes}"),
     "fault.started": (None, "fault: {fault} for {duration}s"),
     "fault.ended": (None, "fault over: {fault}"),

@@ -45,6 +45,11 @@ def _fold(ev: dict, attempts: dict, cas: list, retries: list, outputs: list) -> 
     kind = ev["type"]
     if kind == "job.duplicate_blocked":
         cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "reason": data.get("reason")})
+    elif kind == "job.claim_refused":  # a late delivery: its claim (→ running) found the job moved on
+        cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "found": data.get("state"),
+                    "reason": f"{data.get('state')} → running refused (the job is at attempt "
+                              f"{data.get('current_attempt')})"})
+        return
     elif kind == "job.retry_scheduled":
         retries.append({"t": t, "attempt": n, "delay": data.get("delay"), "due": data.get("due")})
     elif kind == "output.written":

@@ -49,6 +49,9 @@ BODIES: dict[str, dict[str, Any]] = {
         "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
     "api.replay_dlq": {"type": "object", "properties": {
         "reason": {"type": "string"}, "rate": {"type": "number", "minimum": 0.001, "maximum": 1000}}},
+    "webhooks.register": {"type": "object", "required": ["url"], "properties": {
+        "url": {"type": "string", "description": "\"builtin\" (the lab's own receiver) or an absolute http(s) URL"},
+        "fail_times": {"type": "integer", "minimum": 0, "maximum": 10}}},
     "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
         "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
         "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
@@ -123,7 +126,7 @@ def document(app: Flask) -> dict[str, Any]:
             }
             if rule.rule.startswith("/api/labs/<"):
                 op["security"] = [{"bearer": []}]
-            if rule.endpoint in BODIES and method in ("POST", "PATCH"):
+            if rule.endpoint in BODIES and method in ("POST", "PATCH", "PUT"):
                 op["requestBody"] = {"content": {"application/json": {"schema": BODIES[rule.endpoint]}}}
             if rule.endpoint == "api.create_job":
                 op["requestBody"]["content"]["multipart/form-data"] = {"schema": UPLOAD}

@@ -13,7 +13,8 @@ import traceback
 
 from bench.common import OUT, Bench, Stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness")
+BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness",
+              "status")
 
 
 def _terminate(signum, frame):

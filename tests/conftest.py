@@ -130,10 +130,12 @@ def stack(redis_server, tmp_path_factory):
     """The real app: pool supervisor (real rq workers) and gunicorn (gthread) on a free port."""
     var_dir = tmp_path_factory.mktemp("var")
     port = embedded_redis.free_port()
+    hook_port = embedded_redis.free_port()  # the one loopback port a test webhook receiver may use
     env = dict(os.environ, REDIS_URL=redis_server.url, VAR_DIR=str(var_dir), PORT=str(port),
                MAX_LABS="200", LAB_IDLE_TTL="3600", MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
-               **UNLIMITED)
+               WEBHOOK_TEST_ALLOWLIST=f"http://127.0.0.1:{hook_port}/", **UNLIMITED)
     os.environ["LAB_TEST_REDIS_URL"] = redis_server.url
+    os.environ["LAB_TEST_HOOK_PORT"] = str(hook_port)
     config = Config(redis_url=redis_server.url, port=port)
     procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),
              subprocess.Popen(gunicorn_command(config, threads=48), env=env)]

@@ -20,7 +20,7 @@ import redis
 
 from app import labs
 from app.config import Config
-from workers import autoscale, fairness, loadgen
+from workers import autoscale, fairness, loadgen, webhooks
 from workers.broker import clock, reaper, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
 from workers.fleet import SchedulerFleet
@@ -251,6 +251,7 @@ class Supervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
         signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
+        webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/webhooks.py)
         last_expiry = 0.0
         while self.running:
             try:

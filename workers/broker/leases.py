@@ -18,7 +18,15 @@ from workers.broker.state import lab_keys, script
 _CLAIM = """
 local st = redis.call('HGET', KEYS[1], 'state')
 local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-if st ~= 'queued' or att ~= tonumber(ARGV[1]) then return 0 end
+if st ~= 'queued' or att ~= tonumber(ARGV[1]) then
+  if st then
+    local ev = cjson.decode(ARGV[7])
+    ev['data']['state'] = st
+    ev['data']['current_attempt'] = att
+    emit(KEYS[3], KEYS[4], cjson.encode(ev), 'claims_refused')
+  end
+  return 0
+end
 redis.call('HSET', KEYS[1], 'state', 'running', 'worker', ARGV[2])
 move(KEYS[2], 'queued', 'running')
 if ARGV[3] ~= '' then
@@ -45,14 +53,19 @@ return 1
 
 def claim(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
           vt: float, ack_mode: str, pid: int) -> bool:
-    """Take the message for this attempt; False if it is stale (the job has moved on)."""
+    """Take the message for this attempt; False if it is stale (the job has moved on).
+
+    A stale claim is refused inside the same CAS and narrated (`job.claim_refused`, with the state it
+    found), so a late redelivery of a finished job shows up as the refused done → running transition.
+    """
     deadline = "" if ack_mode == "early" else repr(now + vt)
     ev = stream.encode("job.claimed", now, job_id=job_id, worker_id=worker_id, attempt=attempt,
                        ack_mode=ack_mode, lease_deadline=None if ack_mode == "early" else now + vt)
     rec = json.dumps({"attempt": attempt, "worker": worker_id, "pid": pid, "start": round(now, 3),
                       "outcome": "running", "ack_mode": ack_mode})
+    refused = stream.encode("job.claim_refused", now, job_id=job_id, worker_id=worker_id, attempt=attempt)
     return bool(script(r, _CLAIM)(keys=lab_keys(lab, job_id, key(lab, "leases")),
-                                  args=[attempt, worker_id, deadline, ev, rec, job_id]))
+                                  args=[attempt, worker_id, deadline, ev, rec, job_id, refused]))
 
 
 def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,

@@ -1,0 +1,221 @@
+"""Webhook delivery: one signed POST per finished job to the lab's callback URL, retried with full jitter.
+
+It runs as one background thread in the pool supervisor, not in the web process and not inside the
+supervisor's reaper tick. Not the web process: gthread threads there are budgeted for sockets and
+held long-polls, and an outbound call to a slow customer endpoint would sit on one. Not the tick: the
+reaper loop runs every 20 ms and bounds how late a lease is redelivered, so it must never wait on
+someone else's server. The thread tails each lab's event stream from a cursor, so a finished job
+becomes a message exactly once (the message id is derived from the event id, and creating it is a
+SETNX), and every try is claimed by one compare-and-set on its due time, so two deliverers never
+send the same try.
+
+Delivery is at-least-once, as the lesson says: a receiver that processed a message but answered 500
+gets it again with the same `webhook-id`, which is how a receiver de-duplicates. Redirects are never
+followed and the target is resolved and checked again on every try (DNS can change after
+registration); the connection goes to the address that was checked. A try is claimed with a short
+lease rather than removed, so a supervisor killed mid-send leaves the try to come back, not vanish.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import redis
+
+from app import labs
+from app.config import Config
+from app.errors import ApiError
+from app.status import status_body
+from app.webhook_security import sign, validate_target
+from workers.broker import clock, retry, stream
+from workers.broker.keys import LABS, key
+
+TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
+BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
+TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
+LOOP_S = 0.05
+TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
+
+# Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
+# and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
+_LEASE_TRY = """
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
+"""
+KEEP = 200  # messages shown and receiver arrivals kept per lab
+
+
+def hook(lab: str) -> str:
+    """Registration hash: url, secret, cursor (last event turned into messages), receiver fail count."""
+    return key(lab, "webhook")
+
+
+def messages(lab: str) -> str:
+    return key(lab, "webhook", "messages")
+
+
+def due(lab: str) -> str:
+    return key(lab, "webhook", "due")
+
+
+def arrivals(lab: str) -> str:
+    return key(lab, "webhook", "arrivals")
+
+
+def seen(lab: str) -> str:
+    """Message ids the built-in receiver has accepted: a second arrival of one is a duplicate."""
+    return key(lab, "webhook", "seen")
+
+
+def receiver_path(lab: str) -> str:
+    return f"/api/labs/{lab}/webhook/receiver"
+
+
+def collect(r: redis.Redis, lab: str, reg: dict) -> int:
+    """Turn terminal job events after the cursor into messages due now; returns how many were new."""
+    batch = stream.read_after(r, lab, reg.get("cursor") or "0", count=500)
+    if not batch:
+        return 0
+    made = 0
+    with r.pipeline(transaction=True) as pipe:
+        for ev in batch:
+            kind = TRIGGERS.get(ev["type"])
+            j = labs.read_job(r, lab, ev["job_id"]) if kind else None
+            if j is None:
+                continue
+            msg_id = f"msg_{lab}_{ev['id'].replace('-', '_')}"
+            body = {"type": kind, "timestamp": datetime.fromtimestamp(ev["t_real"], UTC).isoformat(),
+                    "data": {**status_body(j, lab), "status": "done" if kind == "job.done" else j["state"],
+                             "lab_id": lab, "completed_at": ev["t_real"], "t_sim": ev["t_sim"]}}
+            record = {"msg_id": msg_id, "type": kind, "job_id": ev["job_id"], "state": "pending", "tries": [],
+                      "body": json.dumps(body, separators=(",", ":")), "created": time.time()}
+            pipe.hsetnx(messages(lab), msg_id, json.dumps(record))
+            pipe.zadd(due(lab), {msg_id: time.time()}, nx=True)
+            made += 1
+        pipe.hset(hook(lab), "cursor", batch[-1]["id"])
+        pipe.execute()
+    return made
+
+
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    """HTTPS to the address that passed the SSRF check, with SNI and certificate checks for the host name."""
+
+    def __init__(self, hostname: str, addr: str, port: int, timeout: float):
+        super().__init__(hostname, port, timeout=timeout, context=ssl.create_default_context())
+        self.addr = addr
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.addr, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(raw, server_hostname=self.host)
+
+
+def post(url: str, addrs: list[str], headers: dict, body: bytes) -> int:
+    """One POST, no redirects followed (http.client never follows them); returns the status."""
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
+    if https:
+        conn = (_PinnedHTTPS(parts.hostname, addrs[0], port, TIMEOUT_S) if addrs
+                else http.client.HTTPSConnection(parts.hostname, port, timeout=TIMEOUT_S))
+    else:
+        conn = http.client.HTTPConnection(addrs[0] if addrs else parts.hostname, port, timeout=TIMEOUT_S)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request("POST", path, body=body, headers={**headers, "Host": parts.netloc})
+        resp = conn.getresponse()
+        resp.read(65536)
+        return resp.status
+    finally:
+        conn.close()
+
+
+class Deliverer:
+    """The supervisor's delivery thread (see the module docstring for why it lives there)."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
+        host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
+        self.base = f"http://{host}:{config.port}"
+        self.running = True
+        self.lease = self.r.register_script(_LEASE_TRY)
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self.run, name="webhooks", daemon=True)
+        t.start()
+        return t
+
+    def run(self) -> None:
+        while self.running:
+            try:
+                self.tick()
+            except redis.ConnectionError:
+                time.sleep(0.5)
+            time.sleep(LOOP_S)
+
+    def tick(self) -> None:
+        for lab in self.r.smembers(LABS):
+            reg = self.r.hgetall(hook(lab))
+            if not reg.get("url"):
+                continue
+            collect(self.r, lab, reg)
+            for msg_id in self.r.zrangebyscore(due(lab), "-inf", time.time(), start=0, num=20):
+                if self.lease(keys=[due(lab)], args=[msg_id, time.time(), time.time() + TRY_LEASE_S]):
+                    self.try_once(lab, reg, msg_id)
+            if not labs.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
+                self.r.delete(hook(lab), messages(lab), due(lab))
+
+    def target(self, lab: str, url: str) -> tuple[str, list[str]]:
+        if url == BUILTIN:
+            return self.base + receiver_path(lab), []
+        return url, validate_target(url, self.config.webhook_allowlist)
+
+    def try_once(self, lab: str, reg: dict, msg_id: str) -> None:
+        raw = self.r.hget(messages(lab), msg_id)
+        if raw is None:
+            self.r.zrem(due(lab), msg_id)
+            return
+        msg = json.loads(raw)
+        n = len(msg["tries"]) + 1
+        sent_at = time.time()
+        body = msg["body"].encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "AsyncWorkLab-Webhooks/1",
+                   **sign(reg["secret"], msg_id, int(sent_at), body)}
+        try:
+            url, addrs = self.target(lab, reg["url"])
+            status = post(url, addrs, headers, body)
+            reason = (f"redirect ({status}) not followed" if 300 <= status < 400 else f"HTTP {status}")
+        except ApiError as e:  # the target now resolves somewhere it must not reach
+            status, reason = None, f"refused: {e.detail}"
+        except (OSError, http.client.HTTPException) as e:
+            status, reason = None, f"{type(e).__name__}: {e}"[:160]
+        attempt = {"try": n, "t_real": round(sent_at, 4), "status": status, "reason": reason}
+        settings = labs.settings(self.r, lab)
+        now = clock.now(self.r, lab)
+        fields = {"job_id": msg["job_id"], "msg": msg_id, "try": n}
+        if status is not None and 200 <= status < 300:
+            msg["state"] = "delivered"
+            self.r.zrem(due(lab), msg_id)
+            stream.emit(self.r, lab, "webhook.delivered", now, **fields, status=status)
+        elif n >= settings["max_attempts"]:
+            msg["state"] = "abandoned"
+            self.r.zrem(due(lab), msg_id)
+            stream.emit(self.r, lab, "webhook.gave_up", now, **fields, reason=reason)
+        else:
+            # Chapter 4's full jitter, on the lab's clock and its retry settings, seeded per message and try.
+            delay = retry.full_jitter_delay(n, settings["retry_base"], settings["retry_cap"],
+                                            retry.jitter_rng(settings["jitter_seed"], msg_id, n))
+            attempt["next_delay_s"] = round(delay, 3)
+            self.r.zadd(due(lab), {msg_id: time.time() + delay / max(float(settings["speed"]), 1e-9)})
+            stream.emit(self.r, lab, "webhook.attempted", now, **fields, reason=reason, delay=round(delay, 2))
+        msg["tries"].append(attempt)
+        self.r.hset(messages(lab), msg_id, json.dumps(msg))
