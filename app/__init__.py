@@ -24,7 +24,7 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, filters, loadgen, pages, retries, store, ws
+    from app import api, branch, errors, filters, loadgen, pages, retries, store, ws
 
     store.init_app(app)
     filters.init_app(app)
@@ -33,6 +33,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(loadgen.bp)
     app.register_blueprint(retries.bp)
+    app.register_blueprint(branch.bp)
     ws.init_app(app)
     app.after_request(security_headers)
     return app

@@ -127,7 +127,13 @@ def json_body() -> dict:
 
 @bp.post("/api/labs")
 def create_lab():
+    """Open a lab from a preset; with `branch_of` + `at_event` (+ `settings`), branch an existing run."""
     body = json_body()
+    if "branch_of" in body or "at_event" in body:
+        from app import branch  # its own module: "try again from here with different settings"
+
+        created, status = branch.branch_from_request(body)
+        return _lab_created(created, status)
     preset = body.get("preset", presets.DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in presets.PRESETS:
         raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(presets.PRESETS)}"})
@@ -141,13 +147,17 @@ def create_lab():
     except labs.LabFull:
         raise ApiError(429, "labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
                        {"Retry-After": "60"}) from None
+    created["preset"] = preset
+    return _lab_created(created, 201)
+
+
+def _lab_created(created: dict, status: int):
     lab = created["lab_id"]
     created["ws_url"] = f"/ws/labs/{lab}"
-    created["preset"] = preset
     resp = jsonify(created)
-    resp.status_code = 201
+    resp.status_code = status
     resp.set_cookie(f"lab_{lab}", created["token"], httponly=True, samesite="Strict",
-                    max_age=cfg.lab_idle_ttl)
+                    max_age=current_app.config["LAB"].lab_idle_ttl)
     return resp
 
 

@@ -50,6 +50,8 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "breaker.opened": ("breaker_opened", "circuit breaker OPEN: storage failing, fail fast"),
     "breaker.half_open": (None, "circuit breaker half-open: one trial call"),
     "breaker.closed": (None, "circuit breaker closed: storage healthy again"),
+    "lab.branched": (None, "branched from lab {parent} at t={at}s with {changes}: "
+                           "{jobs} unfinished jobs enqueued again"),
     "settings.changed": (None, "settings changed: {changes}"),
     "fault.started": (None, "fault: {fault} for {duration}s"),
     "fault.ended": (None, "fault over: {fault}"),

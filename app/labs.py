@@ -36,23 +36,28 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, max_labs: int) -> dict[str, Any]:
-    """Register a lab; the supervisor sees it in `labs` and starts its workers."""
+def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any] | None = None,
+           t0: float = 0.0, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Register a lab; the supervisor sees it in `labs` and starts its workers.
+
+    A branch (app/branch.py) passes its own settings, a clock starting at the parent's moment and
+    the meta fields that remember its parent.
+    """
     if r.scard(LABS) >= max_labs:
         raise LabFull()
     lab = new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
-    settings = presets.settings_for(preset)
+    settings = dict(settings) if settings else presets.settings_for(preset)
     settings["speed"] = speed
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key(lab, "meta"), mapping={
             "preset": preset, "created": time.time(), "last_active": time.time(),
-            "token": _hash(token), "view_token": _hash(view_token), "seq": 0,
+            "token": _hash(token), "view_token": _hash(view_token), "seq": 0, **(meta or {}),
         })
         pipe.set(key(lab, "settings"), json.dumps(settings))
         pipe.sadd(LABS, lab)
         pipe.execute()
-    clock.start(r, lab, speed)
+    clock.start(r, lab, speed, t0)
     return {"lab_id": lab, "token": token, "view_token": view_token, "settings": settings}
 
 

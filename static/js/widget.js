@@ -12,10 +12,11 @@ import {
   errorText, fmtDur, fmtNum, fmtSetting, fmtT, h, idCmp, narrate, nearestIndex, niceStops, setAttr,
   setText, throttled,
 } from './widget-util.js';
+import { Scrubber } from './widget-scrubber.js';
 import { Timeline } from './widget-timeline.js';
 
-const root = document.getElementById('lab-widget');
-if (root) boot(root);
+// the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
+for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
 
 // ---------------------------------------------------------------------------------------------
 // constants
@@ -46,6 +47,9 @@ const FAULT_TEXT = {
 };
 const SPEED_STOPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 const STEP_CHOICES = [10, 30, 60, 300];
+// the state a past moment is rebuilt into; the live values are put aside meanwhile
+const MODEL_KEYS = ['settings', 'clock', 'counts', 'workers', 'jobs', 'breaker', 'faults', 'faultUntil', 'tl',
+  'redeliveries', 'retries', 'deaths', 'dlq', 'history', 'found', 'snapId'];
 
 // Scenario buttons: one press sets the lab up and sends the job that shows the effect.
 const JOB = { sample: 'bigbuckbunny' };
@@ -88,6 +92,7 @@ const SCENARIOS = {
 function boot(root) {
   const preset = root.dataset.preset || 'ch8';
   const params = new URLSearchParams(location.search);
+  const compact = root.dataset.compact === 'yes'; // one run of a compare page: headline counts + timeline
   const urlSpeed = Number(params.get('speed')) || null;
   const reduceMotion = matchMedia('(prefers-reduced-motion: reduce)');
   const storeKey = `awl:lab:${preset}`;
@@ -100,11 +105,12 @@ function boot(root) {
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
     history: new Map(), found: new Map(), pausedForInspect: false, renderMs: [],
+    past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
   };
   const els = {};
   const api = makeApi(() => S.lab);
   const anonApi = makeApi(() => null);
-  let timeline = null;
+  let timeline = null, scrubber = null;
   let swapping = null; // the reset or re-create in progress: a 404 meanwhile must not start another
 
   // ---- start-up --------------------------------------------------------------------------
@@ -165,7 +171,7 @@ function boot(root) {
 
   /** Resume this tab's lab for the preset (sessionStorage), else create one. Viewer links too. */
   async function openLab() {
-    const viewLab = params.get('lab'), viewToken = params.get('view');
+    const viewLab = root.dataset.lab || params.get('lab'), viewToken = root.dataset.view || params.get('view');
     if (viewLab && viewToken) {
       S.lab = { id: viewLab, token: viewToken, viewer: true };
       const res = await api('GET', `/api/labs/${viewLab}`);
@@ -223,6 +229,7 @@ function boot(root) {
   function swapLab(before) {
     if (swapping) return swapping;
     swapping = (async () => {
+      if (scrubber) scrubber.goLive();
       closeWs();
       await before();
       try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
@@ -327,8 +334,9 @@ function boot(root) {
 
   /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
   function ingest(ev) {
-    if (ev.job_id != null && ev.job_id === S.selectedJob) fetchHistorySoon();
     if (!ev || !ev.id || !ev.type) return;
+    if (S.past) { holdLive(ev); return; }
+    if (ev.job_id != null && ev.job_id === S.selectedJob) fetchHistorySoon();
     if (S.lastId && idCmp(ev.id, S.lastId) <= 0) return;
     S.lastId = ev.id;
     S.events.push(ev);
@@ -348,11 +356,84 @@ function boot(root) {
   const refresh = throttled(async () => {
     const lab = S.lab;
     if (!lab) return;
+    if (S.past) return; // viewing the past: back to live fetches a fresh snapshot
     const res = await api('GET', labPath());
-    if (S.lab !== lab) return; // the lab was swapped meanwhile: this answer is about the old one
+    if (S.lab !== lab || S.past) return; // the lab was swapped meanwhile: this answer is about the old one
     if (res.ok) applySnapshot(res.data);
     else if (res.status === 404 && !S.lab.viewer) await labVanished();
   }, 500);
+
+  // ---- the past: any moment rebuilt from the event stream -----------------------------------
+  // The live model is put aside untouched and a fresh one is folded from the first event up to the
+  // chosen one with the same applyModel/applyTimeline the live view uses, so the past can never be
+  // drawn differently from how it looked live. Live events meanwhile are held, then applied in order.
+  function holdLive(ev) {
+    const p = S.past;
+    const last = p.buffer.length ? p.buffer[p.buffer.length - 1].id : S.lastId;
+    if (last && idCmp(ev.id, last) <= 0) return;
+    p.buffer.push(ev);
+    markDirty();
+  }
+
+  function initialSettings() {
+    const out = {};
+    for (const [name, spec] of S.schema) out[name] = spec.default;
+    return { ...out, ...((S.meta.presets[preset] || {}).settings || {}), speed: (S.past.stash.clock || {}).speed };
+  }
+
+  function resetPastModel() {
+    const speed = (S.past.stash.clock || {}).speed || 20;
+    Object.assign(S, {
+      settings: initialSettings(), clock: { t: 0, speed, paused: true, at: performance.now() }, counts: {},
+      workers: new Map(), jobs: new Map(), breaker: { state: 'closed' }, faults: {}, faultUntil: {}, tl: new Map(),
+      redeliveries: [], retries: [], deaths: new Map(), dlq: [], history: new Map(), found: new Map(), snapId: null,
+    });
+    S.past.at = -1;
+  }
+
+  /** Show the lab as it stood just after event i (an index into S.events). */
+  function seek(i) {
+    if (!S.past) {
+      const stash = {};
+      for (const k of MODEL_KEYS) stash[k] = S[k];
+      S.past = { stash, buffer: [], at: -1 };
+      root.dataset.view = 'past';
+      if (els.controls) els.controls.inert = true; // controls act on the live lab: not from the past
+      resetPastModel();
+    } else if (i < S.past.at) {
+      resetPastModel();
+    }
+    for (let k = S.past.at + 1; k <= i; k++) {
+      const ev = S.events[k];
+      applyTimeline(ev);
+      applyModel(ev);
+      if (ev.type === 'lab.branched' && ev.data && ev.data.settings) S.settings = { ...ev.data.settings };
+    }
+    S.past.at = i;
+    const ev = S.events[i];
+    S.clock = { ...S.clock, t: ev.t_sim, paused: true, at: performance.now() };
+    root.dataset.viewEvent = ev.id;
+    syncControls();
+    S.logRebuild = true;
+    markDirty();
+  }
+
+  function goLive() {
+    if (!S.past) return;
+    const { stash, buffer } = S.past;
+    for (const k of MODEL_KEYS) S[k] = stash[k];
+    S.past = null;
+    root.dataset.view = 'live';
+    delete root.dataset.viewEvent;
+    if (els.controls) els.controls.inert = false;
+    for (const ev of buffer) ingest(ev);
+    syncControls();
+    S.logRebuild = true;
+    refresh();
+    markDirty();
+  }
+
+  const pastAt = () => (S.past ? S.events[S.past.at] : null);
 
   // ---- model -----------------------------------------------------------------------------
   function simNow() {
@@ -363,6 +444,7 @@ function boot(root) {
   }
 
   function applySnapshot(snap) {
+    if (S.past) return; // a late answer must not overwrite the past being viewed
     const prevSettings = S.settings;
     S.snapId = snap.last_event_id || '0';
     S.settings = { ...snap.settings };
@@ -624,6 +706,10 @@ function boot(root) {
     if (S.controls.has('retry_policy')) buildRetryHistogram();
     timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
       { onOpenJob: (id) => openJob(id, true) });
+    scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
+      idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, labelOf),
+      onSeek: seek, onLive: goLive, canBranch: !compact, onBranchForm: branchForm,
+    });
     const find = q('job-find');
     find.addEventListener('input', () => { markDirty(); findOlderSoon(); });
     if (S.controls.has('clock') && !S.lab.viewer) {
@@ -634,7 +720,7 @@ function boot(root) {
     }
     buildHelp();
     if (S.controls.has('kill') && !S.lab.viewer) setText(q('workers-hint'), 'click a busy worker to kill it');
-    if (S.lab.viewer) {
+    if (S.lab.viewer && !compact) {
       root.classList.add('lw-viewer');
       banner(null);
       const b = q('banner');
@@ -642,7 +728,9 @@ function boot(root) {
       b.hidden = false;
       b.removeAttribute('role');
     }
-    document.addEventListener('keydown', onKey);
+    els.controls = q('controls');
+    if (compact) root.classList.add('lw-compact');
+    else document.addEventListener('keydown', onKey);
     reduceMotion.addEventListener?.('change', () => markDirty());
   }
 
@@ -679,6 +767,13 @@ function boot(root) {
       if (!els.help.hidden) toggleHelp(false);
       else if (S.selectedJob) openJob(S.selectedJob);
       return;
+    }
+    if (S.past) {
+      if (k === ' ' && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
+        e.preventDefault();
+        scrubber.togglePlay();
+      }
+      return; // kill, upload, step and reset act on the live lab: not from a past moment
     }
     if (S.lab.viewer) return;
     const clock = S.controls.has('clock');
@@ -1168,6 +1263,64 @@ function boot(root) {
     els.resetStatus, shareBox);
   }
 
+  // ---- try again from here: branch the run at the moment being viewed ------------------------
+  function branchForm(ev) {
+    const names = [...S.controls].filter((n) => S.schema.has(n) && n !== 'speed');
+    const base = `${root.id}-br`;
+    const fields = names.map((n) => {
+      const spec = S.schema.get(n), v = S.settings[n], id = `${base}-${n}`;
+      let input;
+      if (spec.kind === 'bool') input = h('input', { type: 'checkbox', id, testid: `branch-${n}`, checked: !!v });
+      else if (spec.kind === 'choice') {
+        input = h('select', { id, testid: `branch-${n}` }, spec.choices.map((c) => h('option', { value: c }, c.replace(/_/g, ' '))));
+        input.value = v;
+      } else {
+        input = h('input', { type: 'number', id, testid: `branch-${n}`, class: 'lw-num', min: spec.min, max: spec.max,
+          step: spec.kind === 'int' ? 1 : 'any', value: String(v), inputmode: 'decimal' });
+      }
+      const read = () => (spec.kind === 'bool' ? input.checked : spec.kind === 'choice' ? input.value
+        : input.value.trim() === '' ? '' : Number(input.value));
+      return { n, spec, v, input, read,
+        el: h('label', { class: 'lw-branch-field', for: id }, h('span', {}, `${spec.label}${spec.unit ? ` (${spec.unit})` : ''}`), input) };
+    });
+    const out = h('p', { class: 'lw-status', testid: 'branch-status', 'aria-live': 'polite' });
+    const err = h('p', { class: 'field-error', testid: 'branch-error', role: 'alert' });
+    const go = h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'branch-submit' }, 'Try again from here');
+    const form = h('form', { class: 'lw-branch-form', 'aria-labelledby': `${base}-h` },
+      h('h4', { id: `${base}-h` }, `Try again from t=${fmtT(ev.t_sim)} s with different settings`),
+      h('p', { class: 'lw-doc' }, 'A new lab starts from this moment: the jobs not yet done then are sent again, '
+        + 'under these settings. Both runs then play side by side.'),
+      h('div', { class: 'lw-branch-fields' }, fields.map((f) => f.el)), h('div', { class: 'lw-row' }, go), err, out);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const changes = {};
+      for (const f of fields) { const v = f.read(); if (v !== f.v) changes[f.n] = v; }
+      setText(err, '');
+      go.disabled = true;
+      setText(out, 'starting the branch…');
+      const res = await api('POST', '/api/labs', { branch_of: S.lab.id, at_event: ev.id, settings: changes });
+      go.disabled = false;
+      if (res.status !== 201) {
+        setText(out, '');
+        setText(err, errorText(res.data, res.status));
+        return;
+      }
+      const b = res.data;
+      // the branch is this tab's lab too: keep its token (the compare page itself only needs view tokens)
+      try { sessionStorage.setItem(`awl:owned:${b.lab_id}`, JSON.stringify({ id: b.lab_id, token: b.token, view: b.view_token })); } catch { /* private mode */ }
+      const u = new URL('/compare', location.origin);
+      u.searchParams.set('a', S.lab.id);
+      u.searchParams.set('av', S.lab.view || S.lab.token);
+      u.searchParams.set('b', b.lab_id);
+      u.searchParams.set('bv', b.view_token);
+      u.searchParams.set('back', location.pathname);
+      const what = Object.entries(changes).map(([n, v]) => `${labelOf(n)} ${fmtSetting(v)}`).join(', ') || 'the same settings';
+      setText(out, `Branch ${b.lab_id} started with ${what}: ${b.branch.seeded.length} unfinished job${b.branch.seeded.length === 1 ? '' : 's'} sent again. Opening both runs side by side…`);
+      location.assign(u.href);
+    });
+    return form;
+  }
+
   function updateShare() {
     if (!els.share || !S.lab || !S.lab.view) return;
     const u = new URL(location.pathname, location.origin);
@@ -1237,6 +1390,7 @@ function boot(root) {
 
   function renderFrame() {
     const now = simNow();
+    scrubber.sync(S.past ? S.past.buffer.length : 0);
     renderClock(now);
     renderReadouts(now);
     renderWorkers(now);
@@ -1489,8 +1643,9 @@ function boot(root) {
   function renderDlq() {
     const n = S.counts.dlq || 0;
     setText(q('dlq-count'), n ? `${n} job${n === 1 ? '' : 's'}` : '');
-    if (n !== S.dlqFetchedFor) fetchDlqSoon();
-    const items = n ? S.dlq : [];
+    if (!S.past && n !== S.dlqFetchedFor) fetchDlqSoon();
+    const items = !n ? [] : S.past ? [...S.jobs.values()].filter((j) => j.state === 'dlq').reverse()
+      .map((j) => ({ job_id: j.id, attempts: j.attempt, reason: j.dlq_reason, last_error: j.last_error })) : S.dlq;
     syncList(q('dlq'), dlqEls, items.slice(0, 30), (d) => d.job_id, () => {
       const title = h('button', { type: 'button', class: 'lw-linkish', onclick: (ev) => openJob(ev.currentTarget.dataset.job) }), reason = h('span', { class: 'lw-dlq-reason' }), err = h('span', { class: 'lw-dlq-err' });
       return { li: h('li', { class: 'lw-dlq-item' }, title, reason, err), title, reason, err };
@@ -1640,7 +1795,7 @@ function boot(root) {
     const sel = document.getSelection();
     if (!force && ((sel && !sel.isCollapsed && box.contains(sel.anchorNode)) || box.contains(document.activeElement))) return;
     const tj = S.tl.get(id);
-    const hist = S.history.get(id);
+    const hist = S.past ? null : S.history.get(id); // the server's fold knows the future: not for the past
     const key = JSON.stringify([j, tj ? [...tj.attempts.values()] : null, hist]);
     if (!force && key === detailKey) return;
     detailKey = key;
@@ -1748,6 +1903,7 @@ function boot(root) {
   }
 
   function logMatches(e) {
+    if (S.past && idCmp(e.id, pastAt().id) > 0) return false;
     const type = q('log-type').value;
     const job = q('log-job').value.trim().replace(/^#/, '');
     if (job && String(e.job) !== job) return false;
@@ -1758,7 +1914,8 @@ function boot(root) {
   }
 
   function logItem(e) {
-    const li = h('li', { class: 'lw-log-item', testid: 'log-item', 'data-type': e.types.join(' '), 'data-job': e.job ?? '' },
+    const li = h('li', { class: 'lw-log-item', testid: 'log-item', 'data-type': e.types.join(' '), 'data-job': e.job ?? '',
+      'data-id': e.id },
       h('span', { class: 'lw-log-t' }, `t=${fmtT(e.t)} s`), h('span', { class: 'lw-log-text' }, e.text));
     e.el = li;
     return li;
