@@ -347,7 +347,16 @@ def _etag(j: dict) -> str:
 @bp.get("/api/labs/<lab_id>/jobs")
 @lab_access(write=False)
 def list_jobs(lab_id: str):
-    return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+    """The newest 200 jobs; ?prefix=12 finds jobs whose number starts with 12, however old (?limit ≤ 200)."""
+    prefix, limit = request.args.get("prefix"), request.args.get("limit", "25")
+    if prefix is None:
+        return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+    prefix = prefix.strip().lstrip("#")
+    if not prefix.isdigit() or prefix.startswith("0") or len(prefix) > 12:
+        raise ApiError(422, "invalid_prefix", {"prefix": "must be the leading digits of a job number, like 12"})
+    if not limit.isdigit() or not 1 <= int(limit) <= 200:
+        raise ApiError(422, "invalid_limit", {"limit": "must be a whole number from 1 to 200"})
+    return jsonify(jobs=labs.jobs_with_prefix(get_redis(), lab_id, prefix, int(limit)))
 
 
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>")

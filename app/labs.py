@@ -132,6 +132,26 @@ def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
     return [j for j in (read_job(r, lab, i) for i in ids) if j]
 
 
+def jobs_with_prefix(r: redis.Redis, lab: str, prefix: str, limit: int = 25) -> list[dict]:
+    """Jobs whose number starts with `prefix`, newest first, however old (the snapshot holds 200).
+
+    Job numbers are the scores of the `jobs` index, so the ids starting with "12" are a few score
+    ranges (12, 120–129, 1200–1299, …): each one a ZREVRANGEBYSCORE, longest numbers first.
+    """
+    newest = int(r.hget(key(lab, "meta"), "seq") or 0)
+    p = int(prefix)
+    ranges, width = [], 1
+    while p * width <= newest:
+        ranges.append((p * width, min(newest, (p + 1) * width - 1)))
+        width *= 10
+    ids: list[str] = []
+    for lo, hi in reversed(ranges):
+        ids += r.zrevrangebyscore(key(lab, "jobs"), hi, lo, start=0, num=limit - len(ids))
+        if len(ids) >= limit:
+            break
+    return [j for j in (read_job(r, lab, i) for i in ids) if j]
+
+
 def counts(r: redis.Redis, lab: str) -> dict[str, int]:
     """Gauges from the state machine, counters from the event stream (same atomic writes)."""
     states = {k: int(v) for k, v in r.hgetall(key(lab, "states")).items()}

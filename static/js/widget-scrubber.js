@@ -150,6 +150,9 @@ export class Scrubber {
     const n = evs.length;
     const past = this.pos !== null;
     const pos = past ? this.pos : n;
+    const key = `${n}|${pos}|${buffered}|${this.playing}|${this.pending}`;
+    if (key === this.synced) return; // nothing moved: no DOM work this frame
+    this.synced = key;
     setAttr(this.range, 'max', String(n));
     if (this.pending === null && Number(this.range.value) !== pos) this.range.value = String(pos);
     let text;

@@ -24,6 +24,7 @@ for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
 const RATE_WINDOW = 600; // simulated seconds for the redelivery-rate readout
 const EVENTS_MAX = 20000; // same cap as the server's stream
 const LOG_SHOW = 150;
+const JOBS_SHOWN = 25; // rows of the jobs list in the DOM; a search asks the API for older matches
 const ANNOUNCE_MS = 2000;
 const GAUGES = new Set(['queued', 'running', 'retrying', 'done', 'dlq', 'lost']);
 const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fetch for these
@@ -104,8 +105,9 @@ function boot(root) {
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
-    history: new Map(), found: new Map(), pausedForInspect: false, renderMs: [],
+    history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
     past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
+    inspect: null, // the worker or lease whose internals are open: {kind: 'worker'|'lease', id}
   };
   const els = {};
   const api = makeApi(() => S.lab);
@@ -248,7 +250,7 @@ function boot(root) {
       counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
       tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
       log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
-      history: new Map(), found: new Map(), pausedForInspect: false,
+      history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, inspect: null, heldJobs: null,
     });
     els.player.removeAttribute('src');
     els.player.load();
@@ -605,7 +607,7 @@ function boot(root) {
   // ---- timeline model (from every event, history included) --------------------------------
   function tlJob(id) {
     let j = S.tl.get(id);
-    if (!j) { j = { id, created: null, video: '', attempts: new Map() }; S.tl.set(id, j); }
+    if (!j) { j = { id, created: null, video: '', attempts: new Map(), types: new Set(), workers: new Set() }; S.tl.set(id, j); }
     return j;
   }
 
@@ -631,6 +633,7 @@ function boot(root) {
       const jobId = ev.job_id ?? d.job_id;
       if (jobId != null && S.tl.has(jobId)) {
         const j = S.tl.get(jobId);
+        j.types.add(ev.type);
         const a = [...j.attempts.values()].filter((x) => x.worker === ev.worker_id && x.end == null && x.start != null)
           .sort((x, y) => y.n - x.n)[0];
         if (a) Object.assign(a, { end: t, killedAt: t, deadAt: t, outcome: 'killed' });
@@ -639,6 +642,8 @@ function boot(root) {
     }
     if (ev.job_id == null) return;
     const j = tlJob(ev.job_id);
+    j.types.add(ev.type);
+    if (ev.worker_id) j.workers.add(ev.worker_id);
     const a = ev.attempt != null ? tlAttempt(j, ev.attempt) : null;
     switch (ev.type) {
       case 'job.enqueued':
@@ -653,7 +658,7 @@ function boot(root) {
         // has no event for that; draw the crash where it happens (the lease runs on regardless).
         if (j.poison) Object.assign(a, { end: t, deadAt: t, outcome: 'crashed' });
         break;
-      case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t }); break;
+      case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
       case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
       case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
       case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
@@ -681,6 +686,7 @@ function boot(root) {
       const a = tlAttempt(j, rec.attempt);
       if (a.start == null && rec.start != null) a.start = rec.start;
       if (!a.worker && rec.worker) a.worker = rec.worker;
+      if (rec.worker) j.workers.add(rec.worker);
       if (a.end == null && rec.end != null) a.end = rec.end;
       if (!a.outcome || (a.outcome === 'running' && rec.outcome && rec.outcome !== 'running')) {
         a.outcome = OUTCOME_FROM_SNAPSHOT(rec.outcome);
@@ -765,9 +771,11 @@ function boot(root) {
     if (k === '?') { e.preventDefault(); toggleHelp(els.help.hidden); return; }
     if (k === 'Escape') {
       if (!els.help.hidden) toggleHelp(false);
+      else if (S.inspect) closeInspect();
       else if (S.selectedJob) openJob(S.selectedJob);
       return;
     }
+    if (k === 'Escape' && S.past && !S.inspect && !S.selectedJob) { scrubber.goLive(); return; }
     if (S.past) {
       if (k === ' ' && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
         e.preventDefault();
@@ -1398,10 +1406,11 @@ function boot(root) {
     renderFaults(now);
     renderDlq();
     if (els.hist) renderRetryHistogram(now);
-    timeline.render(S.tl, now, (id) => (S.jobs.get(id) || {}).state);
+    timeline.render(timelineJobs(), now, (id) => (S.jobs.get(id) || {}).state);
     renderJobs();
     renderLog();
     if (S.selectedJob) { renderDetail(); renderCountdown(now); }
+    renderInspect(now);
   }
 
   function renderClock(now) {
@@ -1422,7 +1431,7 @@ function boot(root) {
     setText(r.value, display ?? String(value));
     r.tile.dataset.value = String(value);
     if (sub != null) setText(r.sub, sub);
-    if (r.last !== null && r.last !== value && !reduceMotion.matches) {
+    if (r.last !== null && r.last !== value && !reduceMotion.matches && !S.past) { // a scrub is not news
       r.tile.classList.remove('lw-bump');
       void r.tile.offsetWidth; // restart the highlight
       r.tile.classList.add('lw-bump');
@@ -1517,8 +1526,12 @@ function boot(root) {
         const card = h(canKill ? 'button' : 'div', { class: 'lw-worker', testid: `worker-${w.id}`,
           type: canKill ? 'button' : null, onclick: canKill ? () => clickWorker(w.id) : null },
         h('span', { class: 'lw-w-top' }, name, pid), state, bar, stale, act);
-        const li = h('li', {}, card);
-        e = { li, card, state, pid, bar, fill, act, stale };
+        const wid = w.id;
+        const inspect = h('button', { type: 'button', class: 'lw-linkish lw-w-inspect', testid: `worker-inspect-${wid}`,
+          'aria-expanded': 'false', 'aria-label': `inspect ${wid}: its jobs, pid and state`,
+          onclick: () => openInspect('worker', wid) }, 'inspect');
+        const li = h('li', {}, card, inspect);
+        e = { li, card, state, pid, bar, fill, act, stale, inspect };
         workerEls.set(w.id, e);
       }
       const label = workerLabel(w, now);
@@ -1539,6 +1552,7 @@ function boot(root) {
         setAttr(e.card, 'aria-disabled', killable ? null : 'true');
         setAttr(e.card, 'aria-label', `${w.id}, ${label}${w.pid ? `, pid ${w.pid}` : ''}${isStale ? ', a duplicate: its lease ran out' : ''}${killable ? '. Press to kill it with SIGKILL' : ''}`);
       }
+      setAttr(e.inspect, 'aria-expanded', isOpen('worker', w.id) ? 'true' : 'false');
       const at = list.children[idx];
       if (at !== e.li) list.insertBefore(e.li, at || null);
     });
@@ -1574,7 +1588,9 @@ function boot(root) {
       ring.setAttribute('class', 'lw-ring');
       ring.setAttribute('aria-hidden', 'true');
       ring.innerHTML = '<circle class="lw-ring-bg" cx="18" cy="18" r="15.9"/><circle class="lw-ring-fg" cx="18" cy="18" r="15.9" pathLength="100" stroke-dasharray="100 100" transform="rotate(-90 18 18)"/>';
-      const title = h('span', { class: 'lw-lease-title' });
+      const jid = j.id;
+      const title = h('button', { type: 'button', class: 'lw-linkish lw-lease-title', testid: `lease-open-${jid}`,
+        'aria-expanded': 'false', onclick: () => openInspect('lease', jid) });
       const left = h('span', { class: 'lw-lease-left' });
       const warn = h('span', { class: 'lw-lease-warn' });
       const li = h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, ring, h('span', { class: 'lw-lease-text' }, title, left, warn));
@@ -1585,6 +1601,7 @@ function boot(root) {
       const w = S.workers.get(j.worker);
       const orphan = !w || w.job_id !== j.id || ['dead', 'respawning'].includes(w.state) || !!(a && a.deadAt != null);
       setText(e.title, `job ${j.id} · attempt ${j.attempt} on ${j.worker || '?'}`);
+      setAttr(e.title, 'aria-expanded', isOpen('lease', j.id) ? 'true' : 'false');
       let frac = 0, state;
       if (j.lease_deadline == null) {
         state = S.settings.ack_mode === 'early' || (a && a.deadline == null) ? 'none' : 'expired';
@@ -1667,25 +1684,45 @@ function boot(root) {
   const fetchDlqSoon = throttled(() => fetchDlq(false), 500);
 
   const findText = () => q('job-find').value.trim().replace(/^#/, '');
-  // the live model holds the newest 200 jobs; an exact id older than that is asked of the API
+  // the live model holds the newest 200 jobs; older ones matching the id or prefix are asked of the API
   const findOlderSoon = throttled(async () => {
     const id = findText();
-    if (!/^\d+$/.test(id) || S.jobs.has(id) || S.found.has(id)) return;
-    const res = await api('GET', labPath(`/jobs/${id}`));
-    if (res.ok || res.status === 404) { S.found.set(id, res.ok ? res.data : null); markDirty(); }
+    if (!/^[1-9]\d*$/.test(id) || S.past) return;
+    const lab = S.lab;
+    if (!S.jobs.has(id) && !S.found.has(id)) {
+      const res = await api('GET', labPath(`/jobs/${id}`));
+      if (S.lab === lab && (res.ok || res.status === 404)) S.found.set(id, res.ok ? res.data : null);
+    }
+    const local = [...S.jobs.keys()].filter((k) => k.startsWith(id)).length;
+    const oldest = Math.min(...[...S.jobs.keys()].map(Number));
+    if (local < JOBS_SHOWN && oldest > 1 && !S.foundPrefix.has(id)) {
+      const res = await api('GET', labPath(`/jobs?prefix=${id}&limit=${JOBS_SHOWN}`));
+      if (res.ok && S.lab === lab) {
+        S.foundPrefix.set(id, res.data.jobs.map((j) => j.id));
+        for (const j of res.data.jobs) if (!S.jobs.has(j.id)) S.found.set(j.id, j);
+      }
+    }
+    markDirty();
   }, 300);
   const jobById = (id) => S.jobs.get(id) || S.found.get(id);
 
   const jobEls = new Map();
   function renderJobs() {
     const find = findText();
-    let jobs = [...S.jobs.values()].sort((a, b) => Number(b.id) - Number(a.id));
-    if (find) jobs = jobs.filter((j) => j.id === find || j.id.startsWith(find));
-    if (find && !jobs.some((j) => j.id === find) && S.found.get(find)) jobs.unshift(S.found.get(find));
+    let jobs = [...S.jobs.values()];
+    if (S.heldJobs && !find) jobs = S.heldJobs.map(jobById).filter(Boolean);
+    else if (find) {
+      jobs = jobs.filter((j) => j.id.startsWith(find));
+      const have = new Set(jobs.map((j) => j.id));
+      for (const id of [find, ...(S.foundPrefix.get(find) || [])]) {
+        if (!have.has(id) && jobById(id)) { jobs.push(jobById(id)); have.add(id); }
+      }
+    }
+    jobs.sort((a, b) => Number(b.id) - Number(a.id));
     q('jobs-empty').hidden = jobs.length > 0;
     if (!jobs.length && find) setText(q('jobs-empty'), /^\d+$/.test(find) && !S.found.has(find) ? `Looking for job #${find}…` : `No job #${find} in this lab.`);
     else setText(q('jobs-empty'), 'No jobs yet.');
-    syncList(q('jobs'), jobEls, jobs.slice(0, 25), (j) => j.id, (j) => {
+    syncList(q('jobs'), jobEls, jobs.slice(0, JOBS_SHOWN), (j) => j.id, (j) => {
       const open = h('button', { type: 'button', class: 'lw-job-open', testid: `job-open-${j.id}`,
         'aria-expanded': 'false', onclick: () => openJob(j.id) }, `Job ${j.id}`);
       const video = h('span', { class: 'lw-job-video' });
@@ -1746,6 +1783,9 @@ function boot(root) {
 
   function openJob(id, fromTimeline) {
     S.selectedJob = S.selectedJob === id && !fromTimeline ? null : id;
+    // the rows on screen stay put while the panel under them is open (no new job pushes it down)
+    const rows = [...q('jobs').children].map((li) => li.dataset.testid.replace('job-row-', ''));
+    S.heldJobs = S.selectedJob && rows.length ? rows : null;
     if (S.selectedJob) fetchHistory();
     pauseForInspect(Boolean(S.selectedJob));
     renderDetail(true);
@@ -1783,6 +1823,103 @@ function boot(root) {
     const left = j.lease_deadline != null && j.state === 'running' ? j.lease_deadline - now : null;
     setText(el, left == null ? 'no lease held' : left > 0 ? `${Math.ceil(left)} s left (t=${fmtT(j.lease_deadline)} s)`
       : `expired at t=${fmtT(j.lease_deadline)} s`);
+  }
+
+  // ---- inspect a worker or a lease --------------------------------------------------------
+  const isOpen = (kind, id) => !!(S.inspect && S.inspect.kind === kind && S.inspect.id === id);
+
+  function openInspect(kind, id) {
+    const closing = isOpen(kind, id);
+    S.inspect = closing ? null : { kind, id };
+    inspectKey = '';
+    pauseForInspect(!closing);
+    markDirty();
+  }
+
+  function closeInspect() {
+    S.inspect = null;
+    pauseForInspect(false);
+    markDirty();
+  }
+
+  /** Every attempt a worker ran, newest first, from the timeline model (so also in the past). */
+  function workerAttempts(id) {
+    const out = [];
+    for (const j of S.tl.values()) {
+      for (const a of j.attempts.values()) if (a.worker === id && a.start != null) out.push({ job: j.id, a });
+    }
+    return out.sort((x, y) => y.a.start - x.a.start);
+  }
+
+  let inspectKey = '';
+  function renderInspect(now) {
+    const boxes = { worker: q('worker-detail'), lease: q('lease-detail') };
+    const want = S.inspect;
+    for (const [kind, box] of Object.entries(boxes)) {
+      if (!want || want.kind !== kind) { if (!box.hidden) { box.hidden = true; box.replaceChildren(); } }
+    }
+    if (!want) return;
+    const box = boxes[want.kind];
+    const sel = document.getSelection();
+    const holding = (sel && !sel.isCollapsed && box.contains(sel.anchorNode)) || box.contains(document.activeElement);
+    if (want.kind === 'worker') renderWorkerPanel(box, want.id, now, holding);
+    else renderLeasePanel(box, want.id, now, holding);
+    box.hidden = false;
+  }
+
+  function panelHead(title, testid) {
+    return h('div', { class: 'lw-detail-head' }, h('h4', {}, title),
+      h('button', { type: 'button', class: 'lw-btn lw-small', testid, onclick: closeInspect }, 'Close'));
+  }
+
+  function renderWorkerPanel(box, id, now, holding) {
+    const w = S.workers.get(id);
+    const runs = workerAttempts(id);
+    const key = JSON.stringify([w, runs.slice(0, 8).map(({ job, a }) => [job, a.n, a.end, a.outcome]), S.deaths.get(id)]);
+    if (holding || key === inspectKey) return;
+    inspectKey = key;
+    const st = w ? effective(w) : null;
+    const current = st && st.state === 'busy' ? st.job_id : null;
+    const open = (job) => h('button', { type: 'button', class: 'lw-linkish', onclick: () => openJob(job, true) }, `job ${job}`);
+    box.replaceChildren(
+      panelHead(`Worker ${id}: ${st ? st.state : 'gone'}`, 'worker-detail-close'),
+      h('dl', {},
+        h('dt', {}, 'state'), h('dd', { testid: 'worker-detail-state' }, st ? workerLabel(st, now) : 'stopped: no longer in the pool'),
+        h('dt', {}, 'pid'), h('dd', { testid: 'worker-detail-pid' }, w && w.pid ? String(w.pid) : 'no process'),
+        h('dt', {}, 'current job'), h('dd', { testid: 'worker-detail-current' }, current != null ? [open(current), ` · attempt ${st.attempt ?? '?'}`] : 'none'),
+        S.deaths.has(id) ? [h('dt', {}, 'last death'), h('dd', {}, `t=${fmtT(S.deaths.get(id))} s`)] : null),
+      h('table', { class: 'lw-attempts', testid: 'worker-detail-jobs' },
+        h('caption', {}, runs.length ? `Attempts this worker ran (${runs.length}), newest first` : 'This worker has run nothing yet'),
+        h('thead', {}, h('tr', {}, ['job', 'attempt', 'start', 'end', 'outcome'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, runs.slice(0, 8).map(({ job, a }) => h('tr', { testid: `worker-run-${job}-${a.n}` },
+          h('td', {}, open(job)), h('td', {}, String(a.n)), h('td', {}, fmtT(a.start)),
+          h('td', {}, a.end != null ? fmtT(a.end) : '–'), h('td', {}, a.outcome || 'running'))))));
+  }
+
+  function renderLeasePanel(box, jobId, now, holding) {
+    const j = S.jobs.get(jobId);
+    const tj = S.tl.get(jobId);
+    const a = j && tj ? tj.attempts.get(j.attempt) : null;
+    const key = JSON.stringify([j && [j.state, j.attempt, j.worker, j.lease_deadline], a && [a.leaseStart, a.extended, a.expiredAt]]);
+    if (!holding && key !== inspectKey) {
+      inspectKey = key;
+      box.replaceChildren(
+        panelHead(`Lease on job ${jobId}`, 'lease-detail-close'),
+        h('dl', {},
+          h('dt', {}, 'held by'), h('dd', { testid: 'lease-detail-worker' }, j && j.worker ? `${j.worker}, attempt ${j.attempt}` : '–'),
+          h('dt', {}, 'fence'), h('dd', { testid: 'lease-detail-fence' }, j ? `${j.attempt}: a write carrying an older attempt number is refused` : '–'),
+          h('dt', {}, 'taken at'), h('dd', {}, a && a.start != null ? `t=${fmtT(a.start)} s` : '–'),
+          h('dt', {}, 'heartbeats'), h('dd', { testid: 'lease-detail-extended' }, a && a.extended ? `extended ${a.extended} time${a.extended === 1 ? '' : 's'}` : 'none'),
+          h('dt', {}, 'deadline'), h('dd', { testid: 'lease-detail-deadline' }),
+          h('dt', {}, 'counts down'), h('dd', { testid: 'lease-detail-countdown' })),
+        h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'lease-detail-job', onclick: () => openJob(jobId, true) },
+          `Open job ${jobId}’s internals`));
+    }
+    // the countdown moves every frame, whatever else holds still
+    const dl = j && j.state === 'running' ? j.lease_deadline : null;
+    setText(box.querySelector('[data-testid="lease-detail-deadline"]'), dl != null ? `t=${fmtT(dl)} s` : 'no lease held now');
+    setText(box.querySelector('[data-testid="lease-detail-countdown"]'), dl == null ? (j && j.state === 'running' ? 'expired: being redelivered' : `job is ${stateWord(j && j.state)}`)
+      : dl - now > 0 ? `${Math.ceil(dl - now)} s left` : `expired ${fmtDur(now - dl)} ago: the reaper is on it`);
   }
 
   let detailKey = '';
@@ -1876,12 +2013,15 @@ function boot(root) {
       h('optgroup', { label: 'one type' }, types.map((t) => h('option', { value: t }, t))));
     sel.addEventListener('change', () => { S.logRebuild = true; markDirty(); });
     q('log-job').addEventListener('input', () => { S.logRebuild = true; markDirty(); });
+    q('log-worker').addEventListener('change', () => { S.logRebuild = true; markDirty(); });
     const list = q('log');
     list.addEventListener('scroll', () => { if (list.scrollTop < 4 && S.logPending) markDirty(); });
     q('log-more').addEventListener('click', () => { list.scrollTop = 0; S.logRebuild = true; renderLog(true); });
   }
 
   const labelOf = (name) => (S.schema.get(name) || {}).label || name;
+  const panelOpen = () => Boolean(S.selectedJob || S.inspect || (els.help && !els.help.hidden));
+  const logWorkers = new Set();
 
   function addLog(ev, live) {
     const text = narrate(ev, S.meta, labelOf);
@@ -1895,18 +2035,61 @@ function boot(root) {
       return;
     }
     const entry = { id: ev.id, t: ev.t_sim, types: [ev.type], job: ev.job_id ?? (ev.data && ev.data.job_id) ?? null,
-      text, el: null, announced: live && ANNOUNCE.has(ev.type) };
+      worker: ev.worker_id ?? null, text, el: null, announced: live && ANNOUNCE.has(ev.type) };
+    if (entry.worker && !logWorkers.has(entry.worker)) {
+      logWorkers.add(entry.worker);
+      const sel = q('log-worker');
+      const ids = [...logWorkers].sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)));
+      sel.insertBefore(h('option', { value: entry.worker }, entry.worker), sel.options[ids.indexOf(entry.worker) + 1] || null);
+    }
     S.log.push(entry);
     if (S.log.length > 5000) S.log.splice(0, 1000);
     if (entry.announced) S.announceQueue.push(entry);
     S.logPending++;
   }
 
-  function logMatches(e) {
-    if (S.past && idCmp(e.id, pastAt().id) > 0) return false;
+  // the event log's filters (job, worker, one type) narrow the timeline to the jobs they touch
+  function filters() {
     const type = q('log-type').value;
-    const job = q('log-job').value.trim().replace(/^#/, '');
+    return { type, oneType: !['default', 'important', 'all'].includes(type) ? type : null,
+      job: q('log-job').value.trim().replace(/^#/, ''), worker: q('log-worker').value };
+  }
+
+  let tlFilterKey = '';
+  function timelineJobs() {
+    const f = filters();
+    const note = [f.job && `job ${f.job}`, f.worker && `worker ${f.worker}`, f.oneType && `events of type ${f.oneType}`].filter(Boolean);
+    const key = note.join('|');
+    if (key !== tlFilterKey) {
+      tlFilterKey = key;
+      const el = q('tl-filter');
+      el.hidden = !note.length;
+      el.replaceChildren(...(note.length ? [`Showing only jobs with ${note.join(' and ')} (the event log’s filters). `,
+        h('button', { type: 'button', class: 'lw-linkish', testid: 'tl-filter-clear', onclick: clearFilters }, 'Show all')] : []));
+    }
+    if (!note.length) return S.tl;
+    const out = new Map();
+    for (const [id, j] of S.tl) {
+      if (f.job && id !== f.job) continue;
+      if (f.worker && !j.workers.has(f.worker)) continue;
+      if (f.oneType && !j.types.has(f.oneType)) continue;
+      out.set(id, j);
+    }
+    return out;
+  }
+
+  function clearFilters() {
+    q('log-type').value = 'default';
+    q('log-job').value = '';
+    q('log-worker').value = '';
+    S.logRebuild = true;
+    markDirty();
+  }
+
+  function logMatches(e, f = filters()) {
+    const { type, job, worker } = f;
     if (job && String(e.job) !== job) return false;
+    if (worker && e.worker !== worker) return false;
     if (type === 'all') return true;
     if (type === 'default') return !e.types.every((t) => t === 'job.progress');
     if (type === 'important') return e.types.some((t) => IMPORTANT.has(t));
@@ -1914,8 +2097,9 @@ function boot(root) {
   }
 
   function logItem(e) {
+    if (e.el) { setAttr(e.el, 'data-type', e.types.join(' ')); return e.el; } // built once, reused by every rebuild
     const li = h('li', { class: 'lw-log-item', testid: 'log-item', 'data-type': e.types.join(' '), 'data-job': e.job ?? '',
-      'data-id': e.id },
+      'data-worker': e.worker ?? '', 'data-id': e.id },
       h('span', { class: 'lw-log-t' }, `t=${fmtT(e.t)} s`), h('span', { class: 'lw-log-text' }, e.text));
     e.el = li;
     return li;
@@ -1924,7 +2108,8 @@ function boot(root) {
   function renderLog(forceFlush) {
     const list = q('log');
     const sel = document.getSelection();
-    const holding = !forceFlush && !S.logRebuild && (list.scrollTop > 4
+    // hold still while the learner reads: scrolled down, selecting text, or a panel open
+    const holding = !forceFlush && !S.logRebuild && (list.scrollTop > 4 || panelOpen()
       || (sel && !sel.isCollapsed && list.contains(sel.anchorNode)));
     const more = q('log-more');
     if (holding) {
@@ -1935,14 +2120,23 @@ function boot(root) {
       return;
     }
     more.hidden = true;
+    const f = filters();
     if (S.logRebuild || S.logPending > LOG_SHOW) {
       const items = [];
-      for (let i = S.log.length - 1; i >= 0 && items.length < LOG_SHOW; i--) if (logMatches(S.log[i])) items.push(logItem(S.log[i]));
+      // in the past, start from the newest entry at or before the moment (entries are in stream order)
+      let from = S.log.length - 1;
+      if (S.past) {
+        const at = pastAt().id;
+        let lo = 0, hi = S.log.length;
+        while (lo < hi) { const mid = (lo + hi) >> 1; if (idCmp(S.log[mid].id, at) > 0) hi = mid; else lo = mid + 1; }
+        from = lo - 1;
+      }
+      for (let i = from; i >= 0 && items.length < LOG_SHOW; i--) if (logMatches(S.log[i], f)) items.push(logItem(S.log[i]));
       list.replaceChildren(...items);
       S.logRebuild = false;
     } else if (S.logPending) {
       const fresh = [];
-      for (let i = S.log.length - S.logPending; i < S.log.length; i++) if (i >= 0 && logMatches(S.log[i])) fresh.push(logItem(S.log[i]));
+      for (let i = S.log.length - S.logPending; i < S.log.length; i++) if (i >= 0 && logMatches(S.log[i], f)) fresh.push(logItem(S.log[i]));
       list.prepend(...fresh.reverse());
       while (list.children.length > LOG_SHOW) list.lastChild.remove();
     }
