@@ -24,7 +24,21 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import api, errors, fairness, filters, loadgen, pages, retries, schedule, status, store, webhooks, ws
+    from app import (
+        api,
+        branch,
+        errors,
+        fairness,
+        filters,
+        loadgen,
+        pages,
+        retries,
+        schedule,
+        status,
+        store,
+        webhooks,
+        ws,
+    )
 
     store.init_app(app)
     filters.init_app(app)
@@ -37,6 +51,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(schedule.bp)
     app.register_blueprint(status.bp)
     app.register_blueprint(webhooks.bp)
+    app.register_blueprint(branch.bp)
     ws.init_app(app)
     from app import export, rooms  # classroom (issue 10): rooms, scenario links, run export
 

@@ -149,7 +149,13 @@ def json_body() -> dict:
 
 @bp.post("/api/labs")
 def create_lab():
+    """Open a lab from a preset; with `branch_of` + `at_event` (+ `settings`), branch an existing run."""
     body = json_body()
+    if "branch_of" in body or "at_event" in body:
+        from app import branch  # its own module: "try again from here with different settings"
+
+        created, status = branch.branch_from_request(body)
+        return _lab_created(created, status)
     preset = body.get("preset", presets.DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in presets.PRESETS:
         raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(presets.PRESETS)}"})
@@ -165,13 +171,17 @@ def create_lab():
         raise limits.too_many("labs_full", f"this machine is full: all {cfg.max_labs} labs are in use; "
                               "try again in a minute",
                               60) from None
+    created["preset"] = preset
+    return _lab_created(created, 201)
+
+
+def _lab_created(created: dict, status: int):
     lab = created["lab_id"]
     created["ws_url"] = f"/ws/labs/{lab}"
-    created["preset"] = preset
     resp = jsonify(created)
-    resp.status_code = 201
+    resp.status_code = status
     resp.set_cookie(f"lab_{lab}", created["token"], httponly=True, samesite="Strict",
-                    max_age=cfg.lab_idle_ttl)
+                    max_age=current_app.config["LAB"].lab_idle_ttl)
     return resp
 
 
@@ -377,7 +387,16 @@ def _job_or_404(lab_id: str, job_id: str) -> dict:
 @bp.get("/api/labs/<lab_id>/jobs")
 @lab_access(write=False)
 def list_jobs(lab_id: str):
-    return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+    """The newest 200 jobs; ?prefix=12 finds jobs whose number starts with 12, however old (?limit ≤ 200)."""
+    prefix, limit = request.args.get("prefix"), request.args.get("limit", "25")
+    if prefix is None:
+        return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+    prefix = prefix.strip().lstrip("#")
+    if not prefix.isdigit() or prefix.startswith("0") or len(prefix) > 12:
+        raise ApiError(422, "invalid_prefix", {"prefix": "must be the leading digits of a job number, like 12"})
+    if not limit.isdigit() or not 1 <= int(limit) <= 200:
+        raise ApiError(422, "invalid_limit", {"limit": "must be a whole number from 1 to 200"})
+    return jsonify(jobs=labs.jobs_with_prefix(get_redis(), lab_id, prefix, int(limit)))
 
 
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>")

@@ -83,6 +83,8 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
                                               "the client must poll"),
     "webhook.received": ("webhooks_received", "receiver got the {kind} webhook for job {job}: signature {verified}, "
                                               "answered {status}"),
+    "lab.branched": (None, "branched from lab {parent} at t={at}s with {changes}: "
+                           "{jobs} unfinished jobs enqueued again"),
     "settings.changed": (None, "settings changed: {changes}"),
     "fault.started": (None, "fault: {fault} for {duration}s"),
     "fault.ended": (None, "fault over: {fault}"),

@@ -36,23 +36,28 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, max_labs: int) -> dict[str, Any]:
-    """Register a lab; the supervisor sees it in `labs` and starts its workers."""
+def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any] | None = None,
+           t0: float = 0.0, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Register a lab; the supervisor sees it in `labs` and starts its workers.
+
+    A branch (app/branch.py) passes its own settings, a clock starting at the parent's moment and
+    the meta fields that remember its parent.
+    """
     if r.scard(LABS) >= max_labs:
         raise LabFull()
     lab = new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
-    settings = presets.settings_for(preset)
+    settings = dict(settings) if settings else presets.settings_for(preset)
     settings["speed"] = speed
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key(lab, "meta"), mapping={
             "preset": preset, "created": time.time(), "last_active": time.time(),
-            "token": _hash(token), "view_token": _hash(view_token), "seq": 0,
+            "token": _hash(token), "view_token": _hash(view_token), "seq": 0, **(meta or {}),
         })
         pipe.set(key(lab, "settings"), json.dumps(settings))
         pipe.sadd(LABS, lab)
         pipe.execute()
-    clock.start(r, lab, speed)
+    clock.start(r, lab, speed, t0)
     return {"lab_id": lab, "token": token, "view_token": view_token, "settings": settings}
 
 
@@ -124,6 +129,26 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
 def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
     """Newest first."""
     ids = r.zrevrange(key(lab, "jobs"), 0, limit - 1)
+    return [j for j in (read_job(r, lab, i) for i in ids) if j]
+
+
+def jobs_with_prefix(r: redis.Redis, lab: str, prefix: str, limit: int = 25) -> list[dict]:
+    """Jobs whose number starts with `prefix`, newest first, however old (the snapshot holds 200).
+
+    Job numbers are the scores of the `jobs` index, so the ids starting with "12" are a few score
+    ranges (12, 120–129, 1200–1299, …): each one a ZREVRANGEBYSCORE, longest numbers first.
+    """
+    newest = int(r.hget(key(lab, "meta"), "seq") or 0)
+    p = int(prefix)
+    ranges, width = [], 1
+    while p * width <= newest:
+        ranges.append((p * width, min(newest, (p + 1) * width - 1)))
+        width *= 10
+    ids: list[str] = []
+    for lo, hi in reversed(ranges):
+        ids += r.zrevrangebyscore(key(lab, "jobs"), hi, lo, start=0, num=limit - len(ids))
+        if len(ids) >= limit:
+            break
     return [j for j in (read_job(r, lab, i) for i in ids) if j]
 
 

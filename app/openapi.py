@@ -34,7 +34,13 @@ def settings_schema() -> dict[str, Any]:
 BODIES: dict[str, dict[str, Any]] = {
     "api.create_lab": {"type": "object", "properties": {
         "preset": {"type": "string", "enum": list(presets.PRESETS)},
-        "speed": settings_schema()["properties"]["speed"]}},
+        "speed": settings_schema()["properties"]["speed"],
+        "branch_of": {"type": "string", "description": "branch this lab (send its token or view token): "
+                      "the new lab starts from that lab's moment `at_event`"},
+        "at_event": {"type": "string", "description": "an event id of `branch_of`; the jobs not yet done then "
+                     "are enqueued again as new jobs"},
+        "settings": {**settings_schema(), "description": "settings changed for the branch (on top of the "
+                     "parent's settings at `at_event`)"}}},
     "api.patch_settings": settings_schema(),
     "api.clock_action": {"type": "object", "properties": {
         "action": {"type": "string", "enum": ["pause", "resume", "step"]},

@@ -246,7 +246,15 @@ class Supervisor:
             settings = labs.settings(self.r, lab)
             self.reconcile(pool, settings)
             self.fleet.reconcile(lab, settings)
+            self.release_branch(lab, settings)
             self.broker_tick(pool, settings)
+
+    def release_branch(self, lab: str, settings: dict) -> None:
+        """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs."""
+        if self.r.hget(key(lab, "meta"), "hold_until_ready") and \
+                self.r.scard(f"rq:workers:{queue_name(lab)}") >= int(settings["workers"]):
+            self.r.hdel(key(lab, "meta"), "hold_until_ready")
+            stream.emit(self.r, lab, "clock.resumed", clock.resume(self.r, lab))
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))

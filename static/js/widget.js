@@ -12,10 +12,11 @@ import {
   errorText, fmtDur, fmtNum, fmtSetting, fmtT, h, idCmp, narrate, nearestIndex, niceStops, setAttr,
   setText, throttled,
 } from './widget-util.js';
+import { Scrubber } from './widget-scrubber.js';
 import { Timeline } from './widget-timeline.js';
 
-const root = document.getElementById('lab-widget');
-if (root) boot(root);
+// the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
+for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
 
 // ---------------------------------------------------------------------------------------------
 // constants
@@ -23,6 +24,7 @@ if (root) boot(root);
 const RATE_WINDOW = 600; // simulated seconds for the redelivery-rate readout
 const EVENTS_MAX = 20000; // same cap as the server's stream
 const LOG_SHOW = 150;
+const JOBS_SHOWN = 25; // rows of the jobs list in the DOM; a search asks the API for older matches
 const ANNOUNCE_MS = 2000;
 const GAUGES = new Set(['queued', 'running', 'retrying', 'done', 'dlq', 'lost']);
 const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fetch for these
@@ -46,6 +48,9 @@ const FAULT_TEXT = {
 };
 const SPEED_STOPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 const STEP_CHOICES = [10, 30, 60, 300];
+// the state a past moment is rebuilt into; the live values are put aside meanwhile
+const MODEL_KEYS = ['settings', 'clock', 'counts', 'workers', 'jobs', 'breaker', 'faults', 'faultUntil', 'tl',
+  'redeliveries', 'retries', 'deaths', 'dlq', 'history', 'found', 'snapId'];
 
 // Scenario buttons: one press sets the lab up and sends the job that shows the effect.
 const JOB = { sample: 'bigbuckbunny' };
@@ -88,6 +93,7 @@ const SCENARIOS = {
 function boot(root) {
   const preset = root.dataset.preset || 'ch8';
   const params = new URLSearchParams(location.search);
+  const compact = root.dataset.compact === 'yes'; // one run of a compare page: headline counts + timeline
   const urlSpeed = Number(params.get('speed')) || null;
   const reduceMotion = matchMedia('(prefers-reduced-motion: reduce)');
   const storeKey = `awl:lab:${preset}`;
@@ -99,12 +105,14 @@ function boot(root) {
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
-    history: new Map(), found: new Map(), pausedForInspect: false, renderMs: [],
+    history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
+    past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
+    inspect: null, // the worker or lease whose internals are open: {kind: 'worker'|'lease', id}
   };
   const els = {};
   const api = makeApi(() => S.lab);
   const anonApi = makeApi(() => null);
-  let timeline = null;
+  let timeline = null, scrubber = null;
   let swapping = null; // the reset or re-create in progress: a 404 meanwhile must not start another
 
   // ---- start-up --------------------------------------------------------------------------
@@ -165,7 +173,7 @@ function boot(root) {
 
   /** Resume this tab's lab for the preset (sessionStorage), else create one. Viewer links too. */
   async function openLab() {
-    const viewLab = params.get('lab'), viewToken = params.get('view');
+    const viewLab = root.dataset.lab || params.get('lab'), viewToken = root.dataset.view || params.get('view');
     if (viewLab && viewToken) {
       S.lab = { id: viewLab, token: viewToken, viewer: true };
       const res = await api('GET', `/api/labs/${viewLab}`);
@@ -223,6 +231,7 @@ function boot(root) {
   function swapLab(before) {
     if (swapping) return swapping;
     swapping = (async () => {
+      if (scrubber) scrubber.goLive();
       closeWs();
       await before();
       try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
@@ -241,7 +250,7 @@ function boot(root) {
       counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
       tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
       log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
-      history: new Map(), found: new Map(), pausedForInspect: false,
+      history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, inspect: null, heldJobs: null,
     });
     els.player.removeAttribute('src');
     els.player.load();
@@ -327,8 +336,9 @@ function boot(root) {
 
   /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
   function ingest(ev) {
-    if (ev.job_id != null && ev.job_id === S.selectedJob) fetchHistorySoon();
     if (!ev || !ev.id || !ev.type) return;
+    if (S.past) { holdLive(ev); return; }
+    if (ev.job_id != null && ev.job_id === S.selectedJob) fetchHistorySoon();
     if (S.lastId && idCmp(ev.id, S.lastId) <= 0) return;
     S.lastId = ev.id;
     S.events.push(ev);
@@ -348,11 +358,84 @@ function boot(root) {
   const refresh = throttled(async () => {
     const lab = S.lab;
     if (!lab) return;
+    if (S.past) return; // viewing the past: back to live fetches a fresh snapshot
     const res = await api('GET', labPath());
-    if (S.lab !== lab) return; // the lab was swapped meanwhile: this answer is about the old one
+    if (S.lab !== lab || S.past) return; // the lab was swapped meanwhile: this answer is about the old one
     if (res.ok) applySnapshot(res.data);
     else if (res.status === 404 && !S.lab.viewer) await labVanished();
   }, 500);
+
+  // ---- the past: any moment rebuilt from the event stream -----------------------------------
+  // The live model is put aside untouched and a fresh one is folded from the first event up to the
+  // chosen one with the same applyModel/applyTimeline the live view uses, so the past can never be
+  // drawn differently from how it looked live. Live events meanwhile are held, then applied in order.
+  function holdLive(ev) {
+    const p = S.past;
+    const last = p.buffer.length ? p.buffer[p.buffer.length - 1].id : S.lastId;
+    if (last && idCmp(ev.id, last) <= 0) return;
+    p.buffer.push(ev);
+    markDirty();
+  }
+
+  function initialSettings() {
+    const out = {};
+    for (const [name, spec] of S.schema) out[name] = spec.default;
+    return { ...out, ...((S.meta.presets[preset] || {}).settings || {}), speed: (S.past.stash.clock || {}).speed };
+  }
+
+  function resetPastModel() {
+    const speed = (S.past.stash.clock || {}).speed || 20;
+    Object.assign(S, {
+      settings: initialSettings(), clock: { t: 0, speed, paused: true, at: performance.now() }, counts: {},
+      workers: new Map(), jobs: new Map(), breaker: { state: 'closed' }, faults: {}, faultUntil: {}, tl: new Map(),
+      redeliveries: [], retries: [], deaths: new Map(), dlq: [], history: new Map(), found: new Map(), snapId: null,
+    });
+    S.past.at = -1;
+  }
+
+  /** Show the lab as it stood just after event i (an index into S.events). */
+  function seek(i) {
+    if (!S.past) {
+      const stash = {};
+      for (const k of MODEL_KEYS) stash[k] = S[k];
+      S.past = { stash, buffer: [], at: -1 };
+      root.dataset.view = 'past';
+      if (els.controls) els.controls.inert = true; // controls act on the live lab: not from the past
+      resetPastModel();
+    } else if (i < S.past.at) {
+      resetPastModel();
+    }
+    for (let k = S.past.at + 1; k <= i; k++) {
+      const ev = S.events[k];
+      applyTimeline(ev);
+      applyModel(ev);
+      if (ev.type === 'lab.branched' && ev.data && ev.data.settings) S.settings = { ...ev.data.settings };
+    }
+    S.past.at = i;
+    const ev = S.events[i];
+    S.clock = { ...S.clock, t: ev.t_sim, paused: true, at: performance.now() };
+    root.dataset.viewEvent = ev.id;
+    syncControls();
+    S.logRebuild = true;
+    markDirty();
+  }
+
+  function goLive() {
+    if (!S.past) return;
+    const { stash, buffer } = S.past;
+    for (const k of MODEL_KEYS) S[k] = stash[k];
+    S.past = null;
+    root.dataset.view = 'live';
+    delete root.dataset.viewEvent;
+    if (els.controls) els.controls.inert = false;
+    for (const ev of buffer) ingest(ev);
+    syncControls();
+    S.logRebuild = true;
+    refresh();
+    markDirty();
+  }
+
+  const pastAt = () => (S.past ? S.events[S.past.at] : null);
 
   // ---- model -----------------------------------------------------------------------------
   function simNow() {
@@ -363,6 +446,7 @@ function boot(root) {
   }
 
   function applySnapshot(snap) {
+    if (S.past) return; // a late answer must not overwrite the past being viewed
     const prevSettings = S.settings;
     S.snapId = snap.last_event_id || '0';
     S.settings = { ...snap.settings };
@@ -523,7 +607,7 @@ function boot(root) {
   // ---- timeline model (from every event, history included) --------------------------------
   function tlJob(id) {
     let j = S.tl.get(id);
-    if (!j) { j = { id, created: null, video: '', attempts: new Map() }; S.tl.set(id, j); }
+    if (!j) { j = { id, created: null, video: '', attempts: new Map(), types: new Set(), workers: new Set() }; S.tl.set(id, j); }
     return j;
   }
 
@@ -549,6 +633,7 @@ function boot(root) {
       const jobId = ev.job_id ?? d.job_id;
       if (jobId != null && S.tl.has(jobId)) {
         const j = S.tl.get(jobId);
+        j.types.add(ev.type);
         const a = [...j.attempts.values()].filter((x) => x.worker === ev.worker_id && x.end == null && x.start != null)
           .sort((x, y) => y.n - x.n)[0];
         if (a) Object.assign(a, { end: t, killedAt: t, deadAt: t, outcome: 'killed' });
@@ -557,6 +642,8 @@ function boot(root) {
     }
     if (ev.job_id == null) return;
     const j = tlJob(ev.job_id);
+    j.types.add(ev.type);
+    if (ev.worker_id) j.workers.add(ev.worker_id);
     const a = ev.attempt != null ? tlAttempt(j, ev.attempt) : null;
     switch (ev.type) {
       case 'job.enqueued':
@@ -571,7 +658,7 @@ function boot(root) {
         // has no event for that; draw the crash where it happens (the lease runs on regardless).
         if (j.poison) Object.assign(a, { end: t, deadAt: t, outcome: 'crashed' });
         break;
-      case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t }); break;
+      case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
       case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
       case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
       case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
@@ -599,6 +686,7 @@ function boot(root) {
       const a = tlAttempt(j, rec.attempt);
       if (a.start == null && rec.start != null) a.start = rec.start;
       if (!a.worker && rec.worker) a.worker = rec.worker;
+      if (rec.worker) j.workers.add(rec.worker);
       if (a.end == null && rec.end != null) a.end = rec.end;
       if (!a.outcome || (a.outcome === 'running' && rec.outcome && rec.outcome !== 'running')) {
         a.outcome = OUTCOME_FROM_SNAPSHOT(rec.outcome);
@@ -624,6 +712,10 @@ function boot(root) {
     if (S.controls.has('retry_policy')) buildRetryHistogram();
     timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
       { onOpenJob: (id) => openJob(id, true) });
+    scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
+      idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, labelOf),
+      onSeek: seek, onLive: goLive, canBranch: !compact, onBranchForm: branchForm,
+    });
     const find = q('job-find');
     find.addEventListener('input', () => { markDirty(); findOlderSoon(); });
     if (S.controls.has('clock') && !S.lab.viewer) {
@@ -634,7 +726,7 @@ function boot(root) {
     }
     buildHelp();
     if (S.controls.has('kill') && !S.lab.viewer) setText(q('workers-hint'), 'click a busy worker to kill it');
-    if (S.lab.viewer) {
+    if (S.lab.viewer && !compact) {
       root.classList.add('lw-viewer');
       banner(null);
       const b = q('banner');
@@ -642,7 +734,9 @@ function boot(root) {
       b.hidden = false;
       b.removeAttribute('role');
     }
-    document.addEventListener('keydown', onKey);
+    els.controls = q('controls');
+    if (compact) root.classList.add('lw-compact');
+    else document.addEventListener('keydown', onKey);
     reduceMotion.addEventListener?.('change', () => markDirty());
   }
 
@@ -677,8 +771,17 @@ function boot(root) {
     if (k === '?') { e.preventDefault(); toggleHelp(els.help.hidden); return; }
     if (k === 'Escape') {
       if (!els.help.hidden) toggleHelp(false);
+      else if (S.inspect) closeInspect();
       else if (S.selectedJob) openJob(S.selectedJob);
       return;
+    }
+    if (k === 'Escape' && S.past && !S.inspect && !S.selectedJob) { scrubber.goLive(); return; }
+    if (S.past) {
+      if (k === ' ' && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
+        e.preventDefault();
+        scrubber.togglePlay();
+      }
+      return; // kill, upload, step and reset act on the live lab: not from a past moment
     }
     if (S.lab.viewer) return;
     const clock = S.controls.has('clock');
@@ -1168,6 +1271,64 @@ function boot(root) {
     els.resetStatus, shareBox);
   }
 
+  // ---- try again from here: branch the run at the moment being viewed ------------------------
+  function branchForm(ev) {
+    const names = [...S.controls].filter((n) => S.schema.has(n) && n !== 'speed');
+    const base = `${root.id}-br`;
+    const fields = names.map((n) => {
+      const spec = S.schema.get(n), v = S.settings[n], id = `${base}-${n}`;
+      let input;
+      if (spec.kind === 'bool') input = h('input', { type: 'checkbox', id, testid: `branch-${n}`, checked: !!v });
+      else if (spec.kind === 'choice') {
+        input = h('select', { id, testid: `branch-${n}` }, spec.choices.map((c) => h('option', { value: c }, c.replace(/_/g, ' '))));
+        input.value = v;
+      } else {
+        input = h('input', { type: 'number', id, testid: `branch-${n}`, class: 'lw-num', min: spec.min, max: spec.max,
+          step: spec.kind === 'int' ? 1 : 'any', value: String(v), inputmode: 'decimal' });
+      }
+      const read = () => (spec.kind === 'bool' ? input.checked : spec.kind === 'choice' ? input.value
+        : input.value.trim() === '' ? '' : Number(input.value));
+      return { n, spec, v, input, read,
+        el: h('label', { class: 'lw-branch-field', for: id }, h('span', {}, `${spec.label}${spec.unit ? ` (${spec.unit})` : ''}`), input) };
+    });
+    const out = h('p', { class: 'lw-status', testid: 'branch-status', 'aria-live': 'polite' });
+    const err = h('p', { class: 'field-error', testid: 'branch-error', role: 'alert' });
+    const go = h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'branch-submit' }, 'Try again from here');
+    const form = h('form', { class: 'lw-branch-form', 'aria-labelledby': `${base}-h` },
+      h('h4', { id: `${base}-h` }, `Try again from t=${fmtT(ev.t_sim)} s with different settings`),
+      h('p', { class: 'lw-doc' }, 'A new lab starts from this moment: the jobs not yet done then are sent again, '
+        + 'under these settings. Both runs then play side by side.'),
+      h('div', { class: 'lw-branch-fields' }, fields.map((f) => f.el)), h('div', { class: 'lw-row' }, go), err, out);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const changes = {};
+      for (const f of fields) { const v = f.read(); if (v !== f.v) changes[f.n] = v; }
+      setText(err, '');
+      go.disabled = true;
+      setText(out, 'starting the branch…');
+      const res = await api('POST', '/api/labs', { branch_of: S.lab.id, at_event: ev.id, settings: changes });
+      go.disabled = false;
+      if (res.status !== 201) {
+        setText(out, '');
+        setText(err, errorText(res.data, res.status));
+        return;
+      }
+      const b = res.data;
+      // the branch is this tab's lab too: keep its token (the compare page itself only needs view tokens)
+      try { sessionStorage.setItem(`awl:owned:${b.lab_id}`, JSON.stringify({ id: b.lab_id, token: b.token, view: b.view_token })); } catch { /* private mode */ }
+      const u = new URL('/compare', location.origin);
+      u.searchParams.set('a', S.lab.id);
+      u.searchParams.set('av', S.lab.view || S.lab.token);
+      u.searchParams.set('b', b.lab_id);
+      u.searchParams.set('bv', b.view_token);
+      u.searchParams.set('back', location.pathname);
+      const what = Object.entries(changes).map(([n, v]) => `${labelOf(n)} ${fmtSetting(v)}`).join(', ') || 'the same settings';
+      setText(out, `Branch ${b.lab_id} started with ${what}: ${b.branch.seeded.length} unfinished job${b.branch.seeded.length === 1 ? '' : 's'} sent again. Opening both runs side by side…`);
+      location.assign(u.href);
+    });
+    return form;
+  }
+
   function updateShare() {
     if (!els.share || !S.lab || !S.lab.view) return;
     const u = new URL(location.pathname, location.origin);
@@ -1237,6 +1398,7 @@ function boot(root) {
 
   function renderFrame() {
     const now = simNow();
+    scrubber.sync(S.past ? S.past.buffer.length : 0);
     renderClock(now);
     renderReadouts(now);
     renderWorkers(now);
@@ -1244,10 +1406,11 @@ function boot(root) {
     renderFaults(now);
     renderDlq();
     if (els.hist) renderRetryHistogram(now);
-    timeline.render(S.tl, now, (id) => (S.jobs.get(id) || {}).state);
+    timeline.render(timelineJobs(), now, (id) => (S.jobs.get(id) || {}).state);
     renderJobs();
     renderLog();
     if (S.selectedJob) { renderDetail(); renderCountdown(now); }
+    renderInspect(now);
   }
 
   function renderClock(now) {
@@ -1268,7 +1431,7 @@ function boot(root) {
     setText(r.value, display ?? String(value));
     r.tile.dataset.value = String(value);
     if (sub != null) setText(r.sub, sub);
-    if (r.last !== null && r.last !== value && !reduceMotion.matches) {
+    if (r.last !== null && r.last !== value && !reduceMotion.matches && !S.past) { // a scrub is not news
       r.tile.classList.remove('lw-bump');
       void r.tile.offsetWidth; // restart the highlight
       r.tile.classList.add('lw-bump');
@@ -1363,8 +1526,12 @@ function boot(root) {
         const card = h(canKill ? 'button' : 'div', { class: 'lw-worker', testid: `worker-${w.id}`,
           type: canKill ? 'button' : null, onclick: canKill ? () => clickWorker(w.id) : null },
         h('span', { class: 'lw-w-top' }, name, pid), state, bar, stale, act);
-        const li = h('li', {}, card);
-        e = { li, card, state, pid, bar, fill, act, stale };
+        const wid = w.id;
+        const inspect = h('button', { type: 'button', class: 'lw-linkish lw-w-inspect', testid: `worker-inspect-${wid}`,
+          'aria-expanded': 'false', 'aria-label': `inspect ${wid}: its jobs, pid and state`,
+          onclick: () => openInspect('worker', wid) }, 'inspect');
+        const li = h('li', {}, card, inspect);
+        e = { li, card, state, pid, bar, fill, act, stale, inspect };
         workerEls.set(w.id, e);
       }
       const label = workerLabel(w, now);
@@ -1385,6 +1552,7 @@ function boot(root) {
         setAttr(e.card, 'aria-disabled', killable ? null : 'true');
         setAttr(e.card, 'aria-label', `${w.id}, ${label}${w.pid ? `, pid ${w.pid}` : ''}${isStale ? ', a duplicate: its lease ran out' : ''}${killable ? '. Press to kill it with SIGKILL' : ''}`);
       }
+      setAttr(e.inspect, 'aria-expanded', isOpen('worker', w.id) ? 'true' : 'false');
       const at = list.children[idx];
       if (at !== e.li) list.insertBefore(e.li, at || null);
     });
@@ -1420,7 +1588,9 @@ function boot(root) {
       ring.setAttribute('class', 'lw-ring');
       ring.setAttribute('aria-hidden', 'true');
       ring.innerHTML = '<circle class="lw-ring-bg" cx="18" cy="18" r="15.9"/><circle class="lw-ring-fg" cx="18" cy="18" r="15.9" pathLength="100" stroke-dasharray="100 100" transform="rotate(-90 18 18)"/>';
-      const title = h('span', { class: 'lw-lease-title' });
+      const jid = j.id;
+      const title = h('button', { type: 'button', class: 'lw-linkish lw-lease-title', testid: `lease-open-${jid}`,
+        'aria-expanded': 'false', onclick: () => openInspect('lease', jid) });
       const left = h('span', { class: 'lw-lease-left' });
       const warn = h('span', { class: 'lw-lease-warn' });
       const li = h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, ring, h('span', { class: 'lw-lease-text' }, title, left, warn));
@@ -1431,6 +1601,7 @@ function boot(root) {
       const w = S.workers.get(j.worker);
       const orphan = !w || w.job_id !== j.id || ['dead', 'respawning'].includes(w.state) || !!(a && a.deadAt != null);
       setText(e.title, `job ${j.id} · attempt ${j.attempt} on ${j.worker || '?'}`);
+      setAttr(e.title, 'aria-expanded', isOpen('lease', j.id) ? 'true' : 'false');
       let frac = 0, state;
       if (j.lease_deadline == null) {
         state = S.settings.ack_mode === 'early' || (a && a.deadline == null) ? 'none' : 'expired';
@@ -1489,8 +1660,9 @@ function boot(root) {
   function renderDlq() {
     const n = S.counts.dlq || 0;
     setText(q('dlq-count'), n ? `${n} job${n === 1 ? '' : 's'}` : '');
-    if (n !== S.dlqFetchedFor) fetchDlqSoon();
-    const items = n ? S.dlq : [];
+    if (!S.past && n !== S.dlqFetchedFor) fetchDlqSoon();
+    const items = !n ? [] : S.past ? [...S.jobs.values()].filter((j) => j.state === 'dlq').reverse()
+      .map((j) => ({ job_id: j.id, attempts: j.attempt, reason: j.dlq_reason, last_error: j.last_error })) : S.dlq;
     syncList(q('dlq'), dlqEls, items.slice(0, 30), (d) => d.job_id, () => {
       const title = h('button', { type: 'button', class: 'lw-linkish', onclick: (ev) => openJob(ev.currentTarget.dataset.job) }), reason = h('span', { class: 'lw-dlq-reason' }), err = h('span', { class: 'lw-dlq-err' });
       return { li: h('li', { class: 'lw-dlq-item' }, title, reason, err), title, reason, err };
@@ -1512,25 +1684,45 @@ function boot(root) {
   const fetchDlqSoon = throttled(() => fetchDlq(false), 500);
 
   const findText = () => q('job-find').value.trim().replace(/^#/, '');
-  // the live model holds the newest 200 jobs; an exact id older than that is asked of the API
+  // the live model holds the newest 200 jobs; older ones matching the id or prefix are asked of the API
   const findOlderSoon = throttled(async () => {
     const id = findText();
-    if (!/^\d+$/.test(id) || S.jobs.has(id) || S.found.has(id)) return;
-    const res = await api('GET', labPath(`/jobs/${id}`));
-    if (res.ok || res.status === 404) { S.found.set(id, res.ok ? res.data : null); markDirty(); }
+    if (!/^[1-9]\d*$/.test(id) || S.past) return;
+    const lab = S.lab;
+    if (!S.jobs.has(id) && !S.found.has(id)) {
+      const res = await api('GET', labPath(`/jobs/${id}`));
+      if (S.lab === lab && (res.ok || res.status === 404)) S.found.set(id, res.ok ? res.data : null);
+    }
+    const local = [...S.jobs.keys()].filter((k) => k.startsWith(id)).length;
+    const oldest = Math.min(...[...S.jobs.keys()].map(Number));
+    if (local < JOBS_SHOWN && oldest > 1 && !S.foundPrefix.has(id)) {
+      const res = await api('GET', labPath(`/jobs?prefix=${id}&limit=${JOBS_SHOWN}`));
+      if (res.ok && S.lab === lab) {
+        S.foundPrefix.set(id, res.data.jobs.map((j) => j.id));
+        for (const j of res.data.jobs) if (!S.jobs.has(j.id)) S.found.set(j.id, j);
+      }
+    }
+    markDirty();
   }, 300);
   const jobById = (id) => S.jobs.get(id) || S.found.get(id);
 
   const jobEls = new Map();
   function renderJobs() {
     const find = findText();
-    let jobs = [...S.jobs.values()].sort((a, b) => Number(b.id) - Number(a.id));
-    if (find) jobs = jobs.filter((j) => j.id === find || j.id.startsWith(find));
-    if (find && !jobs.some((j) => j.id === find) && S.found.get(find)) jobs.unshift(S.found.get(find));
+    let jobs = [...S.jobs.values()];
+    if (S.heldJobs && !find) jobs = S.heldJobs.map(jobById).filter(Boolean);
+    else if (find) {
+      jobs = jobs.filter((j) => j.id.startsWith(find));
+      const have = new Set(jobs.map((j) => j.id));
+      for (const id of [find, ...(S.foundPrefix.get(find) || [])]) {
+        if (!have.has(id) && jobById(id)) { jobs.push(jobById(id)); have.add(id); }
+      }
+    }
+    jobs.sort((a, b) => Number(b.id) - Number(a.id));
     q('jobs-empty').hidden = jobs.length > 0;
     if (!jobs.length && find) setText(q('jobs-empty'), /^\d+$/.test(find) && !S.found.has(find) ? `Looking for job #${find}…` : `No job #${find} in this lab.`);
     else setText(q('jobs-empty'), 'No jobs yet.');
-    syncList(q('jobs'), jobEls, jobs.slice(0, 25), (j) => j.id, (j) => {
+    syncList(q('jobs'), jobEls, jobs.slice(0, JOBS_SHOWN), (j) => j.id, (j) => {
       const open = h('button', { type: 'button', class: 'lw-job-open', testid: `job-open-${j.id}`,
         'aria-expanded': 'false', onclick: () => openJob(j.id) }, `Job ${j.id}`);
       const video = h('span', { class: 'lw-job-video' });
@@ -1591,6 +1783,9 @@ function boot(root) {
 
   function openJob(id, fromTimeline) {
     S.selectedJob = S.selectedJob === id && !fromTimeline ? null : id;
+    // the rows on screen stay put while the panel under them is open (no new job pushes it down)
+    const rows = [...q('jobs').children].map((li) => li.dataset.testid.replace('job-row-', ''));
+    S.heldJobs = S.selectedJob && rows.length ? rows : null;
     if (S.selectedJob) fetchHistory();
     pauseForInspect(Boolean(S.selectedJob));
     renderDetail(true);
@@ -1630,6 +1825,103 @@ function boot(root) {
       : `expired at t=${fmtT(j.lease_deadline)} s`);
   }
 
+  // ---- inspect a worker or a lease --------------------------------------------------------
+  const isOpen = (kind, id) => !!(S.inspect && S.inspect.kind === kind && S.inspect.id === id);
+
+  function openInspect(kind, id) {
+    const closing = isOpen(kind, id);
+    S.inspect = closing ? null : { kind, id };
+    inspectKey = '';
+    pauseForInspect(!closing);
+    markDirty();
+  }
+
+  function closeInspect() {
+    S.inspect = null;
+    pauseForInspect(false);
+    markDirty();
+  }
+
+  /** Every attempt a worker ran, newest first, from the timeline model (so also in the past). */
+  function workerAttempts(id) {
+    const out = [];
+    for (const j of S.tl.values()) {
+      for (const a of j.attempts.values()) if (a.worker === id && a.start != null) out.push({ job: j.id, a });
+    }
+    return out.sort((x, y) => y.a.start - x.a.start);
+  }
+
+  let inspectKey = '';
+  function renderInspect(now) {
+    const boxes = { worker: q('worker-detail'), lease: q('lease-detail') };
+    const want = S.inspect;
+    for (const [kind, box] of Object.entries(boxes)) {
+      if (!want || want.kind !== kind) { if (!box.hidden) { box.hidden = true; box.replaceChildren(); } }
+    }
+    if (!want) return;
+    const box = boxes[want.kind];
+    const sel = document.getSelection();
+    const holding = (sel && !sel.isCollapsed && box.contains(sel.anchorNode)) || box.contains(document.activeElement);
+    if (want.kind === 'worker') renderWorkerPanel(box, want.id, now, holding);
+    else renderLeasePanel(box, want.id, now, holding);
+    box.hidden = false;
+  }
+
+  function panelHead(title, testid) {
+    return h('div', { class: 'lw-detail-head' }, h('h4', {}, title),
+      h('button', { type: 'button', class: 'lw-btn lw-small', testid, onclick: closeInspect }, 'Close'));
+  }
+
+  function renderWorkerPanel(box, id, now, holding) {
+    const w = S.workers.get(id);
+    const runs = workerAttempts(id);
+    const key = JSON.stringify([w, runs.slice(0, 8).map(({ job, a }) => [job, a.n, a.end, a.outcome]), S.deaths.get(id)]);
+    if (holding || key === inspectKey) return;
+    inspectKey = key;
+    const st = w ? effective(w) : null;
+    const current = st && st.state === 'busy' ? st.job_id : null;
+    const open = (job) => h('button', { type: 'button', class: 'lw-linkish', onclick: () => openJob(job, true) }, `job ${job}`);
+    box.replaceChildren(
+      panelHead(`Worker ${id}: ${st ? st.state : 'gone'}`, 'worker-detail-close'),
+      h('dl', {},
+        h('dt', {}, 'state'), h('dd', { testid: 'worker-detail-state' }, st ? workerLabel(st, now) : 'stopped: no longer in the pool'),
+        h('dt', {}, 'pid'), h('dd', { testid: 'worker-detail-pid' }, w && w.pid ? String(w.pid) : 'no process'),
+        h('dt', {}, 'current job'), h('dd', { testid: 'worker-detail-current' }, current != null ? [open(current), ` · attempt ${st.attempt ?? '?'}`] : 'none'),
+        S.deaths.has(id) ? [h('dt', {}, 'last death'), h('dd', {}, `t=${fmtT(S.deaths.get(id))} s`)] : null),
+      h('table', { class: 'lw-attempts', testid: 'worker-detail-jobs' },
+        h('caption', {}, runs.length ? `Attempts this worker ran (${runs.length}), newest first` : 'This worker has run nothing yet'),
+        h('thead', {}, h('tr', {}, ['job', 'attempt', 'start', 'end', 'outcome'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, runs.slice(0, 8).map(({ job, a }) => h('tr', { testid: `worker-run-${job}-${a.n}` },
+          h('td', {}, open(job)), h('td', {}, String(a.n)), h('td', {}, fmtT(a.start)),
+          h('td', {}, a.end != null ? fmtT(a.end) : '–'), h('td', {}, a.outcome || 'running'))))));
+  }
+
+  function renderLeasePanel(box, jobId, now, holding) {
+    const j = S.jobs.get(jobId);
+    const tj = S.tl.get(jobId);
+    const a = j && tj ? tj.attempts.get(j.attempt) : null;
+    const key = JSON.stringify([j && [j.state, j.attempt, j.worker, j.lease_deadline], a && [a.leaseStart, a.extended, a.expiredAt]]);
+    if (!holding && key !== inspectKey) {
+      inspectKey = key;
+      box.replaceChildren(
+        panelHead(`Lease on job ${jobId}`, 'lease-detail-close'),
+        h('dl', {},
+          h('dt', {}, 'held by'), h('dd', { testid: 'lease-detail-worker' }, j && j.worker ? `${j.worker}, attempt ${j.attempt}` : '–'),
+          h('dt', {}, 'fence'), h('dd', { testid: 'lease-detail-fence' }, j ? `${j.attempt}: a write carrying an older attempt number is refused` : '–'),
+          h('dt', {}, 'taken at'), h('dd', {}, a && a.start != null ? `t=${fmtT(a.start)} s` : '–'),
+          h('dt', {}, 'heartbeats'), h('dd', { testid: 'lease-detail-extended' }, a && a.extended ? `extended ${a.extended} time${a.extended === 1 ? '' : 's'}` : 'none'),
+          h('dt', {}, 'deadline'), h('dd', { testid: 'lease-detail-deadline' }),
+          h('dt', {}, 'counts down'), h('dd', { testid: 'lease-detail-countdown' })),
+        h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'lease-detail-job', onclick: () => openJob(jobId, true) },
+          `Open job ${jobId}’s internals`));
+    }
+    // the countdown moves every frame, whatever else holds still
+    const dl = j && j.state === 'running' ? j.lease_deadline : null;
+    setText(box.querySelector('[data-testid="lease-detail-deadline"]'), dl != null ? `t=${fmtT(dl)} s` : 'no lease held now');
+    setText(box.querySelector('[data-testid="lease-detail-countdown"]'), dl == null ? (j && j.state === 'running' ? 'expired: being redelivered' : `job is ${stateWord(j && j.state)}`)
+      : dl - now > 0 ? `${Math.ceil(dl - now)} s left` : `expired ${fmtDur(now - dl)} ago: the reaper is on it`);
+  }
+
   let detailKey = '';
   function renderDetail(force) {
     const box = els.detail;
@@ -1640,7 +1932,7 @@ function boot(root) {
     const sel = document.getSelection();
     if (!force && ((sel && !sel.isCollapsed && box.contains(sel.anchorNode)) || box.contains(document.activeElement))) return;
     const tj = S.tl.get(id);
-    const hist = S.history.get(id);
+    const hist = S.past ? null : S.history.get(id); // the server's fold knows the future: not for the past
     const key = JSON.stringify([j, tj ? [...tj.attempts.values()] : null, hist]);
     if (!force && key === detailKey) return;
     detailKey = key;
@@ -1721,12 +2013,15 @@ function boot(root) {
       h('optgroup', { label: 'one type' }, types.map((t) => h('option', { value: t }, t))));
     sel.addEventListener('change', () => { S.logRebuild = true; markDirty(); });
     q('log-job').addEventListener('input', () => { S.logRebuild = true; markDirty(); });
+    q('log-worker').addEventListener('change', () => { S.logRebuild = true; markDirty(); });
     const list = q('log');
     list.addEventListener('scroll', () => { if (list.scrollTop < 4 && S.logPending) markDirty(); });
     q('log-more').addEventListener('click', () => { list.scrollTop = 0; S.logRebuild = true; renderLog(true); });
   }
 
   const labelOf = (name) => (S.schema.get(name) || {}).label || name;
+  const panelOpen = () => Boolean(S.selectedJob || S.inspect || (els.help && !els.help.hidden));
+  const logWorkers = new Set();
 
   function addLog(ev, live) {
     const text = narrate(ev, S.meta, labelOf);
@@ -1740,17 +2035,61 @@ function boot(root) {
       return;
     }
     const entry = { id: ev.id, t: ev.t_sim, types: [ev.type], job: ev.job_id ?? (ev.data && ev.data.job_id) ?? null,
-      text, el: null, announced: live && ANNOUNCE.has(ev.type) };
+      worker: ev.worker_id ?? null, text, el: null, announced: live && ANNOUNCE.has(ev.type) };
+    if (entry.worker && !logWorkers.has(entry.worker)) {
+      logWorkers.add(entry.worker);
+      const sel = q('log-worker');
+      const ids = [...logWorkers].sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)));
+      sel.insertBefore(h('option', { value: entry.worker }, entry.worker), sel.options[ids.indexOf(entry.worker) + 1] || null);
+    }
     S.log.push(entry);
     if (S.log.length > 5000) S.log.splice(0, 1000);
     if (entry.announced) S.announceQueue.push(entry);
     S.logPending++;
   }
 
-  function logMatches(e) {
+  // the event log's filters (job, worker, one type) narrow the timeline to the jobs they touch
+  function filters() {
     const type = q('log-type').value;
-    const job = q('log-job').value.trim().replace(/^#/, '');
+    return { type, oneType: !['default', 'important', 'all'].includes(type) ? type : null,
+      job: q('log-job').value.trim().replace(/^#/, ''), worker: q('log-worker').value };
+  }
+
+  let tlFilterKey = '';
+  function timelineJobs() {
+    const f = filters();
+    const note = [f.job && `job ${f.job}`, f.worker && `worker ${f.worker}`, f.oneType && `events of type ${f.oneType}`].filter(Boolean);
+    const key = note.join('|');
+    if (key !== tlFilterKey) {
+      tlFilterKey = key;
+      const el = q('tl-filter');
+      el.hidden = !note.length;
+      el.replaceChildren(...(note.length ? [`Showing only jobs with ${note.join(' and ')} (the event log’s filters). `,
+        h('button', { type: 'button', class: 'lw-linkish', testid: 'tl-filter-clear', onclick: clearFilters }, 'Show all')] : []));
+    }
+    if (!note.length) return S.tl;
+    const out = new Map();
+    for (const [id, j] of S.tl) {
+      if (f.job && id !== f.job) continue;
+      if (f.worker && !j.workers.has(f.worker)) continue;
+      if (f.oneType && !j.types.has(f.oneType)) continue;
+      out.set(id, j);
+    }
+    return out;
+  }
+
+  function clearFilters() {
+    q('log-type').value = 'default';
+    q('log-job').value = '';
+    q('log-worker').value = '';
+    S.logRebuild = true;
+    markDirty();
+  }
+
+  function logMatches(e, f = filters()) {
+    const { type, job, worker } = f;
     if (job && String(e.job) !== job) return false;
+    if (worker && e.worker !== worker) return false;
     if (type === 'all') return true;
     if (type === 'default') return !e.types.every((t) => t === 'job.progress');
     if (type === 'important') return e.types.some((t) => IMPORTANT.has(t));
@@ -1758,7 +2097,9 @@ function boot(root) {
   }
 
   function logItem(e) {
-    const li = h('li', { class: 'lw-log-item', testid: 'log-item', 'data-type': e.types.join(' '), 'data-job': e.job ?? '' },
+    if (e.el) { setAttr(e.el, 'data-type', e.types.join(' ')); return e.el; } // built once, reused by every rebuild
+    const li = h('li', { class: 'lw-log-item', testid: 'log-item', 'data-type': e.types.join(' '), 'data-job': e.job ?? '',
+      'data-worker': e.worker ?? '', 'data-id': e.id },
       h('span', { class: 'lw-log-t' }, `t=${fmtT(e.t)} s`), h('span', { class: 'lw-log-text' }, e.text));
     e.el = li;
     return li;
@@ -1767,7 +2108,8 @@ function boot(root) {
   function renderLog(forceFlush) {
     const list = q('log');
     const sel = document.getSelection();
-    const holding = !forceFlush && !S.logRebuild && (list.scrollTop > 4
+    // hold still while the learner reads: scrolled down, selecting text, or a panel open
+    const holding = !forceFlush && !S.logRebuild && (list.scrollTop > 4 || panelOpen()
       || (sel && !sel.isCollapsed && list.contains(sel.anchorNode)));
     const more = q('log-more');
     if (holding) {
@@ -1778,14 +2120,23 @@ function boot(root) {
       return;
     }
     more.hidden = true;
+    const f = filters();
     if (S.logRebuild || S.logPending > LOG_SHOW) {
       const items = [];
-      for (let i = S.log.length - 1; i >= 0 && items.length < LOG_SHOW; i--) if (logMatches(S.log[i])) items.push(logItem(S.log[i]));
+      // in the past, start from the newest entry at or before the moment (entries are in stream order)
+      let from = S.log.length - 1;
+      if (S.past) {
+        const at = pastAt().id;
+        let lo = 0, hi = S.log.length;
+        while (lo < hi) { const mid = (lo + hi) >> 1; if (idCmp(S.log[mid].id, at) > 0) hi = mid; else lo = mid + 1; }
+        from = lo - 1;
+      }
+      for (let i = from; i >= 0 && items.length < LOG_SHOW; i--) if (logMatches(S.log[i], f)) items.push(logItem(S.log[i]));
       list.replaceChildren(...items);
       S.logRebuild = false;
     } else if (S.logPending) {
       const fresh = [];
-      for (let i = S.log.length - S.logPending; i < S.log.length; i++) if (i >= 0 && logMatches(S.log[i])) fresh.push(logItem(S.log[i]));
+      for (let i = S.log.length - S.logPending; i < S.log.length; i++) if (i >= 0 && logMatches(S.log[i], f)) fresh.push(logItem(S.log[i]));
       list.prepend(...fresh.reverse());
       while (list.children.length > LOG_SHOW) list.lastChild.remove();
     }

@@ -33,8 +33,9 @@ def now(r: redis.Redis, lab: str) -> float:
     return _now(r.hgetall(key(lab, "clock")))
 
 
-def start(r: redis.Redis, lab: str, speed: float) -> None:
-    r.hset(key(lab, "clock"), mapping={"base_sim": 0, "base_real": time.time(), "speed": speed,
+def start(r: redis.Redis, lab: str, speed: float, t0: float = 0.0) -> None:
+    """Start at t0 (0, or the parent's moment for a branch, so two runs share one time axis)."""
+    r.hset(key(lab, "clock"), mapping={"base_sim": t0, "base_real": time.time(), "speed": speed,
                                        "paused": 0})
 
 
