@@ -168,9 +168,7 @@ def create_lab():
     try:
         created = labs.create(get_redis(), preset, clean["speed"], cfg.max_labs)
     except labs.LabFull:
-        raise limits.too_many("labs_full", f"this machine is full: all {cfg.max_labs} labs are in use; "
-                              "try again in a minute",
-                              60) from None
+        raise limits.labs_full(cfg.max_labs) from None
     created["preset"] = preset
     return _lab_created(created, 201)
 

@@ -172,8 +172,7 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         raise ApiError(422, "unknown_event", {"at_event": f"lab {parent} holds no event {at_event} (never "
                                                          "written, or trimmed from the capped stream)"}) from None
     except labs.LabFull:
-        raise limits.too_many("labs_full", f"this machine is full: all {cfg.max_labs} labs are in use; "
-                              "try again in a minute", 60) from None
+        raise limits.labs_full(cfg.max_labs) from None
     return created, 201
 
 

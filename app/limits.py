@@ -26,6 +26,11 @@ def too_many(error: str, detail: str, retry_after: float) -> ApiError:
     return ApiError(429, error, detail, {"Retry-After": str(wait)})
 
 
+def labs_full(max_labs: int) -> ApiError:
+    """The one answer every way of opening a lab (new, branch, room) gives when the machine is full."""
+    return too_many("labs_full", f"this machine is full: all {max_labs} labs are in use; try again in a minute", 60)
+
+
 def spend(r: redis.Redis, name: str, client: str, limit: int, window: int, now: float) -> float | None:
     """Count one use in this client's current window; seconds until the window ends if over `limit`."""
     if limit <= 0:

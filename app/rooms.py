@@ -25,7 +25,7 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import chapters, labs, openapi, presets, scenarios, settings
+from app import chapters, labs, limits, openapi, presets, scenarios, settings
 from app.api import json_body
 from app.errors import ApiError
 from app.labs import _hash as token_hash
@@ -139,11 +139,11 @@ def _keep_alive(r: redis.Redis, code: str) -> None:
 def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[str, Any]:
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
+    limits.check_workers(r, int(lab_settings.get("workers", presets.settings_for(preset)["workers"])))
     try:
         created = labs.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
     except labs.LabFull:
-        raise ApiError(429, "labs_full", f"all {cfg.max_labs} labs are in use; try again in a minute",
-                       {"Retry-After": "60"}) from None
+        raise limits.labs_full(cfg.max_labs) from None
     base = presets.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
     if changes:
