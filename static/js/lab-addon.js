@@ -72,7 +72,7 @@ export function makeChart({ title, xLabel, yLabel, testid }) {
       kids.push(s('text', { x: px(v), y: H - PAD.b + 14, class: 'la-tick', 'text-anchor': 'middle' }, fmtTick(v)));
     }
     kids.push(s('text', { x: W - PAD.r, y: H - 2, class: 'la-axis', 'text-anchor': 'end' }, xLabel || ''),
-      s('text', { x: 2, y: PAD.t + 2, class: 'la-axis' }, yLabel || ''));
+      s('text', { x: PAD.l + 4, y: PAD.t + 10, class: 'la-axis' }, yLabel || ''));  // inside the plot, clear of the ticks
     for (const b of bars) {
       kids.push(s('rect', { x: px(b.x0), width: Math.max(1, px(b.x1) - px(b.x0) - 1), y: py(b.y),
         height: Math.max(0, py(0) - py(b.y)), class: `la-bar ${b.cls || ''}` }, b.label ? s('title', {}, b.label) : null));
