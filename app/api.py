@@ -468,15 +468,21 @@ def kill_worker(lab_id: str, worker_id: str):
         worker_id = busy[0]
     if not r.hexists(key(lab_id, "workers"), worker_id):
         raise ApiError(404, "unknown_worker", f"no worker {worker_id!r} in this lab")
+    return jsonify(ask_pool(r, {"cmd": "kill", "lab": lab_id, "worker": worker_id}))
+
+
+def ask_pool(r: redis.Redis, command: dict) -> dict:
+    """Hand a kill to the supervisor and wait for its answer: only the process that spawned a
+    worker (or replica) may signal it, so the web process asks rather than kills."""
     reply = f"pool:reply:{uuid.uuid4().hex}"
-    r.rpush(POOL_COMMANDS, json.dumps({"cmd": "kill", "lab": lab_id, "worker": worker_id, "reply": reply}))
+    r.rpush(POOL_COMMANDS, json.dumps({**command, "reply": reply}))
     answer = r.blpop(reply, timeout=10)
     if answer is None:
-        raise ApiError(503, "pool_unavailable", "the worker pool did not answer")
+        raise ApiError(503, "pool_unavailable", "the supervisor did not answer")
     result = json.loads(answer[1])
     if not result.get("ok"):
         raise ApiError(409, "cannot_kill", result.get("error"))
-    return jsonify(result)
+    return result
 
 
 @bp.post("/api/labs/<lab_id>/faults")

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from typing import Any
 
 import redis
 from flask import Blueprint, jsonify
 
 from app import labs, numbers
-from app.api import json_body, lab_access
+from app.api import ask_pool, json_body, lab_access
 from app.errors import ApiError
 from app.store import get_redis
 from workers import locks, shards
 from workers.broker import clock, stream
-from workers.broker.keys import POOL_COMMANDS
 from workers.scheduler import TASK, clock_offset, cron_key
 
 bp = Blueprint("schedule", __name__)
@@ -205,15 +203,7 @@ def _kill(r: redis.Redis, lab: str, replica: Any) -> dict:
         replica = view["holder"]
     if not isinstance(replica, str) or not r.hexists(cron_key(lab, "replicas"), replica):
         raise ApiError(404, "unknown_replica", {"replica": "name a replica of this lab (r1, r2, …), leader or holder"})
-    reply = f"pool:reply:{uuid.uuid4().hex}"
-    r.rpush(POOL_COMMANDS, json.dumps({"cmd": "kill_replica", "lab": lab, "replica": replica, "reply": reply}))
-    answer = r.blpop(reply, timeout=10)
-    if answer is None:
-        raise ApiError(503, "pool_unavailable", "the supervisor did not answer")
-    result = json.loads(answer[1])
-    if not result.get("ok"):
-        raise ApiError(409, "cannot_kill", result.get("error"))
-    return result
+    return ask_pool(r, {"cmd": "kill_replica", "lab": lab, "replica": replica})
 
 
 @bp.post("/api/labs/<lab_id>/schedule")
