@@ -36,7 +36,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "settings": {"workers": 3, "job_duration": 60, "fairness": "shared", "fair_job_s": 30},
             "controls": ["workers", "clock"]},
     "ch7": {"title": "Scheduled jobs: one cron entry, four replicas",
-            "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none"},
+            "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
+                         # a killed leader stays dead past its lease, so a live follower takes over
+                         "respawn_delay": 150},
             "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
                          "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
                          "cron_shard", "shard_buckets", "respawn_delay", "clock"]},

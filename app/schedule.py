@@ -45,9 +45,14 @@ def _empty_row() -> dict[str, Any]:
     return {"runs": 0, "by": [], "emails": 0, "wasted": 0, "overlaps": 0, "catch_up": False, "strategy": None}
 
 
-def tick_rows(r: redis.Redis, lab: str, last_complete: int) -> dict[int, dict[str, Any]]:
+def tick_rows(r: redis.Redis, lab: str, last_complete: int, since: int | None = None) -> dict[int, dict[str, Any]]:
     """{tick: {runs, by, emails, wasted, overlaps, catch_up, strategy}} from the replicas' writes; a
-    complete tick inside the observed span that nobody ran or saw (every replica down) has zero runs."""
+    complete tick inside the observed span that nobody ran or saw (every replica down) has zero runs.
+
+    With a measurement start (`since`, set by reset) the span runs from it to the last complete tick:
+    replicas taken down right after a reset leave no write at all, and those ticks are the missed
+    ones the learner is there to see (counted live, while everything is still down). Without one,
+    the span is what the replicas wrote, so a fresh lab's starting replicas show no false misses."""
     rows: dict[int, dict[str, Any]] = {}
     for field, value in r.hgetall(cron_key(lab, "ticks")).items():
         tick, name = field.split(":", 1)
@@ -60,8 +65,12 @@ def tick_rows(r: redis.Redis, lab: str, last_complete: int) -> dict[int, dict[st
             row["catch_up"] = True
         else:
             row[name] = int(value)
-    observed = [t for t in rows if t <= last_complete]
-    for t in range(min(observed, default=0), max(observed, default=-1) + 1):
+    if since is not None:
+        span = range(since, last_complete + 1)
+    else:
+        observed = [t for t in rows if t <= last_complete]
+        span = range(min(observed, default=0), max(observed, default=-1) + 1)
+    for t in span:
         rows.setdefault(t, _empty_row())
     return rows
 
@@ -135,8 +144,9 @@ def report(lab: str) -> dict[str, Any]:
     now = clock.now(r, lab)
     interval = float(s["cron_interval"])
     last_complete = math.floor((now - SETTLE_S) / interval) - 1
-    since = int(r.hget(cron_key(lab, "meta"), "since_tick") or -(2**62))
-    rows = {t: row for t, row in tick_rows(r, lab, last_complete).items() if t >= since}
+    raw_since = r.hget(cron_key(lab, "meta"), "since_tick")
+    since = int(raw_since) if raw_since is not None else None
+    rows = {t: row for t, row in tick_rows(r, lab, last_complete, since).items() if since is None or t >= since}
     emails = [int(v) for v in r.hvals(cron_key(lab, "emails"))]
     running = {rid: json.loads(v) for rid, v in r.hgetall(cron_key(lab, "running")).items()}
     leader = _lock_view(r, lab, "leader", now, s)
@@ -155,7 +165,7 @@ def report(lab: str) -> dict[str, Any]:
     complete = [rows[t] for t in sorted(rows) if t <= last_complete]
     return {
         "now": round(now, 3), "tick": math.floor(now / interval), "last_complete_tick": last_complete,
-        "since_tick": since if since > -(2**62) else None,
+        "since_tick": since,
         "settings": {n: s[n] for n in CH7_SETTINGS},
         "replicas": replicas,
         "lock": _lock_view(r, lab, TASK, now, s),

@@ -30,14 +30,18 @@ def blocked_in_blmove(r, pid: int) -> bool:
                for c in r.client_list())
 
 
-def run(redis_url: str | None = None, speed: float = 200, vt: float = 120, wait_vts: float = 40,
+def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_vts: float = 40,
         root=None) -> Result:
+    """The replacement worker must then run the job to done, so its lease has to outlive a beat even
+    on a loaded box: a beat every quarter of the timeout, and a timeout of seconds, not a blink, in
+    real time (600 sim s at 200× is 3 real s; the default 60 s beat extending by 60 s would leave no
+    margin at all and turn a slow beat into a redelivery)."""
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
     with Stack(NAME, redis_url=redis_url, root=root) as stack:
         api, r = Client(stack), stack.client()
         lab = api.lab("ch8", speed=speed, workers=1, heartbeat=True, vt_seconds=vt, heartbeat_extend=vt,
-                      job_duration=60, respawn_delay=10)
+                      heartbeat_interval=vt / 4, job_duration=60, respawn_delay=10)
         lab_id, q = lab["lab_id"], f"rq:queue:lab-{lab['lab_id']}"
         wait(lambda: workers_registered(r, lab) >= 1, 60, "the worker to register")
         w = api.snapshot(lab)["workers"][0]

@@ -130,6 +130,9 @@ class Replica:
             self.on_tick(tick, now)
 
     def on_tick(self, tick: int, now: float) -> None:
+        # Fresh settings for the tick itself: a reset measures from the next tick, and a replica still
+        # on the strategy it read a loop ago would record that tick under the old one.
+        self.settings = labs.settings(self.r, self.lab)
         strategy = self.settings["cron_strategy"]
         with self.r.pipeline() as pipe:
             pipe.hsetnx(cron_key(self.lab, "ticks"), f"{tick}:strategy", strategy)  # what this tick measures
