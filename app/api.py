@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import idempotency, internals, labs, limits, numbers, presets, settings
+from app import idempotency, internals, labs, limits, numbers, presets, scenarios, settings
 from app.errors import ApiError
 from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
@@ -75,10 +75,10 @@ def metrics():
 
 @bp.get("/api/meta")
 def meta():
-    """Settings schema, presets and event vocabulary: the widget builds itself from these."""
+    """Settings schema, presets, event vocabulary and scenario buttons: the widget builds itself from these."""
     return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=FAULTS)
+                   faults=FAULTS, scenario_buttons=scenarios.BUTTONS)
 
 
 # --- auth -----------------------------------------------------------------------------------
@@ -92,12 +92,17 @@ def request_token(lab: str) -> str | None:
     return bearer_token() or request.cookies.get(f"lab_{lab}") or None
 
 
-def same_origin() -> bool:
-    """Did this request come from one of our own pages? A browser names the page's origin in
-    `Origin` (WebSocket upgrades, fetch/form POSTs) or at least in `Referer`; a cross-site page
-    cannot forge either. No header at all is not proof of a browser, so callers decide about that."""
+def page_host() -> str | None:
+    """The host of the page behind this request as the browser names it: `Origin` (WebSocket
+    upgrades, fetch/form POSTs) or at least `Referer`; a cross-site page cannot forge either. None
+    when neither is sent, which is no proof of a browser, so callers decide about that."""
     origin = request.headers.get("Origin") or request.headers.get("Referer")
-    return origin is not None and urlsplit(origin).netloc == request.host
+    return urlsplit(origin).netloc if origin is not None else None
+
+
+def same_origin() -> bool:
+    """Did this request come from one of our own pages?"""
+    return page_host() == request.host
 
 
 def refuse_cross_site() -> None:

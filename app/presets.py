@@ -7,6 +7,8 @@ from typing import Any
 from app.settings import DEFAULTS
 
 # Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
+# `pipeline: False` marks a lab with no job queue at all (its add-on panel is the whole story):
+# the widget then leaves out the queue, lease, worker and job panels and their readouts.
 PRESETS: dict[str, dict[str, Any]] = {
     "ch0": {"title": "Inline vs enqueue", "settings": {"workers": 1},
             "controls": ["upload", "speed"]},
@@ -39,6 +41,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
                          # a killed leader stays dead past its lease, so a live follower takes over
                          "respawn_delay": 150},
+            "pipeline": False,
             "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
                          "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
                          "cron_shard", "shard_buckets", "respawn_delay", "clock"]},

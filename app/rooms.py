@@ -19,14 +19,14 @@ import secrets
 import time
 from io import BytesIO
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
 from app import chapters, labs, limits, openapi, presets, scenarios, settings
-from app.api import json_body
+from app.api import json_body, page_host
 from app.errors import ApiError
 from app.labs import _hash as token_hash
 from app.store import get_redis
@@ -89,9 +89,9 @@ def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
 
 
 def refuse_foreign_origin() -> None:
-    """A browser names the page behind a POST in `Origin`; a page on another site is refused."""
-    origin = request.headers.get("Origin")
-    if origin is not None and urlsplit(origin).netloc != request.host:
+    """A page on another site is refused; a client that names no page (curl, a script) is not."""
+    host = page_host()
+    if host is not None and host != request.host:
         raise ApiError(403, "bad_origin", "a room call from another site's page was refused")
 
 

@@ -49,6 +49,46 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
+# The chapter widget's scenario buttons, per preset: one press patches a few settings on the lab the
+# learner already has, injects a fault, sends jobs or kills workers (unlike SCENARIOS above, which
+# build a whole lab from a shared link). The widget reads them from /api/meta.
+_JOB = {"sample": "bigbuckbunny"}
+_LONG_JOB = {**_JOB, "duration_s": 600}
+_CH1_BUTTONS: list[dict[str, Any]] = [
+    {"id": "vt-too-short", "label": "VT too short",
+     "settings": {"vt_seconds": 300, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
+     "hint": "Lease 300 s, job 600 s. Predict: what happens at t + 300 s while the first worker is still busy?"},
+    {"id": "fix-vt", "label": "Fix it: VT 1200 s",
+     "settings": {"vt_seconds": 1200, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
+     "hint": "The lease now outlives the job. Predict the attempts and duplicates this job ends with."},
+    {"id": "fix-heartbeat", "label": "Fix it: heartbeat",
+     "settings": {"vt_seconds": 300, "heartbeat": True, "job_duration": 600}, "enqueue": _LONG_JOB,
+     "hint": "Short lease, extended while the worker lives. Kill the worker and time how soon the job comes back."},
+]
+BUTTONS: dict[str, list[dict[str, Any]]] = {
+    "ch1": _CH1_BUTTONS,
+    "ch1-heartbeat": _CH1_BUTTONS[1:],
+    "ch4": [
+        {"id": "poison-pill", "label": "Poison pill", "fault": {"type": "poison"},
+         "hint": "A job that crashes its worker every time. Predict how many attempts before the DLQ."},
+        {"id": "outage", "label": "Storage outage + 3 jobs", "fault": {"type": "storage_outage", "duration_s": 200},
+         "enqueue": {**_JOB, "job_type": "thumbnail", "duration_s": 30}, "count": 3,
+         "hint": "Storage is down for 200 s. Watch the retries spread out (or not) under the policy you chose."},
+    ],
+    "ch5": [
+        {"id": "vt-too-short", "label": "VT too short", "settings": {"vt_seconds": 300, "job_duration": 600},
+         "enqueue": _LONG_JOB,
+         "hint": "Redelivered while still running. Predict the outputs written and emails sent, guards on."},
+    ],
+    "ch8": [
+        {"id": "load", "label": "Steady load: 3 jobs", "enqueue": _JOB, "count": 3,
+         "hint": "Three transcodes. Then try three rapid kills and watch the redelivery rate readout."},
+        {"id": "rapid-kills", "label": "Three rapid kills", "kills": 3,
+         "hint": "Every busy worker is SIGKILLed in quick succession. Predict: spike, plateau or smooth rise?"},
+    ],
+}
+
+
 def chapter_for(preset: str) -> chapters.Chapter | None:
     """The chapter whose page runs this preset (a room and a scenario open that page)."""
     return next((c for c in chapters.all_chapters() if c.preset == preset), None)

@@ -42,6 +42,8 @@ BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05
 TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
+# Due times are on the lab's simulated clock, like its jobs' retries: pausing the lab holds its
+# webhook retries too, and the spread the learner reads is the lesson's seconds, not ours.
 
 # Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
 # and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
@@ -80,8 +82,8 @@ def receiver_path(lab: str) -> str:
     return f"/api/labs/{lab}/webhook/receiver"
 
 
-def collect(r: redis.Redis, lab: str, reg: dict) -> int:
-    """Turn terminal job events after the cursor into messages due now; returns how many were new."""
+def collect(r: redis.Redis, lab: str, reg: dict, now: float) -> int:
+    """Turn terminal job events after the cursor into messages due `now` (lab time); returns how many were new."""
     batch = stream.read_after(r, lab, reg.get("cursor") or "0", count=500)
     if not batch:
         return 0
@@ -99,7 +101,7 @@ def collect(r: redis.Redis, lab: str, reg: dict) -> int:
             record = {"msg_id": msg_id, "type": kind, "job_id": ev["job_id"], "state": "pending", "tries": [],
                       "body": json.dumps(body, separators=(",", ":")), "created": time.time()}
             pipe.hsetnx(messages(lab), msg_id, json.dumps(record))
-            pipe.zadd(due(lab), {msg_id: time.time()}, nx=True)
+            pipe.zadd(due(lab), {msg_id: now}, nx=True)
             made += 1
         pipe.hset(hook(lab), "cursor", batch[-1]["id"])
         pipe.execute()
@@ -167,9 +169,11 @@ class Deliverer:
             reg = self.r.hgetall(hook(lab))
             if not reg.get("url"):
                 continue
-            collect(self.r, lab, reg)
-            for msg_id in self.r.zrangebyscore(due(lab), "-inf", time.time(), start=0, num=20):
-                if self.lease(keys=[due(lab)], args=[msg_id, time.time(), time.time() + TRY_LEASE_S]):
+            now = clock.now(self.r, lab)
+            collect(self.r, lab, reg, now)
+            lease_s = TRY_LEASE_S * max(float(labs.settings(self.r, lab)["speed"]), 1e-9)
+            for msg_id in self.r.zrangebyscore(due(lab), "-inf", now, start=0, num=20):
+                if self.lease(keys=[due(lab)], args=[msg_id, now, now + lease_s]):
                     self.try_once(lab, reg, msg_id)
             if not labs.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
                 self.r.delete(hook(lab), messages(lab), due(lab))
@@ -215,7 +219,7 @@ class Deliverer:
             delay = retry.full_jitter_delay(n, settings["retry_base"], settings["retry_cap"],
                                             retry.jitter_rng(settings["jitter_seed"], msg_id, n))
             attempt["next_delay_s"] = round(delay, 3)
-            self.r.zadd(due(lab), {msg_id: time.time() + delay / max(float(settings["speed"]), 1e-9)})
+            self.r.zadd(due(lab), {msg_id: now + delay})
             stream.emit(self.r, lab, "webhook.attempted", now, **fields, reason=reason, delay=round(delay, 2))
         msg["tries"].append(attempt)
         self.r.hset(messages(lab), msg_id, json.dumps(msg))

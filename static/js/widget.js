@@ -52,42 +52,6 @@ const STEP_CHOICES = [10, 30, 60, 300];
 const MODEL_KEYS = ['settings', 'clock', 'counts', 'workers', 'jobs', 'breaker', 'faults', 'faultUntil', 'tl',
   'redeliveries', 'retries', 'deaths', 'dlq', 'history', 'found', 'snapId'];
 
-// Scenario buttons: one press sets the lab up and sends the job that shows the effect.
-const JOB = { sample: 'bigbuckbunny' };
-const CH1_SCENARIOS = [
-  { id: 'vt-too-short', label: 'VT too short', settings: { vt_seconds: 300, heartbeat: false, job_duration: 600 },
-    enqueue: { ...JOB, duration_s: 600 },
-    hint: 'Lease 300 s, job 600 s. Predict: what happens at t + 300 s while the first worker is still busy?' },
-  { id: 'fix-vt', label: 'Fix it: VT 1200 s', settings: { vt_seconds: 1200, heartbeat: false, job_duration: 600 },
-    enqueue: { ...JOB, duration_s: 600 },
-    hint: 'The lease now outlives the job. Predict the attempts and duplicates this job ends with.' },
-  { id: 'fix-heartbeat', label: 'Fix it: heartbeat', settings: { vt_seconds: 300, heartbeat: true, job_duration: 600 },
-    enqueue: { ...JOB, duration_s: 600 },
-    hint: 'Short lease, extended while the worker lives. Kill the worker and time how soon the job comes back.' },
-];
-const SCENARIOS = {
-  ch1: CH1_SCENARIOS,
-  'ch1-heartbeat': CH1_SCENARIOS.slice(1),
-  ch4: [
-    { id: 'poison-pill', label: 'Poison pill', fault: { type: 'poison' },
-      hint: 'A job that crashes its worker every time. Predict how many attempts before the DLQ.' },
-    { id: 'outage', label: 'Storage outage + 3 jobs', fault: { type: 'storage_outage', duration_s: 200 },
-      enqueue: { ...JOB, job_type: 'thumbnail', duration_s: 30 }, count: 3,
-      hint: 'Storage is down for 200 s. Watch the retries spread out (or not) under the policy you chose.' },
-  ],
-  ch5: [
-    { id: 'vt-too-short', label: 'VT too short', settings: { vt_seconds: 300, job_duration: 600 },
-      enqueue: { ...JOB, duration_s: 600 },
-      hint: 'Redelivered while still running. Predict the outputs written and emails sent, guards on.' },
-  ],
-  ch8: [
-    { id: 'load', label: 'Steady load: 3 jobs', enqueue: JOB, count: 3,
-      hint: 'Three transcodes. Then try three rapid kills and watch the redelivery rate readout.' },
-    { id: 'rapid-kills', label: 'Three rapid kills', kills: 3,
-      hint: 'Every busy worker is SIGKILLed in quick succession. Predict: spike, plateau or smooth rise?' },
-  ],
-};
-
 // ---------------------------------------------------------------------------------------------
 
 function boot(root) {
@@ -127,6 +91,7 @@ function boot(root) {
     if (!p) throw new Error(`unknown preset ${preset}`);
     S.controls = new Set(p.controls);
     setText(q('preset-title'), p.title);
+    if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
     const snap = await openLab();
     buildUi();
     applySnapshot(snap);
@@ -849,7 +814,7 @@ function boot(root) {
   }
 
   function buildScenarios() {
-    const list = S.lab.viewer ? [] : SCENARIOS[preset] || [];
+    const list = S.lab.viewer ? [] : S.meta.scenario_buttons[preset] || []; // app/scenarios.py BUTTONS
     const box = q('scenarios');
     if (!list.length) return;
     box.hidden = false;

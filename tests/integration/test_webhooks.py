@@ -143,6 +143,26 @@ def test_a_failing_receiver_gets_the_same_message_again_after_jittered_delays(ap
     assert counts["webhook_failures"] == 3 and counts["webhooks_delivered"] == 1
 
 
+def test_a_paused_lab_holds_its_webhook_retries_until_it_resumes(api, hook_server):
+    # retries wait on the lab's clock: 200 sim s at 200x is a real second, so a paused lab that still
+    # retried would show it many times over in the real seconds it stays paused
+    lab = api.lab("ch3", speed=200, workers=1, job_duration=20, retry_base=200, retry_cap=200, max_attempts=6)
+    hook_server.fail_next = 3
+    register(api, lab, hook_url())
+    run_job(api, lab)
+    wait_until(lambda: hook_server.requests)
+    clock = f"/api/labs/{lab['lab_id']}/clock"
+    assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
+    held = len(hook_server.requests)
+    if held >= 4:
+        pytest.fail("every try went out before the pause: nothing left to hold")
+    time.sleep(3)  # 600 sim s at 200x if the clock ran: every remaining try would be due three times over
+    assert len(hook_server.requests) == held, "a retry went out while the lab's clock was paused"
+    assert api.call("POST", clock, {"action": "resume"}, lab["token"]).status == 200
+    msg = wait_until(lambda: [m for m in webhook_state(api, lab)["messages"] if m["state"] == "delivered"])[0]
+    assert [t["status"] for t in msg["tries"]] == [500, 500, 500, 204]
+
+
 def test_the_built_in_receivers_fail_switch_makes_retries_visible(api):
     lab = api.lab("ch3", speed=200, workers=1, job_duration=20, max_attempts=5)
     register(api, lab, "builtin", fail_times=2)

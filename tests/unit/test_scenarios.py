@@ -22,3 +22,25 @@ def test_a_scenario_url_round_trips_every_setting_through_the_validator():
         clean, errors = settings.validate(query)
         assert not errors and clean == sc["settings"]
 
+
+
+def test_every_scenario_button_is_valid_settings_faults_and_jobs_on_a_known_preset():
+    from app.api import FAULTS, SAMPLES
+    from workers.broker.producer import JOB_TYPES
+
+    assert {"ch1", "ch4", "ch8"} <= set(scenarios.BUTTONS)
+    for preset, buttons in scenarios.BUTTONS.items():
+        assert preset in presets.PRESETS, preset
+        assert len({b["id"] for b in buttons}) == len(buttons), preset
+        for b in buttons:
+            where = (preset, b["id"])
+            assert b["label"] and b["hint"], where
+            assert {"settings", "fault", "enqueue", "kills"} & set(b), f"{where} does nothing"
+            clean, errors = settings.validate(b.get("settings", {}))
+            assert not errors and clean == b.get("settings", {}), (where, errors)
+            if "fault" in b:
+                assert b["fault"]["type"] in FAULTS, where
+            if "enqueue" in b:
+                job = b["enqueue"]
+                assert job["sample"] in SAMPLES and job.get("job_type", "transcode") in JOB_TYPES, where
+                assert not settings.validate({"job_duration": job.get("duration_s", 60)})[1], where
