@@ -160,6 +160,21 @@ def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorde
     scrubbing = page.evaluate(f"{widget}.lwRenderStats()")
     expect(page.locator("#lab-widget")).to_have_attribute("data-view", "past")
     lab_page.snap("2000-jobs-scrubbed")
+    # a seek backwards starts from the nearest of the model's checkpoints; the same moment folded from
+    # the first event (the first seek from live) must read the same
+    seek_to = """async (i) => { const s = document.querySelector('[data-testid=scrubber]');
+        s.value = String(i); s.dispatchEvent(new Event('input'));
+        await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+        return [...document.querySelectorAll('#lab-widget [data-testid^=readout-]')].map((e) => e.dataset.value); }"""
+    n = int(page.get_by_test_id("scrubber").get_attribute("max"))
+    page.evaluate(seek_to, n)
+    mid = n // 2 + 7  # between two checkpoints
+    via_checkpoints = page.evaluate(seek_to, mid)
+    page.get_by_test_id("back-to-live").click()
+    expect(page.get_by_test_id("job-row-2000")).to_be_visible()
+    folded = page.evaluate(seek_to, mid)
+    assert folded == via_checkpoints, (folded, via_checkpoints)
+    assert page.evaluate(seek_to, 0) != folded, "the moment compared is no different from the first event"
     page.get_by_test_id("back-to-live").click()
     expect(page.get_by_test_id("job-row-2000")).to_be_visible()
 
