@@ -7,6 +7,7 @@ One blueprint per concern, as in Flask's tutorial: `pages` (server-rendered cour
 from __future__ import annotations
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config
 
@@ -40,6 +41,9 @@ def create_app(config: Config | None = None) -> Flask:
         ws,
     )
 
+    if config.trusted_proxies:
+        n = config.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     store.init_app(app)
     filters.init_app(app)
     errors.init_app(app)

@@ -71,6 +71,11 @@ class Config:
     webhook_allowlist: tuple[str, ...] = ()
     """URL prefixes a webhook may target despite resolving to a private or loopback address. Empty in
     any real deployment; the test suite sets it to one loopback port it owns (WEBHOOK_TEST_ALLOWLIST)."""
+    trusted_proxies: int = 0
+    """Reverse proxies in front of the web process whose X-Forwarded-For/-Proto/-Host to believe. Behind
+    one, every student would otherwise be the proxy's address: one rate-limit budget for the whole room,
+    and join links and QR codes with the proxy's inner host. 0 (no proxy): the headers are ignored, since
+    anyone can send them."""
     testing: bool = False
 
     @classmethod
@@ -96,5 +101,6 @@ class Config:
             secret_key=os.environ.get("SECRET_KEY") or os.urandom(16).hex(),
             long_poll_max=_int("LONG_POLL_MAX", cls.long_poll_max),
             long_poll_per_lab=_int("LONG_POLL_PER_LAB", cls.long_poll_per_lab),
+            trusted_proxies=_int("TRUSTED_PROXIES", cls.trusted_proxies),
             webhook_allowlist=tuple(p for p in os.environ.get("WEBHOOK_TEST_ALLOWLIST", "").split(",") if p),
         )
