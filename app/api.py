@@ -21,7 +21,7 @@ from app.errors import ApiError
 from app.events import EVENT_TYPES
 from app.store import get_redis, get_rq
 from workers import media
-from workers.broker import clock, dlq, producer, stream
+from workers.broker import clock, dlq, leases, producer, stream
 from workers.broker.keys import LABS, POOL_COMMANDS, key
 
 bp = Blueprint("api", __name__)
@@ -474,6 +474,20 @@ def kill_worker(lab_id: str, worker_id: str):
     if not r.hexists(key(lab_id, "workers"), worker_id):
         raise ApiError(404, "unknown_worker", f"no worker {worker_id!r} in this lab")
     return jsonify(ask_pool(r, {"cmd": "kill", "lab": lab_id, "worker": worker_id}))
+
+
+@bp.post("/api/labs/<lab_id>/jobs/<job_id>/lease/expire")
+@lab_access(write=True)
+def expire_lease(lab_id: str, job_id: str):
+    """Fault injection by clicking the thing that fails: this lease runs out now, as if its worker
+    had gone quiet, while the worker itself keeps running the attempt."""
+    r = get_redis()
+    limits.check_rate(r, "kills")
+    _job_or_404(lab_id, job_id)
+    if not leases.cut(r, lab_id, job_id, clock.now(r, lab_id)):
+        raise ApiError(409, "no_lease", f"job {job_id} holds no lease right now (it is not running, or it was "
+                                        "acked early)")
+    return jsonify(job=labs.read_job(r, lab_id, job_id))
 
 
 def ask_pool(r: redis.Redis, command: dict) -> dict:

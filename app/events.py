@@ -11,6 +11,8 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.enqueued": ("enqueued", "job {job} enqueued"),
     "job.claimed": (None, "worker {worker} claimed job {job} (attempt {attempt})"),
     "lease.extended": ("leases_extended", "heartbeat: lease on job {job} extended to t={deadline}s"),
+    "lease.cut": ("leases_cut", "you cut job {job}'s lease short (attempt {attempt}): it was good until "
+                                "t={was}s, now it ends at t={deadline}s"),
     "lease.expired": ("leases_expired", "lease on job {job} expired at t={t}s"),
     "job.redelivered": ("redelivered", "job {job} visible again: redelivered as attempt {attempt}"),
     "job.progress": (None, "job {job} {percent}% done on worker {worker}"),

@@ -205,7 +205,18 @@ def snapshot(r: redis.Redis, lab: str) -> dict[str, Any]:
         "faults": r.hgetall(key(lab, "faults")),
         "breaker": r.hgetall(key(lab, "breaker")) or {"state": "closed"},
         "last_event_id": last[0][0] if last else "0",
+        "events_trimmed": events_trimmed(r, lab),
     }
+
+
+def events_trimmed(r: redis.Redis, lab: str) -> int:
+    """Events the stream no longer holds (it keeps about the newest 20,000): a view rebuilt from it
+    cannot show the lab before its first kept event, and says so."""
+    try:
+        info = r.xinfo_stream(key(lab, "events"))
+    except redis.ResponseError:  # no events yet
+        return 0
+    return max(0, int(info.get("entries-added", info["length"])) - int(info["length"]))
 
 
 def lab_dir(var_dir: Path, lab: str) -> Path:

@@ -14,7 +14,7 @@ const MAX_GAP_S = 1; // a replay skips real pauses longer than this (a paused cl
 export class Scrubber {
   /**
    * els: {box, banner} · opts: {idBase, events(): array, describe(ev): text, onSeek(i), onLive(),
-   * onBranchForm(moment): Node, canBranch}
+   * onBranchForm(moment): Node, canBranch, trimmed(): whether events older than the first are gone}
    */
   constructor(els, opts) {
     Object.assign(this, opts);
@@ -150,14 +150,17 @@ export class Scrubber {
     const n = evs.length;
     const past = this.pos !== null;
     const pos = past ? this.pos : n;
-    const key = `${n}|${pos}|${buffered}|${this.playing}|${this.pending}`;
+    const trimmed = this.trimmed();
+    const key = `${n}|${pos}|${buffered}|${this.playing}|${this.pending}|${trimmed}`;
     if (key === this.synced) return; // nothing moved: no DOM work this frame
     this.synced = key;
     setAttr(this.range, 'max', String(n));
     if (this.pending === null && Number(this.range.value) !== pos) this.range.value = String(pos);
     let text;
-    if (!past) text = n ? `live · ${n.toLocaleString('en')} events so far` : 'live · no events yet';
-    else {
+    if (!past) {
+      text = !n ? 'live · no events yet' : trimmed
+        ? `live · the newest ${n.toLocaleString('en')} events (older ones were trimmed)` : `live · ${n.toLocaleString('en')} events so far`;
+    } else {
       const ev = evs[pos];
       text = `t=${fmtT(ev.t_sim)} s · event ${(pos + 1).toLocaleString('en')} of ${n.toLocaleString('en')}: ${this.describe(ev)}`;
     }
@@ -170,6 +173,8 @@ export class Scrubber {
     this.bannerBox.hidden = !past;
     if (past) {
       setText(this.bannerText, `t=${fmtT(evs[pos].t_sim)} s, rebuilt from ${(pos + 1).toLocaleString('en')} events. `
+        + (trimmed ? `The stream keeps only its newest events, so this view starts at t=${fmtT(evs[0].t_sim)} s: `
+          + 'jobs and counts from before then are missing. ' : '')
         + (buffered ? `${buffered.toLocaleString('en')} live event${buffered === 1 ? '' : 's'} held until you return.`
           : 'Live updates are held until you return.'));
     }

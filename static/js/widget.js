@@ -307,7 +307,10 @@ function boot(root) {
     if (S.lastId && idCmp(ev.id, S.lastId) <= 0) return;
     S.lastId = ev.id;
     S.events.push(ev);
-    if (S.events.length > EVENTS_MAX + 500) S.events.splice(0, S.events.length - EVENTS_MAX);
+    if (S.events.length > EVENTS_MAX + 500) {
+      S.events.splice(0, S.events.length - EVENTS_MAX);
+      S.trimmed = true;
+    }
     const live = !S.snapId || idCmp(ev.id, S.snapId) > 0;
     applyTimeline(ev);
     if (live) {
@@ -414,6 +417,7 @@ function boot(root) {
     if (S.past) return; // a late answer must not overwrite the past being viewed
     const prevSettings = S.settings;
     S.snapId = snap.last_event_id || '0';
+    if (snap.events_trimmed > 0) S.trimmed = true; // the server's stream lost its oldest events
     S.settings = { ...snap.settings };
     S.counts = { ...snap.counts };
     S.breaker = snap.breaker || { state: 'closed' };
@@ -679,6 +683,7 @@ function boot(root) {
       { onOpenJob: (id) => openJob(id, true) });
     scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
       idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, labelOf),
+      trimmed: () => !!S.trimmed,
       onSeek: seek, onLive: goLive, canBranch: !compact, onBranchForm: branchForm,
     });
     const find = q('job-find');
@@ -1027,6 +1032,15 @@ function boot(root) {
     } else if (out) {
       setText(out, errorText(res.data, res.status));
     }
+  }
+
+  async function expireLease(jobId) {
+    if (S.past) return; // the past is for looking: faults act on the live lab
+    const res = await api('POST', labPath(`/jobs/${encodeURIComponent(jobId)}/lease/expire`), {});
+    setText(q('lease-status'), res.ok
+      ? `Lease on job ${jobId} cut short at t=${fmtT(Number(res.data.job.lease_deadline ?? simNow()))} s. `
+        + 'Its worker does not know and keeps going; watch the message come back.'
+      : errorText(res.data, res.status));
   }
 
   async function startFault(type, duration) {
@@ -1547,6 +1561,7 @@ function boot(root) {
     q('queue-empty').hidden = queue.length > 0;
     // in flight: leased messages with a countdown ring on the simulated clock
     const running = jobs.filter((j) => j.state === 'running');
+    const canCut = S.controls.has('kill') && !S.lab.viewer;
     syncList(q('inflight'), leaseEls, running, (j) => j.id, (j) => {
       const ring = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
       ring.setAttribute('viewBox', '0 0 36 36');
@@ -1558,9 +1573,15 @@ function boot(root) {
         'aria-expanded': 'false', onclick: () => openInspect('lease', jid) });
       const left = h('span', { class: 'lw-lease-left' });
       const warn = h('span', { class: 'lw-lease-warn' });
-      const li = h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, ring, h('span', { class: 'lw-lease-text' }, title, left, warn));
-      return { li, ring, fg: ring.lastChild, title, left, warn };
+      // the UX rule "break it by clicking the thing that fails": a lease can be cut short where it is shown
+      const cut = canCut ? h('button', { type: 'button', class: 'lw-btn lw-small lw-danger lw-lease-cut',
+        testid: `lease-expire-${jid}`, 'aria-label': `expire the lease on job ${jid} now`,
+        onclick: () => expireLease(jid) }, 'Expire now') : null;
+      const li = h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, ring,
+        h('span', { class: 'lw-lease-text' }, title, left, warn), cut || '');
+      return { li, ring, fg: ring.lastChild, title, left, warn, cut };
     }, (j, e) => {
+      if (e.cut) e.cut.hidden = j.lease_deadline == null || !!S.past;
       const tj = S.tl.get(j.id);
       const a = tj && tj.attempts.get(j.attempt);
       const w = S.workers.get(j.worker);

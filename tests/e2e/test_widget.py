@@ -166,6 +166,27 @@ def test_killing_the_busy_worker_redelivers_once_after_the_vt_and_loses_nothing(
     page.snap("redelivered")
 
 
+def test_cutting_a_lease_short_in_the_in_flight_panel_redelivers_while_its_worker_keeps_going(lab_page):
+    page = lab_page.open_chapter(1, speed=50)  # 600 s job: 12 real seconds to click in
+    page.get_by_test_id("scenario-fix-vt").click()  # VT 1200 s: without the cut nothing comes back
+    expect(page.get_by_test_id("setting-vt_seconds-number")).to_have_value("1200", timeout=10_000)
+    first = busy_worker(page).get_attribute("data-testid")
+    button = page.get_by_test_id("lease-expire-1")
+    expect(button).to_be_visible(timeout=10_000)
+    button.focus()
+    page.keyboard.press("Enter")  # a button like any other: keyboard works
+    expect(page.get_by_test_id("lease-status")).to_contain_text("Lease on job 1 cut short")
+    expect_readout(page, "redelivered", 1)
+    # attempt 2 runs elsewhere while the first worker, told nothing, is still busy with attempt 1
+    expect(page.get_by_test_id(first)).to_have_attribute("data-state", "busy")
+    expect(page.get_by_test_id("tl-attempt-1-2")).to_be_visible()
+    expect(page.get_by_test_id("event-log")).to_contain_text("you cut job 1's lease short (attempt 1)")
+    page.snap("lease-cut")
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+    expect_readout(page, "duplicates", 1)
+    expect_readout(page, "done", 1)
+
+
 def test_vt_below_the_job_duration_shows_the_duplicate_overlap_and_blocks_it(lab_page):
     page = lab_page.open_chapter(1)  # ch1: VT 300 s, 600 s job
     page.get_by_test_id("scenario-vt-too-short").click()

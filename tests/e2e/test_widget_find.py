@@ -188,3 +188,23 @@ def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorde
     (ARTIFACTS / "render-2000-jobs-scrubber.json").write_text(json.dumps(report, indent=2))
     print(report)
     assert idle["frames"] > 0 and scrubbing["frames"] > 0 and len(seek) == 20
+
+
+def test_a_history_past_the_streams_cap_says_the_oldest_events_are_gone(lab_page, r):
+    from workers.broker import stream
+
+    page = lab_page.open_chapter(1)
+    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    expect(page.get_by_test_id("scrub-where")).not_to_contain_text("trimmed")
+    # more events than the stream keeps, through the append every event takes, pushed live to the page
+    for start in range(0, stream.MAXLEN + 1000, 1000):
+        with r.pipeline(transaction=False) as pipe:
+            for i in range(start, start + 1000):
+                stream.append(pipe, lab["id"], "clock.stepped", float(i))
+            pipe.execute()
+    page.reload()  # a fresh page learns it from the snapshot, not from having watched the events go
+    expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+    expect(page.get_by_test_id("scrub-where")).to_contain_text("older ones were trimmed", timeout=LONG)
+    page.get_by_test_id("scrubber").focus()
+    page.keyboard.press("Home")
+    expect(page.get_by_test_id("past-banner-text")).to_contain_text("jobs and counts from before then are missing")

@@ -158,6 +158,24 @@ def test_clock_pause_freezes_simulated_time_and_step_advances_it(api):
     assert api.snapshot(lab)["clock"]["t"] > t1
 
 
+def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(api, r):
+    from workers.broker import stream
+
+    lab = api.lab("ch1", workers=0)
+    assert api.snapshot(lab)["events_trimmed"] == 0
+    before = r.xlen(f"lab:{lab['lab_id']}:events")
+    # past the stream's cap through the same append every event takes (the cap is approximate)
+    added = stream.MAXLEN + 1000
+    for start in range(0, added, 1000):
+        with r.pipeline(transaction=False) as pipe:
+            for i in range(start, start + 1000):
+                stream.append(pipe, lab["lab_id"], "clock.stepped", float(i))
+            pipe.execute()
+    snap = api.snapshot(lab)
+    kept = r.xlen(f"lab:{lab['lab_id']}:events")
+    assert kept < before + added and snap["events_trimmed"] == before + added - kept, (before, kept)
+
+
 def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
     import redis
 

@@ -88,6 +88,34 @@ def test_a_killed_workers_job_comes_back_after_the_visibility_timeout(api):
     assert types(ev, "job.succeeded")[0]["attempt"] == 2
 
 
+def test_a_lease_cut_short_comes_back_while_its_worker_still_runs_and_the_guard_keeps_one_result(api):
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, heartbeat=False)
+    api.workers_ready(lab, 2)
+    path = f"/api/labs/{lab['lab_id']}/jobs"
+    job = enqueue(api, lab)
+    first = busy_worker(api, lab, job)
+    cut = api.call("POST", f"{path}/{job}/lease/expire", {}, lab["token"])
+    assert cut.status == 200, cut.body
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and all(w["state"] == "idle" for w in s["workers"]))
+    c = snap["counts"]
+    assert c["leases_cut"] == 1 and c["leases_expired"] == 1 and c["redelivered"] == 1
+    ev = api.events(lab)
+    claims = types(ev, "job.claimed")
+    cut_ev = types(ev, "lease.cut")[0]
+    # the cut moved the deadline from claim + VT to the moment of the click; the reaper did the rest
+    assert cut_ev["data"]["was"] == pytest.approx(claims[0]["t_sim"] + 1200, abs=1)
+    assert types(ev, "lease.expired")[0]["data"]["deadline"] == pytest.approx(cut_ev["t_sim"], abs=0.01)
+    # attempt 2 ran on the other worker while attempt 1 was still going; attempt 1's finish was refused
+    assert [e["attempt"] for e in claims] == [1, 2] and claims[1]["worker_id"] != first["id"]
+    assert [e["attempt"] for e in types(ev, "job.duplicate_blocked")] == [1]
+    assert [e["attempt"] for e in types(ev, "job.succeeded")] == [2]
+    # nothing to cut now, and bad targets are told apart
+    again = api.call("POST", f"{path}/{job}/lease/expire", {}, lab["token"])
+    assert again.status == 409 and again.json()["error"] == "no_lease"
+    assert api.call("POST", f"{path}/999/lease/expire", {}, lab["token"]).status == 404
+    assert api.call("POST", f"{path}/{job}/lease/expire", {}, "not-the-token").status in (401, 403)
+
+
 def test_ack_early_loses_the_job_when_its_worker_dies(api):
     lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, ack_mode="early")
     api.workers_ready(lab, 2)

@@ -77,6 +77,27 @@ def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
                                    args=[attempt, repr(now + extend), ev, job_id]))
 
 
+_CUT = """
+local st = redis.call('HGET', KEYS[1], 'state')
+if st ~= 'running' or not redis.call('ZSCORE', KEYS[6], ARGV[1]) then return 0 end
+local ev = cjson.decode(ARGV[3])
+ev['attempt'] = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
+ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', KEYS[6], ARGV[1])) * 10 + 0.5) / 10
+redis.call('ZADD', KEYS[6], 'XX', ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'lease_deadline', ARGV[2])
+emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_cut')
+return 1
+"""
+
+
+def cut(r: redis.Redis, lab: str, job_id: str, now: float) -> bool:
+    """The learner expires a lease early: its deadline becomes now, and the reaper's next pass does
+    the rest exactly as for a lease that ran out (the message comes back while its worker, which
+    knows nothing of this, keeps going). False if the job holds no lease (not running, or acked early)."""
+    ev = stream.encode("lease.cut", now, job_id=job_id, deadline=round(now, 3))
+    return bool(script(r, _CUT)(keys=lab_keys(lab, job_id, key(lab, "leases")), args=[job_id, repr(now), ev]))
+
+
 _COMPLETE = """
 local st = redis.call('HGET', KEYS[1], 'state')
 local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
