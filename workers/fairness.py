@@ -207,10 +207,14 @@ def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
     """Put back in its queues (at its original enqueue time, so its wait keeps counting) every released
     job that will never finish: its worker was killed or died (row dead, or the respawned worker moved
     on), its horse failed, or RQ handed it to a worker that died before the horse started it."""
+    # The records first, then the rows (run_job writes its row, then its record): a row read before
+    # the records could predate a horse that has since started, and its running job would look
+    # abandoned by a worker that "moved on".
+    records = r.hgetall(inflight_key(lab))
     workers = {w: json.loads(v) for w, v in r.hgetall(key(lab, "workers")).items()}
     queue_key = reaper.rq_queue(rq_conn, lab).key
     back = 0
-    for member, raw in r.hgetall(inflight_key(lab)).items():
+    for member, raw in records.items():
         rec = json.loads(raw)
         reason = lost_reason(rec, job_label(rec["tier"], member), r.hget(f"rq:job:{rec['rq']}", "status"),
                              workers, lambda rq_id: r.lpos(queue_key, rq_id) is not None)
