@@ -105,6 +105,9 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
     states = r.hgetall(key(lab, "states"))
     in_flight = sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running"))
     while t <= now and made + shed < MAX_PER_TICK:
+        # A lagging loop can owe a long batch; a stop that lands during it ends it here, not after.
+        if made and r.hget(state_key(lab), "on") != "1":
+            break
         _, jt = draw(state["seed"], k, lam)
         if in_flight >= MAX_IN_FLIGHT:
             shed += 1

@@ -101,7 +101,7 @@ function boot(root) {
     root.dataset.labId = S.lab.id;
     connectWs();
     setInterval(tick, 250);
-    setInterval(flushAnnouncements, ANNOUNCE_MS);
+    announceLoop();
     tick(true);
     announceLab(snap);
   }
@@ -2128,6 +2128,15 @@ function boot(root) {
     }
     S.logPending = 0;
     q('log-empty').hidden = list.children.length > 0;
+  }
+
+  /**
+   * A timeout chain, not setInterval: an interval that fired late (a busy main thread) fires its next
+   * one on the old schedule, so two announcements could land a fraction of ANNOUNCE_MS apart.
+   */
+  function announceLoop() {
+    flushAnnouncements();
+    setTimeout(announceLoop, ANNOUNCE_MS);
   }
 
   /** One polite announcement per ANNOUNCE_MS at most, summarising what happened. */
