@@ -1,9 +1,10 @@
 """Capacity and per-client rate limits: what keeps one eager or hostile client from taking the machine.
 
 A lab costs real processes (rq workers, ffmpeg), so the machine has a ceiling on workers across all
-labs, and each client (by IP address) a budget of job creations and worker kills per fixed window,
-counted in Redis so every web process shares one count. Every refusal is a 429 that says how long
-to wait (`Retry-After`), never a silent drop. The numbers themselves live once, in `app.config`.
+labs, and each client (by IP address) a budget of job creations and of disruptions (worker kills and
+expired leases) per fixed window, counted in Redis so every web process shares one count. Every
+refusal is a 429 that says how long to wait (`Retry-After`), never a silent drop. The numbers
+themselves live once, in `app.config`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from app import labs
 from app.errors import ApiError
 from workers.broker.keys import LABS
 
-RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills")}
+RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries")}
 
 
 def too_many(error: str, detail: str, retry_after: float) -> ApiError:

@@ -117,6 +117,10 @@ def test_worker_kills_are_rate_limited_per_client(tight, tapi):
     statuses = until_limited(tight, "127.0.0.4", kill, {}, lab["token"], RATE_KILLS)
     assert statuses[0] == 200 and statuses[-1] == 429  # between: 409 while w1 is dead, or 200 once back
     assert len([e for e in tapi.events(lab) if e["type"] == "worker.killed"]) <= RATE_KILLS
+    # cutting a lease short spends the same budget of disruptions, and the refusal says so
+    expire = f"/api/labs/{lab['lab_id']}/jobs/1/lease/expire"
+    status, _, body = post_from(tight, "127.0.0.4", expire, {}, lab["token"])
+    assert status == 429 and "worker kills and lease expiries" in body["detail"], body
 
 
 def test_the_machine_refuses_labs_and_workers_past_its_ceilings_with_429_and_retry_after(tight, tapi):
