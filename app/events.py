@@ -35,6 +35,9 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "fairness.started": (None, "worker {worker} took a {tier} job from customer {customer} after {wait}s"),
     "fairness.requeued": ("fair_requeued", "a {tier} job from customer {customer} was taken back ({reason}): "
                                            "queued again at its original place"),
+    "fairness.crashed": ("fair_crashes", "a poison {tier} job took worker {worker} down with it (crash {crashes})"),
+    "fairness.dead_lettered": ("fair_dead_lettered", "a poison {tier} job dead-lettered after taking down "
+                                                     "{crashes} workers"),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),
     "email.suppressed": ("emails_suppressed", "second completion email for job {job} suppressed"),
@@ -54,6 +57,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "loadgen.stopped": (None, "load generator off"),
     "worker.draining": (None, "worker {worker} draining: finishes its job, claims no more"),
     "worker.stopped": (None, "worker {worker} stopped"),
+    "worker.rewiring": (None, "worker {worker} restarting to serve {fleet}: it finishes its job first"),
     "breaker.opened": ("breaker_opened", "circuit breaker OPEN: storage failing, fail fast"),
     "breaker.half_open": (None, "circuit breaker half-open: one trial call"),
     "breaker.closed": (None, "circuit breaker closed: storage healthy again"),

@@ -20,6 +20,7 @@ from workers.broker.keys import key
 
 bp = Blueprint("fairness", __name__)
 MAX_BATCH = 500  # the lesson's burst size is the ceiling for one call
+MAX_POISON = 20  # each costs up to POISON_CRASHES worker restarts: enough for a storm, not a siege
 
 
 def _int(body: dict, name: str, default: int, lo: int, hi: int) -> int:
@@ -97,6 +98,19 @@ def noisy_neighbour(lab_id: str):
     for i in range(1, others + 1):
         fairness.submit(r, lab_id, "free", f"f{i}", 1, now + 0.001)
     return jsonify(burst=burst, others=others), 202
+
+
+@bp.post("/api/labs/<lab_id>/fairness/poison")
+@lab_access(write=True)
+def poison(lab_id: str):
+    """Queue `count` poison jobs for one tier (free by default): each takes down the worker that runs
+    it, is put back, and after `POISON_CRASHES` crashes is dead-lettered. Under a hard split the storm
+    hits the one fleet pro shares; under full separation only the tier's own workers."""
+    body = json_body()
+    tier = _tier(body)
+    count = _int(body, "count", 3, 1, MAX_POISON)
+    fairness.submit(get_redis(), lab_id, tier, "poison", count, poison=True)
+    return jsonify(enqueued=count, tier=tier, crashes_each=fairness.POISON_CRASHES), 202
 
 
 @bp.post("/api/labs/<lab_id>/fairness/spike")

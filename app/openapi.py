@@ -117,6 +117,7 @@ SUCCESS: dict[str, dict[str, Any]] = {
     "fairness.submit_jobs": {"202": _json("queued on the tier's queue")},
     "fairness.noisy_neighbour": {"202": _json("the burst and the nine quiet jobs queued")},
     "fairness.spike": {"202": _json("the tier's arrival rate raised until `until`")},
+    "fairness.poison": {"202": _json("poison jobs queued on the tier's queue")},
     "status.late_delivery": {"202": _json("the finished job sent to a worker once more")},
     "rooms.create_room": {"201": _json("the new room, its join code and the instructor token")},
     "rooms.follow_room": {"201": _json("the student's own lab, a copy of the room's")},

@@ -5,6 +5,10 @@ released to the lab's RQ queue only when a real worker is free, so the *strategy
 job a freed worker gets next — the application-layer priority the lesson says SQS forces on you.
 Each released job is a paced RQ job on the lab clock (no ffmpeg: the chapter needs hundreds of
 short jobs on two cores); its wait is measured when a worker actually starts it.
+
+Full separation is more than a count: its pro and free workers are different processes on different
+RQ queues, so a free poison job that takes its worker down can only take down free workers. Under a
+hard split the wall is a count over one fleet, and the same storm kills the workers pro runs on too.
 """
 
 from __future__ import annotations
@@ -13,19 +17,22 @@ import json
 import math
 import os
 import random
+import signal
 import time
 
 import redis
+from rq import Queue
 
 from workers.broker import clock, reaper, stream
-from workers.broker.keys import key
+from workers.broker.keys import key, queue_name
 
 TIERS = ("pro", "free")
 STRATEGIES = ("shared", "split", "weighted", "strict", "aging", "separate", "round_robin")
 SPIKE_FACTOR = 2.0  # the lesson's "2x" spike
 WAITS_KEPT = 5000
-COUNTERS = ("submitted", "done", "requeued")  # per-tier job counts kept in the meta hash
+COUNTERS = ("submitted", "done", "requeued", "crashes", "dead")  # per-tier job counts kept in the meta hash
 TICK = 0.02
+POISON_CRASHES = 3  # a poison job that has taken down this many workers is dead-lettered, not run again
 START_GRACE_S = 30.0  # real seconds a job RQ has taken may wait for its horse to claim it
 SWEEP_S = 0.5  # real seconds between sweeps for released jobs that will never finish
 _swept: dict[str, float] = {}  # lab → real time of its last sweep (the supervisor's process only)
@@ -47,13 +54,17 @@ def inflight_key(lab: str) -> str:
     return key(lab, "fair", "inflight")
 
 
-def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None) -> int:
+def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None,
+           poison: bool = False) -> int:
     """Queue `count` jobs for one customer; members are `seq:customer`, scored by enqueue time.
-    Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over)."""
+    Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over).
+    A poison job takes down the worker that runs it (the process dies, as an OOM kill would)."""
     now = clock.now(r, lab) if now is None else now
     r.hsetnx(key(lab, "fair", "meta"), "t0", now)
     first = r.hincrby(key(lab, "fair", "meta"), "seq", count) - count
     members = {f"{first + i}:{customer}": now + (first + i) * 1e-6 for i in range(count)}  # FIFO by seq
+    if poison:
+        r.sadd(poison_key(lab), *members)
     _enqueue(r, lab, tier, customer, members)
     r.hincrby(key(lab, "fair", "meta"), f"submitted_{tier}", count)
     return count
@@ -65,6 +76,22 @@ def _enqueue(r: redis.Redis, lab: str, tier: str, customer: str, members: dict[s
     pipe.zadd(customer_key(lab, tier, customer), members)
     pipe.sadd(customers_key(lab, tier), customer)
     pipe.execute()
+
+
+def poison_key(lab: str) -> str:
+    return key(lab, "fair", "poison")
+
+
+def fleet_of(settings: dict, rank: int) -> str | None:
+    """The tier the `rank`-th worker (0-based, by id) serves only, under full separation; else None."""
+    if settings.get("fairness") != "separate":
+        return None
+    return "pro" if rank < min(int(settings["pro_workers"]), int(settings["workers"])) else "free"
+
+
+def tier_queue_name(lab: str, tier: str) -> str:
+    """A separate fleet's own RQ queue (its workers listen to it before the lab's ordinary queue)."""
+    return f"{queue_name(lab)}-{tier}"
 
 
 def pools(settings: dict) -> dict[str, int]:
@@ -81,10 +108,22 @@ def _oldest(r: redis.Redis, k: str) -> tuple[str, float] | None:
     return got[0] if got else None
 
 
-def choose(r: redis.Redis, lab: str, settings: dict, now: float, running: dict[str, int],
-           rng: random.Random) -> tuple[str, str, float] | None:
-    """The next (tier, member, enqueued_at) a free worker takes under the lab's strategy."""
+def capacity(settings: dict, rows: list[dict]) -> tuple[dict[str, int], int]:
+    """(how many jobs each tier may have running, how many workers are up to run them). Only live
+    workers count: a job released while its worker is dead waits in RQ, in release order, out of
+    the strategy's reach. Under full separation each tier has only its own fleet's live workers."""
+    live = [w for w in rows if w.get("state") in ("idle", "busy")]
     cap = pools(settings)
+    if settings["fairness"] == "separate":
+        cap = {t: min(cap[t], sum(1 for w in live if w.get("fleet") == t)) for t in TIERS}
+    return cap, len(live)
+
+
+def choose(r: redis.Redis, lab: str, settings: dict, now: float, running: dict[str, int],
+           rng: random.Random, cap: dict[str, int] | None = None) -> tuple[str, str, float] | None:
+    """The next (tier, member, enqueued_at) a free worker takes under the lab's strategy, with at most
+    `cap[tier]` jobs running per tier (the strategy's pools when not given)."""
+    cap = pools(settings) if cap is None else cap
     open_tiers = [t for t in TIERS if running.get(t, 0) < cap[t]]
     heads = {t: h for t in open_tiers if (h := _oldest(r, pending_key(lab, t)))}
     if not heads:
@@ -175,14 +214,15 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
     generate(r, lab, settings, now)
     if time.time() - _swept.get(lab, 0.0) > SWEEP_S:
         _swept[lab] = time.time()
-        sweep(r, rq_conn, lab, now)
+        sweep(r, lab, now)
     running = running_counts(r, lab)
-    free_workers = int(settings["workers"]) - sum(running.values())
+    cap, live = capacity(settings, [json.loads(v) for v in r.hvals(key(lab, "workers"))])
+    free_workers = live - sum(running.values())
     sent = 0
     rng = random.Random(f"{lab}:{r.hget(key(lab, 'fair', 'meta'), 'released') or 0}")
-    queue = reaper.rq_queue(rq_conn, lab)
+    separate = settings["fairness"] == "separate"
     while free_workers > 0:
-        pick = choose(r, lab, settings, now, running, rng)
+        pick = choose(r, lab, settings, now, running, rng, cap)
         if pick is None:
             break
         tier, member, enqueued = pick
@@ -192,7 +232,8 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
         order = r.hincrby(key(lab, "fair", "meta"), "released", 1)
         rq_id = f"{lab}-fair-{seq}-{order}"
         # the record goes first, so a crash between the two leaves a record the sweep can take back
-        r.hset(inflight_key(lab), member, json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id,
+        queue = Queue(tier_queue_name(lab, tier), connection=rq_conn) if separate else reaper.rq_queue(rq_conn, lab)
+        r.hset(inflight_key(lab), member, json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id, "q": queue.key,
                                                       "released": time.time()}))
         queue.enqueue_call("workers.fairness.run_job",
                            args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
@@ -203,7 +244,7 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
     return sent
 
 
-def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
+def sweep(r: redis.Redis, lab: str, now: float) -> int:
     """Put back in its queues (at its original enqueue time, so its wait keeps counting) every released
     job that will never finish: its worker was killed or died (row dead, or the respawned worker moved
     on), its horse failed, or RQ handed it to a worker that died before the horse started it."""
@@ -212,12 +253,11 @@ def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
     # abandoned by a worker that "moved on".
     records = r.hgetall(inflight_key(lab))
     workers = {w: json.loads(v) for w, v in r.hgetall(key(lab, "workers")).items()}
-    queue_key = reaper.rq_queue(rq_conn, lab).key
     back = 0
     for member, raw in records.items():
         rec = json.loads(raw)
         reason = lost_reason(rec, job_label(rec["tier"], member), r.hget(f"rq:job:{rec['rq']}", "status"),
-                             workers, lambda rq_id: r.lpos(queue_key, rq_id) is not None)
+                             workers, lambda rq_id, q=rec["q"]: r.lpos(q, rq_id) is not None)
         if reason and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
             _enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
             r.hincrby(key(lab, "fair", "meta"), f"requeued_{rec['tier']}", 1)
@@ -274,9 +314,29 @@ def run_job(lab: str, seq: str, tier: str, customer: str, enqueued: float, durat
     try:
         if r.eval(_CLAIM, 1, inflight_key(lab), member, worker_id()) is None:
             return  # taken back by the sweep and queued again: that copy runs, not this one
+        if r.sismember(poison_key(lab), member):
+            _poison(r, lab, tier, customer, member, worker_id())
+            return
         _run(r, lab, tier, customer, member, enqueued, duration, order, worker_id())
     finally:
         set_worker(r, lab, state="idle", job_id=None, horse_pid=None)
+
+
+def _poison(r: redis.Redis, lab: str, tier: str, customer: str, member: str, wid: str) -> None:
+    """Take this worker down with the horse (SIGKILL the RQ worker, then exit), as a job that blows the
+    machine's memory would. The sweep puts it back; after POISON_CRASHES it is dead-lettered instead."""
+    now = clock.now(r, lab)
+    crashes = r.hincrby(key(lab, "fair", "crashes"), member, 1)
+    if crashes > POISON_CRASHES:
+        if r.hdel(inflight_key(lab), member):
+            r.hincrby(key(lab, "fair", "meta"), f"dead_{tier}", 1)
+            stream.emit(r, lab, "fairness.dead_lettered", now, worker_id=wid, tier=tier, customer=customer,
+                        crashes=crashes - 1)
+        return
+    r.hincrby(key(lab, "fair", "meta"), f"crashes_{tier}", 1)
+    stream.emit(r, lab, "fairness.crashed", now, worker_id=wid, tier=tier, customer=customer, crashes=crashes)
+    os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(1)
 
 
 def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueued: float, duration: float,
@@ -349,6 +409,7 @@ def reset(r: redis.Redis, lab: str) -> None:
     """Forget queued jobs and measurements (running jobs finish and are still counted)."""
     cust_keys = [customer_key(lab, t, c) for t in TIERS for c in r.smembers(customers_key(lab, t))]
     r.delete(*(pending_key(lab, t) for t in TIERS), *(customers_key(lab, t) for t in TIERS), *cust_keys,
-             key(lab, "fair", "waits"), key(lab, "fair", "used"), key(lab, "fair", "spike"))
+             key(lab, "fair", "waits"), key(lab, "fair", "used"), key(lab, "fair", "spike"), poison_key(lab),
+             key(lab, "fair", "crashes"))
     r.hdel(key(lab, "fair", "meta"), "t0", *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
            *(f"rr_{t}" for t in TIERS))

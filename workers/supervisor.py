@@ -34,9 +34,10 @@ RQ_BIN = str(Path(sys.executable).with_name("rq"))
 class Slot:
     id: str
     proc: subprocess.Popen | None = None
-    state: str = "idle"  # idle|busy (from the worker) · booting · dead · respawning · draining
+    state: str = "idle"  # idle|busy (from the worker) · booting · dead · respawning · draining · rewiring
     respawn_at: float = 0.0
     generation: int = 0
+    fleet: str | None = None  # the tier this worker alone serves (chapter 6's full separation)
 
 
 @dataclass
@@ -61,18 +62,26 @@ class Supervisor:
     # --- processes ------------------------------------------------------------------------
     def spawn(self, pool: LabPool, slot: Slot) -> None:
         slot.generation += 1
+        slot.fleet = self.fleet_of(pool, slot, labs.settings(self.r, pool.lab))
         name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}"
         env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
                    VAR_DIR=str(self.config.var_dir))
+        queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
         slot.proc = subprocess.Popen(
             [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
              "--worker-class", "workers.rqworker.LabWorker",
-             "--logging_level", "WARNING", "--worker-ttl", "60", queue_name(pool.lab)],
+             "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)],
             env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         slot.state = "idle"
-        self.write_row(pool, slot, job_id=None)
+        self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
-                    pid=slot.proc.pid)
+                    pid=slot.proc.pid, fleet=slot.fleet or "")
+
+    @staticmethod
+    def fleet_of(pool: LabPool, slot: Slot, settings: dict) -> str | None:
+        """Chapter 6's full separation gives the first `pro_workers` workers (by id) to pro alone."""
+        live = sorted((s for s in pool.slots.values() if s.state != "draining"), key=lambda s: int(s.id[1:]))
+        return fairness.fleet_of(settings, live.index(slot) if slot in live else len(live))
 
     def write_row(self, pool: LabPool, slot: Slot, **extra) -> None:
         raw = self.r.hget(key(pool.lab, "workers"), slot.id)
@@ -140,6 +149,7 @@ class Supervisor:
                 self.spawn(pool, slot)
             live.append(slot)
         pool.reconciled = True
+        self.rewire(pool, settings)
         for slot in sorted(live, key=lambda s: int(s.id[1:]), reverse=True)[: max(0, len(live) - want)]:
             if slot.state == "booting":  # never started: nothing to drain
                 slot.state = "draining"
@@ -157,7 +167,23 @@ class Supervisor:
         for slot in list(pool.slots.values()):
             self.check_process(pool, slot)
 
+    def rewire(self, pool: LabPool, settings: dict) -> None:
+        """A worker whose fleet changed (full separation switched on or off, or the pro share moved)
+        listens to the wrong queues: stop it warm (its job finishes) and start it again on the right ones."""
+        for slot in pool.slots.values():
+            if slot.state in ("idle", "busy") and slot.proc is not None and slot.proc.poll() is None \
+                    and (fleet := self.fleet_of(pool, slot, settings)) != slot.fleet:
+                slot.proc.terminate()
+                slot.state = "rewiring"
+                self.write_row(pool, slot)
+                stream.emit(self.r, pool.lab, "worker.rewiring", clock.now(self.r, pool.lab), worker_id=slot.id,
+                            fleet=f"{fleet} only" if fleet else "every tier")
+
     def check_process(self, pool: LabPool, slot: Slot) -> None:
+        if slot.state == "rewiring":
+            if slot.proc is None or slot.proc.poll() is not None:
+                self.spawn(pool, slot)
+            return
         if slot.state == "draining":
             if slot.proc is None or slot.proc.poll() is not None:
                 del pool.slots[slot.id]

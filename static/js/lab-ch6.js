@@ -18,10 +18,12 @@ const fmt = (v) => (v == null ? '–' : String(Math.round(v)));
 
 function path(p = '') { return `/api/labs/${cur.lab.id}/fairness${p}`; }
 
+/** `note`: the status line on success, or a function of the answer that makes it. */
 async function post(p, body, note) {
   if (!cur) return;
   const res = await cur.api('POST', path(p), body);
-  setText($('ch6-status'), res.ok ? note : `Refused: ${res.data?.detail ? JSON.stringify(res.data.detail) : res.status}`);
+  const ok = typeof note === 'function' ? note(res.data) : note;
+  setText($('ch6-status'), res.ok ? ok : `Refused: ${res.data?.detail ? JSON.stringify(res.data.detail) : res.status}`);
 }
 
 async function patch(changes, note) {
@@ -36,9 +38,10 @@ function render(d) {
   const starved = d.pending.free > 0 && d.running.free === 0 && d.running.pro > 0;
   // a walled-off pro pool sits idle while free jobs queue: the cost of a hard reservation
   const walled = ['split', 'separate'].includes(d.strategy);
+  const crashes = d.crashes.pro + d.crashes.free;
   const idleReserved = walled && d.pending.free > 0 ? d.pools.pro - d.running.pro : 0;
   $('ch6-tier-rows').replaceChildren(...['pro', 'free'].map((t) => row([
-    t, d.pending[t], fmt(d.oldest_wait[t]), d.running[t], d.waits[t].n, d.requeued[t],
+    t, d.pending[t], fmt(d.oldest_wait[t]), d.running[t], d.waits[t].n, d.requeued[t], d.crashes[t], d.dead[t],
     fmt(d.waits[t].p50), fmt(d.waits[t].p95), fmt(d.waits[t].p99),
     fmt(d.used_worker_s[t]), fmt(d.paid_worker_s[t]), `$${d.cost_usd.paid[t].toFixed(4)}`,
   ], t === 'free' && starved ? 'fx-starved' : null)));
@@ -57,7 +60,9 @@ function render(d) {
     ],
     text: `Strategy ${d.strategy}. Pro p95 ${fmt(d.waits.pro.p95)} s, free p95 ${fmt(d.waits.free.p95)} s; `
       + `${d.pending.free} free and ${d.pending.pro} pro jobs waiting.${starved ? ' Free is starving: only pro jobs run.' : ''}`
-      + (idleReserved > 0 ? ` ${idleReserved} pro-reserved worker${idleReserved > 1 ? 's' : ''} idle while free jobs wait.` : ''),
+      + (idleReserved > 0 ? ` ${idleReserved} pro-reserved worker${idleReserved > 1 ? 's' : ''} idle while free jobs wait.` : '')
+      + (crashes > 0 ? ` Poison jobs took a worker down ${crashes} time${crashes > 1 ? 's' : ''}: ${d.strategy === 'separate'
+        ? "only free's own fleet can die" : "any worker can, pro's included"}.` : ''),
   });
   const c = d.cost_usd;
   const ratio = c.pro_paid_to_revenue == null ? 'no pro job finished yet' : `${c.pro_paid_to_revenue.toFixed(3)} of its revenue`;
@@ -94,6 +99,9 @@ function wire() {
     'Customer f0 dropped 60 jobs; nine other free customers submitted one each.'));
   $('ch6-spike-pro').addEventListener('click', () => post('/spike', { tier: 'pro', duration_s: 300 }, 'Pro traffic doubled for 300 s.'));
   $('ch6-spike-free').addEventListener('click', () => post('/spike', { tier: 'free', duration_s: 300 }, 'Free traffic doubled for 300 s.'));
+  $('ch6-poison').addEventListener('click', () => post('/poison', { tier: 'free', count: 3 }, (d) =>
+    `${d.enqueued} poison free jobs queued: each takes its worker down, comes back, and is dead-lettered after `
+    + `${d.crashes_each} crashes. Watch which workers die, and pro's p95.`));
   $('ch6-reset').addEventListener('click', () => { history = []; post('/reset', {}, 'Measurements cleared.'); });
 }
 

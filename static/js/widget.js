@@ -26,6 +26,7 @@ const EVENTS_MAX = 20000; // same cap as the server's stream
 const LOG_SHOW = 150;
 const JOBS_SHOWN = 25; // rows of the jobs list in the DOM; a search asks the API for older matches
 const ANNOUNCE_MS = 2000;
+const KILLABLE = ['busy', 'idle', 'draining', 'rewiring']; // worker states with a live process to SIGKILL
 const GAUGES = new Set(['queued', 'running', 'retrying', 'done', 'dlq', 'lost']);
 const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fetch for these
 const ANNOUNCE = new Set(['job.enqueued', 'job.claimed', 'lease.expired', 'job.redelivered',
@@ -536,7 +537,7 @@ function boot(root) {
       case 'job.lost': if (job) setJobState(job, 'lost'); break;
       case 'worker.started':
         S.workers.set(ev.worker_id, { ...(S.workers.get(ev.worker_id) || {}), id: ev.worker_id, state: 'idle',
-          pid: d.pid, job_id: null, attempt: null, progress: null });
+          pid: d.pid, job_id: null, attempt: null, progress: null, fleet: d.fleet || null });
         break;
       case 'worker.killed': case 'worker.died': {
         const w = S.workers.get(ev.worker_id);
@@ -548,6 +549,11 @@ function boot(root) {
         S.workers.set(ev.worker_id, { id: ev.worker_id, state: 'booting', pid: null, job_id: null, bootLag: d.lag });
         break;
       case 'worker.draining': { const w = S.workers.get(ev.worker_id); if (w) w.state = 'draining'; break; }
+      case 'worker.rewiring': {
+        const w = S.workers.get(ev.worker_id);
+        if (w) Object.assign(w, { state: 'rewiring', serves: d.fleet });
+        break;
+      }
       case 'worker.stopped': S.workers.delete(ev.worker_id); break;
       case 'settings.changed':
         if (d.changes) {
@@ -1468,6 +1474,7 @@ function boot(root) {
       case 'respawning': return 'respawning: new process starting';
       case 'booting': return `booting: takes jobs after its ${fmtDur(w.bootLag ?? S.settings.boot_lag)} boot lag`;
       case 'draining': return 'draining: finishes its job, takes no more';
+      case 'rewiring': return `restarting: finishes its job, then serves ${w.serves ?? 'its new fleet'}`;
       default: return w.state;
     }
   }
@@ -1494,7 +1501,7 @@ function boot(root) {
       seen.add(w.id);
       let e = workerEls.get(w.id);
       if (!e) {
-        const name = h('span', { class: 'lw-w-name' }, w.id);
+        const name = h('span', { class: 'lw-w-name' }, w.id, h('span', { class: 'lw-w-fleet' }));
         const state = h('span', { class: 'lw-w-state' });
         const pid = h('span', { class: 'lw-w-pid' });
         const fill = h('span', { class: 'lw-w-fill' });
@@ -1510,7 +1517,7 @@ function boot(root) {
           'aria-expanded': 'false', 'aria-label': `inspect ${wid}: its jobs, pid and state`,
           onclick: () => openInspect('worker', wid) }, 'inspect');
         const li = h('li', {}, card, inspect);
-        e = { li, card, state, pid, bar, fill, act, stale, inspect };
+        e = { li, card, state, pid, bar, fill, act, stale, inspect, fleet: name.lastChild };
         workerEls.set(w.id, e);
       }
       const label = workerLabel(w, now);
@@ -1519,13 +1526,16 @@ function boot(root) {
       setText(e.stale, isStale ? `⚠ duplicate: its lease ran out, attempt ${job.attempt} owns job ${job.id} now` : '');
       e.card.dataset.stale = isStale ? 'yes' : 'no';
       e.card.dataset.state = w.state;
+      e.card.dataset.fleet = w.fleet || 'shared';
+      setText(e.fleet, w.fleet ? ` · ${w.fleet}` : '');
+      setAttr(e.card, 'title', w.fleet ? `serves ${w.fleet} jobs only (a fleet of its own)` : null);
       setText(e.state, label);
       setText(e.pid, w.pid ? `pid ${w.pid}` : 'no process');
       const pct = w.state === 'busy' ? Math.max(0, Math.min(100, w.progress || 0)) : 0;
       e.fill.style.width = `${pct}%`;
       setAttr(e.bar, 'aria-valuenow', pct);
       e.bar.hidden = w.state !== 'busy';
-      const killable = canKill && ['busy', 'idle', 'draining'].includes(w.state);
+      const killable = canKill && KILLABLE.includes(w.state);
       setText(e.act, killable ? (w.state === 'busy' ? '✕ click to kill (SIGKILL)' : '✕ kill') : '');
       if (canKill) {
         setAttr(e.card, 'aria-disabled', killable ? null : 'true');
@@ -1540,7 +1550,7 @@ function boot(root) {
 
   function clickWorker(id) {
     const w = S.workers.get(id);
-    if (!w || !['busy', 'idle', 'draining'].includes(w.state)) return;
+    if (!w || !KILLABLE.includes(w.state)) return;
     killWorker(id);
   }
 

@@ -145,3 +145,74 @@ def test_a_2x_spike_doubles_one_tiers_arrivals_while_it_lasts(api, r):
     pro, free = (after[t] - before[t] for t in ("pro", "free"))
     # Poisson means over the 600 s window: pro 300, free 600 (σ ≈ 17 and 24)
     assert 200 < pro < 400 and 1.6 * pro < free < 2.5 * pro
+
+
+def poison_storm(api, r, strategy: str) -> tuple[dict, list[dict], list[dict]]:
+    """Four workers, two of them pro's (walled off by count, or a fleet of their own); three poison free
+    jobs and twelve pro jobs queued on a paused clock, then run until every poison job is dead-lettered."""
+    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=4, pro_workers=2, fair_job_s=JOB_S,
+                  respawn_delay=10)
+    lid, tok = lab["lab_id"], lab["token"]
+    api.workers_ready(lab, 4)
+    assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).status == 200
+    res = api.call("POST", f"/api/labs/{lid}/fairness/poison", {"tier": "free", "count": 3}, tok)
+    assert res.status == 202 and res.json()["crashes_each"] == fairness.POISON_CRASHES, res.body
+    assert api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1", "count": 12},
+                    tok).status == 202
+    assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok).status == 200
+
+    def summary() -> dict:
+        return api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()
+
+    api.wait_for(lab, lambda _s: summary()["dead"]["free"] == 3 and summary()["done"]["pro"] == 12,
+                 timeout=180, every=0.5)
+    return summary(), api.events(lab), fairness.waits(r, lid)
+
+
+def test_separate_fleets_keep_a_free_poison_storm_off_pro_workers(api, r):
+    final, events, rows = poison_storm(api, r, "separate")
+    fleets = {e["worker_id"]: e["data"]["fleet"] for e in events if e["type"] == "worker.started"}
+    assert sorted(fleets.items()) == [("w1", "pro"), ("w2", "pro"), ("w3", "free"), ("w4", "free")]
+    crashed = [e["worker_id"] for e in events if e["type"] == "fairness.crashed"]
+    died = {e["worker_id"] for e in events if e["type"] == "worker.died"}
+    # each poison job took a worker down POISON_CRASHES times, then went to the dead-letter count
+    assert len(crashed) == 3 * fairness.POISON_CRASHES == final["crashes"]["free"]
+    assert set(crashed) <= {"w3", "w4"} and died <= {"w3", "w4"}, (crashed, died)
+    assert {w["worker"] for w in rows if w["tier"] == "pro"} <= {"w1", "w2"}
+    assert final["dead"] == {"pro": 0, "free": 3} and final["running"] == {"pro": 0, "free": 0}
+    assert len([e for e in events if e["type"] == "fairness.dead_lettered"]) == 3
+
+
+def test_a_hard_split_shares_one_fleet_so_the_storm_kills_workers_pro_runs_on(api, r):
+    final, events, rows = poison_storm(api, r, "split")
+    assert all(not e["data"].get("fleet") for e in events if e["type"] == "worker.started")
+    crashed = {e["worker_id"] for e in events if e["type"] == "fairness.crashed"}
+    pro_workers = {w["worker"] for w in rows if w["tier"] == "pro"}
+    assert final["crashes"]["free"] == 3 * fairness.POISON_CRASHES
+    assert crashed & pro_workers, (crashed, pro_workers)  # a count is no wall against a crash
+    assert final["done"]["pro"] == 12 and final["dead"]["free"] == 3  # and still nothing vanished
+
+
+def queues_listened(r, lab_id: str) -> set[str]:
+    """The queues the lab's live RQ workers registered (RQ's own `rq:worker:<name>` hashes)."""
+    names = [w for w in r.smembers("rq:workers") if f"lab-{lab_id}-" in w]
+    return {q for w in names for q in (r.hget(w, "queues") or "").split(",") if q}
+
+
+def test_switching_to_separate_fleets_restarts_workers_on_their_tier_queues(api, r):
+    lab = api.lab("ch6", speed=SPEED, fairness="shared", workers=3, pro_workers=1)
+    lid, tok = lab["lab_id"], lab["token"]
+    api.workers_ready(lab, 3)
+    assert api.call("PATCH", f"/api/labs/{lid}/settings", {"fairness": "separate"}, tok).status == 200
+
+    def fleets() -> dict:
+        return {w["id"]: w.get("fleet") for w in api.snapshot(lab)["workers"] if w["state"] in ("idle", "busy")}
+
+    api.wait_for(lab, lambda _s: fleets() == {"w1": "pro", "w2": "free", "w3": "free"}, timeout=60)
+    rewired = [e for e in api.events(lab) if e["type"] == "worker.rewiring"]
+    assert sorted(e["worker_id"] for e in rewired) == ["w1", "w2", "w3"]
+    # (a process registers its queues with RQ a moment after the supervisor starts it)
+    api.wait_for(lab, lambda _s: queues_listened(r, lid) >= {f"lab-{lid}-pro", f"lab-{lid}-free"}, timeout=30)
+    # and back: one fleet again, every worker on the lab's own queue
+    assert api.call("PATCH", f"/api/labs/{lid}/settings", {"fairness": "split"}, tok).status == 200
+    api.wait_for(lab, lambda _s: fleets() == {"w1": None, "w2": None, "w3": None}, timeout=60)
