@@ -85,11 +85,12 @@ SCHEMA: tuple[Setting, ...] = (
             1, 7200, label="Transcode duration", unit="s"),
     Setting("fairness", "choice", "shared", "Chapter 6: how a free worker picks between the pro and free "
             "queues — one shared FIFO, a hard split, weighted polling, strict priority, strict priority with "
-            "aging, fully separate pools, or round robin across the customers inside a tier (tiers picked by "
-            "weighted polling).",
+            "aging, fully separate fleets (each tier its own worker processes and queue), or round robin across "
+            "the customers inside a tier (tiers picked by weighted polling).",
             choices=("shared", "split", "weighted", "strict", "aging", "separate", "round_robin"),
             label="Fairness strategy"),
-    Setting("pro_workers", "int", 1, "Workers walled off for pro under a hard split or full separation.",
+    Setting("pro_workers", "int", 1, "Workers walled off for pro: a count under a hard split, a fleet of "
+            "their own under full separation.",
             0, 8, label="Pro-reserved workers"),
     Setting("pro_weight", "float", 0.7, "Weighted polling: chance a free worker checks the pro queue first; "
             "1 − this is the free tier's floor.", 0, 1, label="P(pro first)"),

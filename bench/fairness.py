@@ -1,6 +1,6 @@
 """fairness: per-tier queue waits (p50/p95/p99) for each of chapter 6's seven strategies, on real workers.
 
-Four scenarios, each on fresh ch6 labs (3 real `rq worker` processes, 30 s tier jobs, 100×):
+Five scenarios, each on fresh ch6 labs (3 real `rq worker` processes, 30 s tier jobs, 100×):
 
 - steady: the same seeded Poisson schedule (ρ = 0.7, 90 % free / 10 % pro, nine free and three pro
   customers) replayed through the HTTP API against every strategy. Beside each measured row: the
@@ -10,6 +10,9 @@ Four scenarios, each on fresh ch6 labs (3 real `rq worker` processes, 30 s tier 
   starves free for the whole window, aging (300 s) bounds it, weighted polling gives it a floor.
 - free spike: the steady schedule with free traffic doubled for its middle third (the lesson's 2×),
   hard split vs shared FIFO: the split keeps pro's tail where it was, the shared queue does not.
+- free poison storm: the steady schedule plus three free jobs that each crash their worker three times,
+  hard split vs separate fleets: under the split the dead workers are the ones pro shares, so pro's tail
+  grows; separate fleets keep pro's workers out of reach.
 - noisy neighbour: one free customer drops a burst (60 jobs: the lesson's 500 scaled to what two cores
   run) and nine others one job each, shared FIFO vs round robin.
 
@@ -39,6 +42,8 @@ STEADY_S = 4000.0  # simulated seconds of arrivals per strategy (≈ 280 jobs, 8
 OVERLOAD_S = 1200.0
 OVERLOAD_PRO_RHO = 1.2
 BURST = 60
+POISON = 3  # free poison jobs in the storm
+RESTART_S = 120.0  # simulated seconds a crashed worker takes to come back in the storm (a container restart)
 SEED = 6
 BASE = {"workers": WORKERS, "fair_job_s": JOB_S, "pro_workers": 1, "pro_weight": 0.7, "aging_s": 300.0,
         "respawn_delay": 1.0}
@@ -65,23 +70,32 @@ def schedule(seed: int, horizon: float, rates: dict[str, float], boost: tuple[st
     return sorted(out)
 
 
-def replay(b: Bench, strategy: str, arrivals: list[tuple[float, str, str]], **settings) -> Run:
-    """Submit each arrival through the API when the lab clock reaches it; return what was measured."""
+def replay(b: Bench, strategy: str, arrivals: list[tuple[float, str, str]], poison_at: tuple[float, ...] = (),
+           **settings) -> Run:
+    """Submit each arrival through the API when the lab clock reaches it, and a free poison job at each
+    of `poison_at`; return what was measured once every job finished and every poison job was dead-lettered."""
     lab = b.lab("ch6", SPEED, **{**BASE, "fairness": strategy, **settings})
     b.workers_ready(lab, WORKERS)
     lid, tok = lab["lab_id"], lab["token"]
+    calls = [(t, "jobs", {"tier": tier, "customer": cust, "count": 1}) for t, tier, cust in arrivals]
+    calls += [(t, "poison", {"tier": "free", "count": 1}) for t in poison_at]
     t0 = clock.now(b.r, lid)
-    for t, tier, cust in arrivals:
+    for t, path, body in sorted(calls, key=lambda c: c[0]):
         while clock.now(b.r, lid) - t0 < t:
             time.sleep(0.01)
-        b.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": tier, "customer": cust, "count": 1}, tok)
-    return finish(b, lab, len(arrivals))
+        b.call("POST", f"/api/labs/{lid}/fairness/{path}", body, tok)
+    return finish(b, lab, len(arrivals), len(poison_at))
 
 
-def finish(b: Bench, lab: dict, total: int) -> Run:
-    """Wait until every job has finished, then read the waits the workers recorded and the lab's summary."""
+def finish(b: Bench, lab: dict, total: int, dead: int = 0) -> Run:
+    """Wait until every job has finished (and `dead` poison jobs were dead-lettered), then read the waits
+    the workers recorded and the lab's summary."""
     lid = lab["lab_id"]
-    wait(lambda: sum(int(b.r.hget(f"lab:{lid}:fair:meta", f"done_{t}") or 0) for t in fairness.TIERS) >= total,
+
+    def count(name: str) -> int:
+        return sum(int(b.r.hget(f"lab:{lid}:fair:meta", f"{name}_{t}") or 0) for t in fairness.TIERS)
+
+    wait(lambda: count("done") >= total and count("dead") >= dead,
          timeout=900, what=f"{total} tier jobs did not finish", every=0.2)
     run = Run(fairness.waits(b.r, lid), b.call("GET", f"/api/labs/{lid}/fairness", token=lab["token"]))
     b.delete_lab(lab)
@@ -181,24 +195,37 @@ def run(b: Bench) -> dict:
         base = next(r for r in out if r["scenario"] == "steady" and r["strategy"] == strategy)
         out.append(row("2x free spike", strategy, replay(b, strategy, spiked), shared=base))
 
+    # a free poison storm a third of the way in: POISON jobs, each taking its worker down POISON_CRASHES
+    # times for RESTART_S; a count-walled split shares the fleet with pro, separate fleets do not
+    storm_at = tuple(STEADY_S / 3 + i for i in range(POISON))
+    for strategy in ("split", "separate"):
+        base = next(r for r in out if r["scenario"] == "steady" and r["strategy"] == strategy)
+        measured = replay(b, strategy, steady, poison_at=storm_at, respawn_delay=RESTART_S)
+        storm = row("free poison storm", strategy, measured, shared=base)
+        storm["crashes"] = measured.summary["crashes"]["free"]
+        out.append(storm)
+
     by = {(r["scenario"], r["strategy"]): r for r in out}
     split_ratio = by[("steady", "split")]["pro_p95_vs_shared"]
     starve = by[("pro overload", "strict")]["free_max"]
     aged = by[("pro overload", "aging")]["free_max"]
     rr_gain = noisy[0]["quiet_max"] / noisy[1]["quiet_max"] if noisy[1]["quiet_max"] else None
+    blast = {st: by[("free poison storm", st)]["pro_p95_vs_shared"] for st in ("split", "separate")}
     columns = ["scenario", "strategy", "pro_n", "pro_p50", "pro_p95", "pro_p99", "pro_mean", "pro_model_mean",
                "pro_model_eff", "pro_p95_vs_shared", "free_n", "free_p50", "free_p95", "free_p99", "free_max",
                "free_mean", "free_model_mean", "free_model_eff", "free_p95_vs_shared", "pro_used_ws", "pro_paid_ws",
-               "free_used_ws", "free_paid_ws", "requeued"]
+               "free_used_ws", "free_paid_ws", "requeued", "crashes"]
     return report(
         NAME, "per-tier queue wait (simulated s) by fairness strategy, real workers", columns, out,
         {"label": "pro p95 wait, hard split ÷ shared FIFO (steady, same schedule)", "value": split_ratio,
          "baseline": "shared FIFO measured in the same run",
          "also": f"pro overload: free max wait strict {starve} s vs aging(300 s) {aged} s; noisy neighbour: "
-                 f"quiet customers' max wait FIFO ÷ round robin = {rnd(rr_gain, 2)}"},
+                 f"quiet customers' max wait FIFO ÷ round robin = {rnd(rr_gain, 2)}; free poison storm: pro p95 "
+                 f"÷ the same strategy's steady p95 = {blast['split']} (hard split) vs {blast['separate']} "
+                 "(separate fleets)"},
         {"speed": SPEED, "workers": WORKERS, "job_s": JOB_S, "rho": RHO, "pro_share": PRO_SHARE,
          "steady_s": STEADY_S, "overload_s": OVERLOAD_S, "overload_pro_rho": OVERLOAD_PRO_RHO, "burst": BURST,
-         "seed": SEED, **BASE},
+         "seed": SEED, "poison": POISON, "restart_s": RESTART_S, **BASE},
         notes=[f"noisy neighbour (burst of {BURST} from f0, one job each from f1–f9):",
                *(f"  {n['strategy']}: quiet p50 {n['quiet_p50']} s, max {n['quiet_max']} s; burst p50 "
                  f"{n['burst_p50']} s, max {n['burst_max']} s" for n in noisy),
@@ -207,7 +234,10 @@ def run(b: Bench) -> dict:
                "model_mean: M/M/c mean wait (Erlang C; non-preemptive priority for strict) at the nominal 30 s; "
                "model_eff: the same at the measured service time (— = saturated or no closed form). Service is "
                "near-constant, so M/D/c (about half of M/M/c) is the closer shape: read the model as a ceiling",
-               "paid worker-s: a walled-off pool is paid whole; a shared pool's bill is split by use"],
+               "paid worker-s: a walled-off pool is paid whole; a shared pool's bill is split by use",
+               f"free poison storm: {POISON} free jobs at t≈{STEADY_S / 3:.0f} s that each take their worker down "
+               f"{fairness.POISON_CRASHES} times ({RESTART_S:.0f} s to come back) before they are dead-lettered; "
+               "its *_vs_shared columns compare with the same strategy's steady row"],
         extra={"noisy_neighbour": noisy, "effective_service_s": rnd(s_eff, 2)})
 
 
