@@ -19,7 +19,7 @@ PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".installed"
 
 COMMANDS = {
-    "run": [["-m", "app.launcher"]],
+    "run": [["-m", "runtime.launcher"]],
     "test": [["-m", "ruff", "check", "."], ["-m", "pytest"]],
     "bench": [["-m", "bench"]],
     "chaos": [["-m", "chaos"]],

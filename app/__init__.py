@@ -9,11 +9,11 @@ from __future__ import annotations
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from app.config import Config
+from core.config import Config
 
 
 def create_app(config: Config | None = None) -> Flask:
-    """Build the app; `config` defaults to the environment (see `app.config`)."""
+    """Build the app; `config` defaults to the environment (see `core.config`)."""
     config = config or Config.from_env()
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
     app.config.update(

@@ -10,22 +10,25 @@ import json
 import subprocess
 import time
 import uuid
-from functools import wraps
-from urllib.parse import urlsplit
 
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import idempotency, internals, labs, limits, numbers, presets, scenarios, settings
+from app import branching, idempotency, internals, limits, scenarios
+from app.auth import lab_access
 from app.errors import ApiError
-from app.events import EVENT_TYPES
+from app.http import job_or_404, json_body, parse_after
+from app.longpoll import etag_of, hold_until_changed, parse_wait
+from app.pool import ask_pool
 from app.store import get_redis, get_rq
+from core import clock, numbers, presets, registry, settings, stream
+from core.events import EVENT_TYPES, FAULTS, SAMPLES
+from core.keys import LABS, key
 from workers import media
-from workers.broker import clock, dlq, leases, producer, stream
-from workers.broker.keys import LABS, POOL_COMMANDS, key
+from workers.broker import dlq, leases, producer
 
 bp = Blueprint("api", __name__)
-FAULTS = ("storage_outage", "poison", "slow", "dedup_outage")
+CLIPS = [s for s in SAMPLES if s != "poison"]  # real clips (the poison pill is made from one)
 
 
 @bp.get("/healthz")
@@ -65,7 +68,7 @@ def metrics():
     r = get_redis()
     samples: dict[str, list[str]] = {}
     for lab in sorted(r.smembers(LABS)):
-        for name, value in labs.counts(r, lab).items():
+        for name, value in registry.counts(r, lab).items():
             samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
     lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {r.scard(LABS)}"]
     for name, rows in samples.items():
@@ -78,76 +81,21 @@ def meta():
     """Settings schema, presets, event vocabulary and scenario buttons: the widget builds itself from these."""
     return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=FAULTS, scenario_buttons=scenarios.BUTTONS)
+                   faults=list(FAULTS), fault_text=FAULTS, samples=SAMPLES,
+                   stream_cap=stream.MAXLEN, scenario_buttons=scenarios.BUTTONS)
 
 
-# --- auth -----------------------------------------------------------------------------------
-
-def bearer_token() -> str | None:
-    auth = request.headers.get("Authorization", "")
-    return auth[7:].strip() or None if auth.startswith("Bearer ") else None
 
 
-def request_token(lab: str) -> str | None:
-    return bearer_token() or request.cookies.get(f"lab_{lab}") or None
 
 
-def page_host() -> str | None:
-    """The host of the page behind this request as the browser names it: `Origin` (WebSocket
-    upgrades, fetch/form POSTs) or at least `Referer`; a cross-site page cannot forge either. None
-    when neither is sent, which is no proof of a browser, so callers decide about that."""
-    origin = request.headers.get("Origin") or request.headers.get("Referer")
-    return urlsplit(origin).netloc if origin is not None else None
 
 
-def same_origin() -> bool:
-    """Did this request come from one of our own pages?"""
-    return page_host() == request.host
 
 
-def refuse_cross_site() -> None:
-    """CSRF: the lab cookie rides along on any request the browser makes, even one a foreign page
-    starts, so a change authorised only by the cookie must come from our own origin. A Bearer
-    token is never sent by the browser on its own, so it needs no such check."""
-    if not same_origin():
-        raise ApiError(403, "cross_site", "a change authorised by the lab cookie must come from this "
-                       "app's own pages (send Authorization: Bearer <token> from other clients)")
 
 
-def lab_access(write: bool):
-    """Decorator: 404 unknown lab, 401 no token, 403 wrong token (or view token on a write)."""
-    def deco(fn):
-        @wraps(fn)
-        def wrapper(lab_id: str, *a, **kw):
-            r = get_redis()
-            if len(lab_id) > 32 or not labs.exists(r, lab_id):
-                raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
-            token = request_token(lab_id)
-            if not token:
-                raise ApiError(401, "missing_token", "send Authorization: Bearer <token>",
-                               {"WWW-Authenticate": "Bearer"})
-            role = labs.check_token(r, lab_id, token, allow_view=not write)
-            if role is None:
-                raise ApiError(403, "forbidden", "this token does not open this lab"
-                               + (" for changes" if write else ""))
-            if write:
-                if bearer_token() is None:
-                    refuse_cross_site()
-                labs.touch(r, lab_id)
-            return fn(lab_id, *a, **kw)
-        return wrapper
-    return deco
 
-
-def json_body() -> dict:
-    data = request.get_json(silent=True)
-    if data is None:
-        if request.data.strip():
-            raise ApiError(400, "invalid_json", "the body is not valid JSON")
-        return {}
-    if not isinstance(data, dict):
-        raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    return data
 
 
 # --- labs -----------------------------------------------------------------------------------
@@ -157,9 +105,7 @@ def create_lab():
     """Open a lab from a preset; with `branch_of` + `at_event` (+ `settings`), branch an existing run."""
     body = json_body()
     if "branch_of" in body or "at_event" in body:
-        from app import branch  # its own module: "try again from here with different settings"
-
-        created, status = branch.branch_from_request(body)
+        created, status = branching.branch_from_request(body)
         return _lab_created(created, status)
     preset = body.get("preset", presets.DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in presets.PRESETS:
@@ -171,8 +117,8 @@ def create_lab():
         raise ApiError(422, "invalid_settings", errors)
     limits.check_workers(get_redis(), int(presets.settings_for(preset)["workers"]))
     try:
-        created = labs.create(get_redis(), preset, clean["speed"], cfg.max_labs)
-    except labs.LabFull:
+        created = registry.create(get_redis(), preset, clean["speed"], cfg.max_labs)
+    except registry.LabFull:
         raise limits.labs_full(cfg.max_labs) from None
     created["preset"] = preset
     return _lab_created(created, 201)
@@ -191,13 +137,13 @@ def _lab_created(created: dict, status: int):
 @bp.get("/api/labs/<lab_id>")
 @lab_access(write=False)
 def get_lab(lab_id: str):
-    return jsonify(labs.snapshot(get_redis(), lab_id))
+    return jsonify(registry.snapshot(get_redis(), lab_id))
 
 
 @bp.delete("/api/labs/<lab_id>")
 @lab_access(write=True)
 def delete_lab(lab_id: str):
-    labs.teardown(get_redis(), lab_id, current_app.config["LAB"].var_dir)
+    registry.teardown(get_redis(), lab_id, current_app.config["LAB"].var_dir)
     return "", 204
 
 
@@ -209,7 +155,7 @@ def patch_settings(lab_id: str):
         raise ApiError(422, "invalid_settings", errors)
     if "workers" in clean:
         limits.check_workers(get_redis(), clean["workers"], lab_id)
-    return jsonify(settings=labs.update_settings(get_redis(), lab_id, clean))
+    return jsonify(settings=registry.update_settings(get_redis(), lab_id, clean))
 
 
 @bp.post("/api/labs/<lab_id>/clock")
@@ -235,7 +181,7 @@ def clock_action(lab_id: str):
         clean, errors = settings.validate({"speed": body["speed"]})
         if errors:
             raise ApiError(422, "invalid_settings", errors)
-        labs.update_settings(r, lab_id, clean)
+        registry.update_settings(r, lab_id, clean)
     return jsonify(clock=clock.read(r, lab_id))
 
 
@@ -254,9 +200,9 @@ def _source_from_upload(lab_id: str) -> tuple[str, str]:
         raise ApiError(415, "not_a_video", {"file": "the file's bytes are not an MP4, WebM or AVI "
                                                     "container (the filename is not trusted)"})
     video_id = uuid.uuid4().hex[:12]
-    path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
+    path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
-    room = cfg.max_lab_bytes - labs.disk_usage(cfg.var_dir, lab_id)
+    room = cfg.max_lab_bytes - registry.disk_usage(cfg.var_dir, lab_id)
     size = len(head)
     with open(path, "wb") as out:
         out.write(head)
@@ -282,19 +228,15 @@ def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
     cfg = current_app.config["LAB"]
     if sample == "poison":
         # A truncated MP4 (moov missing): passes the byte sniff, fails to decode every time.
-        path = labs.lab_dir(cfg.var_dir, lab_id) / "uploads" / "poison.bin"
+        path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / "poison.bin"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(media.sample_clip().read_bytes()[:150_000])
         return str(path), "poison"
     clip = media.sample_clip(sample)
     if clip is None:
-        raise ApiError(422, "unknown_sample", {"sample": "use bigbuckbunny, bikes, carphone_pristine "
-                                                          "or poison"})
+        raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(SAMPLES)}"})
     return str(clip), sample
-
-
-SAMPLES = ("bigbuckbunny", "bikes", "carphone_pristine", "poison")
 
 
 @bp.post("/api/labs/<lab_id>/jobs")
@@ -302,7 +244,7 @@ SAMPLES = ("bigbuckbunny", "bikes", "carphone_pristine", "poison")
 def create_job(lab_id: str):
     r = get_redis()
     limits.check_rate(r, "jobs")
-    claim = idempotency.begin(r, lab_id, labs.settings(r, lab_id))  # before the body: a resend mid-upload gets 409
+    claim = idempotency.begin(r, lab_id, registry.settings(r, lab_id))  # before the body: a resend mid-upload gets 409
     try:
         return _create_job(r, lab_id, claim)
     except Exception:
@@ -312,7 +254,7 @@ def create_job(lab_id: str):
 
 
 def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
-    lab_settings = labs.settings(r, lab_id)
+    lab_settings = registry.settings(r, lab_id)
     is_upload = (request.content_type or "").startswith("multipart/")
     body = dict(request.form) if is_upload else json_body()
     replayed = claim.replay(body) if claim else None
@@ -357,10 +299,10 @@ def inline_transcode(lab_id: str):
         raise ApiError(409, "inline_busy", "an inline transcode is already holding a request thread")
     try:
         sample = json_body().get("sample", "bigbuckbunny")
-        if sample not in SAMPLES[:-1]:
-            raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(SAMPLES[:-1])}"})
+        if sample not in CLIPS:
+            raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(CLIPS)}"})
         src = media.sample_clip(sample)
-        out = labs.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
+        out = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
         started = time.perf_counter()
         media.probe(src)
         proc = media.start_transcode(src, out, media.RENDITIONS["240p"])
@@ -380,11 +322,6 @@ def inline_transcode(lab_id: str):
         r.delete(lock)
 
 
-def _job_or_404(lab_id: str, job_id: str) -> dict:
-    j = labs.read_job(get_redis(), lab_id, job_id) if len(job_id) <= 20 else None
-    if j is None:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
-    return j
 
 
 @bp.get("/api/labs/<lab_id>/jobs")
@@ -393,13 +330,13 @@ def list_jobs(lab_id: str):
     """The newest 200 jobs; ?prefix=12 finds jobs whose number starts with 12, however old (?limit ≤ 200)."""
     prefix, limit = request.args.get("prefix"), request.args.get("limit", "25")
     if prefix is None:
-        return jsonify(jobs=labs.list_jobs(get_redis(), lab_id))
+        return jsonify(jobs=registry.list_jobs(get_redis(), lab_id))
     prefix = prefix.strip().lstrip("#")
     if not prefix.isdigit() or prefix.startswith("0") or len(prefix) > 12:
         raise ApiError(422, "invalid_prefix", {"prefix": "must be the leading digits of a job number, like 12"})
     if not limit.isdigit() or not 1 <= int(limit) <= 200:
         raise ApiError(422, "invalid_limit", {"limit": "must be a whole number from 1 to 200"})
-    return jsonify(jobs=labs.jobs_with_prefix(get_redis(), lab_id, prefix, int(limit)))
+    return jsonify(jobs=registry.jobs_with_prefix(get_redis(), lab_id, prefix, int(limit)))
 
 
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>")
@@ -410,16 +347,14 @@ def get_job(lab_id: str, job_id: str):
     ?include=history adds `history`: every attempt with its fence, the CAS refusals, retry delays drawn
     and files written, folded from the event stream (the inspect panel reads this).
     """
-    from app.status import etag_of, hold_until_changed, parse_wait  # status imports this module's lab_access
-
-    _job_or_404(lab_id, job_id)
+    job_or_404(lab_id, job_id)
     include = request.args.get("include", "")
     if include not in ("", "history"):
         raise ApiError(422, "invalid_include", {"include": "the only value is 'history'"})
     client_tag = request.headers.get("If-None-Match")
 
     def view() -> tuple[dict, str]:
-        j = _job_or_404(lab_id, job_id)
+        j = job_or_404(lab_id, job_id)
         return j, etag_of(j)
     j, tag, _ = hold_until_changed(get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")),
                                    view)
@@ -434,10 +369,10 @@ def get_job(lab_id: str, job_id: str):
 @bp.get("/api/labs/<lab_id>/jobs/<job_id>/outputs/<name>")
 @lab_access(write=False)
 def get_output(lab_id: str, job_id: str, name: str):
-    _job_or_404(lab_id, job_id)
+    job_or_404(lab_id, job_id)
     if "/" in name or name.startswith(".") or not name.endswith((".mp4", ".jpg")):
         raise ApiError(404, "unknown_output", f"no output {name!r}")
-    base = labs.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "transcoded" / job_id
+    base = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "transcoded" / job_id
     path = base / name
     if not path.is_file():
         raise ApiError(404, "unknown_output", f"no output {name!r} for job {job_id}")
@@ -467,7 +402,7 @@ def kill_worker(lab_id: str, worker_id: str):
     r = get_redis()
     limits.check_rate(r, "kills")
     if worker_id == "random":
-        busy = [w["id"] for w in labs.workers(r, lab_id) if w.get("state") == "busy"]
+        busy = [w["id"] for w in registry.workers(r, lab_id) if w.get("state") == "busy"]
         if not busy:
             raise ApiError(409, "no_busy_worker", "no worker is busy right now")
         worker_id = busy[0]
@@ -483,25 +418,13 @@ def expire_lease(lab_id: str, job_id: str):
     had gone quiet, while the worker itself keeps running the attempt."""
     r = get_redis()
     limits.check_rate(r, "kills")
-    _job_or_404(lab_id, job_id)
+    job_or_404(lab_id, job_id)
     if not leases.cut(r, lab_id, job_id, clock.now(r, lab_id)):
         raise ApiError(409, "no_lease", f"job {job_id} holds no lease right now (it is not running, or it was "
                                         "acked early)")
-    return jsonify(job=labs.read_job(r, lab_id, job_id))
+    return jsonify(job=registry.read_job(r, lab_id, job_id))
 
 
-def ask_pool(r: redis.Redis, command: dict) -> dict:
-    """Hand a kill to the supervisor and wait for its answer: only the process that spawned a
-    worker (or replica) may signal it, so the web process asks rather than kills."""
-    reply = f"pool:reply:{uuid.uuid4().hex}"
-    r.rpush(POOL_COMMANDS, json.dumps({**command, "reply": reply}))
-    answer = r.blpop(reply, timeout=10)
-    if answer is None:
-        raise ApiError(503, "pool_unavailable", "the supervisor did not answer")
-    result = json.loads(answer[1])
-    if not result.get("ok"):
-        raise ApiError(409, "cannot_kill", result.get("error"))
-    return result
 
 
 @bp.post("/api/labs/<lab_id>/faults")
@@ -520,7 +443,7 @@ def inject_fault(lab_id: str):
     if fault == "poison":
         payload = producer.enqueue_job(
             r, get_rq(), lab_id, job_type="transcode", video_id="poison-pill",
-            source=str(media.sample_clip()), duration_s=labs.settings(r, lab_id)["job_duration"],
+            source=str(media.sample_clip()), duration_s=registry.settings(r, lab_id)["job_duration"],
             resolutions=["240p", "144p"], idempotency_key=None, poison=True)
         stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
         return jsonify(fault=fault, job_id=payload["job_id"]), 202
@@ -552,13 +475,6 @@ def replay_dlq(lab_id: str):
                    rate=rate)
 
 
-def parse_after(value: str | None) -> str:
-    """A stream id `ms-seq` (or 0); anything else is a 422."""
-    value = value or "0"
-    ms, _, seq = value.partition("-")
-    if not ms.isdigit() or (seq and not seq.isdigit()) or len(value) > 40:
-        raise ApiError(422, "invalid_after", {"after": "must be an event id like 1700000000000-0"})
-    return value
 
 
 @bp.get("/api/labs/<lab_id>/events")

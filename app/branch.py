@@ -1,179 +1,19 @@
-"""Branching a run: "try again from here with different settings".
-
-A branch is a new lab seeded from one moment of another lab's event stream: the jobs that were not
-yet finished at that event are enqueued again as new jobs (same video, same renditions), under the
-settings the parent had then with the learner's changes on top. Folding the stream (rather than
-copying the parent's keys) is what lets any past moment be a starting point, and keeps the branch
-honest: it starts from exactly what the scrubber showed.
-"""
+"""Routes for branched runs: what a lab was branched from, and two runs side by side (`/compare`)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
 from typing import Any
 
-import redis
-from flask import Blueprint, current_app, jsonify, render_template, request
+from flask import Blueprint, jsonify, render_template, request
 
-from app import chapters, labs, limits, presets, settings
-from app.api import lab_access, parse_after, request_token
-from app.errors import ApiError
-from app.store import get_redis, get_rq
-from workers import media
-from workers.broker import clock, producer, stream
-from workers.broker.keys import job, key
+from app import chapters
+from app.auth import lab_access
+from app.branching import info
+from app.store import get_redis
+from core import registry, settings
+from core.keys import key
 
 bp = Blueprint("branch", __name__)
-
-# the job states a fold of the stream ends in; the first three are "not yet done"
-_UNFINISHED = ("queued", "running", "retrying")
-_MOVES = {"job.enqueued": "queued", "job.claimed": "running", "job.redelivered": "queued",
-          "job.retry_started": "queued", "job.replayed": "queued", "job.retry_scheduled": "retrying",
-          "job.succeeded": "done", "job.duplicate_completed": "done", "job.dead_lettered": "dlq",
-          "job.lost": "lost"}
-
-
-def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
-    """The lab as it stood just after `at_event`: settings then, t_sim then, and each job's state.
-
-    Raises LookupError if the stream does not hold that event (never existed, or trimmed away).
-    """
-    meta = r.hgetall(key(lab, "meta"))
-    current = labs.settings(r, lab)
-    # the lab started from its preset; settings.changed events carry every change since
-    at_settings = presets.settings_for(meta.get("preset") or presets.DEFAULT_PRESET)
-    at_settings.update(json.loads(meta["branch_settings"]) if meta.get("branch_settings") else {})
-    at_settings["speed"] = current.get("speed", at_settings["speed"])
-    jobs: dict[str, dict[str, Any]] = {}
-    found = None
-    after = "0"
-    while found is None and (batch := stream.read_after(r, lab, after, count=2000)):
-        after = batch[-1]["id"]
-        for ev in batch:
-            kind, data = ev["type"], ev.get("data") or {}
-            if kind == "settings.changed":
-                at_settings.update(data.get("changes") or {})
-            elif kind == "job.enqueued":
-                jobs[ev["job_id"]] = {"job_id": ev["job_id"], "state": "queued", "job_type": data.get("job_type"),
-                                      "video_id": data.get("video_id"), "duration_s": data.get("duration_s"),
-                                      "poison": bool(data.get("poison"))}
-            elif kind in _MOVES and ev.get("job_id") in jobs:
-                jobs[ev["job_id"]]["state"] = _MOVES[kind]
-            if ev["id"] == at_event:
-                found = ev
-                break
-    if found is None:
-        raise LookupError(at_event)
-    return {"event": found, "t": found["t_sim"], "settings": at_settings, "jobs": list(jobs.values())}
-
-
-def unfinished(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """The moment's queue contents: jobs queued, running or waiting to retry, oldest first."""
-    return sorted((j for j in m["jobs"] if j["state"] in _UNFINISHED), key=lambda j: int(j["job_id"]))
-
-
-def _source(r: redis.Redis, parent: str, branch: str, j: dict[str, Any], var_dir: Path) -> tuple[str, list[str]]:
-    """The parent job's input file and renditions; an upload is copied so the branch outlives its parent."""
-    rec = r.hgetall(job(parent, j["job_id"]))
-    payload = json.loads(rec.get("payload", "{}"))
-    resolutions = payload.get("resolutions") or ["240p", "144p"]
-    src = rec.get("source") or str(media.sample_clip(j["video_id"]) or media.sample_clip())
-    parent_dir = labs.lab_dir(var_dir, parent).resolve()
-    path = Path(src).resolve()
-    if path.is_relative_to(parent_dir) and path.is_file():
-        copy = labs.lab_dir(var_dir, branch) / path.relative_to(parent_dir)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, copy)
-        src = str(copy)
-    return src, resolutions
-
-
-def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: str, changes: dict[str, Any],
-                  speed: float | None, max_labs: int, var_dir: Path) -> dict[str, Any]:
-    """A new lab from `parent` at `at_event`: that moment's settings + `changes`, its unfinished jobs again."""
-    m = moment(r, parent, at_event)
-    new_settings = {**m["settings"], **changes}
-    if speed is not None:
-        new_settings["speed"] = speed
-    preset = r.hget(key(parent, "meta"), "preset") or presets.DEFAULT_PRESET
-    seed = unfinished(m)
-    created = labs.create(r, preset, new_settings["speed"], max_labs, settings=new_settings, t0=m["t"],
-                          meta={"branch_of": parent, "branch_at": at_event, "branch_t": m["t"], "hold_until_ready": 1,
-                                "branch_changes": json.dumps(changes), "branch_settings": json.dumps(new_settings)})
-    lab = created["lab_id"]
-    # held still until its workers are up (the supervisor resumes it), so a seeded job does not
-    # seem to wait in the queue for the seconds worker processes take to start
-    clock.pause(r, lab)
-    seeded = []
-    for j in seed:
-        source, resolutions = _source(r, parent, lab, j, var_dir)
-        payload = producer.enqueue_job(r, rq_conn, lab, job_type=j["job_type"] or "transcode",
-                                       video_id=j["video_id"] or "bigbuckbunny", source=source,
-                                       duration_s=j["duration_s"] or new_settings["job_duration"],
-                                       resolutions=resolutions, idempotency_key=None, poison=j["poison"])
-        seeded.append({"job_id": payload["job_id"], "parent_job_id": j["job_id"], "was": j["state"]})
-    stream.emit(r, lab, "lab.branched", m["t"], parent=parent, at_event=at_event, at=m["t"], changes=changes,
-                jobs=len(seeded), seeded=seeded)
-    created["branch"] = {"parent": parent, "at_event": at_event, "at_t": m["t"], "changes": changes,
-                         "seeded": seeded}
-    return created
-
-
-def info(r: redis.Redis, lab: str) -> dict[str, Any] | None:
-    """What a branch remembers of its parent (None for a lab that is not a branch)."""
-    meta = r.hgetall(key(lab, "meta"))
-    if not meta.get("branch_of"):
-        return None
-    return {"parent": meta["branch_of"], "at_event": meta["branch_at"], "at_t": float(meta["branch_t"]),
-            "changes": json.loads(meta.get("branch_changes") or "{}")}
-
-
-# --- HTTP ------------------------------------------------------------------------------------
-
-def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """POST /api/labs with `branch_of`: check the parent, the event and the changes, then branch.
-
-    Reading the parent's history needs its token (or view token), like any read of that lab.
-    """
-    r = get_redis()
-    parent = body.get("branch_of")
-    if not isinstance(parent, str) or not parent or len(parent) > 32:
-        raise ApiError(422, "invalid_branch", {"branch_of": "must be the id of the lab to branch from"})
-    if not labs.exists(r, parent):
-        raise ApiError(404, "unknown_lab", f"no lab {parent!r} to branch from")
-    token = request_token(parent)
-    if not token:
-        raise ApiError(401, "missing_token", "send the parent lab's token: Authorization: Bearer <token>",
-                       {"WWW-Authenticate": "Bearer"})
-    if labs.check_token(r, parent, token, allow_view=True) is None:
-        raise ApiError(403, "forbidden", "this token does not open the lab to branch from")
-    at_event = body.get("at_event")
-    if not isinstance(at_event, str) or at_event in ("", "0"):
-        raise ApiError(422, "invalid_at_event", {"at_event": "must be an event id of the parent lab"})
-    try:
-        parse_after(at_event)
-    except ApiError:
-        raise ApiError(422, "invalid_at_event", {"at_event": "must be an event id like 1700000000000-0"}) from None
-    clean, errors = settings.validate(body.get("settings", {}))
-    speed = body.get("speed")
-    if speed is not None:
-        sp, sp_err = settings.validate({"speed": speed})
-        errors.update(sp_err)
-        speed = sp.get("speed")
-    if errors:
-        raise ApiError(422, "invalid_settings", errors)
-    cfg = current_app.config["LAB"]
-    limits.check_workers(r, int(clean.get("workers", labs.settings(r, parent)["workers"])))
-    try:
-        created = create_branch(r, get_rq(), parent, at_event, clean, speed, cfg.max_labs, cfg.var_dir)
-    except LookupError:
-        raise ApiError(422, "unknown_event", {"at_event": f"lab {parent} holds no event {at_event} (never "
-                                                         "written, or trimmed from the capped stream)"}) from None
-    except labs.LabFull:
-        raise limits.labs_full(cfg.max_labs) from None
-    return created, 201
 
 
 @bp.get("/api/labs/<lab_id>/branch")
@@ -201,11 +41,12 @@ def compare():
     runs = []
     for side in ("a", "b"):
         lab, token = request.args.get(side, ""), request.args.get(f"{side}v", "")
-        if not lab or len(lab) > 32 or not labs.exists(r, lab) or labs.check_token(r, lab, token, True) is None:
+        if not lab or len(lab) > 32 or not registry.exists(r, lab) or registry.check_token(r, lab, token, True) is None:
             return render_template("compare.html", runs=[], chapters=chapters.all_chapters(),
                                    error=f"Run {side.upper()} is not a lab this link opens (it may have expired)."), 404
-        runs.append({"side": side, "wid": f"run-{side}", "lab": lab, "view": token, "settings": labs.settings(r, lab),
-                     "branch": info(r, lab), "preset": r.hget(key(lab, "meta"), "preset")})
+        runs.append({"side": side, "wid": f"run-{side}", "lab": lab, "view": token,
+                     "settings": registry.settings(r, lab), "branch": info(r, lab),
+                     "preset": r.hget(key(lab, "meta"), "preset")})
     diff = [{"name": n, "label": settings.BY_NAME[n].label or n, "unit": settings.BY_NAME[n].unit,
              "a": _shown(runs[0]["settings"].get(n)), "b": _shown(runs[1]["settings"].get(n))}
             for n in settings.BY_NAME if runs[0]["settings"].get(n) != runs[1]["settings"].get(n)]

@@ -13,7 +13,7 @@ from functools import lru_cache
 import markdown
 from jinja2 import Environment
 
-from app.config import ROOT
+from core.config import ROOT
 
 CHAPTER_DIR = ROOT / "chapters"
 _NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 import redis
 from flask import Blueprint, Response
 
-from app import labs
-from app.api import lab_access
+from app.auth import lab_access
 from app.store import get_redis
-from workers.broker import stream
+from core import registry, stream
 
 bp = Blueprint("export", __name__)
 BATCH = 1000
@@ -54,5 +53,5 @@ def export_counts(lab_id: str):
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["count", "value"])
-    writer.writerows(labs.counts(get_redis(), lab_id).items())
+    writer.writerows(registry.counts(get_redis(), lab_id).items())
     return _download(out.getvalue(), "text/csv", f"lab-{lab_id}-counts.csv")

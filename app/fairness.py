@@ -1,7 +1,7 @@
 """Chapter 6 API: submit tier traffic, drop a noisy-neighbour burst, spike a tier, read the waits.
 
 The strategy itself is the `fairness` setting (PATCH /settings switches it live); these calls feed
-the per-tier queues in `workers.fairness` and read back what the real workers measured.
+the per-tier queues in `workers.engines.fairness` and read back what the real workers measured.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import functools
 
 from flask import Blueprint, jsonify
 
-from app import labs, numbers
-from app.api import json_body, lab_access
+from app.auth import lab_access
 from app.errors import ApiError
+from app.http import json_body
 from app.store import get_redis
-from workers import fairness
-from workers.broker import clock
-from workers.broker.keys import key
+from core import clock, numbers, registry
+from core.keys import key
+from workers.engines import fairness
 
 bp = Blueprint("fairness", __name__)
 MAX_BATCH = 500  # the lesson's burst size is the ceiling for one call
@@ -42,7 +42,7 @@ def _tier(body: dict) -> str:
 def get_fairness(lab_id: str):
     """Per-tier and per-customer wait percentiles, queue depths, and cost per tier."""
     r = get_redis()
-    settings = labs.settings(r, lab_id)
+    settings = registry.settings(r, lab_id)
     out = fairness.summary(r, lab_id, settings, clock.now(r, lab_id))
     out["cost_usd"] = cost(out)
     return jsonify(out)

@@ -19,10 +19,9 @@ from functools import cache
 import redis
 from flask import Response, jsonify, request
 
-from app import labs, numbers
 from app.errors import ApiError
-from workers.broker import clock, stream
-from workers.broker.keys import key
+from core import clock, numbers, registry, stream
+from core.keys import key
 
 MAX_KEY_CHARS = 200
 
@@ -125,5 +124,5 @@ def status(r: redis.Redis, lab: str) -> dict:
             "model_keys_in_window": m["keys_in_window"], "model_key_bytes": m["idempotency_key_bytes"],
             "model_key_store_mb": m["key_store_mb"], "keys_held": len(held),
             "keys_held_bytes": sum(int(r.memory_usage(k) or 0) for k in held),
-            "fail_mode": labs.settings(r, lab)["dedup_fail_mode"],
+            "fail_mode": registry.settings(r, lab)["dedup_fail_mode"],
             "store_down": store_down(r, lab, clock.now(r, lab))}

@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from workers.broker import stream
+from core import stream
 
 # event type → the outcome an attempt ends with
 _ENDS = {"job.succeeded": "succeeded", "job.failed": "failed", "job.crashed": "crashed",

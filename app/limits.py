@@ -4,7 +4,7 @@ A lab costs real processes (rq workers, ffmpeg), so the machine has a ceiling on
 labs, and each client (by IP address) a budget of job creations and of disruptions (worker kills and
 expired leases) per fixed window, counted in Redis so every web process shares one count. Every
 refusal is a 429 that says how long to wait (`Retry-After`), never a silent drop. The numbers
-themselves live once, in `app.config`.
+themselves live once, in `core.config`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import time
 import redis
 from flask import current_app, request
 
-from app import labs
 from app.errors import ApiError
-from workers.broker.keys import LABS
+from core import registry
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries")}
 
@@ -56,15 +55,11 @@ def check_rate(r: redis.Redis, name: str) -> None:
                        f"try again in {math.ceil(wait)} s", wait)
 
 
-def workers_in_use(r: redis.Redis, exclude: str | None = None) -> int:
-    """Workers every live lab asks for (what the supervisor will run), leaving out `exclude`."""
-    return sum(int(labs.settings(r, lab).get("workers", 0)) for lab in r.smembers(LABS) if lab != exclude)
-
 
 def check_workers(r: redis.Redis, want: int, lab: str | None = None) -> None:
     """429 if giving `lab` (or a new lab) `want` workers would pass the machine's ceiling."""
     cap = current_app.config["LAB"].max_workers
-    used = workers_in_use(r, exclude=lab)
+    used = registry.workers_in_use(r, exclude=lab)
     if used + want > cap:
         raise too_many("workers_full", f"this machine runs at most {cap} workers and {used} are in use "
                        f"by other labs; ask for at most {max(0, cap - used)} or try again in a minute", 60)

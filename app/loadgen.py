@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from app import labs
-from app.api import json_body, lab_access
+from app.auth import lab_access
 from app.errors import ApiError
+from app.http import json_body
 from app.store import get_redis
-from workers import loadgen
-from workers.broker import clock
-from workers.broker.keys import key
+from core import clock, registry
+from core.keys import key
+from workers.engines import loadgen
 
 bp = Blueprint("loadgen", __name__)
 ACTIONS = ("start", "stop", "rate", "peak", "unpeak")
@@ -33,9 +33,9 @@ def _rate(body: dict, default: float | None) -> float | None:
 def report(lab_id: str, window_s: float = 600.0) -> dict:
     r = get_redis()
     now = clock.now(r, lab_id)
-    settings = labs.settings(r, lab_id)
+    settings = registry.settings(r, lab_id)
     state = loadgen.read_state(r, lab_id)
-    workers = labs.workers(r, lab_id)
+    workers = registry.workers(r, lab_id)
     states = r.hgetall(key(lab_id, "states"))
     measured = loadgen.measure(r, lab_id, now, window_s)
     span, pool = measured["t1"] - measured["t0"], int(settings["workers"])

@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import Flask
 
-from app import presets, settings
-from app.api import FAULTS
+from core import presets, settings
+from core.events import FAULTS
 
 _KIND = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"}}
 ERROR = {"type": "object", "required": ["error"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, current_app, render_template, request
 
-from app import chapters, numbers
+from app import chapters
+from core import numbers
 
 bp = Blueprint("pages", __name__)
 

@@ -12,12 +12,11 @@ from collections import Counter
 import redis
 from flask import Blueprint, jsonify, request
 
-from app import labs, numbers
-from app.api import lab_access
+from app.auth import lab_access
 from app.errors import ApiError
 from app.store import get_redis
-from workers.broker import clock, stream
-from workers.broker.keys import key
+from core import clock, numbers, registry, stream
+from core.keys import key
 from workers.broker.retry import exponential_delay
 
 bp = Blueprint("retries", __name__)
@@ -74,7 +73,7 @@ def get_retries(lab_id: str):
     if bucket_s is not None and not 0.01 <= bucket_s <= 3600:
         raise ApiError(422, "invalid_bucket", {"bucket_s": "must be a number of simulated seconds, 0.01–3600"})
     r = get_redis()
-    s = labs.settings(r, lab_id)
+    s = registry.settings(r, lab_id)
     window = exponential_delay(1, s["retry_base"], s["retry_cap"])  # full jitter's first-retry window
     bucket_s = bucket_s or window / 10
     events = stream.read_after(r, lab_id, "0", count=EVENT_LIMIT)

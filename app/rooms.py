@@ -25,12 +25,14 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import chapters, labs, limits, openapi, presets, scenarios, settings
-from app.api import json_body, page_host
+from app import chapters, limits, openapi, scenarios
+from app.auth import page_host
 from app.errors import ApiError
-from app.labs import _hash as token_hash
+from app.http import json_body
 from app.store import get_redis
-from workers.broker.keys import key
+from core import presets, registry, settings
+from core.keys import key
+from core.registry import _hash as token_hash
 
 bp = Blueprint("rooms", __name__)
 
@@ -141,13 +143,13 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
     cfg = current_app.config["LAB"]
     limits.check_workers(r, int(lab_settings.get("workers", presets.settings_for(preset)["workers"])))
     try:
-        created = labs.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
-    except labs.LabFull:
+        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
+    except registry.LabFull:
         raise limits.labs_full(cfg.max_labs) from None
     base = presets.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
     if changes:
-        created["settings"] = labs.update_settings(r, created["lab_id"], changes)
+        created["settings"] = registry.update_settings(r, created["lab_id"], changes)
     created.update(ws_url=f"/ws/labs/{created['lab_id']}", preset=preset)
     return created
 
@@ -173,20 +175,20 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     """The caller's own lab, set up beforehand, becomes the room's: its owner token proves it is
     theirs, and its view token (which the server keeps only as a hash) is what students will get."""
     lab_id, view_token = body.get("lab_id"), body.get("view_token")
-    if not isinstance(lab_id, str) or len(lab_id) > 32 or not labs.exists(r, lab_id):
+    if not isinstance(lab_id, str) or len(lab_id) > 32 or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {str(lab_id)[:40]!r}")
     auth = request.headers.get("Authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else ""
-    if labs.check_token(r, lab_id, token) != "owner":
+    if registry.check_token(r, lab_id, token) != "owner":
         raise ApiError(403, "forbidden", "send the lab's own token as Authorization: Bearer <token>")
-    if not isinstance(view_token, str) or labs.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
+    if not isinstance(view_token, str) or registry.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
         raise ApiError(422, "invalid_view_token", {"view_token": "must be this lab's view token"})
     preset = r.hget(key(lab_id, "meta"), "preset")
     if preset not in scenarios.room_presets():
         raise ApiError(422, "invalid_preset", {"lab_id": f"a room runs a chapter's preset; this lab runs {preset}"})
-    labs.touch(r, lab_id)
+    registry.touch(r, lab_id)
     return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
-            "preset": preset, "settings": labs.settings(r, lab_id)}
+            "preset": preset, "settings": registry.settings(r, lab_id)}
 
 
 # Request bodies of the room calls, for the OpenAPI document (built from the routes; these routes own them).
@@ -260,9 +262,9 @@ def follow_room(code: str):
     if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:
         raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
                        {"Retry-After": "60"})
-    if not labs.exists(r, room["lab_id"]):
+    if not registry.exists(r, room["lab_id"]):
         raise ApiError(410, "room_lab_gone", "the instructor's lab has expired; ask for a new room")
-    lab = _new_lab(r, room["preset"], labs.settings(r, room["lab_id"]))
+    lab = _new_lab(r, room["preset"], registry.settings(r, room["lab_id"]))
     label = " ".join(name.split()) or f"student {r.hlen(rkey(room['code'], 'students')) + 1}"
     r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time(),
                                                                      "view_token": lab["view_token"]}))
@@ -289,8 +291,8 @@ def room_presence(code: str):
     if lab_id == room["lab_id"]:
         # The projector showing the lab is use, not idleness: a lecture can run 30 minutes without a click.
         role = "instructor"
-        if labs.exists(r, lab_id):
-            labs.touch(r, lab_id)
+        if registry.exists(r, lab_id):
+            registry.touch(r, lab_id)
         _keep_alive(r, code)
     elif lab_id and r.hexists(rkey(code, "students"), lab_id):
         role = "student"
@@ -315,7 +317,7 @@ def room_status(code: str):
     seen = dict(r.zrange(rkey(code, "seen"), 0, -1, withscores=True))
     path = scenarios.chapter_path(room["preset"])
     joined = r.hgetall(rkey(code, "students"))
-    counts = labs.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
+    counts = registry.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
     students = []
     for lab_id, raw in joined.items():
         info, alive = json.loads(raw), counts[lab_id] is not None

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from app import chapters, presets, settings
+from app import chapters
+from core import presets, settings
 
 # id → scenario. `settings` are validated against the settings schema by the unit tests.
 SCENARIOS: dict[str, dict[str, Any]] = {

@@ -14,13 +14,14 @@ from typing import Any
 import redis
 from flask import Blueprint, jsonify
 
-from app import labs, numbers
-from app.api import ask_pool, json_body, lab_access
+from app.auth import lab_access
 from app.errors import ApiError
+from app.http import json_body
+from app.pool import ask_pool
 from app.store import get_redis
-from workers import locks, shards
-from workers.broker import clock, stream
-from workers.scheduler import TASK, clock_offset, cron_key
+from core import clock, numbers, registry, stream
+from workers.engines import locks, shards
+from workers.engines.scheduler import TASK, clock_offset, cron_key
 
 bp = Blueprint("schedule", __name__)
 ACTIONS = ("kill", "down", "slow", "reset")
@@ -140,7 +141,7 @@ def margins(s: dict) -> dict[str, dict[str, Any]]:
 
 def report(lab: str) -> dict[str, Any]:
     r = get_redis()
-    s = labs.settings(r, lab)
+    s = registry.settings(r, lab)
     now = clock.now(r, lab)
     interval = float(s["cron_interval"])
     last_complete = math.floor((now - SETTLE_S) / interval) - 1
@@ -205,7 +206,7 @@ def _duration(body: dict, default: float) -> float:
 def _kill(r: redis.Redis, lab: str, replica: Any) -> dict:
     """Ask the supervisor (which owns the replica processes) to SIGKILL one; 'leader'/'holder' pick it."""
     if replica in ("leader", "holder"):
-        now, s = clock.now(r, lab), labs.settings(r, lab)
+        now, s = clock.now(r, lab), registry.settings(r, lab)
         view = _lock_view(r, lab, "leader" if replica == "leader" else TASK, now, s)
         if view["holder"] is None or view["expired"]:
             what = "leader lease" if replica == "leader" else "lock"
@@ -234,11 +235,11 @@ def control_schedule(lab_id: str):
         r.hset(cron_key(lab_id, "fault"), "down_until", now + duration)
         stream.emit(r, lab_id, "scheduler.down", now, duration=duration)
     elif action == "slow":
-        duration = _duration(body, 3 * float(labs.settings(r, lab_id)["cron_task_s"]))
+        duration = _duration(body, 3 * float(registry.settings(r, lab_id)["cron_task_s"]))
         r.set(cron_key(lab_id, "slow_next"), duration)
         stream.emit(r, lab_id, "cron.slow_next", now, duration=duration)
     else:  # measurements restart at the next tick any replica's clock reaches (lock, lease and last run stay)
-        s = labs.settings(r, lab_id)
+        s = registry.settings(r, lab_id)
         since = math.floor((now + float(s["clock_skew"])) / float(s["cron_interval"])) + 1
         r.delete(cron_key(lab_id, "ticks"), cron_key(lab_id, "emails"))
         r.hset(cron_key(lab_id, "meta"), "since_tick", since)

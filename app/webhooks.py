@@ -16,14 +16,14 @@ import time
 
 from flask import Blueprint, current_app, jsonify, request
 
-from app import labs
-from app.api import json_body, lab_access
+from app.auth import lab_access
 from app.errors import ApiError
+from app.http import json_body
 from app.store import get_redis
-from app.webhook_security import new_secret, sign, validate_target
-from workers import webhooks
-from workers.broker import clock, stream
-from workers.broker.keys import key
+from core import clock, registry, stream
+from core.keys import key
+from core.webhook_targets import TargetRefused, new_secret, sign, validate_target
+from workers.engines import webhooks
 
 bp = Blueprint("webhooks", __name__)
 TOLERANCE_S = 300  # the Standard Webhooks timestamp window: older or newer signed messages are replays
@@ -50,7 +50,10 @@ def register(lab_id: str):
         raise ApiError(422, "invalid_webhook", {"url": "send \"builtin\" or an absolute http(s) URL"})
     fails = _fail_times(body)
     if url != webhooks.BUILTIN:
-        validate_target(url, current_app.config["LAB"].webhook_allowlist)
+        try:
+            validate_target(url, current_app.config["LAB"].webhook_allowlist)
+        except TargetRefused as e:
+            raise ApiError(400, e.code, e.reason) from None
     r = get_redis()
     secret = new_secret()
     top = r.xrevrange(key(lab_id, "events"), count=1)
@@ -103,7 +106,7 @@ def receive(lab_id: str):
     An unsigned or badly signed call answers 401; while the fail switch is on it answers 500.
     """
     r = get_redis()
-    if len(lab_id) > 32 or not labs.exists(r, lab_id):
+    if len(lab_id) > 32 or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     raw = request.get_data(cache=False)
     reg = r.hgetall(webhooks.hook(lab_id))

@@ -22,10 +22,12 @@ from flask_sock import Sock
 from wsproto.events import CloseConnection
 from wsproto.utilities import LocalProtocolError
 
-from app import labs
+from app.auth import authorise, bearer_token, same_origin
 from app.errors import ApiError
-from workers.broker import stream
-from workers.broker.keys import key
+from app.http import parse_after
+from app.store import get_redis
+from core import stream
+from core.keys import key
 
 sock = Sock()
 QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
@@ -186,22 +188,15 @@ def _guard_ws():
     if not request.path.startswith("/ws/labs/"):
         return None
     lab = request.path.rsplit("/", 1)[-1]
-    from app.api import bearer_token, parse_after, same_origin
-    from app.store import get_redis
-
     # Cross-site WebSocket hijacking: browsers always send Origin on an upgrade, and it must be
     # ours. A client without Origin is not a browser, so it cannot be riding a victim's cookie;
     # it must show its token itself (Authorization header or ?token=).
     if "Origin" in request.headers and not same_origin():
         raise ApiError(403, "bad_origin", "WebSocket from a foreign Origin refused")
-    r = get_redis()
-    if len(lab) > 32 or not labs.exists(r, lab):
-        raise ApiError(404, "unknown_lab", f"no lab {lab!r}")
     token = bearer_token() or request.args.get("token")
     if token is None and "Origin" in request.headers:
         token = request.cookies.get(f"lab_{lab}")
-    if labs.check_token(r, lab, token, allow_view=True) is None:
-        raise ApiError(401 if not token else 403, "forbidden", "a lab or view token is required")
+    authorise(lab, token, write=False)
     parse_after(request.args.get("after"))
     return None
 
@@ -209,7 +204,6 @@ def _guard_ws():
 @sock.route("/ws/labs/<lab>")
 def lab_events(ws, lab: str):
     hub: Hub = current_app.extensions["ws_hub"]
-    from app.store import get_redis
 
     after = request.args.get("after") or "0"
     q = hub.subscribe(lab)

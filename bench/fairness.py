@@ -27,10 +27,9 @@ import statistics
 import time
 from typing import NamedTuple
 
-from app import numbers
 from bench.common import Bench, pct, report, rnd, wait
-from workers import fairness
-from workers.broker import clock
+from core import clock, numbers
+from workers.engines import fairness
 
 NAME = "fairness"
 SPEED = 50.0

@@ -22,7 +22,7 @@ import redis
 import websocket
 
 from bench.common import Bench, cpu_s, pct, report, rnd, rss_kb, wait
-from workers.broker import clock, stream
+from core import clock, stream
 
 NAME = "latency"
 LEVELS = ((1, 200, 0.02), (20, 100, 0.03), (200, 50, 0.06))  # (sockets, events, interval s)

@@ -17,9 +17,9 @@ import statistics
 import time
 
 from bench.common import Bench, report, rnd
-from workers import loadgen
-from workers.broker import clock
-from workers.broker.keys import job
+from core import clock
+from core.keys import job
+from workers.engines import loadgen
 
 NAME = "littles"
 RATES = (0.05, 0.1)

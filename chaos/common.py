@@ -30,12 +30,12 @@ from typing import Any
 import redis
 import websocket
 
-from app import embedded_redis
-from app.config import Config
-from app.launcher import gunicorn_command, stop_all, wait_healthy
 from bench.common import http
-from workers.broker import stream
-from workers.broker.keys import key
+from core import stream
+from core.config import Config
+from core.keys import key
+from runtime import embedded_redis
+from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "chaos"

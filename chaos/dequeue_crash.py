@@ -16,7 +16,7 @@ import signal
 import time
 
 from chaos.common import Client, Result, Stack, post_mortem, tcp_ports, wait, workers_registered
-from workers.broker.keys import key
+from core.keys import key
 
 NAME = "dequeue_crash"
 INVARIANT = ("a job whose RQ message was received by a worker that died before claiming it is still "

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 from chaos.common import Client, Result, Stack, post_mortem, wait, workers_registered
-from workers.broker.keys import key
+from core.keys import key
 
 NAME = "redis_restart"
 INVARIANT = ("every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from chaos.common import Client, Result, Stack, processes_matching, wait, workers_registered
-from workers.broker.keys import key
+from core.keys import key
 
 NAME = "supervisor_killed"
 INVARIANT = ("SIGKILL of the supervisor leaves no process of its lab alive (rq workers, work horses, their "

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from app import embedded_redis
-from app.config import Config
-from app.launcher import gunicorn_command, stop_all, wait_healthy
 from bench.common import chromium_launch_args
+from core.config import Config
+from runtime import embedded_redis
+from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # The shared stack serves a whole test session from one address (2,000-job tests, kill storms):

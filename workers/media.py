@@ -17,7 +17,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from app.config import Config
+from core.config import Config
 from workers.process import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}

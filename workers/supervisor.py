@@ -18,12 +18,12 @@ from pathlib import Path
 
 import redis
 
-from app import labs
-from app.config import Config
-from workers import autoscale, fairness, loadgen, webhooks
-from workers.broker import clock, reaper, stream
-from workers.broker.keys import LABS, POOL_COMMANDS, key, queue_name
-from workers.fleet import SchedulerFleet
+from core import clock, registry, stream
+from core.config import Config
+from core.keys import LABS, POOL_COMMANDS, key, queue_name
+from workers.broker import reaper
+from workers.engines import autoscale, fairness, loadgen, webhooks
+from workers.engines.fleet import SchedulerFleet
 from workers.process import die_with_parent
 
 LOOP_S = 0.02  # reaper scan interval: bounds how late past its deadline a lease is redelivered
@@ -62,7 +62,7 @@ class Supervisor:
     # --- processes ------------------------------------------------------------------------
     def spawn(self, pool: LabPool, slot: Slot) -> None:
         slot.generation += 1
-        slot.fleet = self.fleet_of(pool, slot, labs.settings(self.r, pool.lab))
+        slot.fleet = self.fleet_of(pool, slot, registry.settings(self.r, pool.lab))
         name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}"
         env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
                    VAR_DIR=str(self.config.var_dir))
@@ -114,7 +114,7 @@ class Supervisor:
     def after_death(self, pool: LabPool, slot: Slot, row: dict, event: str) -> None:
         lab = pool.lab
         now = clock.now(self.r, lab)
-        settings = labs.settings(self.r, lab)
+        settings = registry.settings(self.r, lab)
         stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid,
                     job_id=row.get("job_id"))
         if row.get("job_id") and row.get("attempt"):
@@ -239,7 +239,7 @@ class Supervisor:
             slot = pool.slots.get(cmd.get("worker"))
             result = self.kill(pool, slot) if slot else {"ok": False, "error": "unknown worker"}
         elif pool and cmd.get("cmd") == "kill_replica":
-            result = self.fleet.kill(pool.lab, cmd.get("replica"), labs.settings(self.r, pool.lab))
+            result = self.fleet.kill(pool.lab, cmd.get("replica"), registry.settings(self.r, pool.lab))
         if cmd.get("reply"):
             self.r.rpush(cmd["reply"], json.dumps(result))
             self.r.expire(cmd["reply"], 30)
@@ -258,7 +258,7 @@ class Supervisor:
                 if lab in self.pools:
                     self.stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
-                labs.teardown(self.r, lab, self.config.var_dir)
+                registry.teardown(self.r, lab, self.config.var_dir)
 
     def tick(self) -> None:
         live = self.r.smembers(LABS)
@@ -266,10 +266,10 @@ class Supervisor:
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 self.stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
-                labs.teardown(self.r, lab, self.config.var_dir)
+                registry.teardown(self.r, lab, self.config.var_dir)
         for lab in live:
             pool = self.pools.setdefault(lab, LabPool(lab))
-            settings = labs.settings(self.r, lab)
+            settings = registry.settings(self.r, lab)
             self.reconcile(pool, settings)
             self.fleet.reconcile(lab, settings)
             self.release_branch(lab, settings)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import redis
 
-from app import labs
-from app.config import Config
+from core import clock, registry, stream
+from core.config import Config
+from core.keys import job, key
 from workers import media
-from workers.broker import clock, leases, retry, stream
-from workers.broker.keys import job, key
+from workers.broker import leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
 from workers.process import die_with_parent
@@ -55,7 +55,7 @@ def set_worker(r: redis.Redis, lab: str, **fields) -> None:
 def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
                  idempotent: bool, ext: str = "mp4") -> tuple[Path, Path]:
     """(temp, final). Deterministic final path when guarded; per-attempt names when not."""
-    base = labs.lab_dir(var_dir, lab) / "transcoded" / job_id
+    base = registry.lab_dir(var_dir, lab) / "transcoded" / job_id
     name = f"{rendition}.{ext}" if idempotent else f"{rendition}-{worker_id()}-a{attempt}.{ext}"
     return base / f".tmp-{worker_id()}-a{attempt}-{rendition}.{ext}", base / name
 
@@ -63,9 +63,9 @@ def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: 
 def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
-    if not labs.exists(r, lab):
+    if not registry.exists(r, lab):
         return
-    settings = labs.settings(r, lab)
+    settings = registry.settings(r, lab)
     wid = worker_id()
     now = clock.now(r, lab)
     if not leases.claim(r, lab, job_id, attempt, wid, now, settings["vt_seconds"],

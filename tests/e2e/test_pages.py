@@ -5,7 +5,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from app import numbers
+from core import numbers
 
 pytestmark = pytest.mark.e2e
 

@@ -191,7 +191,7 @@ def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorde
 
 
 def test_a_history_past_the_streams_cap_says_the_oldest_events_are_gone(lab_page, r):
-    from workers.broker import stream
+    from core import stream
 
     page = lab_page.open_chapter(1)
     lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))

@@ -5,7 +5,7 @@ Jobs are queued while the clock is paused, so every strategy starts from the sam
 
 from __future__ import annotations
 
-from workers import fairness
+from workers.engines import fairness
 
 SPEED = 50
 JOB_S = 30

@@ -19,8 +19,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app import create_app
-from app.config import Config
 from app.openapi import document
+from core.config import Config
 from tests.conftest import Api
 
 pytestmark = pytest.mark.integration

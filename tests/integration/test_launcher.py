@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded_redis import free_port
+from runtime.embedded_redis import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
-    proc = subprocess.Popen([sys.executable, "-m", "app.launcher"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url, redis_url, lines = None, None, []
     deadline = time.monotonic() + 90

@@ -17,9 +17,9 @@ import redis
 import websocket
 from playwright.sync_api import expect
 
-from app import embedded_redis
-from app.config import Config
-from app.launcher import gunicorn_command, stop_all, wait_healthy
+from core.config import Config
+from runtime import embedded_redis
+from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 from tests.conftest import ARTIFACTS, Api, Stack
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
@@ -202,9 +202,9 @@ def test_the_access_log_never_shows_a_token(tight, tapi):
 
 def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis_server):
     """A deep queue asks for 8 workers; with 3 allowed on the machine and 1 used elsewhere, it gets 2."""
-    from app import labs as lab_registry
-    from workers import autoscale
-    from workers.broker.keys import key
+    from core import registry as lab_registry
+    from core.keys import key
+    from workers.engines import autoscale
 
     r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
     r.flushdb()  # a database no supervisor watches: nothing else acts on these labs

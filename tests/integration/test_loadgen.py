@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from workers import loadgen
+from workers.engines import loadgen
 
 pytestmark = pytest.mark.integration
 

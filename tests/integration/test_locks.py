@@ -3,7 +3,7 @@ and expiry judged by each replica's own clock (the skew that eats the margin).""
 
 import pytest
 
-from workers import locks
+from workers.engines import locks
 
 pytestmark = pytest.mark.integration
 LAB = "locktest"

@@ -12,8 +12,9 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import segno
 
-from app import labs, presets, scenarios
+from app import scenarios
 from app.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
+from core import presets, registry
 
 pytestmark = pytest.mark.integration
 
@@ -176,7 +177,8 @@ def test_export_jsonl_is_the_event_stream_and_csv_is_the_counts(api, r):
     assert {k: int(v) for k, v in rows[1:]} == api.snapshot(lab)["counts"]
     assert dict(rows[1:])["done"] == "2"
     # the dashboard's one-round-trip read gives the same numbers, and None for a lab that is gone
-    assert labs.counts_of(r, [lab["lab_id"], "gone"]) == {lab["lab_id"]: labs.counts(r, lab["lab_id"]), "gone": None}
+    both = registry.counts_of(r, [lab["lab_id"], "gone"])
+    assert both == {lab["lab_id"]: registry.counts(r, lab["lab_id"]), "gone": None}
 
     other = api.lab("ch1", speed=200, workers=0)
     assert api.call("GET", base + "/export.csv").status == 401

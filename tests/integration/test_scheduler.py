@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from workers import shards
+from workers.engines import shards
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +220,7 @@ def test_replicas_die_with_their_parent(redis_server, r):
     """PR_SET_PDEATHSIG: SIGKILL the process that owns the fleet (no cleanup runs) and its replicas go too."""
     code = (
         "import redis, sys, time\n"
-        "from workers.fleet import SchedulerFleet\n"
+        "from workers.engines.fleet import SchedulerFleet\n"
         "url = sys.argv[1]\n"
         "fleet = SchedulerFleet(redis.Redis.from_url(url, decode_responses=True), url)\n"
         "fleet.reconcile('pdeath', {'scheduler_replicas': 2, 'respawn_delay': 0, 'speed': 20, 'clock_skew': 0})\n"

@@ -8,8 +8,9 @@ import time
 
 import redis
 
-from app import create_app, labs
-from app.config import Config
+from app import create_app
+from core import registry
+from core.config import Config
 
 
 def status_url(lab: dict, job: dict) -> str:
@@ -149,8 +150,8 @@ def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
 def test_the_process_wide_cap_answers_503(redis_server):
     app = create_app(Config(redis_url=redis_server.url, long_poll_max=2, long_poll_per_lab=10, testing=True))
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    lab = labs.create(r, "ch3", 20, max_labs=1000)
-    labs.update_settings(r, lab["lab_id"], {"workers": 0})  # a running supervisor must not move the job
+    lab = registry.create(r, "ch3", 20, max_labs=1000)
+    registry.update_settings(r, lab["lab_id"], {"workers": 0})  # a running supervisor must not move the job
     auth = {"Authorization": f"Bearer {lab['token']}"}
     try:
         with app.test_client() as c:
@@ -173,7 +174,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
             t.join(20)
         assert held == [304, 304]
     finally:
-        labs.teardown(r, lab["lab_id"], app.config["LAB"].var_dir)
+        registry.teardown(r, lab["lab_id"], app.config["LAB"].var_dir)
 
 
 def test_bad_status_requests_get_clear_4xx(api):

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks import Webhook
 
-from tests.unit.test_webhook_security import verify as hand_verify
+from tests.unit.test_webhook_targets import verify as hand_verify
 
 
 class HookServer(ThreadingHTTPServer):

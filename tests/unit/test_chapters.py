@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from app import chapters, create_app, numbers
-from app.config import Config
+from app import chapters, create_app
+from core import numbers
+from core.config import Config
 
 
 @pytest.fixture
@@ -14,7 +15,7 @@ def client():
 
 
 def test_there_are_nine_chapters_numbered_0_to_8_each_with_a_preset():
-    from app.presets import PRESETS
+    from core.presets import PRESETS
 
     found = chapters.all_chapters()
     assert [c.number for c in found] == list(range(9))

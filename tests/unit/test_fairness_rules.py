@@ -1,4 +1,4 @@
-"""When the chapter 6 sweep gives a released tier job up for lost (workers.fairness.lost_reason).
+"""When the chapter 6 sweep gives a released tier job up for lost (workers.engines.fairness.lost_reason).
 
 A job taken back too early runs twice; one never taken back holds its tier's slot for ever. The
 integration test kills a real worker; these pin the rule for every case the sweep can meet.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from workers.fairness import START_GRACE_S, lost_reason
+from workers.engines.fairness import START_GRACE_S, lost_reason
 
 LABEL = "pro-7"
 

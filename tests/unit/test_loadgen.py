@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from app import presets
-from app.settings import DEFAULTS
-from workers import autoscale, loadgen
+from core import presets
+from core.settings import DEFAULTS
+from workers.engines import autoscale, loadgen
 
 
 def test_arrivals_are_poisson_at_lambda_with_the_lessons_mix():

@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from app.numbers import (
+from core.numbers import (
     INPUT_SPECS,
     SPECS_BY_NAME,
     InputError,

@@ -1,8 +1,8 @@
 """The OpenAPI document covers every call of the public contract, because it is built from the routes."""
 
 from app import create_app
-from app.config import Config
 from app.openapi import document
+from core.config import Config
 
 CONTRACT = [
     ("post", "/api/labs"), ("get", "/api/labs/{lab_id}"), ("patch", "/api/labs/{lab_id}/settings"),
@@ -38,7 +38,7 @@ def test_the_document_matches_the_url_map_exactly():
 
 
 def test_settings_patch_schema_comes_from_the_settings_schema():
-    from app import settings
+    from core import settings
 
     app = create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0"))
     op = document(app)["paths"]["/api/labs/{lab_id}/settings"]["patch"]

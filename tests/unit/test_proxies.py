@@ -5,7 +5,7 @@ anyone's to forge and are ignored."""
 from flask import jsonify, request
 
 from app import create_app
-from app.config import Config
+from core.config import Config
 
 FORWARDED = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Host": "lab.example.org", "X-Forwarded-Proto": "https"}
 

@@ -1,8 +1,8 @@
 """Room pieces that need no server: join codes as students type them, and the documented room calls."""
 
 from app import create_app, rooms
-from app.config import Config
 from app.openapi import document
+from core.config import Config
 
 
 def test_join_codes_are_read_the_way_students_type_them():

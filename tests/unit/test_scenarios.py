@@ -2,7 +2,8 @@
 
 from urllib.parse import parse_qsl, urlsplit
 
-from app import presets, scenarios, settings
+from app import scenarios
+from core import presets, settings
 
 
 def test_every_scenario_is_valid_settings_on_a_preset_a_room_can_run():
@@ -25,7 +26,7 @@ def test_a_scenario_url_round_trips_every_setting_through_the_validator():
 
 
 def test_every_scenario_button_is_valid_settings_faults_and_jobs_on_a_known_preset():
-    from app.api import FAULTS, SAMPLES
+    from core.events import FAULTS, SAMPLES
     from workers.broker.producer import JOB_TYPES
 
     assert {"ch1", "ch4", "ch8"} <= set(scenarios.BUTTONS)

@@ -1,6 +1,6 @@
 """The settings schema is the one place that says what a learner may change, and to what."""
 
-from app import presets, settings
+from core import presets, settings
 
 
 def test_every_preset_only_overrides_known_settings_with_valid_values():

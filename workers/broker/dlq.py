@@ -10,9 +10,9 @@ import time
 
 import redis
 
-from app.labs import read_job
-from workers.broker import stream
-from workers.broker.keys import key
+from core import stream
+from core.keys import key
+from core.registry import read_job
 from workers.broker.state import lab_keys, script
 
 _REPLAY = """

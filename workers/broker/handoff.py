@@ -16,8 +16,8 @@ import time
 
 import redis
 
-from workers.broker import stream
-from workers.broker.keys import job, key
+from core import stream
+from core.keys import job, key
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 

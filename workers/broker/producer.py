@@ -13,9 +13,10 @@ from typing import Any
 
 import redis
 
-from app.labs import next_job_number
-from workers.broker import clock, reaper, stream
-from workers.broker.keys import job, key
+from core import clock, stream
+from core.keys import job, key
+from core.registry import next_job_number
+from workers.broker import reaper
 
 JOB_TYPES = ("transcode", "thumbnail")
 

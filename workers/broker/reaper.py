@@ -13,8 +13,9 @@ import time
 import redis
 from rq import Queue
 
-from workers.broker import handoff, stream
-from workers.broker.keys import key, queue_name
+from core import stream
+from core.keys import key, queue_name
+from workers.broker import handoff
 from workers.broker.state import lab_keys, script
 
 _REDELIVER = """

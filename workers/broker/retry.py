@@ -11,8 +11,8 @@ import random
 
 import redis
 
-from workers.broker import stream
-from workers.broker.keys import key
+from core import stream
+from core.keys import key
 from workers.broker.state import lab_keys, script
 
 

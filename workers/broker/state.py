@@ -12,8 +12,8 @@ import json
 
 import redis
 
-from workers.broker import stream
-from workers.broker.keys import attempts, job, key
+from core import stream
+from core.keys import attempts, job, key
 
 _scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
 

@@ -23,9 +23,10 @@ import time
 import redis
 from rq import Queue
 
-from app import settings as settings_schema
-from workers.broker import clock, reaper, stream
-from workers.broker.keys import key, queue_name
+from core import clock, stream
+from core import settings as settings_schema
+from core.keys import key, queue_name
+from workers.broker import reaper
 
 TIERS = ("pro", "free")
 STRATEGIES = settings_schema.BY_NAME["fairness"].choices  # shared first: the baseline the bench compares with
@@ -236,7 +237,7 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
         queue = Queue(tier_queue_name(lab, tier), connection=rq_conn) if separate else reaper.rq_queue(rq_conn, lab)
         r.hset(inflight_key(lab), member, json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id, "q": queue.key,
                                                       "released": time.time()}))
-        queue.enqueue_call("workers.fairness.run_job",
+        queue.enqueue_call("workers.engines.fairness.run_job",
                            args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
                            timeout=-1, result_ttl=0, failure_ttl=300, job_id=rq_id)
         running[tier] += 1

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import redis
 
-from workers.broker import clock, stream
+from core import clock, stream
+from workers.engines.scheduler import clock_offset, cron_key
 from workers.process import die_with_parent
-from workers.scheduler import clock_offset, cron_key
 
 
 @dataclass
@@ -45,7 +45,7 @@ class SchedulerFleet:
 
     def spawn(self, fleet: LabFleet, slot: ReplicaSlot, settings: dict) -> None:
         env = dict(os.environ, REDIS_URL=self.redis_url)
-        slot.proc = subprocess.Popen([sys.executable, "-m", "workers.scheduler", fleet.lab, slot.id], env=env,
+        slot.proc = subprocess.Popen([sys.executable, "-m", "workers.engines.scheduler", fleet.lab, slot.id], env=env,
                                      stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         slot.state = "running"
         self.write_row(fleet, slot)

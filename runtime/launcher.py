@@ -14,8 +14,8 @@ import sys
 import time
 import urllib.request
 
-from app import embedded_redis
-from app.config import Config
+from core.config import Config
+from runtime import embedded_redis
 
 
 def gunicorn_command(config: Config, threads: int = 256) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from workers.broker.keys import key
+from core.keys import key
 
 # KEYS[1] lock hash; ARGV: holder, now (caller's clock), ttl.
 # Returns {won, holder, expires, fence[, previous holder, its expiry]}.

@@ -12,8 +12,8 @@ from typing import Any
 
 import redis
 
-from app.events import EVENT_TYPES
-from workers.broker.keys import key
+from core.events import EVENT_TYPES
+from core.keys import key
 
 MAXLEN = 20000
 

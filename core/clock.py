@@ -11,7 +11,7 @@ import time
 
 import redis
 
-from workers.broker.keys import key
+from core.keys import key
 
 
 def _now(state: dict, real: float | None = None) -> float:

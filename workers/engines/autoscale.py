@@ -14,11 +14,10 @@ import math
 
 import redis
 
-from app import labs, limits, numbers
-from app.settings import BY_NAME
-from workers import loadgen
-from workers.broker import stream
-from workers.broker.keys import key
+from core import numbers, registry, stream
+from core.keys import key
+from core.settings import BY_NAME
+from workers.engines import loadgen
 
 EVERY_S = 10.0  # simulated seconds between decisions
 SCALE_IN_COOLDOWN_S = 60.0  # no scale-in this soon after any change (no flapping on a quiet spell)
@@ -53,7 +52,7 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     states = r.hgetall(key(lab, "states"))
     depth = int(states.get("queued", 0)) + int(states.get("retrying", 0))
     current = int(settings["workers"])
-    ceiling = min(MAX_WORKERS, max(current, machine_max - limits.workers_in_use(r, exclude=lab)))
+    ceiling = min(MAX_WORKERS, max(current, machine_max - registry.workers_in_use(r, exclude=lab)))
     target, why = decide(depth, current, loadgen.recent_rate(r, lab, now), loadgen.MIX_W,
                          float(settings["autoscale_target_wait"]), int(settings["autoscale_min"]), ceiling)
     if target == current:
@@ -61,6 +60,6 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     if target < current and last[1] is not None and now - float(last[1]) < SCALE_IN_COOLDOWN_S:
         return None
     r.hset(k, "changed_t", now)
-    labs.update_settings(r, lab, {"workers": target})
+    registry.update_settings(r, lab, {"workers": target})
     stream.emit(r, lab, "autoscale.scaled", now, frm=current, to=target, depth=depth, reason=why)
     return target

@@ -18,10 +18,10 @@ from typing import Any
 
 import redis
 
-from app import numbers
+from core import numbers, stream
+from core.keys import job, key
 from workers import media
-from workers.broker import producer, stream
-from workers.broker.keys import job, key
+from workers.broker import producer
 
 MIX: tuple[numbers.JobType, ...] = numbers.DEFAULT_JOB_MIX
 MIX_W = numbers.blended_duration(MIX)

@@ -1,7 +1,7 @@
 """Process configuration from environment variables, with defaults that work on a laptop.
 
 Every tunable a deployer may set lives here, once; lab *settings* (what a learner changes)
-live in `app.settings` instead.
+live in `core.settings` instead.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.settings import DEFAULTS
+from core.settings import DEFAULTS
 
 # Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
 # `pipeline: False` marks a lab with no job queue at all (its add-on panel is the whole story):

@@ -100,3 +100,19 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
 }
 
 COUNTERS: tuple[str, ...] = tuple(sorted({c for c, _ in EVENT_TYPES.values() if c}))
+
+# What a learner can enqueue and break, with the words the widget shows for each: /api/meta serves
+# these, the API validates against them, the OpenAPI document lists them.
+SAMPLES: dict[str, str] = {
+    "bigbuckbunny": "Big Buck Bunny (animation)",
+    "bikes": "Bikes (street scene)",
+    "carphone_pristine": "Car phone (small, talking head)",
+    "poison": "Poison: a truncated MP4 that never decodes",
+}
+FAULTS: dict[str, tuple[str, str]] = {
+    "storage_outage": ("Storage outage", "Saving outputs fails for a while: attempts fail and are retried."),
+    "poison": ("Poison pill", "Enqueue a job whose handler crashes the process running it, every time."),
+    "slow": ("Slow jobs", "Jobs started during the fault take three times as long."),
+    "dedup_outage": ("Dedup store down",
+                     "Idempotency keys cannot be checked: the lab fails open or closed (chapter 5)."),
+}

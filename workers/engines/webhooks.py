@@ -29,13 +29,11 @@ from urllib.parse import urlsplit
 
 import redis
 
-from app import labs
-from app.config import Config
-from app.errors import ApiError
-from app.status import status_body
-from app.webhook_security import sign, validate_target
-from workers.broker import clock, retry, stream
-from workers.broker.keys import LABS, key
+from core import clock, registry, stream
+from core.config import Config
+from core.keys import LABS, key
+from core.webhook_targets import TargetRefused, sign, validate_target
+from workers.broker import retry
 
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
@@ -91,12 +89,12 @@ def collect(r: redis.Redis, lab: str, reg: dict, now: float) -> int:
     with r.pipeline(transaction=True) as pipe:
         for ev in batch:
             kind = TRIGGERS.get(ev["type"])
-            j = labs.read_job(r, lab, ev["job_id"]) if kind else None
+            j = registry.read_job(r, lab, ev["job_id"]) if kind else None
             if j is None:
                 continue
             msg_id = f"msg_{lab}_{ev['id'].replace('-', '_')}"
             body = {"type": kind, "timestamp": datetime.fromtimestamp(ev["t_real"], UTC).isoformat(),
-                    "data": {**status_body(j, lab), "status": "done" if kind == "job.done" else j["state"],
+                    "data": {**registry.status_body(j, lab), "status": "done" if kind == "job.done" else j["state"],
                              "lab_id": lab, "completed_at": ev["t_real"], "t_sim": ev["t_sim"]}}
             record = {"msg_id": msg_id, "type": kind, "job_id": ev["job_id"], "state": "pending", "tries": [],
                       "body": json.dumps(body, separators=(",", ":")), "created": time.time()}
@@ -171,11 +169,11 @@ class Deliverer:
                 continue
             now = clock.now(self.r, lab)
             collect(self.r, lab, reg, now)
-            lease_s = TRY_LEASE_S * max(float(labs.settings(self.r, lab)["speed"]), 1e-9)
+            lease_s = TRY_LEASE_S * max(float(registry.settings(self.r, lab)["speed"]), 1e-9)
             for msg_id in self.r.zrangebyscore(due(lab), "-inf", now, start=0, num=20):
                 if self.lease(keys=[due(lab)], args=[msg_id, now, now + lease_s]):
                     self.try_once(lab, reg, msg_id)
-            if not labs.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
+            if not registry.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
                 self.r.delete(hook(lab), messages(lab), due(lab))
 
     def target(self, lab: str, url: str) -> tuple[str, list[str]]:
@@ -198,12 +196,12 @@ class Deliverer:
             url, addrs = self.target(lab, reg["url"])
             status = post(url, addrs, headers, body)
             reason = (f"redirect ({status}) not followed" if 300 <= status < 400 else f"HTTP {status}")
-        except ApiError as e:  # the target now resolves somewhere it must not reach
-            status, reason = None, f"refused: {e.detail}"
+        except TargetRefused as e:  # the target now resolves somewhere it must not reach
+            status, reason = None, f"refused: {e.reason}"
         except (OSError, http.client.HTTPException) as e:
             status, reason = None, f"{type(e).__name__}: {e}"[:160]
         attempt = {"try": n, "t_real": round(sent_at, 4), "status": status, "reason": reason}
-        settings = labs.settings(self.r, lab)
+        settings = registry.settings(self.r, lab)
         now = clock.now(self.r, lab)
         fields = {"job_id": msg["job_id"], "msg": msg_id, "try": n}
         if status is not None and 200 <= status < 300:

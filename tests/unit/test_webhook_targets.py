@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from app.errors import ApiError
-from app.webhook_security import new_secret, sign, validate_target
+from core.webhook_targets import TargetRefused, new_secret, sign, validate_target
 
 
 def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
@@ -39,16 +38,16 @@ def test_signature_verifies_and_tamper_fails():
     "http://[::ffff:127.0.0.1]/", "http://192.168.0.5/",
 ])
 def test_internal_targets_refused(url):
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(TargetRefused) as err:
         validate_target(url)
-    assert err.value.status == 400 and err.value.error == "callback_forbidden"
+    assert err.value.code == "callback_forbidden"
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/", "not a url", "http:///nohost"])
 def test_malformed_urls_refused(url):
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(TargetRefused) as err:
         validate_target(url)
-    assert err.value.status == 400
+    assert err.value.code == "bad_callback_url"
 
 
 def test_public_literal_allowed_and_own_receiver_exempt():

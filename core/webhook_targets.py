@@ -16,8 +16,6 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-from app.errors import ApiError
-
 SECRET_PREFIX = "whsec_"
 
 
@@ -42,6 +40,14 @@ def _blocked(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
             or addr.is_unspecified or addr.is_reserved)
 
 
+class TargetRefused(ValueError):
+    """A callback URL we will not call: `code` is `bad_callback_url` or `callback_forbidden`."""
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
 def validate_target(url: str, allow_prefixes: tuple[str, ...] = ()) -> list[str]:
     """Check a callback URL and return the resolved addresses a delivery may connect to.
 
@@ -52,14 +58,14 @@ def validate_target(url: str, allow_prefixes: tuple[str, ...] = ()) -> list[str]
         return []
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ApiError(400, "bad_callback_url", "callback URL must be an absolute http(s) URL")
+        raise TargetRefused("bad_callback_url", "callback URL must be an absolute http(s) URL")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except (ValueError, OSError) as exc:
-        raise ApiError(400, "bad_callback_url", f"callback host does not resolve: {exc}") from exc
+        raise TargetRefused("bad_callback_url", f"callback host does not resolve: {exc}") from exc
     addrs = sorted({info[4][0] for info in infos})
     for raw in addrs:
         if _blocked(ipaddress.ip_address(raw.split("%")[0])):
-            raise ApiError(400, "callback_forbidden", f"callback host resolves to a non-public address ({raw})")
+            raise TargetRefused("callback_forbidden", f"callback host resolves to a non-public address ({raw})")
     return addrs

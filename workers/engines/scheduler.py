@@ -9,7 +9,7 @@ catch-up: it also mails the buckets of the ticks nobody ran. Idempotent mode cla
 with a conditional write first, so a double run costs one wasted run and no extra emails.
 
 Each replica's clock runs `clock_skew·(k−1)/(N−1)` simulated seconds ahead of replica 1's, and it
-judges locks by that clock. Run: `python -m workers.scheduler <lab> <replica>` (the fleet does).
+judges locks by that clock. Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ import time
 
 import redis
 
-from app import labs
-from workers import locks, shards
-from workers.broker import clock, stream
-from workers.broker.keys import key
+from core import clock, registry, stream
+from core.keys import key
+from workers.engines import locks, shards
 
 TASK = "send-digest"
 FOLLOWER_POLL_S = 5.0  # simulated seconds between a follower's tries for the leader lease
@@ -95,7 +94,7 @@ class Replica:
         self.next_renew = self.next_try = -math.inf
         self.start_script = r.register_script(_START)
         self.send_script = r.register_script(_SEND)
-        self.settings = labs.settings(r, lab)
+        self.settings = registry.settings(r, lab)
         r.hdel(cron_key(lab, "seen"), replica)  # "starting" until this process sees its first tick
 
     # --- clock ------------------------------------------------------------------------------
@@ -112,7 +111,7 @@ class Replica:
         while self.running:
             try:
                 if time.monotonic() - read_at > SETTINGS_EVERY_S:
-                    self.settings, read_at = labs.settings(self.r, self.lab), time.monotonic()
+                    self.settings, read_at = registry.settings(self.r, self.lab), time.monotonic()
                 self.step()
             except redis.ConnectionError:
                 time.sleep(0.5)  # the server restarts: keep the process, try again
@@ -132,7 +131,7 @@ class Replica:
     def on_tick(self, tick: int, now: float) -> None:
         # Fresh settings for the tick itself: a reset measures from the next tick, and a replica still
         # on the strategy it read a loop ago would record that tick under the old one.
-        self.settings = labs.settings(self.r, self.lab)
+        self.settings = registry.settings(self.r, self.lab)
         strategy = self.settings["cron_strategy"]
         with self.r.pipeline() as pipe:
             pipe.hsetnx(cron_key(self.lab, "ticks"), f"{tick}:strategy", strategy)  # what this tick measures

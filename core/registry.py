@@ -18,10 +18,9 @@ from typing import Any
 
 import redis
 
-from app import presets
-from app.events import COUNTERS
-from workers.broker import clock, stream
-from workers.broker.keys import LABS, job, key, queue_name
+from core import clock, presets, stream
+from core.events import COUNTERS
+from core.keys import LABS, job, key, queue_name
 
 
 class LabFull(Exception):
@@ -244,3 +243,15 @@ def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
         for i in range(0, len(batch), 500):
             r.delete(*batch[i:i + 500])
     shutil.rmtree(lab_dir(var_dir, lab), ignore_errors=True)
+
+def status_body(j: dict, lab_id: str) -> dict[str, Any]:
+    """What a client needs to know, and nothing that changes while nothing happens (no lease deadline)."""
+    done = j["state"] == "done"
+    return {"job_id": j["id"], "status": j["state"], "attempt_count": j["attempt"],
+            "result_urls": j["outputs"] if done else None,
+            "status_url": f"/api/labs/{lab_id}/jobs/{j['id']}/status"}
+
+
+def workers_in_use(r: redis.Redis, exclude: str | None = None) -> int:
+    """Workers every live lab asks for (what the supervisor will run), leaving out `exclude`."""
+    return sum(int(settings(r, lab).get("workers", 0)) for lab in r.smembers(LABS) if lab != exclude)

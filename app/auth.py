@@ -1,0 +1,73 @@
+"""Who may do what to a lab: tokens from the Authorization header or the lab cookie, the CSRF rule
+for cookie-only writes, and one `authorise()` that the API's decorator and the WebSocket upgrade share."""
+
+from __future__ import annotations
+
+from functools import wraps
+from urllib.parse import urlsplit
+
+from flask import request
+
+from app.errors import ApiError
+from app.store import get_redis
+from core import registry
+
+
+def bearer_token() -> str | None:
+    auth = request.headers.get("Authorization", "")
+    return auth[7:].strip() or None if auth.startswith("Bearer ") else None
+
+
+def request_token(lab: str) -> str | None:
+    return bearer_token() or request.cookies.get(f"lab_{lab}") or None
+
+
+def page_host() -> str | None:
+    """The host of the page behind this request as the browser names it: `Origin` (WebSocket
+    upgrades, fetch/form POSTs) or at least `Referer`; a cross-site page cannot forge either. None
+    when neither is sent, which is no proof of a browser, so callers decide about that."""
+    origin = request.headers.get("Origin") or request.headers.get("Referer")
+    return urlsplit(origin).netloc if origin is not None else None
+
+
+def same_origin() -> bool:
+    """Did this request come from one of our own pages?"""
+    return page_host() == request.host
+
+
+def refuse_cross_site() -> None:
+    """CSRF: the lab cookie rides along on any request the browser makes, even one a foreign page
+    starts, so a change authorised only by the cookie must come from our own origin. A Bearer
+    token is never sent by the browser on its own, so it needs no such check."""
+    if not same_origin():
+        raise ApiError(403, "cross_site", "a change authorised by the lab cookie must come from this "
+                       "app's own pages (send Authorization: Bearer <token> from other clients)")
+
+
+def authorise(lab_id: str, token: str | None, write: bool) -> str:
+    """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); the token's role."""
+    r = get_redis()
+    if len(lab_id) > 32 or not registry.exists(r, lab_id):
+        raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
+    if not token:
+        raise ApiError(401, "missing_token", "send Authorization: Bearer <token>", {"WWW-Authenticate": "Bearer"})
+    role = registry.check_token(r, lab_id, token, allow_view=not write)
+    if role is None:
+        raise ApiError(403, "forbidden", "this token does not open this lab" + (" for changes" if write else ""))
+    return role
+
+
+def lab_access(write: bool):
+    """Decorator for `/api/labs/<lab_id>/…` routes: authorise the request's token, and for a write
+    apply the CSRF rule and keep the lab alive."""
+    def deco(fn):
+        @wraps(fn)
+        def wrapper(lab_id: str, *a, **kw):
+            authorise(lab_id, request_token(lab_id), write)
+            if write:
+                if bearer_token() is None:
+                    refuse_cross_site()
+                registry.touch(get_redis(), lab_id)
+            return fn(lab_id, *a, **kw)
+        return wrapper
+    return deco

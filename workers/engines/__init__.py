@@ -1,0 +1,2 @@
+"""Chapter engines the pool supervisor ticks: autoscale, fairness, load generator, scheduler
+replicas (fleet, locks, shards) and webhook delivery."""
