@@ -28,6 +28,7 @@ def create_app(config: Config | None = None) -> Flask:
     from app import (
         api,
         branch,
+        charts,
         errors,
         fairness,
         filters,
@@ -46,6 +47,7 @@ def create_app(config: Config | None = None) -> Flask:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     store.init_app(app)
     filters.init_app(app)
+    charts.init_app(app)
     errors.init_app(app)
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)

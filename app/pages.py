@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, current_app, render_template, request
 
 from app import chapters
-from core import numbers
+from core import numbers, series
 
 bp = Blueprint("pages", __name__)
 
@@ -45,8 +45,10 @@ def chapter(number: int, slug: str | None = None):
     inputs, input_errors = model_from_query()
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
-    body = chapters.render_body(
-        ch, current_app.jinja_env, {"fig": numbers.derive(inputs), "inputs": inputs})
+    fig = numbers.derive(inputs)
+    body = chapters.render_body(ch, current_app.jinja_env, {
+        "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig),
+        "charts": current_app.jinja_env.get_template("_charts.html").module})
     return render_template(
         "chapter.html",
         chapter=ch,

@@ -1327,6 +1327,7 @@ def derive(inputs: Inputs | None = None) -> dict[str, dict[str, Any]]:
     }
     _fill_timeout_reference(fig)
     fig["ch8"] = _ch8(inputs, fig)
+    _add_prose_figures(inputs, fig)
     return fig
 
 
@@ -1363,3 +1364,46 @@ __all__ = [
     "inputs_from_mapping", "jitter_peak_per_bucket", "jitter_peak_reduction",
     "littles_law_L", "lookup", "spec_values", "to_json", "workers_for_utilisation",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures the prose states that are one step from another figure (a difference, a unit change,
+# "twice the traffic"): computed here so that chapters do no arithmetic of their own.
+# ---------------------------------------------------------------------------------------------
+
+
+def _add_prose_figures(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    c1 = fig["ch1"]
+    hb = c1["heartbeat_timeline"]
+    c1["heartbeat_crash_at_s"] = next((r["t_s"] for r in hb if r["event"] == "worker crashes"), 0.0)
+    c1["heartbeat_redelivered_at_s"] = next(
+        (r["t_s"] for r in hb if "heartbeat lease expires" in r["event"]), inputs.heartbeat_extend_s)
+
+    c2 = fig["ch2"]
+    W, rho = c2["blended_duration_s"], inputs.target_utilisation
+    c2["small_pool_workers"] = SMALL_POOL_WORKERS
+    # Same ρ and W, different pool sizes: how much pooling buys (exact M/M/c beside W/(1 − ρ)).
+    pooling = []
+    for c in (1, 2, SMALL_POOL_WORKERS, 8, 16, 64):
+        wq = _finite(erlang_c_wait(rho * c / W, W, c))
+        pooling.append({"workers": c, "approx_wait_s": c2["queue_wait_s"], "mmc_wait_s": wq,
+                        "mmc_p_wait": erlang_c(c, rho * c), "mmc_time_in_system_s": None if wq is None else wq + W})
+    wq = c2["mmc_wait_at_target_s"]
+    pooling.append({"workers": c2["workers_at_target"], "approx_wait_s": c2["queue_wait_s"], "mmc_wait_s": wq,
+                    "mmc_p_wait": c2["mmc_p_wait_at_target"], "mmc_time_in_system_s": None if wq is None else wq + W})
+    c2["pooling_table"] = pooling
+
+    c4 = fig["ch4"]
+    waves = []
+    for row in c4["retry_schedule"]:
+        if row["attempt"] >= inputs.max_attempts:
+            break
+        waves.append(row)
+        if not row["dependency_down"]:
+            break
+    c4["herd_waves"] = waves  # the synchronised retries that really happen, capped by max_attempts
+    c4["herd_waves_failing"] = sum(1 for r in waves if r["dependency_down"])
+    c4["herd_recovery_wave"] = next((r for r in waves if not r["dependency_down"]), None)
+
+
+SMALL_POOL_WORKERS = 4  # ch2 compares every pool with a lab-sized one of this many workers
