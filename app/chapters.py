@@ -1,7 +1,10 @@
 """The course text: one Markdown file per chapter in `chapters/`, front matter first.
 
 The body is a Jinja template before it is Markdown, so every figure in the prose comes from the
-numbers model (`{{ fig.ch2.workers_at_target }}`) instead of being typed in.
+numbers model (`{{ fig.ch2.workers_at_target }}`) instead of being typed in, and every chart is
+one call into templates/_charts.html fed by a series from core/series.py
+(`{{ charts.line(series.wait_vs_utilisation, ...) }}`). Chapters define no macros and do no
+arithmetic (tests/unit/test_chapter_rules.py); formatters are globals from app/filters.py.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ class Chapter:
     @property
     def url_slug(self) -> str:
         return f"{self.number}-{self.slug}"
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The model figures this chapter declares it shows (front matter `figures:`, dotted keys
+        such as ``ch2.workers_at_target``); tests/unit/test_chapter_rules.py checks each exists."""
+        return tuple(k.strip() for k in self.meta.get("figures", "").split(",") if k.strip())
 
 
 def parse_front_matter(text: str) -> tuple[dict, str]:
