@@ -127,7 +127,8 @@ def bars(chart: Chart) -> dict[str, Any]:
             y += 8
     bottom = y
     ticks = [(X(k * step), tick_label(k * step, step)) for k in range(int(round(top / step)) + 1)]
-    return {"w": WIDTH, "h": bottom + (50 if grouped else 10), "x0": x0, "x1": x1, "top": 10, "bottom": bottom, "rows": rows,
+    return {"w": WIDTH, "h": bottom + (50 if grouped else 10), "x0": x0, "x1": x1, "top": 10, "bottom": bottom,
+            "rows": rows,
             "heads": heads, "ticks": ticks, "mid_x": (x0 + x1) / 2, "grouped": grouped}
 
 
