@@ -38,7 +38,7 @@ def nice_top(value: float, max_ticks: int, kind: str = "decimal") -> tuple[float
 def tick_label(v: float, step: float) -> str:
     if step >= 1:
         return f"{v:,.0f}"
-    return f"{round(v, 6):g}"
+    return "0" if abs(v) < 1e-9 else f"{v:.{max(0, -math.floor(math.log10(step) + 1e-9))}f}"
 
 
 def _scale(d0: float, d1: float, p0: float, p1: float):
@@ -155,6 +155,9 @@ def timeline(chart: Chart) -> dict[str, Any]:
                 sx, ex = X(sp.start), X(sp.end)
                 w = max(ex - sx, 1)
                 inside = _fits(sp.label, w)
+                text = sp.label
+                if not inside and sp.short and _fits(sp.short, w):
+                    inside, text = True, sp.short
                 if inside:
                     lab = {"x": sx + 6, "anchor": "start", "on_fill": sp.style == "solid"}
                 elif ex + 6 + len(sp.label) * CHAR_W <= x1 + 20:
@@ -163,7 +166,7 @@ def timeline(chart: Chart) -> dict[str, Any]:
                     lab = {"x": ex - 6, "anchor": "end", "on_fill": sp.style == "solid"}
                 if sp.style == "outline" and not inside and ex > x1 - 40:
                     lab = {"x": ex - 6, "anchor": "end", "on_fill": False}
-                spans.append({"sp": sp, "x": sx, "w": round(w, 1), "label": lab})
+                spans.append({"sp": sp, "x": sx, "w": round(w, 1), "label": lab, "text": text})
             end = max((X(sp.end) for sp in ln.spans), default=x0)
             events = [{"e": e, "x": X(e.x)} for e in ln.events]
             lanes.append({"ln": ln, "y": y, "h": row - 10, "spans": spans, "events": events,

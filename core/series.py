@@ -51,6 +51,7 @@ class Span:
     label: str = ""
     style: str = "solid"
     tone: str = "accent"
+    short: str = ""  # drawn inside the span instead of `label` when only this fits
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,7 @@ def _lock_panel(ttl: float, p99: float, replicas: int, label: str) -> Panel:
     runs = min(replicas, math.ceil(p99 / ttl - 1e-9))
     shown = min(runs, 4)
     lock = tuple(Span(i * ttl, min((i + 1) * ttl, p99) if i == shown - 1 else (i + 1) * ttl,
-                      f"held by {_LETTERS[i]}", "solid", "muted") for i in range(shown))
+                      f"held by {_LETTERS[i]}", "solid", "muted", _LETTERS[i]) for i in range(shown))
     lanes = (Lane("lock key", lock),) + tuple(
         Lane(f"replica {_LETTERS[i]} runs",
              (Span(i * ttl, i * ttl + p99, "task" if i == 0 else "duplicate",
