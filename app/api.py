@@ -75,10 +75,24 @@ def metrics():
 
 @bp.get("/api/meta")
 def meta():
-    """Settings schema, presets, event vocabulary and scenario buttons: the widget builds itself from these."""
+    """Settings schema, presets, event vocabulary, scenario buttons, sample clips, fault labels and
+    the event stream's cap: the widget builds itself from these and repeats none of them."""
+    sample_labels = {"bigbuckbunny": "Big Buck Bunny (animation)", "bikes": "Bikes (street scene)",
+                     "carphone_pristine": "Car phone (small, talking head)",
+                     "poison": "Poison: a truncated MP4 that never decodes"}
+    fault_text = {
+        "storage_outage": ("Storage outage", "Saving outputs fails for a while: attempts fail and are retried."),
+        "poison": ("Poison pill", "Enqueue a job whose handler crashes the process running it, every time."),
+        "slow": ("Slow jobs", "Jobs started during the fault take three times as long."),
+        "dedup_outage": ("Dedup store down",
+                         "Idempotency keys cannot be checked: the lab fails open or closed (chapter 5)."),
+    }
     return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=FAULTS, scenario_buttons=scenarios.BUTTONS)
+                   faults=FAULTS, scenario_buttons=scenarios.BUTTONS,
+                   fault_text={f: {"label": fault_text[f][0], "doc": fault_text[f][1]} for f in FAULTS},
+                   samples=[{"name": n, "label": sample_labels[n]} for n in SAMPLES],
+                   stream_cap=stream.MAXLEN)
 
 
 # --- auth -----------------------------------------------------------------------------------
