@@ -78,24 +78,14 @@ def metrics():
 
 @bp.get("/api/meta")
 def meta():
-    """Settings schema, presets, event vocabulary and scenario buttons: the widget builds itself from these."""
+    """Settings schema, presets, event vocabulary, scenario buttons, sample clips, fault labels and
+    the event stream's cap: the widget builds itself from these and repeats none of them."""
     return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=list(FAULTS), fault_text=FAULTS, samples=SAMPLES,
-                   stream_cap=stream.MAXLEN, scenario_buttons=scenarios.BUTTONS)
-
-
-
-
-
-
-
-
-
-
-
-
-
+                   faults=list(FAULTS), scenario_buttons=scenarios.BUTTONS,
+                   fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
+                   samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
+                   stream_cap=stream.MAXLEN)
 
 
 # --- labs -----------------------------------------------------------------------------------
@@ -322,8 +312,6 @@ def inline_transcode(lab_id: str):
         r.delete(lock)
 
 
-
-
 @bp.get("/api/labs/<lab_id>/jobs")
 @lab_access(write=False)
 def list_jobs(lab_id: str):
@@ -425,8 +413,6 @@ def expire_lease(lab_id: str, job_id: str):
     return jsonify(job=registry.read_job(r, lab_id, job_id))
 
 
-
-
 @bp.post("/api/labs/<lab_id>/faults")
 @lab_access(write=True)
 def inject_fault(lab_id: str):
@@ -473,8 +459,6 @@ def replay_dlq(lab_id: str):
     r = get_redis()
     return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate),
                    rate=rate)
-
-
 
 
 @bp.get("/api/labs/<lab_id>/events")

@@ -10,7 +10,7 @@
 // - room presence: a page opened from a room checks in every 10 s, so the instructor sees who watches.
 
 import { onLab } from './lab-addon.js';
-import { errorText, h, setAttr, setText } from './widget-util.js';
+import { errorText, h, setAttr, setText } from './widget/util.js';
 
 const root = document.getElementById('lab-widget');
 const params = new URLSearchParams(location.search);

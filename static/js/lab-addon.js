@@ -4,7 +4,7 @@
 // real pipeline and the add-on's readouts describe the same jobs the widget shows. The widget fires
 // `lab:ready` (with its authenticated `api` function), `lab:event` and `lab:snapshot` on #lab-widget.
 
-import { h, setAttr, setText } from './widget-util.js';
+import { h, setAttr, setText } from './widget/util.js';
 
 /**
  * Run `hooks.ready({lab, api, meta, snapshot})` whenever the widget opens a lab (start, reset,

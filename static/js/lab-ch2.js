@@ -3,7 +3,7 @@
 // Everything shown comes from GET /api/labs/{lab}/loadgen, which reads the real jobs' records.
 
 import { onLab, makeChart } from './lab-addon.js';
-import { h, setAttr, setText, fmtNum } from './widget-util.js';
+import { h, setAttr, setText, fmtNum } from './widget/util.js';
 
 const root = document.getElementById('ch2-lab');
 const POLL_MS = 1000;

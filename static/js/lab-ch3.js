@@ -6,7 +6,7 @@
 // Every count and delay below is measured here or by the server; the model's arithmetic sits beside it.
 
 import { onLab } from './lab-addon.js';
-import { h, setAttr, setText } from './widget-util.js';
+import { h, setAttr, setText } from './widget/util.js';
 
 const root = document.getElementById('ch3-lab');
 const q = (role) => root.querySelector(`[data-role="${role}"]`);

@@ -3,7 +3,7 @@
 // and a paced DLQ replay. Rides on the live widget's lab (lab-addon.js).
 
 import { makeChart, onLab } from './lab-addon.js';
-import { setAttr, setText } from './widget-util.js';
+import { setAttr, setText } from './widget/util.js';
 
 const POLICIES = [['exponential', 'no jitter', ''], ['linear', 'linear', 'la-b'], ['full_jitter', 'full jitter', 'la-c']];
 const $ = (id) => document.getElementById(id);

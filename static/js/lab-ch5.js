@@ -3,7 +3,7 @@
 // guards under a forced redelivery, and the lab's real outbox. Every figure comes from the API.
 
 import { onLab } from './lab-addon.js';
-import { h, setAttr, setText } from './widget-util.js';
+import { h, setAttr, setText } from './widget/util.js';
 
 const root = document.getElementById('ch5-lab');
 const q = (role) => root.querySelector(`[data-role="${role}"]`);

@@ -2,7 +2,7 @@
 // Waits are measured by the real workers when they start a job; this panel only reads them back.
 
 import { makeChart, onLab } from './lab-addon.js';
-import { h, setText } from './widget-util.js';
+import { h, setText } from './widget/util.js';
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 1000;

@@ -3,7 +3,7 @@
 // clock skew eats, and the shard buckets. Everything is read from GET /api/labs/{lab}/schedule.
 
 import { makeChart, onLab } from './lab-addon.js';
-import { h, setAttr, setText } from './widget-util.js';
+import { h, setAttr, setText } from './widget/util.js';
 
 const root = document.getElementById('ch7-lab');
 const q = (role) => root.querySelector(`[data-role="${role}"]`);

@@ -6,7 +6,7 @@
 // the room); a lab's own token goes where the widget resumes labs from: sessionStorage
 // `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
 
-import { errorText, h, setAttr, setText } from './widget-util.js';
+import { errorText, h, setAttr, setText } from './widget/util.js';
 
 const root = document.querySelector('.rooms[data-page]');
 

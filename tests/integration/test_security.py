@@ -113,8 +113,8 @@ def test_websocket_origin_and_token_rules(api, stack):
         ws.close()
 
 
-PAGES = ["/", "/chapters/1", "/chapters/4", "/api/meta", "/api/labs/nope", "/no/such/page", "/static/js/widget.js",
-         "/healthz", "/api/openapi.json"]
+PAGES = ["/", "/chapters/1", "/chapters/4", "/api/meta", "/api/labs/nope", "/no/such/page",
+         "/static/js/widget/index.js", "/healthz", "/api/openapi.json"]
 
 
 @pytest.mark.parametrize("path", PAGES)

@@ -4,7 +4,7 @@
 // dashed line up to the moment the reaper notices; and wherever two attempts of the same job ran
 // at once the track is hatched ("duplicate overlap"). Rows are keyed, so the job buttons keep focus.
 
-import { fmtT, h, setAttr, setText } from './widget-util.js';
+import { fmtT, h, setAttr, setText } from './util.js';
 
 const LANE_PX = 30;
 const MAX_ROWS = 8;

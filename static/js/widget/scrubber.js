@@ -1,12 +1,12 @@
 // The history bar: a scrubber over the lab's event stream, replay at a chosen speed, and the
 // "try again from here" form. It holds only UI state (where the thumb is, whether a replay runs);
-// the widget rebuilds the lab's state at that event from the stream (see `seek` in widget.js).
+// the widget rebuilds the lab's state at that event from the stream (see `seek` in history.js).
 //
 // Position n (one past the last event) is "live"; any smaller position is a past moment. The
 // slider is a native range input, so arrow keys, Home/End and PageUp/PageDown work, and its
 // aria-valuetext says the moment in words.
 
-import { fmtT, h, setAttr, setText } from './widget-util.js';
+import { fmtT, h, setAttr, setText } from './util.js';
 
 export const REPLAY_SPEEDS = [1, 5, 20];
 const MAX_GAP_S = 1; // a replay skips real pauses longer than this (a paused clock, an idle lab)

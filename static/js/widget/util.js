@@ -1,5 +1,6 @@
-// Small helpers shared by the lab widget: DOM building, number formatting, event-id order,
-// and the plain-words narration built from /api/meta's event templates.
+// Small helpers shared by the lab widget's modules and the chapter add-ons: DOM building, keyed
+// lists, number formatting, event-id order, and the plain-words narration built from /api/meta's
+// event templates. Nothing here touches the document until called, so node can import it.
 
 /** Build an element: h('button', {class: 'x', testid: 'y', onclick: fn}, 'text', child). */
 export function h(tag, props, ...kids) {
@@ -145,3 +146,34 @@ export function throttled(fn, minGapMs, leadMs = 120) {
   };
   return schedule;
 }
+
+/** Keyed list update: create missing items, update all, remove stale, keep order. */
+export function syncList(list, cache, items, keyOf, create, update) {
+  const seen = new Set();
+  items.forEach((item, idx) => {
+    const k = keyOf(item);
+    seen.add(k);
+    let e = cache.get(k);
+    if (!e) { e = create(item); cache.set(k, e); }
+    update(item, e);
+    const at = list.children[idx];
+    if (at !== e.li) list.insertBefore(e.li, at || null);
+  });
+  for (const [k, e] of cache) if (!seen.has(k)) { e.li.remove(); cache.delete(k); }
+}
+
+/** A titled block of the controls column. */
+export function section(title, ...kids) {
+  return h('section', { class: 'lw-ctl-section' }, h('h3', {}, title), ...kids);
+}
+
+/** A polite status line under a control. */
+export function statusLine(testid) {
+  return h('p', { class: 'lw-status', testid, 'aria-live': 'polite' });
+}
+
+/** An uploaded file's id is 12 hex digits: say so instead of showing it. */
+export const videoLabel = (v) => (/^[0-9a-f]{12}$/.test(v || '') ? 'uploaded file' : v || '');
+
+export const stateWord = (st) => ({ queued: 'queued', running: 'running', retrying: 'waiting to retry', done: 'done',
+  dlq: 'dead-lettered', lost: 'lost' }[st] || st || '…');

@@ -1,0 +1,217 @@
+// Async Work Lab: the live widget on every chapter page (issue 5).
+//
+// One component, configured by the chapter's preset (`data-preset` on #lab-widget). Everything it
+// shows comes from the real lab: the settings schema, presets, event vocabulary, sample clips, fault
+// labels and the stream's cap from /api/meta; state from the snapshot (GET /api/labs/{lab}) plus every
+// event pushed over the WebSocket. Model = last snapshot ⊕ events after its last_event_id (model.js),
+// so a reload or reconnect rebuilds the same numbers; regions are updated in place (keyed), never
+// wiped under the learner.
+//
+// This file boots a widget and wires its parts; each part is a module with one noun:
+//   model.js timeline-model.js   the state, folded from snapshot + events (pure: node tests it)
+//   lab.js        open, create, reset or replace the lab; the HTTP client
+//   stream.js     the WebSocket, resume after the last id, backoff; snapshots
+//   history.js    a past moment rebuilt from the stream      branch.js  try again from there
+//   controls.js   the controls column: break it, scenarios, dead-letter replay
+//   upload.js settings.js clock.js                           the rest of the controls
+//   readouts.js workers.js broker.js jobs.js                 the panels that show the lab
+//   job-detail.js inspect.js   the open job; a worker's or a lease's internals
+//   log.js        event log and screen-reader announcements  keys.js  keyboard shortcuts
+//   util.js scrubber.js timeline.js                          helpers, the history bar, the Gantt chart
+//
+// Every part is installed on one object W (the widget): `W.S` is the state, `W.els` the elements
+// built, and each part's functions are reached as `W.name()`, so parts call each other late-bound.
+//
+// Plain ES modules, no build step, no CDN.
+
+import { errorText, h, narrate, setText } from './util.js';
+import { Scrubber } from './scrubber.js';
+import { Timeline } from './timeline.js';
+import { simNow } from './model.js';
+import * as branch from './branch.js';
+import * as broker from './broker.js';
+import * as clock from './clock.js';
+import * as controls from './controls.js';
+import * as history from './history.js';
+import * as inspect from './inspect.js';
+import * as jobDetail from './job-detail.js';
+import * as jobs from './jobs.js';
+import * as keys from './keys.js';
+import * as lab from './lab.js';
+import * as log from './log.js';
+import * as readouts from './readouts.js';
+import * as settings from './settings.js';
+import * as stream from './stream.js';
+import * as upload from './upload.js';
+import * as workers from './workers.js';
+
+const PARTS = [lab, stream, history, branch, controls, upload, settings, clock, readouts, workers, broker, jobs,
+  jobDetail, inspect, log, keys];
+
+// the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
+for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
+
+function boot(root) {
+  const params = new URLSearchParams(location.search);
+  const preset = root.dataset.preset || 'ch8';
+  const S = {
+    meta: null, schema: new Map(), controls: new Set(), lab: null,
+    settings: {}, clock: null, counts: {}, workers: new Map(), jobs: new Map(),
+    breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
+    tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
+    log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
+    history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
+    past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
+    inspect: null, // the worker or lease whose internals are open: {kind: 'worker'|'lease', id}
+  };
+  const W = {
+    root, preset, params, S, els: {}, timeline: null, scrubber: null,
+    compact: root.dataset.compact === 'yes', // one run of a compare page: headline counts + timeline
+    urlSpeed: Number(params.get('speed')) || null,
+    reduceMotion: matchMedia('(prefers-reduced-motion: reduce)'),
+    storeKey: `awl:lab:${preset}`,
+    q: (role) => root.querySelector(`[data-role="${role}"]`),
+    labPath: (p = '') => `/api/labs/${S.lab.id}${p}`,
+    simNow: () => simNow(S.clock, performance.now()),
+    labelOf: (name) => (S.schema.get(name) || {}).label || name,
+    emit, banner, markDirty, renderAll,
+  };
+  for (const part of PARTS) Object.assign(W, part.install(W));
+  const { q, els } = W;
+
+  start().catch((e) => fatal(e.message || String(e)));
+
+  async function start() {
+    const metaRes = await W.api('GET', '/api/meta');
+    if (!metaRes.ok) throw new Error(`could not load /api/meta: ${errorText(metaRes.data, metaRes.status)}`);
+    S.meta = metaRes.data;
+    for (const s of S.meta.settings) S.schema.set(s.name, s);
+    const p = S.meta.presets[preset];
+    if (!p) throw new Error(`unknown preset ${preset}`);
+    S.controls = new Set(p.controls);
+    setText(q('preset-title'), p.title);
+    if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
+    const snap = await W.openLab();
+    buildUi();
+    W.applySnapshot(snap);
+    q('loading').hidden = true;
+    q('body').hidden = false;
+    root.dataset.state = 'ready';
+    root.dataset.labId = S.lab.id;
+    W.connectWs();
+    setInterval(tick, 250);
+    W.announceLoop();
+    tick(true);
+    W.announceLab(snap);
+  }
+
+  /**
+   * Chapter add-ons (templates/_lab_<preset>.html + static/js/lab-<preset>.js) listen on #lab-widget:
+   * `lab:ready` {lab, api, meta, snapshot} whenever the widget opens a lab (start, reset, expiry),
+   * `lab:event` for every event in stream order, `lab:snapshot` for every snapshot applied. They reuse
+   * the widget's lab and token instead of opening their own, so the page drives one real lab.
+   */
+  function emit(name, detail) {
+    root.dispatchEvent(new CustomEvent(name, { detail }));
+  }
+
+  function fatal(msg) {
+    const b = q('banner');
+    b.replaceChildren(`The lab could not start: ${msg} `,
+      h('button', { type: 'button', onclick: () => location.reload() }, 'Try again'));
+    b.hidden = false;
+    q('loading').hidden = true;
+    root.dataset.state = 'error';
+  }
+
+  function banner(msg) {
+    const b = q('banner');
+    if (!msg) { b.hidden = true; return; }
+    b.textContent = msg;
+    b.hidden = false;
+  }
+
+  function buildUi() {
+    els.conn = root.querySelector('[data-testid="conn-status"]');
+    els.clock = q('clock');
+    els.clockSub = q('clock-sub');
+    els.clockP = root.querySelector('[data-testid="readout-clock"]');
+    els.player = q('player');
+    els.detail = q('detail');
+    W.buildReadouts();
+    W.buildScenarios();
+    W.buildControls();
+    W.buildLogFilters();
+    if (S.controls.has('retry_policy')) W.buildRetryHistogram();
+    W.timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
+      { onOpenJob: (id) => W.openJob(id, true) });
+    W.scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
+      idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, W.labelOf),
+      trimmed: () => !!S.trimmed,
+      onSeek: W.seek, onLive: W.goLive, canBranch: !W.compact, onBranchForm: W.branchForm,
+    });
+    W.buildFind();
+    W.buildHelp();
+    if (S.controls.has('kill') && !S.lab.viewer) setText(q('workers-hint'), 'click a busy worker to kill it');
+    if (S.lab.viewer && !W.compact) {
+      root.classList.add('lw-viewer');
+      banner(null);
+      const b = q('banner');
+      b.textContent = 'Read-only: you are watching the instructor’s lab. Every screen shows the same pipeline.';
+      b.hidden = false;
+      b.removeAttribute('role');
+    }
+    els.controls = q('controls');
+    if (W.compact) root.classList.add('lw-compact');
+    else document.addEventListener('keydown', W.onKey);
+    W.reduceMotion.addEventListener?.('change', () => markDirty());
+  }
+
+  // ---- rendering: one frame per animation frame at most, a tick every 250 ms (1 s reduced motion)
+  let raf = 0;
+  function markDirty() {
+    if (!raf) raf = requestAnimationFrame(() => { raf = 0; renderAll(); });
+  }
+
+  let lastTick = 0;
+  function tick(force) {
+    const now = performance.now();
+    const gap = W.reduceMotion.matches ? 1000 : 250;
+    if (!force && (document.hidden || now - lastTick < gap - 20)) return;
+    lastTick = now;
+    markDirty();
+  }
+
+  // render cost, kept so a tool or test can read how long a frame's work takes (root.lwRenderStats())
+  root.lwRenderStats = () => {
+    const ms = [...S.renderMs].sort((a, b) => a - b);
+    const pick = (p) => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))];
+    return { frames: ms.length, p50: pick(0.5), p95: pick(0.95), max: ms[ms.length - 1] };
+  };
+  root.lwRenderStats.reset = () => { S.renderMs = []; };
+
+  function renderAll() {
+    if (!S.meta || !els.readouts) return;
+    const t0 = performance.now();
+    renderFrame();
+    S.renderMs.push(performance.now() - t0);
+    if (S.renderMs.length > 600) S.renderMs.splice(0, S.renderMs.length - 600);
+  }
+
+  function renderFrame() {
+    const now = W.simNow();
+    W.scrubber.sync(S.past ? S.past.buffer.length : 0);
+    W.renderClock(now);
+    W.renderReadouts(now);
+    W.renderWorkers(now);
+    W.renderBroker(now);
+    W.renderFaults(now);
+    W.renderDlq();
+    if (els.hist) W.renderRetryHistogram(now);
+    W.timeline.render(W.timelineJobs(), now, (id) => (S.jobs.get(id) || {}).state);
+    W.renderJobs();
+    W.renderLog();
+    if (S.selectedJob) { W.renderDetail(); W.renderCountdown(now); }
+    W.renderInspect(now);
+  }
+}

@@ -1,0 +1,70 @@
+// Keyboard shortcuts and their help dialog. Never while typing: inputs, selects and editable text
+// keep their keys; space also leaves buttons, links and the log alone (there it clicks or scrolls).
+
+import { h } from './util.js';
+
+const SHORTCUTS = [
+  ['Space', 'pause or resume the clock', 'clock'], ['S', 'step a paused clock', 'clock'],
+  ['K', 'kill a busy worker', 'kill'], ['U', 'enqueue the chosen sample clip', null],
+  ['R', 'reset the lab', null], ['?', 'show or hide this help', null], ['Esc', 'close this help or the open job', null],
+];
+
+// a checkbox or slider takes no letters, so shortcuts still work there; a text box or select does
+const typing = (t) => Boolean(t.closest('textarea, select, [contenteditable]')
+  || (t.matches('input') && !['checkbox', 'radio', 'range', 'button', 'submit', 'file'].includes(t.type)));
+
+export function install(W) {
+  const { root, S, els } = W;
+
+  function buildHelp() {
+    els.help = h('div', { class: 'lw-help', testid: 'shortcut-help', role: 'dialog', 'aria-label': 'Keyboard shortcuts', hidden: true },
+      h('h3', {}, 'Keyboard shortcuts'),
+      h('dl', {}, SHORTCUTS.filter(([, , c]) => !c || S.controls.has(c)).map(([k, what]) => [h('dt', {}, h('kbd', {}, k)), h('dd', {}, what)])),
+      h('button', { type: 'button', class: 'lw-btn lw-small', onclick: () => toggleHelp(false) }, 'Close'));
+    root.append(els.help);
+  }
+
+  function toggleHelp(show) {
+    els.help.hidden = !show;
+    if (show) els.help.querySelector('button').focus();
+  }
+
+  function onKey(e) {
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+    const t = e.target;
+    if (!t.closest || typing(t)) return;
+    const k = e.key.length === 1 ? e.key.toLowerCase() : e.key;
+    if (k === '?') { e.preventDefault(); toggleHelp(els.help.hidden); return; }
+    if (k === 'Escape') {
+      if (!els.help.hidden) toggleHelp(false);
+      else if (S.inspect) W.closeInspect();
+      else if (S.selectedJob) W.openJob(S.selectedJob);
+      return;
+    }
+    if (S.past) {
+      if (k === ' ' && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
+        e.preventDefault();
+        W.scrubber.togglePlay();
+      }
+      return; // kill, upload, step and reset act on the live lab: not from a past moment
+    }
+    if (S.lab.viewer) return;
+    const clock = S.controls.has('clock');
+    if (k === ' ' && clock && !t.closest('button, a, video, summary, details, [data-role="log"]')) {
+      e.preventDefault();
+      W.togglePause();
+    } else if (k === 's' && clock && S.clock && S.clock.paused) {
+      W.clockAction({ action: 'step', seconds: Number(root.querySelector('#lw-step').value) });
+    } else if (k === 'k' && S.controls.has('kill')) {
+      const busy = [...S.workers.values()].find((w) => w.state === 'busy');
+      if (busy) W.killWorker(busy.id);
+    } else if (k === 'u') {
+      const sample = root.querySelector('#lw-sample');
+      if (sample) W.enqueueSample(sample.value);
+    } else if (k === 'r' && els.reset) {
+      W.resetLab();
+    }
+  }
+
+  return { buildHelp, onKey };
+}

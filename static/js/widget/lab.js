@@ -1,0 +1,154 @@
+// The lab behind the widget: the HTTP client, opening this tab's lab for the preset (or a read-only
+// viewer link), creating one, resetting it, replacing it when it expired, and the "Lab" controls
+// (reset, share a read-only link).
+
+import { errorText, h, section, setText, statusLine } from './util.js';
+
+/** fetch() with the lab's token; never throws: {ok, status, data} (status 0 on a network error). */
+export function makeApi(getLab) {
+  return async function call(method, path, body) {
+    const headers = {};
+    const lab = getLab();
+    if (lab && lab.token) headers.Authorization = `Bearer ${lab.token}`;
+    let payload;
+    if (body instanceof FormData) payload = body;
+    else if (body !== undefined) { headers['Content-Type'] = 'application/json'; payload = JSON.stringify(body); }
+    let res;
+    try {
+      res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
+    } catch {
+      return { ok: false, status: 0, data: null };
+    }
+    let data = null;
+    if ((res.headers.get('content-type') || '').includes('json')) data = await res.json().catch(() => null);
+    return { ok: res.ok, status: res.status, data };
+  };
+}
+
+export function install(W) {
+  const { root, S, els, q, params, preset, storeKey } = W;
+  const api = makeApi(() => S.lab);
+  const anonApi = makeApi(() => null);
+  let swapping = null; // the reset or re-create in progress: a 404 meanwhile must not start another
+
+  function announceLab(snapshot) {
+    W.emit('lab:ready', { lab: S.lab, api, meta: S.meta, snapshot });
+  }
+
+  /** Resume this tab's lab for the preset (sessionStorage), else create one. Viewer links too. */
+  async function openLab() {
+    const viewLab = root.dataset.lab || params.get('lab'), viewToken = root.dataset.view || params.get('view');
+    if (viewLab && viewToken) {
+      S.lab = { id: viewLab, token: viewToken, viewer: true };
+      const res = await api('GET', `/api/labs/${viewLab}`);
+      if (res.ok) return res.data;
+      throw new Error(`this read-only link no longer opens a lab (${errorText(res.data, res.status)})`);
+    }
+    let saved = null;
+    try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
+    if (saved && saved.id && saved.token) {
+      S.lab = saved;
+      const res = await api('GET', `/api/labs/${saved.id}`);
+      if (res.ok) return res.data;
+      if (![401, 403, 404].includes(res.status)) throw new Error(errorText(res.data, res.status));
+    }
+    return createLab();
+  }
+
+  /**
+   * S.lab keeps pointing at the old lab until the new one exists: renders, ticks and in-flight
+   * snapshot fetches run during the POST, and must never find S.lab null. The POST itself carries no
+   * token (the old lab's has nothing to do with the new one).
+   */
+  async function createLab() {
+    const body = { preset };
+    if (W.urlSpeed) body.speed = W.urlSpeed;
+    const res = await anonApi('POST', '/api/labs', body);
+    if (res.status !== 201) throw new Error(errorText(res.data, res.status));
+    const d = res.data;
+    S.lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
+    try { sessionStorage.setItem(storeKey, JSON.stringify(S.lab)); } catch { /* private mode */ }
+    const snap = await api('GET', `/api/labs/${d.lab_id}`);
+    if (!snap.ok) throw new Error(errorText(snap.data, snap.status));
+    return snap.data;
+  }
+
+  async function resetLab() {
+    if (swapping) return;
+    const btn = els.reset;
+    btn.disabled = true;
+    setText(els.resetStatus, 'resetting…');
+    try {
+      await swapLab(async () => {
+        if (S.lab && !S.lab.viewer) await api('DELETE', `/api/labs/${S.lab.id}`);
+      });
+      setText(els.resetStatus, 'fresh lab started');
+      updateShare();
+    } catch (e) {
+      setText(els.resetStatus, `reset failed: ${e.message}`);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  /** Replace the lab with a fresh one of the same preset (reset, or the old one expired). One at a time. */
+  function swapLab(before) {
+    if (swapping) return swapping;
+    swapping = (async () => {
+      if (W.scrubber) W.scrubber.goLive();
+      W.closeWs();
+      await before();
+      try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
+      clearModel();
+      const snap = await createLab();
+      W.applySnapshot(snap);
+      root.dataset.labId = S.lab.id;
+      W.connectWs();
+      announceLab(snap);
+    })().finally(() => { swapping = null; });
+    return swapping;
+  }
+
+  function clearModel() {
+    Object.assign(S, {
+      counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
+      tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
+      log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
+      history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, inspect: null, heldJobs: null,
+    });
+    els.player.removeAttribute('src');
+    els.player.load();
+    q('player-wrap').hidden = true;
+    W.renderDetail();
+    W.renderAll();
+  }
+
+  function labVanished() {
+    return swapLab(async () => W.banner('This lab was removed after being idle, so a fresh one was started.'));
+  }
+
+  function buildLabSection() {
+    els.reset = h('button', { type: 'button', class: 'lw-btn', testid: 'reset-lab', onclick: resetLab }, 'Reset lab');
+    els.resetStatus = statusLine('reset-status');
+    els.share = h('input', { type: 'text', readonly: true, class: 'lw-share', testid: 'share-url',
+      'aria-label': 'Read-only link to this lab', onfocus: (e) => e.target.select() });
+    const shareBox = h('details', { class: 'lw-share-box' },
+      h('summary', {}, 'Show this lab on other screens'),
+      h('p', { class: 'lw-doc' }, 'Anyone with this link watches this same lab live, read-only (for a class on a projector).'),
+      els.share);
+    updateShare();
+    return section('Lab', h('div', { class: 'lw-row lw-wrap' }, els.reset,
+      h('small', { class: 'lw-doc' }, 'Deletes this lab (workers, files, history) and starts a fresh one.')),
+    els.resetStatus, shareBox);
+  }
+
+  function updateShare() {
+    if (!els.share || !S.lab || !S.lab.view) return;
+    const u = new URL(location.pathname, location.origin);
+    u.searchParams.set('lab', S.lab.id);
+    u.searchParams.set('view', S.lab.view);
+    els.share.value = u.href;
+  }
+
+  return { api, announceLab, openLab, resetLab, labVanished, buildLabSection };
+}

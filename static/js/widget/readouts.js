@@ -1,0 +1,117 @@
+// The readouts: one tile per count (queue depth, active workers, done, redelivered with its rate and
+// sparkline, duplicates, lost, DLQ, and the chapter's extras), and chapter 4's retry-arrivals
+// histogram (do the retries of an outage arrive as a herd?).
+
+import { fmtNum, fmtT, h, setText } from './util.js';
+import { workerCounts } from './model.js';
+import { recentCounts, retryArrivals } from './timeline-model.js';
+
+const RATE_WINDOW = 600; // simulated seconds for the redelivery-rate readout
+const HIST_BUCKETS = 30, HIST_WINDOW = 600;
+
+export function install(W) {
+  const { root, S, els, q } = W;
+
+  function buildReadouts() {
+    const box = q('readouts');
+    const tiles = [
+      ['queued', 'Queue depth', 'waiting to be claimed'],
+      ['active', 'Active workers', 'busy / alive'],
+      ['done', 'Completed', 'jobs done'],
+      ['redelivered', 'Redelivered', ''],
+      ['duplicates', 'Duplicates blocked', 'stale attempts refused'],
+      ['lost', 'Lost', 'acked early, then crashed'],
+      ['dlq', 'DLQ depth', 'dead letters'],
+    ];
+    const c = S.controls;
+    if (c.has('idempotent_outputs') || c.has('notify_guard')) {
+      tiles.push(['outputs', 'Outputs written', 'files'], ['emails', 'Emails sent', 'completion emails'],
+        ['dupdone', 'Completed twice', 'no CAS guard']);
+    }
+    if (c.has('retry_policy') || c.has('faults')) tiles.push(['failed', 'Failed attempts', 'retries scheduled: 0']);
+    els.readouts = {};
+    const extra = h('div', { class: 'lw-readouts-extra' });
+    tiles.forEach(([id, label, sub], i) => {
+      const value = h('span', { class: 'lw-ro-value' }, '0');
+      const subEl = h('span', { class: 'lw-ro-sub' }, sub);
+      const tile = h('div', { class: `lw-ro lw-ro-${id}`, testid: `readout-${id}`, 'data-value': '0' },
+        h('span', { class: 'lw-ro-label' }, label), value, subEl);
+      els.readouts[id] = { tile, value, sub: subEl, last: null };
+      if (id === 'redelivered') {
+        const rate = h('span', { class: 'lw-ro-rate', testid: 'readout-redelivery-rate', 'data-value': '0' });
+        const spark = h('span', { class: 'lw-spark', 'aria-hidden': 'true' },
+          Array.from({ length: 10 }, () => h('span', { class: 'lw-spark-bar' })));
+        tile.append(rate, spark);
+        els.rate = rate;
+        els.spark = [...spark.children];
+        subEl.remove();
+      }
+      (i < 7 ? box : extra).append(tile);
+    });
+    if (extra.children.length) box.after(extra);
+  }
+
+  function setReadout(id, value, display, sub) {
+    const r = els.readouts[id];
+    if (!r) return;
+    setText(r.value, display ?? String(value));
+    r.tile.dataset.value = String(value);
+    if (sub != null) setText(r.sub, sub);
+    if (r.last !== null && r.last !== value && !W.reduceMotion.matches && !S.past) { // a scrub is not news
+      r.tile.classList.remove('lw-bump');
+      void r.tile.offsetWidth; // restart the highlight
+      r.tile.classList.add('lw-bump');
+    }
+    r.last = value;
+  }
+
+  function renderReadouts(now) {
+    const c = S.counts;
+    const { all, alive, busy } = workerCounts(S);
+    setReadout('queued', c.queued || 0, null, c.retrying ? `${c.retrying} waiting to retry` : 'waiting to be claimed');
+    setReadout('active', busy, `${busy} / ${alive}`, `busy / alive${all > alive ? ` · ${all - alive} down` : ''}`);
+    setReadout('done', c.done || 0);
+    setReadout('redelivered', c.redelivered || 0);
+    setReadout('duplicates', c.duplicates_blocked || 0);
+    setReadout('lost', c.lost || 0);
+    setReadout('dlq', c.dlq || 0);
+    setReadout('outputs', c.outputs_written || 0);
+    setReadout('emails', c.emails_sent || 0, null, `${c.emails_suppressed || 0} suppressed as repeats`);
+    setReadout('dupdone', c.duplicate_completions || 0);
+    setReadout('failed', c.failed || 0, null, `retries scheduled: ${c.retries_scheduled || 0}`);
+    els.readouts.lost.tile.dataset.alarm = c.lost ? 'yes' : 'no';
+    if (els.readouts.dupdone) els.readouts.dupdone.tile.dataset.alarm = c.duplicate_completions ? 'yes' : 'no';
+    // redeliveries in the last RATE_WINDOW simulated seconds, with a 10-bucket sparkline
+    const { total: n, buckets } = recentCounts(S.redeliveries, now, RATE_WINDOW, 10);
+    setText(els.rate, `${n} in the last ${RATE_WINDOW} s (${fmtNum((n / RATE_WINDOW) * 60)}/min)`);
+    els.rate.dataset.value = String(n);
+    const peak = Math.max(1, ...buckets);
+    els.spark.forEach((b, i) => {
+      b.style.height = `${buckets[i] ? 20 + (80 * buckets[i]) / peak : 4}%`;
+      b.dataset.n = String(buckets[i]);
+    });
+  }
+
+  function buildRetryHistogram() {
+    const bars = Array.from({ length: HIST_BUCKETS }, () => h('span', { class: 'lw-hist-bar' }));
+    const caption = h('p', { class: 'lw-doc', testid: 'retry-hist-caption' });
+    const panel = h('section', { class: 'lw-panel lw-hist', 'aria-labelledby': 'lw-hist-h', testid: 'retry-histogram' },
+      h('h3', { id: 'lw-hist-h' }, 'Retry arrivals ', h('small', {}, `last ${HIST_WINDOW} s, ${HIST_WINDOW / HIST_BUCKETS} s per bar`)),
+      h('div', { class: 'lw-hist-bars', 'aria-hidden': 'true' }, bars), caption);
+    root.querySelector('.lw-timeline').before(panel);
+    els.hist = { bars, caption };
+  }
+
+  function renderRetryHistogram(now) {
+    const { counts, live, from, end, size, peak, total } = retryArrivals(S.retries, now, HIST_WINDOW, HIST_BUCKETS);
+    els.hist.bars.forEach((b, i) => {
+      b.style.height = counts[i] ? `${15 + (85 * counts[i]) / Math.max(1, peak)}%` : '2px';
+      b.dataset.n = String(counts[i]);
+    });
+    setText(els.hist.caption, total
+      ? `${live ? '' : `Last burst, t=${fmtT(Math.max(0, from))}–${fmtT(end)} s: `}${total} retr${total === 1 ? 'y' : 'ies'} arrived; the busiest ${size} s took ${peak}. Policy now: ${String(S.settings.retry_policy).replace('_', ' ')}.`
+      : `No retries in the last ${HIST_WINDOW} s. Start a storage outage while jobs run, then compare policies.`);
+  }
+
+  return { buildReadouts, renderReadouts, buildRetryHistogram, renderRetryHistogram };
+}

@@ -1,0 +1,95 @@
+// The live stream: a WebSocket that resumes after the last event id seen, reconnects with backoff
+// (catching up with one plain request meanwhile), and feeds every event, in order, to the model;
+// snapshots are fetched (throttled) after events that change more than a progress tick.
+
+import { throttled, setText } from './util.js';
+import { applySnapshot as foldSnapshot, ingestEvent } from './model.js';
+
+const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fetch for these
+
+export function install(W) {
+  const { root, S, els } = W;
+  let ws = null, wsGen = 0, backoff = 500;
+
+  function connectWs() {
+    const gen = ++wsGen;
+    const u = new URL(S.lab.ws || `/ws/labs/${S.lab.id}`, location.href);
+    u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    u.searchParams.set('after', S.lastId || '0');
+    u.searchParams.set('token', S.lab.token);
+    let sock;
+    try { sock = new WebSocket(u); } catch { reconnectLater(gen); return; }
+    ws = sock;
+    sock.onopen = () => { if (gen === wsGen) { setConn('live'); backoff = 500; } };
+    sock.onmessage = (m) => {
+      if (gen !== wsGen) return;
+      try { ingest(JSON.parse(m.data)); } catch (e) { console.error('bad event', e); }
+    };
+    sock.onclose = (e) => {
+      if (gen !== wsGen) return;
+      ws = null;
+      setConn('reconnecting');
+      reconnectLater(gen, e.code);
+    };
+  }
+
+  function closeWs() {
+    wsGen++;
+    if (ws) { try { ws.close(); } catch { /* ignore */ } }
+    ws = null;
+  }
+
+  async function reconnectLater(gen, code) {
+    const delay = code === 1013 ? 150 : backoff; // 1013: server cut a too-slow socket
+    backoff = Math.min(backoff * 2, 10000);
+    // While the socket is down, catch up with one plain request (never stacked).
+    const res = await W.api('GET', W.labPath(`/events?after=${encodeURIComponent(S.lastId || '0')}`));
+    if (gen !== wsGen) return;
+    if (res.ok) for (const ev of res.data.events) ingest(ev);
+    else if (res.status === 404 && !S.lab.viewer) { await W.labVanished(); return; }
+    setTimeout(() => { if (gen === wsGen) connectWs(); }, delay * (0.75 + Math.random() * 0.5));
+  }
+
+  function setConn(state) {
+    const el = els.conn;
+    el.dataset.conn = state;
+    setText(el, { live: '● live', reconnecting: '○ reconnecting…', connecting: 'connecting…' }[state] || state);
+  }
+
+  /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
+  function ingest(ev) {
+    if (!ev || !ev.id || !ev.type) return;
+    if (S.past) { W.holdLive(ev); return; }
+    if (ev.job_id != null && ev.job_id === S.selectedJob) W.fetchHistorySoon();
+    const took = ingestEvent(S, ev, performance.now());
+    if (!took) return;
+    if (took.live) {
+      if (ev.type === 'settings.changed') W.syncControls();
+      if (!QUIET.has(ev.type)) refresh();
+    }
+    W.addLog(ev, took.live);
+    root.dataset.lastEvent = ev.id; // the newest event applied (handy for tests and debugging)
+    W.markDirty();
+    W.emit('lab:event', ev);
+  }
+
+  const refresh = throttled(async () => {
+    const lab = S.lab;
+    if (!lab) return;
+    if (S.past) return; // viewing the past: back to live fetches a fresh snapshot
+    const res = await W.api('GET', W.labPath());
+    if (S.lab !== lab || S.past) return; // the lab was swapped meanwhile: this answer is about the old one
+    if (res.ok) applySnapshot(res.data);
+    else if (res.status === 404 && !S.lab.viewer) await W.labVanished();
+  }, 500);
+
+  function applySnapshot(snap) {
+    if (S.past) return; // a late answer must not overwrite the past being viewed
+    foldSnapshot(S, snap, performance.now());
+    W.syncControls();
+    W.markDirty();
+    W.emit('lab:snapshot', snap);
+  }
+
+  return { connectWs, closeWs, ingest, refresh, applySnapshot };
+}

@@ -1,0 +1,159 @@
+// The timeline model: one record per job with one entry per attempt (claimed, lease deadline,
+// expiry, how it came back, how it ended), folded from every event the stream still holds, history
+// included, and filled in from snapshots for attempts the capped stream has lost. Also the rolling
+// lists of redelivery and retry times the readouts count. No DOM, no fetch: node imports it.
+//
+// The state it works on: {tl: Map(job id → record), redeliveries: [t], retries: [t], deaths: Map(worker → t)}.
+
+import { videoLabel } from './util.js';
+
+const KEEP_TIMES = 5000; // redeliveries/retries kept; the oldest 1000 go when full
+
+export function tlJob(state, id) {
+  let j = state.tl.get(id);
+  if (!j) {
+    j = { id, created: null, video: '', attempts: new Map(), types: new Set(), workers: new Set() };
+    state.tl.set(id, j);
+  }
+  return j;
+}
+
+export function tlAttempt(j, n) {
+  let a = j.attempts.get(n);
+  if (!a) { a = { n, outcome: null }; j.attempts.set(n, a); }
+  return a;
+}
+
+function keepTime(list, t) {
+  list.push(t);
+  if (list.length > KEEP_TIMES) list.splice(0, 1000);
+}
+
+/** Fold one event into the timeline (every event, also those older than the snapshot). */
+export function applyTimeline(state, ev) {
+  const d = ev.data || {};
+  const t = ev.t_sim;
+  if (ev.type === 'job.retry_started') keepTime(state.retries, t);
+  if (ev.type === 'job.redelivered') keepTime(state.redeliveries, t);
+  if (ev.type === 'worker.killed' || ev.type === 'worker.died') {
+    state.deaths.set(ev.worker_id, t);
+    const jobId = ev.job_id ?? d.job_id;
+    if (jobId != null && state.tl.has(jobId)) {
+      const j = state.tl.get(jobId);
+      j.types.add(ev.type);
+      const a = [...j.attempts.values()].filter((x) => x.worker === ev.worker_id && x.end == null && x.start != null)
+        .sort((x, y) => y.n - x.n)[0];
+      if (a) Object.assign(a, { end: t, killedAt: t, deadAt: t, outcome: 'killed' });
+    }
+    return;
+  }
+  if (ev.job_id == null) return;
+  const j = tlJob(state, ev.job_id);
+  j.types.add(ev.type);
+  if (ev.worker_id) j.workers.add(ev.worker_id);
+  const a = ev.attempt != null ? tlAttempt(j, ev.attempt) : null;
+  switch (ev.type) {
+    case 'job.enqueued':
+      Object.assign(j, { created: t, video: videoLabel(d.video_id), type: d.job_type, duration: d.duration_s,
+        poison: !!d.poison });
+      if (a) a.queuedAt = t;
+      break;
+    case 'job.claimed':
+      Object.assign(a, { worker: ev.worker_id, start: t, outcome: 'running', leaseStart: t,
+        deadline: d.lease_deadline ?? null });
+      // A poison pill's handler os._exit()s its work horse right after the claim, and the stream
+      // has no event for that; draw the crash where it happens (the lease runs on regardless).
+      if (j.poison) Object.assign(a, { end: t, deadAt: t, outcome: 'crashed' });
+      break;
+    case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
+    case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
+    case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
+    case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
+    case 'job.replayed': Object.assign(a, { queuedAt: t, how: 'replayed from the DLQ' }); break;
+    case 'job.succeeded': Object.assign(a, { end: t, outcome: 'succeeded' }); break;
+    case 'job.failed': Object.assign(a, { end: t, outcome: 'failed', error: d.error }); break;
+    case 'job.duplicate_blocked': Object.assign(a, { end: t, outcome: 'refused' }); break;
+    case 'job.duplicate_completed': Object.assign(a, { end: t, outcome: 'duplicate' }); break;
+    case 'job.lost': if (a) Object.assign(a, { outcome: 'lost', end: a.end ?? t }); break;
+    case 'job.progress': if (a) a.progress = d.percent; break;
+    default: break;
+  }
+}
+
+const outcomeFromSnapshot = (o) => (!o ? 'running' : o.startsWith('refused') ? 'refused'
+  : o === 'succeeded' ? 'succeeded' : o === 'failed' ? 'failed' : o === 'running' ? 'running' : o);
+
+/** Fill the timeline from a snapshot job: attempts the capped stream no longer holds. */
+export function mergeTimelineJob(state, sj) {
+  const j = tlJob(state, sj.id);
+  if (j.created == null) j.created = sj.created_at ?? null;
+  if (!j.video && sj.payload) j.video = videoLabel(sj.payload.video_id);
+  if (sj.poison === '1' || sj.poison === true) j.poison = true;
+  for (const rec of sj.attempts || []) {
+    const a = tlAttempt(j, rec.attempt);
+    if (a.start == null && rec.start != null) a.start = rec.start;
+    if (!a.worker && rec.worker) a.worker = rec.worker;
+    if (rec.worker) j.workers.add(rec.worker);
+    if (a.end == null && rec.end != null) a.end = rec.end;
+    if (!a.outcome || (a.outcome === 'running' && rec.outcome && rec.outcome !== 'running')) {
+      a.outcome = outcomeFromSnapshot(rec.outcome);
+    }
+    if (j.poison && a.outcome === 'running' && a.start != null) Object.assign(a, { end: a.start, deadAt: a.start, outcome: 'crashed' });
+  }
+  const cur = j.attempts.get(sj.attempt);
+  if (cur && sj.lease_deadline != null && cur.end == null && cur.expiredAt == null) cur.deadline = sj.lease_deadline;
+}
+
+/** Every attempt a worker ran, newest first (so also in the past). */
+export function workerAttempts(tl, id) {
+  const out = [];
+  for (const j of tl.values()) {
+    for (const a of j.attempts.values()) if (a.worker === id && a.start != null) out.push({ job: j.id, a });
+  }
+  return out.sort((x, y) => y.a.start - x.a.start);
+}
+
+/** The jobs a filter {job, worker, oneType} touches (the event log's filters narrow the timeline). */
+export function filterTimeline(tl, f) {
+  if (!f.job && !f.worker && !f.oneType) return tl;
+  const out = new Map();
+  for (const [id, j] of tl) {
+    if (f.job && id !== f.job) continue;
+    if (f.worker && !j.workers.has(f.worker)) continue;
+    if (f.oneType && !j.types.has(f.oneType)) continue;
+    out.set(id, j);
+  }
+  return out;
+}
+
+/** Times (sorted, oldest first) in the `window` simulated seconds up to `now`, in `n` equal buckets. */
+export function recentCounts(times, now, window, n) {
+  const from = now - window;
+  const buckets = new Array(n).fill(0);
+  let total = 0;
+  for (let i = times.length - 1; i >= 0; i--) {
+    const t = times[i];
+    if (t <= from) break;
+    if (t > now + 1) continue;
+    total++;
+    buckets[Math.min(n - 1, Math.max(0, Math.floor((t - from) / (window / n))))]++;
+  }
+  return { total, buckets };
+}
+
+/**
+ * Retry arrivals in `n` buckets over `window` s: the live window, or (once it has moved past them)
+ * the window that ends with the last burst. {counts, live, from, end, size, peak, total}
+ */
+export function retryArrivals(retries, now, window, n) {
+  const lastRetry = retries.length ? retries[retries.length - 1] : null;
+  const live = lastRetry == null || lastRetry > now - window;
+  const size = window / n;
+  const end = live ? now : lastRetry + size;
+  const from = end - window;
+  const counts = new Array(n).fill(0);
+  for (let i = retries.length - 1; i >= 0 && retries[i] > from; i--) {
+    if (retries[i] <= end) counts[Math.min(n - 1, Math.floor((retries[i] - from) / size))]++;
+  }
+  return { counts, live, from, end, size, peak: Math.max(...counts), total: counts.reduce((a, b) => a + b, 0) };
+}
