@@ -40,6 +40,11 @@ TOO_SLOW = "too slow: reconnect with after=<last id>"
 CLOSE_LIMIT = 4429  # refused: the client or the lab already holds its maximum of sockets
 _open: dict[str, int] = defaultdict(int)  # open sockets per "client:<addr>" and per "lab:<id>"
 _open_lock = threading.Lock()
+try:  # the hub writes to sockets itself only where that cannot race a handler: one gevent thread
+    from gevent import monkey
+    DIRECT = monkey.is_module_patched("socket")
+except ImportError:
+    DIRECT = False
 
 
 def text_frame(text: str) -> bytes:
@@ -66,9 +71,38 @@ def id_tuple(entry_id: str) -> tuple[int, int]:
 
 
 class Mailbox(queue.Queue):
-    """One socket's pending events; `overflowed` marks a consumer that fell too far behind."""
+    """One socket's pending events; `overflowed` marks a consumer that fell too far behind.
+
+    Once its handler has caught up (`guard` set), the hub writes a new event's frame straight to the
+    socket when nothing is queued and nobody is writing (one non-blocking send, no greenlet switch);
+    anything it cannot write at once is queued for the handler, so order is kept. `last` is the id
+    of the last event written, so nothing is sent twice."""
 
     overflowed = False
+    guard: GuardedSocket | None = None
+    last: tuple[int, int] = (0, 0)
+
+    def try_direct(self, eid: tuple[int, int], frame: bytes) -> bool:
+        """Write `frame` now if that keeps the order; False: queue it for the handler instead."""
+        g = self.guard
+        if g is None or g.is_cut or not self.empty() or not g.lock.acquire(blocking=False):
+            return False
+        try:
+            if eid <= self.last:
+                return True
+            try:
+                n = g.raw.sendmsg([frame], (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                return True  # the peer is gone: its handler finds out on its own
+            if n < len(frame):
+                self.put_nowait((eid, frame[n:], True))  # the rest, first in line; never skipped
+            else:
+                self.last = eid
+            return True
+        finally:
+            g.lock.release()
 
 
 class TooSlow(ConnectionError):
@@ -185,9 +219,11 @@ class Hub:
             targets = list(self.subs.get(lab, ()))
         frames = [encode(ev) for ev in entries]
         for q in targets:
-            for item in frames:
+            for eid, frame in frames:
+                if DIRECT and q.try_direct(eid, frame):
+                    continue
                 try:
-                    q.put_nowait(item)
+                    q.put_nowait((eid, frame, False))
                 except queue.Full:
                     q.overflowed = True  # the handler sees this and closes the socket
                     break
@@ -274,6 +310,7 @@ def _serve(ws, lab: str) -> None:
     hub: Hub = current_app.extensions["ws_hub"]
     try:
         ws.sock.settimeout(None)  # the web worker's body timeout is for HTTP; pings keep this one honest
+        ws.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait behind a delayed ACK
     except OSError:
         return
     after = request.args.get("after") or "0"
@@ -290,18 +327,20 @@ def _serve(ws, lab: str) -> None:
             after = batch[-1]["id"]
         if batch:
             last = id_tuple(batch[-1]["id"])
+        q.last = last
+        q.guard = guard  # from now on the hub may write to this socket itself
         while ws.connected:
             if q.overflowed:
                 guard.cut()
                 return
             try:
-                eid, frame = q.get(timeout=5.0)
+                eid, frame, rest = q.get(timeout=5.0)
             except queue.Empty:
                 continue
-            if eid <= last:
+            if eid <= q.last and not rest:
                 continue
             guard.send(frame)
-            last = eid
+            q.last = max(q.last, eid)
     except OSError:
         pass  # cut as too slow, or the peer went away mid-send
     finally:
