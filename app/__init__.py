@@ -27,6 +27,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     from app import (
         api,
+        assets,
         branch,
         errors,
         fairness,
@@ -45,6 +46,7 @@ def create_app(config: Config | None = None) -> Flask:
         n = config.trusted_proxies
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     store.init_app(app)
+    assets.init_app(app)
     filters.init_app(app)
     errors.init_app(app)
     app.register_blueprint(pages.bp)
