@@ -97,7 +97,7 @@ def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
     """Start a real libx264 transcode to `dst` (an .mp4 temp path); the caller paces and waits."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-i", str(src), "-t", "8", "-fs", str(LIMITS.max_output_bytes),
+        [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src), "-t", "8", "-fs", str(LIMITS.max_output_bytes),
          "-vf", f"scale=-2:{height}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28", *THREADS,
          "-pix_fmt", "yuv420p", "-c:a", "aac", "-ac", "2", "-b:a", "64k",
          "-movflags", "+faststart", "-f", "mp4", str(dst)],
