@@ -27,6 +27,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     from app import (
         api,
+        assets,
         branch,
         charts,
         errors,
@@ -46,6 +47,7 @@ def create_app(config: Config | None = None) -> Flask:
         n = config.trusted_proxies
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
     store.init_app(app)
+    assets.init_app(app)
     filters.init_app(app)
     charts.init_app(app)
     errors.init_app(app)

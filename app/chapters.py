@@ -10,6 +10,7 @@ arithmetic (tests/unit/test_chapter_rules.py); formatters are globals from app/f
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -83,7 +84,33 @@ def find(number: int) -> Chapter | None:
     return next((c for c in all_chapters() if c.number == number), None)
 
 
+_compiled: dict[tuple[int, int], object] = {}
+_rendered: OrderedDict[tuple, str] = OrderedDict()
+RENDER_CACHE = 512  # chapter bodies kept per process, per (chapter, model inputs)
+
+
 def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
-    """Jinja first (figures, partial tables), then Markdown to HTML."""
-    text = env.from_string(chapter.source).render(**context)
-    return markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html")
+    """Jinja first (figures, partial tables), then Markdown to HTML.
+
+    The chapter's template is compiled once per process, and the finished HTML is kept per
+    (chapter, model inputs): the body depends on nothing else, so a repeat visit costs a lookup."""
+    inputs = context.get("inputs")
+    try:
+        cache_key = (chapter.number, hash(chapter.source), inputs)
+        hash(cache_key)
+    except TypeError:
+        cache_key = None
+    if cache_key is not None and cache_key in _rendered:
+        _rendered.move_to_end(cache_key)
+        return _rendered[cache_key]
+    tkey = (chapter.number, hash(chapter.source))
+    template = _compiled.get(tkey)
+    if template is None:
+        template = _compiled[tkey] = env.from_string(chapter.source)
+    text = template.render(**context)  # type: ignore[attr-defined]
+    html = markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html")
+    if cache_key is not None:
+        _rendered[cache_key] = html
+        while len(_rendered) > RENDER_CACHE:
+            _rendered.popitem(last=False)
+    return html

@@ -1,9 +1,13 @@
 """Live event push over WebSocket: `WS /ws/labs/{lab}?after=ID`.
 
-One hub thread per web process listens for "new event" notifications (Redis pub/sub, published
-in the same step as each append), reads each lab's new entries once and fans them out to that
-lab's sockets. A socket never blocks on Redis itself, so hundreds of them cost a queue each,
-not a connection each. A reconnect with `after=<last id>` resumes with no gap and no repeat.
+One hub (a greenlet under the gevent web worker) listens for "new event" notifications (Redis
+pub/sub, published in the same step as each append), reads each lab's new entries once, encodes
+each as a WebSocket frame once and hands the same bytes to every socket of that lab. A socket
+never blocks on Redis itself and holds no thread: hundreds cost a mailbox and two greenlets each.
+A reconnect with `after=<last id>` resumes with no gap and no repeat.
+
+Bounds (core.config): `WS_PER_CLIENT` sockets per client address and `WS_PER_LAB` per lab; one more
+is accepted and closed at once with code 4429 and the reason, which the widget shows.
 """
 
 from __future__ import annotations
@@ -33,6 +37,32 @@ sock = Sock()
 QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
 STALL_S = 30.0  # a peer that takes no bytes for this long is cut even while its mailbox has room
 TOO_SLOW = "too slow: reconnect with after=<last id>"
+CLOSE_LIMIT = 4429  # refused: the client or the lab already holds its maximum of sockets
+_open: dict[str, int] = defaultdict(int)  # open sockets per "client:<addr>" and per "lab:<id>"
+_open_lock = threading.Lock()
+try:  # the hub writes to sockets itself only where that cannot race a handler: one gevent thread
+    from gevent import monkey
+    DIRECT = monkey.is_module_patched("socket")
+except ImportError:
+    DIRECT = False
+
+
+def text_frame(text: str) -> bytes:
+    """One unmasked, uncompressed, final text frame (server → client): the same bytes serve every
+    socket, so an event is encoded once however many sockets watch the lab."""
+    payload = text.encode()
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x81, n))
+    elif n < 65536:
+        head = bytes((0x81, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x81, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
+def encode(ev: dict) -> tuple[tuple[int, int], bytes]:
+    return id_tuple(ev["id"]), text_frame(json.dumps(ev))
 
 
 def id_tuple(entry_id: str) -> tuple[int, int]:
@@ -41,9 +71,38 @@ def id_tuple(entry_id: str) -> tuple[int, int]:
 
 
 class Mailbox(queue.Queue):
-    """One socket's pending events; `overflowed` marks a consumer that fell too far behind."""
+    """One socket's pending events; `overflowed` marks a consumer that fell too far behind.
+
+    Once its handler has caught up (`guard` set), the hub writes a new event's frame straight to the
+    socket when nothing is queued and nobody is writing (one non-blocking send, no greenlet switch);
+    anything it cannot write at once is queued for the handler, so order is kept. `last` is the id
+    of the last event written, so nothing is sent twice."""
 
     overflowed = False
+    guard: GuardedSocket | None = None
+    last: tuple[int, int] = (0, 0)
+
+    def try_direct(self, eid: tuple[int, int], frame: bytes) -> bool:
+        """Write `frame` now if that keeps the order; False: queue it for the handler instead."""
+        g = self.guard
+        if g is None or g.is_cut or not self.empty() or not g.lock.acquire(blocking=False):
+            return False
+        try:
+            if eid <= self.last:
+                return True
+            try:
+                n = g.raw.sendmsg([frame], (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                return True  # the peer is gone: its handler finds out on its own
+            if n < len(frame):
+                self.put_nowait((eid, frame[n:], True))  # the rest, first in line; never skipped
+            else:
+                self.last = eid
+            return True
+        finally:
+            g.lock.release()
 
 
 class TooSlow(ConnectionError):
@@ -78,7 +137,7 @@ class GuardedSocket:
             view, moved = memoryview(data), time.monotonic()
             while view:
                 try:
-                    n = self.raw.send(view, socket.MSG_DONTWAIT)
+                    n = self.raw.sendmsg([view], (), socket.MSG_DONTWAIT)  # never waits (gevent too)
                 except BlockingIOError:
                     n = 0
                 if n:
@@ -111,7 +170,7 @@ class GuardedSocket:
                 self.raw.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_SNDBUFFORCE", 32), room)
             except OSError:
                 self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, room)
-            self.raw.send(tail, socket.MSG_DONTWAIT)
+            self.raw.sendmsg([tail], (), socket.MSG_DONTWAIT)
         except OSError:
             pass  # no room after all: the peer sees EOF after a truncated frame, still a prefix
         try:
@@ -158,10 +217,13 @@ class Hub:
         with self.lock:
             self.last[lab] = entries[-1]["id"]
             targets = list(self.subs.get(lab, ()))
+        frames = [encode(ev) for ev in entries]
         for q in targets:
-            for ev in entries:
+            for eid, frame in frames:
+                if DIRECT and q.try_direct(eid, frame):
+                    continue
                 try:
-                    q.put_nowait(ev)
+                    q.put_nowait((eid, frame, False))
                 except queue.Full:
                     q.overflowed = True  # the handler sees this and closes the socket
                     break
@@ -198,13 +260,59 @@ def _guard_ws():
         token = request.cookies.get(f"lab_{lab}")
     authorise(lab, token, write=False)
     parse_after(request.args.get("after"))
+    # No permessage-deflate: events are small, frames are shared by every socket of a lab (one encoding
+    # each), and a per-socket zlib context would cost ~300 kB of memory per socket.
+    request.environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)
     return None
+
+
+def _claim(lab: str) -> str | None:
+    """Count this socket against its client's and its lab's caps; the refusal reason if over one."""
+    cfg = current_app.config["LAB"]
+    client = f"client:{request.remote_addr}"
+    with _open_lock:
+        if cfg.ws_per_client and _open[client] >= cfg.ws_per_client:
+            return (f"too many live connections from your address ({cfg.ws_per_client}): "
+                    "close another tab of this app and reload")
+        if cfg.ws_per_lab and _open[f"lab:{lab}"] >= cfg.ws_per_lab:
+            return f"this lab already has {cfg.ws_per_lab} live viewers: try again later"
+        _open[client] += 1
+        _open[f"lab:{lab}"] += 1
+    return None
+
+
+def _release(lab: str) -> None:
+    with _open_lock:
+        for k in (f"client:{request.remote_addr}", f"lab:{lab}"):
+            _open[k] -= 1
+            if _open[k] <= 0:
+                del _open[k]
+
+
+def open_counts() -> dict[str, int]:
+    with _open_lock:
+        return dict(_open)
 
 
 @sock.route("/ws/labs/<lab>")
 def lab_events(ws, lab: str):
-    hub: Hub = current_app.extensions["ws_hub"]
+    refused = _claim(lab)
+    if refused:
+        ws.close(reason=CLOSE_LIMIT, message=refused)
+        return
+    try:
+        _serve(ws, lab)
+    finally:
+        _release(lab)
 
+
+def _serve(ws, lab: str) -> None:
+    hub: Hub = current_app.extensions["ws_hub"]
+    try:
+        ws.sock.settimeout(None)  # the web worker's body timeout is for HTTP; pings keep this one honest
+        ws.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle wait behind a delayed ACK
+    except OSError:
+        return
     after = request.args.get("after") or "0"
     q = hub.subscribe(lab)
     guard = ws.sock = GuardedSocket(ws, q)
@@ -212,28 +320,28 @@ def lab_events(ws, lab: str):
         last = id_tuple(after) if after != "0" else (0, 0)
         while True:  # catch up from the stream itself, then switch to the hub's queue
             batch = stream.read_after(get_redis(), lab, after, count=1000)
-            for ev in batch:
-                ws.send(json.dumps(ev))
+            if batch:
+                guard.send(b"".join(encode(ev)[1] for ev in batch))
             if len(batch) < 1000:
                 break
             after = batch[-1]["id"]
         if batch:
             last = id_tuple(batch[-1]["id"])
+        q.last = last
+        q.guard = guard  # from now on the hub may write to this socket itself
         while ws.connected:
             if q.overflowed:
                 guard.cut()
                 return
             try:
-                ev = q.get(timeout=1.0)
+                eid, frame, rest = q.get(timeout=5.0)
             except queue.Empty:
                 continue
-            if id_tuple(ev["id"]) <= last:
+            if eid <= q.last and not rest:
                 continue
-            ws.send(json.dumps(ev))
-            last = id_tuple(ev["id"])
+            guard.send(frame)
+            q.last = max(q.last, eid)
     except OSError:
         pass  # cut as too slow, or the peer went away mid-send
     finally:
         hub.unsubscribe(lab, q)
-
-

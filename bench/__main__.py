@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     try:
         stack.start()
         print(f"bench: stack up in {stack.started_s:.1f} s (valkey {stack.redis_url}, web {stack.url}, "
-              f"gthread threads={stack.threads})", flush=True)
+              "gevent web worker)", flush=True)
         for name in names:
             module = importlib.import_module(f"bench.{name}")
             b = Bench(stack)

@@ -149,7 +149,8 @@ class Stack:
         self.port = embedded_redis.free_port()
         self.env = dict(os.environ, REDIS_URL=self.server.url, VAR_DIR=str(self.var_dir),
                         PORT=str(self.port), HOST="127.0.0.1", MAX_LABS="50", LAB_IDLE_TTL="3600",
-                        RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000")
+                        RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000",
+                        WS_PER_CLIENT="0", WS_PER_LAB="0", CONN_PER_CLIENT="0")  # every client is 127.0.0.1
         config = Config(redis_url=self.server.url, port=self.port, host="127.0.0.1")
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=self.env, cwd=ROOT,

@@ -76,6 +76,19 @@ class Config:
     one, every student would otherwise be the proxy's address: one rate-limit budget for the whole room,
     and join links and QR codes with the proxy's inner host. 0 (no proxy): the headers are ignored, since
     anyone can send them."""
+    ws_per_client: int = 64
+    """WebSockets one client (IP address) may hold open at once; one more is accepted and closed at once
+    with code 4429 and the reason (the widget shows it). 0: unlimited."""
+    ws_per_lab: int = 400
+    """WebSockets one lab may have open at once (watchers of a room included); beyond it: close 4429."""
+    conn_per_client: int = 512
+    """TCP connections one client may hold open on the web process (slow requests, idle keep-alives,
+    sockets); more are closed on accept. Only without a proxy (TRUSTED_PROXIES=0): behind one every
+    client shares its address, and the WebSocket caps above still count per forwarded client."""
+    header_timeout: float = 10.0
+    """Real seconds a client has to send a request's headers (slowloris); then the connection is closed."""
+    body_timeout: float = 15.0
+    """Real seconds a request body may stall between two reads before the connection is closed."""
     testing: bool = False
 
     @classmethod
@@ -102,5 +115,10 @@ class Config:
             long_poll_max=_int("LONG_POLL_MAX", cls.long_poll_max),
             long_poll_per_lab=_int("LONG_POLL_PER_LAB", cls.long_poll_per_lab),
             trusted_proxies=_int("TRUSTED_PROXIES", cls.trusted_proxies),
+            ws_per_client=_int("WS_PER_CLIENT", cls.ws_per_client),
+            ws_per_lab=_int("WS_PER_LAB", cls.ws_per_lab),
+            conn_per_client=_int("CONN_PER_CLIENT", cls.conn_per_client),
+            header_timeout=_float("HEADER_TIMEOUT", cls.header_timeout),
+            body_timeout=_float("BODY_TIMEOUT", cls.body_timeout),
             webhook_allowlist=tuple(p for p in os.environ.get("WEBHOOK_TEST_ALLOWLIST", "").split(",") if p),
         )

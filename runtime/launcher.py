@@ -17,12 +17,16 @@ import urllib.request
 from core.config import Config
 from runtime import embedded_redis
 
+WORKER_CLASS = "runtime.web_worker.LabGeventWorker"
 
-def gunicorn_command(config: Config, threads: int = 256) -> list[str]:
-    """gthread holds one thread per open WebSocket, so threads are sized for sockets plus HTTP."""
+
+def gunicorn_command(config: Config, threads: int = 0) -> list[str]:
+    """One gevent worker: a greenlet per connection, no thread per socket (`threads` is accepted for
+    callers written for gthread and ignored). See runtime/web_worker.py for the per-client bounds."""
+    del threads
     return [
         sys.executable, "-m", "gunicorn", "app:create_app()",
-        "-k", "gthread", "--threads", str(threads), "-w", "1",
+        "-k", WORKER_CLASS, "--worker-connections", "8192", "-w", "1",
         "-b", f"{config.host}:{config.port}", "--no-control-socket",
         "--log-level", "warning", "--graceful-timeout", "5",
         "--logger-class", "app.redact.RedactingLogger",  # tokens never reach a log

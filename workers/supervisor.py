@@ -26,7 +26,10 @@ from workers.engines import autoscale, fairness, loadgen, webhooks
 from workers.engines.fleet import SchedulerFleet
 from workers.process import die_with_parent
 
-LOOP_S = 0.02  # reaper scan interval: bounds how late past its deadline a lease is redelivered
+LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (see Waker)
+HOUSEKEEP_S = 0.1  # process checks and the chapter engines (load generator, fairness, autoscale)
+IDLE_S = 1.0  # with no lab at all, nothing is due: wake only for a command or a new lab
+WATCHED = ("leases", "scheduled", "clock", "settings")  # per-lab keys whose change can move a deadline
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
 
@@ -48,6 +51,70 @@ class LabPool:
     fault_active: set = field(default_factory=set)
     handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
     reconciled: bool = False  # after the first pass, added workers pay the boot lag
+
+
+class Waker:
+    """How the supervisor sleeps: until the next lease deadline or due retry of any lab, or until a
+    change that can move one, never on a fixed poll.
+
+    Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here), so
+    the code that claims, extends or ends a lease needs no extra call: a ZADD to `lab:*:leases`, a
+    new retry in `lab:*:scheduled`, a clock or settings change, a new lab, or a command pushed to
+    the pool list wakes the loop at once. The timeout is computed from the deadline in real time and
+    enforced by the client's own `select` (a server-side BLPOP timeout rounds up to the server's
+    100 ms cron on an idle server). A server that refuses CONFIG SET falls back to a 20 ms poll.
+    """
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+        self.ps = None
+        try:
+            flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
+            want = set(flags) | set("Kzls$h")
+            r.config_set("notify-keyspace-events", "".join(sorted(want)))
+            ps = r.pubsub(ignore_subscribe_messages=True)
+            db = r.connection_pool.connection_kwargs.get("db", 0)
+            ps.psubscribe(f"__keyspace@{db}__:{POOL_COMMANDS}", f"__keyspace@{db}__:{LABS}",
+                          *(f"__keyspace@{db}__:lab:*:{k}" for k in WATCHED))
+            self.ps = ps
+        except redis.ResponseError:
+            self.ps = None
+
+    def wait(self, timeout: float) -> set[str]:
+        """Sleep up to `timeout` s; the keys that changed meanwhile (empty: the timeout passed)."""
+        if self.ps is None:
+            time.sleep(min(timeout, LOOP_S))
+            return set()
+        changed: set[str] = set()
+        msg = self.ps.get_message(timeout=max(0.0, timeout))
+        while msg:
+            if msg.get("type") == "pmessage":
+                changed.add(msg["channel"].split(":", 1)[1])
+            msg = self.ps.get_message(timeout=0)
+        return changed
+
+
+def next_deadline(r: redis.Redis, labs: list[str]) -> dict[str, float]:
+    """Per lab, the real time (time.time()) of its earliest lease deadline or due retry; one round trip."""
+    if not labs:
+        return {}
+    with r.pipeline(transaction=False) as pipe:
+        for lab in labs:
+            pipe.hgetall(key(lab, "clock"))
+            pipe.zrange(key(lab, "leases"), 0, 0, withscores=True)
+            pipe.zrange(key(lab, "scheduled"), 0, 0, withscores=True)
+        res = pipe.execute()
+    out = {}
+    for i, lab in enumerate(labs):
+        state, leases, scheduled = res[3 * i: 3 * i + 3]
+        due = [score for _m, score in (leases + scheduled)]
+        if not due or state.get("paused") == "1":
+            continue
+        base_sim = float(state.get("base_sim", 0))
+        base_real = float(state.get("base_real", time.time()))
+        speed = max(float(state.get("speed", 20)), 1e-9)
+        out[lab] = base_real + (min(due) - base_sim) / speed
+    return out
 
 
 class Supervisor:
@@ -286,19 +353,42 @@ class Supervisor:
         signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
         signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
         webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/webhooks.py)
-        last_expiry = 0.0
+        waker: Waker | None = None
+        last_expiry = next_full = 0.0
+        deadlines: dict[str, float] = {}
         while self.running:
             try:
-                popped = self.r.blpop(POOL_COMMANDS, timeout=LOOP_S)
-                if popped:
-                    self.command(popped[1])
-                self.tick()
+                waker = waker or Waker(self.r)
+                while (raw := self.r.lpop(POOL_COMMANDS)) is not None:
+                    self.command(raw)
+                now = time.time()
+                due = [lab for lab, t in deadlines.items() if t <= now and lab in self.pools]
+                if now >= next_full or any(t <= now for t in self.slot_timers()):
+                    self.tick()
+                    next_full = now + HOUSEKEEP_S
+                else:
+                    for lab in due:  # a deadline passed between two housekeeping ticks: just the broker
+                        pool = self.pools[lab]
+                        self.broker_tick(pool, registry.settings(self.r, lab))
                 if time.time() - last_expiry > 5:
                     self.expire_idle()
                     last_expiry = time.time()
+                deadlines = next_deadline(self.r, list(self.pools))
+                wake = min([next_full if self.pools else time.time() + IDLE_S, *deadlines.values(),
+                            *self.slot_timers()])
+                changed = waker.wait(wake - time.time() + 0.0002)
+                if any(k == LABS or k.endswith((":settings", ":clock")) for k in changed):
+                    next_full = 0.0  # a new lab, new settings or a clock change: reconcile now
             except redis.ConnectionError:
                 time.sleep(0.5)  # the server restarts; keep the workers, retry
+                waker = None
         self.shutdown()
+
+    def slot_timers(self) -> list[float]:
+        """Real times a worker is due to respawn or finish booting."""
+        return [0.0 if slot.state == "respawning" else slot.respawn_at
+                for pool in self.pools.values() for slot in pool.slots.values()
+                if slot.state in ("dead", "booting", "respawning")]
 
     def shutdown(self) -> None:
         """Warm-stop every worker (finish the current job) briefly, then kill the rest."""

@@ -28,7 +28,10 @@ export function install(W) {
     sock.onclose = (e) => {
       if (gen !== wsGen) return;
       ws = null;
-      setConn('reconnecting');
+      if (e.code === 4429) { // refused: this address or this lab holds its maximum of live sockets
+        setConn('limited');
+        W.banner(`Live updates paused: ${e.reason || 'too many open connections'}. Trying again every 15 s.`);
+      } else setConn('reconnecting');
       reconnectLater(gen, e.code);
     };
   }
@@ -40,7 +43,8 @@ export function install(W) {
   }
 
   async function reconnectLater(gen, code) {
-    const delay = code === 1013 ? 150 : backoff; // 1013: server cut a too-slow socket
+    // 1013: server cut a too-slow socket; 4429: over a connection cap, so try again much later
+    const delay = code === 1013 ? 150 : code === 4429 ? 15000 : backoff;
     backoff = Math.min(backoff * 2, 10000);
     // While the socket is down, catch up with one plain request (never stacked).
     const res = await W.api('GET', W.labPath(`/events?after=${encodeURIComponent(S.lastId || '0')}`));
@@ -53,7 +57,8 @@ export function install(W) {
   function setConn(state) {
     const el = els.conn;
     el.dataset.conn = state;
-    setText(el, { live: '● live', reconnecting: '○ reconnecting…', connecting: 'connecting…' }[state] || state);
+    setText(el, { live: '● live', reconnecting: '○ reconnecting…', connecting: 'connecting…',
+      limited: '○ live updates paused (connection limit)' }[state] || state);
   }
 
   /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
