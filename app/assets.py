@@ -93,7 +93,10 @@ class Assets:
         def sub(m: re.Match) -> str:
             target = ((base + "/") if base else "") + m.group(2)[2:]
             printed = self.url.get(target)
-            return m.group(0) if printed is None else f"{m.group(1)}./{printed.rpartition('/')[2]}{m.group(3)}"
+            if printed is None:
+                return m.group(0)
+            rel = printed[len(base) + 1:] if base else printed  # keeps a sub-folder: ./widget/util.<hash>.js
+            return f"{m.group(1)}./{rel}{m.group(3)}"
         return _IMPORT.sub(sub, body.decode("utf-8")).encode()
 
     def serve(self, filename: str) -> Response:
