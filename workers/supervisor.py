@@ -283,6 +283,13 @@ class Supervisor:
             self.r.rpush(cmd["reply"], json.dumps(result))
             self.r.expire(cmd["reply"], 30)
 
+    def recycle_workers(self) -> None:
+        """After a server outage: SIGKILL every live worker (and horse) so each comes back connected at once."""
+        for pool in self.pools.values():
+            for slot in list(pool.slots.values()):
+                if slot.state in ("idle", "busy") and slot.proc is not None and slot.proc.poll() is None:
+                    self.kill(pool, slot)
+
     def stop_pool(self, pool: LabPool) -> None:
         for slot in pool.slots.values():
             if slot.proc and slot.proc.poll() is None:
@@ -341,9 +348,13 @@ class Supervisor:
         signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
         webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/webhooks.py)
         last_expiry = 0.0
+        outage = False
         while self.running:
             try:
                 popped = self.r.blpop(POOL_COMMANDS, timeout=LOOP_S)
+                if outage:  # the server is back: rq workers sit out their own reconnect backoff (up to
+                    outage = False  # 60 s), so restart them now; a lease brings back any attempt they held
+                    self.recycle_workers()
                 if popped:
                     self.command(popped[1])
                 self.tick()
@@ -351,7 +362,8 @@ class Supervisor:
                     self.expire_idle()
                     last_expiry = time.time()
             except redis.ConnectionError:
-                time.sleep(0.5)  # the server restarts; keep the workers, retry
+                outage = True
+                time.sleep(0.5)  # the server restarts (the launcher brings it back); retry
         self.shutdown()
 
     def shutdown(self) -> None:
