@@ -6,6 +6,7 @@ Every bad input answers with `{error, detail}` and a 4xx status, never a 500.
 
 from __future__ import annotations
 
+import hmac
 import json
 import subprocess
 import time
@@ -15,7 +16,7 @@ import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
 from app import branching, idempotency, internals, limits, scenarios
-from app.auth import lab_access
+from app.auth import bearer_token, lab_access, refuse_foreign_origin
 from app.errors import ApiError
 from app.http import job_or_404, json_body, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
@@ -64,15 +65,30 @@ def openapi_document():
 
 @bp.get("/metrics")
 def metrics():
-    """Prometheus text format: each live lab's counts, labelled by lab."""
+    """Prometheus text format. Without the METRICS_TOKEN (Authorization: Bearer) only machine-wide totals,
+    never a lab id; with it, each live lab's counts labelled by lab."""
     r = get_redis()
+    want = current_app.config["LAB"].metrics_token
+    given = bearer_token() or ""
+    per_lab = bool(want) and hmac.compare_digest(want.encode(), given.encode())
+    if given and not per_lab:
+        raise ApiError(403, "forbidden", "this is not the metrics token")
+    labs = sorted(r.smembers(LABS))
     samples: dict[str, list[str]] = {}
-    for lab in sorted(r.smembers(LABS)):
+    totals: dict[str, int] = {}
+    for lab in labs:
         for name, value in registry.counts(r, lab).items():
-            samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
-    lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {r.scard(LABS)}"]
-    for name, rows in samples.items():
-        lines += [f"# TYPE asyncworklab_{name} gauge", *rows]
+            totals[name] = totals.get(name, 0) + value
+            if per_lab:
+                samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
+    lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {len(labs)}",
+             "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {registry.workers_in_use(r)}"]
+    if per_lab:
+        for name, rows in samples.items():
+            lines += [f"# TYPE asyncworklab_{name} gauge", *rows]
+    else:
+        for name, value in totals.items():
+            lines += [f"# TYPE asyncworklab_{name}_total gauge", f"asyncworklab_{name}_total {value}"]
     return "\n".join(lines) + "\n", 200, {"Content-Type": "text/plain; version=0.0.4"}
 
 
@@ -92,10 +108,17 @@ def meta():
 
 @bp.post("/api/labs")
 def create_lab():
-    """Open a lab from a preset; with `branch_of` + `at_event` (+ `settings`), branch an existing run."""
+    """Open a lab from a preset; with `branch_of` + `at_event` (+ `settings`), branch an existing run.
+
+    A lab costs processes, so opening one is limited like any resource: a foreign page's form post is
+    refused (403), and each client has a concurrency and a rate limit (429 + Retry-After)."""
+    refuse_foreign_origin()
     body = json_body()
+    r = get_redis()
+    limits.check_new_lab(r)
     if "branch_of" in body or "at_event" in body:
         created, status = branching.branch_from_request(body)
+        limits.record_lab(r, created["lab_id"])
         return _lab_created(created, status)
     preset = body.get("preset", presets.DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in presets.PRESETS:
@@ -105,11 +128,12 @@ def create_lab():
     clean, errors = settings.validate({"speed": speed_value})
     if errors:
         raise ApiError(422, "invalid_settings", errors)
-    limits.check_workers(get_redis(), int(presets.settings_for(preset)["workers"]))
+    limits.check_workers(r, registry.processes_of(presets.settings_for(preset)))
     try:
-        created = registry.create(get_redis(), preset, clean["speed"], cfg.max_labs)
+        created = registry.create(r, preset, clean["speed"], cfg.max_labs)
     except registry.LabFull:
         raise limits.labs_full(cfg.max_labs) from None
+    limits.record_lab(r, created["lab_id"])
     created["preset"] = preset
     return _lab_created(created, 201)
 
@@ -143,8 +167,9 @@ def patch_settings(lab_id: str):
     clean, errors = settings.validate(json_body())
     if errors:
         raise ApiError(422, "invalid_settings", errors)
-    if "workers" in clean:
-        limits.check_workers(get_redis(), clean["workers"], lab_id)
+    if "workers" in clean or "scheduler_replicas" in clean:
+        merged = {**registry.settings(get_redis(), lab_id), **clean}
+        limits.check_workers(get_redis(), registry.processes_of(merged), lab_id)
     return jsonify(settings=registry.update_settings(get_redis(), lab_id, clean))
 
 
@@ -192,24 +217,29 @@ def _source_from_upload(lab_id: str) -> tuple[str, str]:
     video_id = uuid.uuid4().hex[:12]
     path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
-    room = cfg.max_lab_bytes - registry.disk_usage(cfg.var_dir, lab_id)
-    size = len(head)
-    with open(path, "wb") as out:
-        out.write(head)
-        while chunk := f.stream.read(1 << 16):
-            size += len(chunk)
-            if size > min(cfg.max_upload_bytes, room):
-                out.close()
-                path.unlink()
-                if size > cfg.max_upload_bytes:
+    r = get_redis()
+    size = 0  # bytes written and reserved: every chunk is reserved in Redis before it touches the disk
+    try:
+        with open(path, "wb") as out:
+            chunk = head
+            while chunk:
+                if size + len(chunk) > cfg.max_upload_bytes:
                     raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
-                raise ApiError(413, "lab_storage_full", f"this lab's files may take {cfg.max_lab_bytes} bytes "
-                               "and this upload would pass that; reset the lab to start afresh")
-            out.write(chunk)
+                if not registry.reserve_disk(r, cfg.var_dir, lab_id, len(chunk), cfg.max_lab_bytes):
+                    raise ApiError(413, "lab_storage_full", f"this lab's files may take {cfg.max_lab_bytes} bytes "
+                                   "and this upload would pass that; reset the lab to start afresh")
+                size += len(chunk)
+                out.write(chunk)
+                chunk = f.stream.read(1 << 16)
+    except BaseException:  # refused, client gone, disk error: no partial file, no bytes kept reserved
+        path.unlink(missing_ok=True)
+        registry.release_disk(r, lab_id, size)
+        raise
     try:
         media.check_upload(path)
     except media.InvalidMedia as e:
         path.unlink()
+        registry.release_disk(r, lab_id, size)
         raise ApiError(422, "undecodable_video", {"file": f"refused before queueing: {e}"}) from None
     return str(path), video_id
 
@@ -221,7 +251,9 @@ def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
         path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / "poison.bin"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(media.sample_clip().read_bytes()[:150_000])
+            data = media.sample_clip().read_bytes()[:150_000]
+            registry.reserve_disk(get_redis(), cfg.var_dir, lab_id, len(data))  # counted, never refused
+            path.write_bytes(data)
         return str(path), "poison"
     clip = media.sample_clip(sample)
     if clip is None:

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from flask import request
 
 from app.errors import ApiError
+from app.http import valid_id
 from app.store import get_redis
 from core import registry
 
@@ -44,10 +45,19 @@ def refuse_cross_site() -> None:
                        "app's own pages (send Authorization: Bearer <token> from other clients)")
 
 
+def refuse_foreign_origin() -> None:
+    """For calls that take no cookie (creating a lab or a room): a page on another site is refused, so a
+    cross-site form post cannot spend a visitor's budget or the machine's; a client that names no page
+    (curl, a script, a test) is not a browser riding on someone else's session and is let through."""
+    host = page_host()
+    if host is not None and host != request.host:
+        raise ApiError(403, "bad_origin", "a call from another site's page was refused")
+
+
 def authorise(lab_id: str, token: str | None, write: bool) -> str:
     """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); the token's role."""
     r = get_redis()
-    if len(lab_id) > 32 or not registry.exists(r, lab_id):
+    if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     if not token:
         raise ApiError(401, "missing_token", "send Authorization: Bearer <token>", {"WWW-Authenticate": "Bearer"})

@@ -165,7 +165,7 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     if errors:
         raise ApiError(422, "invalid_settings", errors)
     cfg = current_app.config["LAB"]
-    limits.check_workers(r, int(clean.get("workers", registry.settings(r, parent)["workers"])))
+    limits.check_workers(r, registry.processes_of({**registry.settings(r, parent), **clean}))
     try:
         created = create_branch(r, get_rq(), parent, at_event, clean, speed, cfg.max_labs, cfg.var_dir)
     except LookupError:

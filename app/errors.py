@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import redis
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
+
+RETRY_AFTER_S = 2
+"""What a client is told to wait while the Redis-protocol server is down (the launcher restarts it)."""
 
 
 class ApiError(Exception):
@@ -22,6 +26,22 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def api_error(e: ApiError):
         return jsonify(error=e.error, detail=e.detail), e.status, e.headers
+
+    @app.errorhandler(redis.ConnectionError)
+    @app.errorhandler(redis.TimeoutError)
+    def store_down(e: Exception):
+        """The Redis-protocol server is down or restarting (BusyLoadingError is a ConnectionError):
+        every call says so with 503 and Retry-After, never a 500 — the launcher brings it back."""
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        if not _wants_json():
+            return ("<!doctype html><title>Restarting</title><p>The lab's data store is restarting; "
+                    "this page will work again in a few seconds.</p>", 503, headers)
+        return jsonify(error="unavailable", detail="the lab's data store is restarting; try again in a few "
+                       "seconds"), 503, headers
+
+    from app.http import guard_request
+
+    app.before_request(guard_request)
 
     @app.errorhandler(HTTPException)
     def http_error(e: HTTPException):

@@ -10,6 +10,7 @@ import functools
 
 from flask import Blueprint, jsonify
 
+from app import limits
 from app.auth import lab_access
 from app.errors import ApiError
 from app.http import json_body
@@ -81,6 +82,7 @@ def submit_jobs(lab_id: str):
     customer = body.get("customer", f"{tier[0]}1")
     if not isinstance(customer, str) or not customer.isalnum() or len(customer) > 16:
         raise ApiError(422, "invalid_body", {"customer": "must be 1–16 letters or digits"})
+    limits.check_lab_rate(get_redis(), lab_id, "batch", count)
     fairness.submit(get_redis(), lab_id, tier, customer, count)
     return jsonify(enqueued=count, tier=tier, customer=customer), 202
 
@@ -93,6 +95,7 @@ def noisy_neighbour(lab_id: str):
     burst = _int(body, "burst", 60, 1, MAX_BATCH)
     others = _int(body, "others", 9, 0, 50)
     r = get_redis()
+    limits.check_lab_rate(r, lab_id, "batch", burst + others)
     now = clock.now(r, lab_id)
     fairness.submit(r, lab_id, "free", "f0", burst, now)
     for i in range(1, others + 1):
@@ -109,6 +112,7 @@ def poison(lab_id: str):
     body = json_body()
     tier = _tier(body)
     count = _int(body, "count", 3, 1, MAX_POISON)
+    limits.check_lab_rate(get_redis(), lab_id, "batch", count)
     fairness.submit(get_redis(), lab_id, tier, "poison", count, poison=True)
     return jsonify(enqueued=count, tier=tier, crashes_each=fairness.POISON_CRASHES), 202
 

@@ -18,7 +18,19 @@ from flask import current_app, request
 from app.errors import ApiError
 from core import registry
 
-RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries")}
+RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
+         "labs": ("rate_labs", "new labs and rooms")}
+LAB_RATES = {"batch": ("lab_batch_jobs", "batch jobs"), "late": ("lab_late_deliveries", "late deliveries")}
+
+
+def client() -> str:
+    """Who is asking, as far as the rate limits can tell: the peer address (the proxy's client behind
+    TRUSTED_PROXIES)."""
+    return request.remote_addr or "unknown"
+
+
+def client_labs_key(who: str) -> str:
+    return f"client:{who}:labs"
 
 
 def too_many(error: str, detail: str, retry_after: float) -> ApiError:
@@ -49,7 +61,7 @@ def check_rate(r: redis.Redis, name: str) -> None:
     cfg = current_app.config["LAB"]
     attr, what = RATES[name]
     limit = getattr(cfg, attr)
-    wait = spend(r, name, request.remote_addr or "unknown", limit, cfg.rate_window, time.time())
+    wait = spend(r, name, client(), limit, cfg.rate_window, time.time())
     if wait is not None:
         raise too_many("rate_limited", f"at most {limit} {what} per {cfg.rate_window} s from one client; "
                        f"try again in {math.ceil(wait)} s", wait)
@@ -57,9 +69,87 @@ def check_rate(r: redis.Redis, name: str) -> None:
 
 
 def check_workers(r: redis.Redis, want: int, lab: str | None = None) -> None:
-    """429 if giving `lab` (or a new lab) `want` workers would pass the machine's ceiling."""
+    """429 if giving `lab` (or a new lab) `want` processes (workers + scheduler replicas) would pass the
+    machine's ceiling."""
     cap = current_app.config["LAB"].max_workers
     used = registry.workers_in_use(r, exclude=lab)
     if used + want > cap:
-        raise too_many("workers_full", f"this machine runs at most {cap} workers and {used} are in use "
-                       f"by other labs; ask for at most {max(0, cap - used)} or try again in a minute", 60)
+        raise too_many("workers_full", f"this machine runs at most {cap} workers (scheduler replicas count as "
+                       f"workers) and {used} are in use by other labs; ask for at most {max(0, cap - used)} or "
+                       "try again in a minute", 60)
+
+
+def check_new_lab(r: redis.Redis) -> None:
+    """Before any lab is opened (new, branch, room, follow-along): this client's concurrency limit
+    (labs alive at once), then its rate limit (labs opened per window). 429 + Retry-After."""
+    cfg = current_app.config["LAB"]
+    who = client()
+    if cfg.max_client_labs > 0:
+        k = client_labs_key(who)
+        mine = r.smembers(k)
+        if mine:
+            with r.pipeline(transaction=False) as pipe:
+                for lab in mine:
+                    pipe.sismember(registry.LABS, lab)
+                gone = [lab for lab, alive in zip(mine, pipe.execute(), strict=True) if not alive]
+            if gone:
+                r.srem(k, *gone)
+            if len(mine) - len(gone) >= cfg.max_client_labs:
+                raise too_many("client_labs_full", f"one client may hold {cfg.max_client_labs} labs at once; "
+                               "delete one (or let it expire) before opening another", 60)
+    check_rate(r, "labs")
+
+
+def record_lab(r: redis.Redis, lab: str) -> None:
+    """Count a new lab against its client's concurrency limit (pruned as labs go)."""
+    k = client_labs_key(client())
+    with r.pipeline(transaction=False) as pipe:
+        pipe.sadd(k, lab)
+        pipe.expire(k, current_app.config["LAB"].lab_idle_ttl * 2)
+        pipe.execute()
+
+
+def check_lab_rate(r: redis.Redis, lab: str, name: str, n: int = 1) -> None:
+    """A lab's own budget for batch calls ("batch": tier jobs, "late": late deliveries) per window, shared
+    by everyone holding its token: one lab's flood cannot take the machine's forks from the others."""
+    cfg = current_app.config["LAB"]
+    attr, what = LAB_RATES[name]
+    limit = getattr(cfg, attr)
+    if limit <= 0:
+        return
+    now = time.time()
+    slot = int(now // cfg.rate_window)
+    k = f"ratelimit:lab:{name}:{lab}:{slot}"
+    with r.pipeline(transaction=True) as pipe:
+        pipe.incrby(k, n)
+        pipe.expire(k, cfg.rate_window + 1)
+        used = pipe.execute()[0]
+    if used > limit:
+        r.decrby(k, n)  # a refused call spends nothing
+        wait = (slot + 1) * cfg.rate_window - now
+        raise too_many("lab_rate_limited", f"one lab may ask for at most {limit} {what} per {cfg.rate_window} s "
+                       f"({used - n} used); try again in {math.ceil(wait)} s", wait)
+
+
+def check_room_lookup(r: redis.Redis) -> None:
+    """Room codes are capabilities: a client that has tried `rate_room_lookups` unknown codes this window
+    gets 429 for *every* lookup until the window ends (answering hits but not misses would be an oracle)."""
+    cfg = current_app.config["LAB"]
+    if cfg.rate_room_lookups <= 0:
+        return
+    now = time.time()
+    slot = int(now // cfg.rate_window)
+    if int(r.get(f"ratelimit:roommiss:{client()}:{slot}") or 0) >= cfg.rate_room_lookups:
+        wait = (slot + 1) * cfg.rate_window - now
+        raise too_many("rate_limited", f"too many unknown room codes from one client (at most "
+                       f"{cfg.rate_room_lookups} per {cfg.rate_window} s); try again in {math.ceil(wait)} s", wait)
+
+
+def room_miss(r: redis.Redis) -> None:
+    """Count one unknown room code against this client."""
+    cfg = current_app.config["LAB"]
+    k = f"ratelimit:roommiss:{client()}:{int(time.time() // cfg.rate_window)}"
+    with r.pipeline(transaction=True) as pipe:
+        pipe.incr(k)
+        pipe.expire(k, cfg.rate_window + 1)
+        pipe.execute()

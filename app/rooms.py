@@ -26,9 +26,9 @@ import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
 from app import chapters, limits, openapi, scenarios
-from app.auth import page_host
+from app.auth import refuse_foreign_origin
 from app.errors import ApiError
-from app.http import json_body
+from app.http import json_body, valid_id
 from app.store import get_redis
 from core import presets, registry, settings
 from core.keys import key
@@ -38,7 +38,9 @@ bp = Blueprint("rooms", __name__)
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 """Join-code letters: no 0/O or 1/I, so a code read off a projector is typed right first time."""
-CODE_LENGTH = 6
+CODE_LENGTH = 10
+"""32^10 ≈ 1.1·10^15 codes: at RATE_ROOM_LOOKUPS (30 unknown codes a minute per client), a client guessing
+for a whole year against 1,000 live rooms hits one with probability ≈ 1.4·10^-5."""
 ROOM_TTL = 4 * 3600
 """Real seconds a room lives after the instructor last looked at it or presented: a class period and then some."""
 PRESENCE_WINDOW = 30
@@ -54,7 +56,7 @@ def rkey(code: str, part: str = "") -> str:
 
 
 def normalise(code: str) -> str:
-    """Codes are shown as ABC-DEF; students type them in any case, with or without the dash."""
+    """Codes are shown as ABCDE-FGHJK; students type them in any case, with or without the dash."""
     return re.sub(r"[\s-]", "", code or "").upper()
 
 
@@ -66,15 +68,18 @@ def new_code(r: redis.Redis) -> str:
 
 
 def pretty(code: str) -> str:
-    return f"{code[:3]}-{code[3:]}"
+    half = len(code) // 2
+    return f"{code[:half]}-{code[half:]}"
 
 
 def load(r: redis.Redis, code: str) -> dict[str, str]:
     """The room, or a 404 for a code that is malformed, unknown or expired."""
     code = normalise(code)
+    limits.check_room_lookup(r)
     room = r.hgetall(rkey(code)) if _CODE.match(code) else {}
     if not room:
-        raise ApiError(404, "unknown_room", f"no room with the code {code[:12]!r}: check the code on the screen")
+        limits.room_miss(r)
+        raise ApiError(404, "unknown_room", f"no room with the code {code[:16]!r}: check the code on the screen")
     room["code"] = code
     return room
 
@@ -88,13 +93,6 @@ def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
     if not hmac.compare_digest(room["instructor"], token_hash(auth[7:].strip())):
         raise ApiError(403, "forbidden", "this token is not this room's instructor token")
     return room
-
-
-def refuse_foreign_origin() -> None:
-    """A page on another site is refused; a client that names no page (curl, a script) is not."""
-    host = page_host()
-    if host is not None and host != request.host:
-        raise ApiError(403, "bad_origin", "a room call from another site's page was refused")
 
 
 def join_url(code: str) -> str:
@@ -141,11 +139,13 @@ def _keep_alive(r: redis.Redis, code: str) -> None:
 def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[str, Any]:
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
-    limits.check_workers(r, int(lab_settings.get("workers", presets.settings_for(preset)["workers"])))
+    limits.check_new_lab(r)
+    limits.check_workers(r, registry.processes_of({**presets.settings_for(preset), **lab_settings}))
     try:
         created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
     except registry.LabFull:
         raise limits.labs_full(cfg.max_labs) from None
+    limits.record_lab(r, created["lab_id"])
     base = presets.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
     if changes:
@@ -175,7 +175,7 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     """The caller's own lab, set up beforehand, becomes the room's: its owner token proves it is
     theirs, and its view token (which the server keeps only as a hash) is what students will get."""
     lab_id, view_token = body.get("lab_id"), body.get("view_token")
-    if not isinstance(lab_id, str) or len(lab_id) > 32 or not registry.exists(r, lab_id):
+    if not isinstance(lab_id, str) or not valid_id(lab_id) or len(lab_id) > 32 or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {str(lab_id)[:40]!r}")
     auth = request.headers.get("Authorization", "")
     token = auth[7:].strip() if auth.startswith("Bearer ") else ""
@@ -223,7 +223,11 @@ def create_room():
     scenario = body.get("scenario")
     if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS):
         raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
-    lab = _adopt_lab(r, body) if "lab_id" in body else _new_lab(r, *_setup_from(body, scenario))
+    if "lab_id" in body:
+        limits.check_rate(r, "labs")  # a room on one's own lab costs no processes, but still counts as opened
+        lab = _adopt_lab(r, body)
+    else:
+        lab = _new_lab(r, *_setup_from(body, scenario))
     preset = lab["preset"]
     if scenario and (needs := scenarios.SCENARIOS[scenario]["preset"]) != preset:
         raise ApiError(422, "invalid_scenario", {"scenario": f"{scenario} runs on {needs}, this lab on {preset}"})
@@ -380,17 +384,17 @@ def room_page(code: str):
     try:
         room = load(get_redis(), code)
     except ApiError as e:
-        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
+        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:16])
     return _page("room.html", room=room, display_code=pretty(room["code"]), join_url=join_url(room["code"]),
                  lab_url=chapter_link(room), present_url=chapter_link(room, present="1"), title=room_title(room))
 
 
 @bp.get("/join")
 def join_form():
-    """`/join?code=ABC-DEF`, the join form's target, goes to that room's join page."""
+    """`/join?code=ABCDE-FGHJK`, the join form's target, goes to that room's join page."""
     code = normalise(request.args.get("code", ""))
     if code:
-        return redirect(url_for("rooms.join_page", code=code[:12]))
+        return redirect(url_for("rooms.join_page", code=code[:16]))
     return _page("room_join.html", room=None, error=None, code="")
 
 
@@ -400,7 +404,7 @@ def join_page(code: str):
     try:
         room = load(get_redis(), code)
     except ApiError as e:
-        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:12])
+        return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:16])
     path = scenarios.chapter_path(room["preset"])
     return _page("room_join.html", room=room, error=None, code=room["code"], display_code=pretty(room["code"]),
                  title=room_title(room), chapter_url=path,

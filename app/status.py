@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request
 
+from app import limits
 from app.auth import lab_access
 from app.errors import ApiError
 from app.http import job_or_404
@@ -88,5 +89,6 @@ def late_delivery(lab_id: str, job_id: str):
     finds `done` and refuses (`job.claim_refused`): the invalid done → running transition, caught.
     """
     j = job_or_404(lab_id, job_id)
+    limits.check_lab_rate(get_redis(), lab_id, "late")
     reaper.send(get_rq(), lab_id, job_id, j["attempt"])
     return jsonify(job_id=job_id, attempt=j["attempt"], state=j["state"]), 202

@@ -18,7 +18,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from app.auth import lab_access
 from app.errors import ApiError
-from app.http import json_body
+from app.http import json_body, valid_id
 from app.store import get_redis
 from core import clock, registry, stream
 from core.keys import key
@@ -106,7 +106,7 @@ def receive(lab_id: str):
     An unsigned or badly signed call answers 401; while the fail switch is on it answers 500.
     """
     r = get_redis()
-    if len(lab_id) > 32 or not registry.exists(r, lab_id):
+    if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     raw = request.get_data(cache=False)
     reg = r.hgetall(webhooks.hook(lab_id))

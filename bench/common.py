@@ -31,6 +31,10 @@ from core.keys import key
 from runtime import embedded_redis
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
+# issue 23's per-client and per-lab limits, off: a harness drives many labs from one address
+NO_CLIENT_LIMITS = {"RATE_LABS": "0", "MAX_CLIENT_LABS": "0", "RATE_ROOM_LOOKUPS": "0", "LAB_BATCH_JOBS": "0",
+                    "LAB_LATE_DELIVERIES": "0", "LAB_JOB_RATE": "0", "WS_PER_CLIENT": "0", "WS_PER_LAB": "0",
+                    "CONN_PER_CLIENT": "0"}
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
@@ -150,7 +154,7 @@ class Stack:
         self.env = dict(os.environ, REDIS_URL=self.server.url, VAR_DIR=str(self.var_dir),
                         PORT=str(self.port), HOST="127.0.0.1", MAX_LABS="50", LAB_IDLE_TTL="3600",
                         RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000",
-                        WS_PER_CLIENT="0", WS_PER_LAB="0", CONN_PER_CLIENT="0")  # every client is 127.0.0.1
+                        **NO_CLIENT_LIMITS)  # every client is 127.0.0.1
         config = Config(redis_url=self.server.url, port=self.port, host="127.0.0.1")
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=self.env, cwd=ROOT,

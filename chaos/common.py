@@ -37,6 +37,10 @@ from core.keys import key
 from runtime import embedded_redis
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
+# issue 23's per-client and per-lab limits, off: a harness drives many labs from one address
+NO_CLIENT_LIMITS = {"RATE_LABS": "0", "MAX_CLIENT_LABS": "0", "RATE_ROOM_LOOKUPS": "0", "LAB_BATCH_JOBS": "0",
+                    "LAB_LATE_DELIVERIES": "0", "LAB_JOB_RATE": "0", "WS_PER_CLIENT": "0", "WS_PER_LAB": "0",
+                    "CONN_PER_CLIENT": "0"}
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "chaos"
 
@@ -146,8 +150,9 @@ class Stack:
     """valkey (unless `redis_url` is given) + supervisor + gunicorn, each restartable on its own."""
 
     def __init__(self, name: str, redis_url: str | None = None, persist: bool = False,
-                 root: Path | None = None, web_threads: int = 64):
+                 root: Path | None = None, web_threads: int = 64, extra_env: dict[str, str] | None = None):
         self.name = name
+        self.extra_env = extra_env or {}
         self.external_redis = redis_url
         self.persist = persist
         self.own_root = root is None
@@ -186,10 +191,12 @@ class Stack:
         return f"ws://127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, REDIS_URL=self.redis_url, VAR_DIR=str(self.var_dir), PORT=str(self.port),
+        return {**dict(os.environ, REDIS_URL=self.redis_url, VAR_DIR=str(self.var_dir), PORT=str(self.port),
                     HOST="127.0.0.1", MAX_LABS="20", LAB_IDLE_TTL="3600",
                     RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000",
-                    PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                    **NO_CLIENT_LIMITS,
+                    PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")),
+                **self.extra_env}
 
     def start(self) -> Stack:
         if not self.external_redis:

@@ -44,13 +44,42 @@ class Config:
     lab_idle_ttl: int = 1800
     """Real seconds without activity after which a lab is removed with its keys, files and workers."""
     max_workers: int = 64
-    """Worker processes (all labs together) this machine runs; a lab or resize past it answers 429."""
+    """Processes all labs together may run on this machine: rq workers *and* chapter 7's scheduler replicas
+    (chapter 6's fleets are workers); a lab, resize or replica count past it answers 429."""
     rate_jobs: int = 120
     """Job creations one client (IP address) may make per `rate_window`; more answer 429. 0: unlimited."""
     rate_kills: int = 30
     """Worker kills one client may ask for per `rate_window`; more answer 429. 0: unlimited."""
     rate_window: int = 60
     """Length in real seconds of the fixed window the per-client rate limits count in."""
+    rate_labs: int = 10
+    """Labs and rooms one client may open per `rate_window` (new, branched, follow-along, room); more
+    answer 429. 0: unlimited."""
+    max_client_labs: int = 4
+    """Labs one client may hold alive at once (each costs worker processes); one more answers 429 until
+    one is deleted or expires. 0: unlimited."""
+    rate_room_lookups: int = 30
+    """Unknown room codes one client may try per `rate_window`; past it every room lookup from that
+    client answers 429 (so a 10-letter code, 32^10 ≈ 10^15, cannot be guessed). 0: unlimited."""
+    lab_batch_jobs: int = 2000
+    """Batch jobs (chapter 6's tier jobs, bursts, poison) one lab may queue per `rate_window`; more
+    answer 429, so one lab's flood cannot hold the machine's workers and forks. 0: unlimited."""
+    lab_late_deliveries: int = 30
+    """Late deliveries (POST …/late-delivery) one lab may ask for per `rate_window`. 0: unlimited."""
+    lab_job_rate: float = 20.0
+    """Jobs per *real* second chapter 2's load generator may create in one lab, whatever its clock speed
+    (5 jobs/simulated s at 1000× would otherwise be 5,000 forks a second)."""
+    lab_nice: int = 2
+    """Base nice level of every lab process (rq workers and their horses and ffmpeg, scheduler replicas):
+    the web tier, supervisor and Redis-protocol server always outrank lab work. Each lab's processes
+    are niced further by log1.25 of their count, so a lab's share of CPU does not grow with its workers."""
+    max_json_bytes: int = 64 * 1024
+    """Largest JSON request body; bigger answers 413 before it is parsed."""
+    max_json_depth: int = 32
+    """Deepest nesting of arrays/objects accepted in a JSON body; deeper answers 400 (never a 500)."""
+    metrics_token: str = ""
+    """Bearer token that opens per-lab series on /metrics. Unset: /metrics shows machine-wide totals only,
+    never a lab id."""
     max_video_pixels: int = 3840 * 2160
     """Largest frame (width × height) ffmpeg will decode: a 30000×30000 header cannot exhaust memory."""
     ffmpeg_timeout: float = 120.0
@@ -106,6 +135,16 @@ class Config:
             rate_jobs=_int("RATE_JOBS", cls.rate_jobs),
             rate_kills=_int("RATE_KILLS", cls.rate_kills),
             rate_window=_int("RATE_WINDOW", cls.rate_window),
+            rate_labs=_int("RATE_LABS", cls.rate_labs),
+            max_client_labs=_int("MAX_CLIENT_LABS", cls.max_client_labs),
+            rate_room_lookups=_int("RATE_ROOM_LOOKUPS", cls.rate_room_lookups),
+            lab_batch_jobs=_int("LAB_BATCH_JOBS", cls.lab_batch_jobs),
+            lab_late_deliveries=_int("LAB_LATE_DELIVERIES", cls.lab_late_deliveries),
+            lab_job_rate=_float("LAB_JOB_RATE", cls.lab_job_rate),
+            lab_nice=_int("LAB_NICE", cls.lab_nice),
+            max_json_bytes=_int("MAX_JSON_BYTES", cls.max_json_bytes),
+            max_json_depth=_int("MAX_JSON_DEPTH", cls.max_json_depth),
+            metrics_token=os.environ.get("METRICS_TOKEN", ""),
             max_video_pixels=_int("MAX_VIDEO_PIXELS", cls.max_video_pixels),
             ffmpeg_timeout=_float("FFMPEG_TIMEOUT", cls.ffmpeg_timeout),
             max_output_bytes=_int("MAX_OUTPUT_BYTES", cls.max_output_bytes),

@@ -1,7 +1,8 @@
-"""`python3 lab.py`: bring the whole app up on one machine and tear it down on Ctrl-C.
+"""`python3 lab.py`: bring the whole app up on one machine, keep it up, and tear it down on Ctrl-C.
 
 Starts, in order: the Redis-protocol server (embedded, unless REDIS_URL points elsewhere),
 the worker pool supervisor, and gunicorn serving the web app; waits for /healthz; prints the URL.
+Then it watches them: whichever dies is restarted (with backoff, logged), never the whole stack.
 """
 
 from __future__ import annotations
@@ -63,7 +64,46 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+class Backoff:
+    """Restart delays for one process: 0.5 s doubling to RESTART_MAX_S; reset once it has stayed up
+    RESTART_STABLE_S (a crash loop slows down, a one-off crash is healed at once)."""
+
+    def __init__(self, first: float = 0.5, cap: float = 30.0, stable: float = 60.0):
+        self.first, self.cap, self.stable = first, cap, stable
+        self.delay, self.restarts, self.started = first, 0, time.monotonic()
+
+    def next(self) -> float:
+        if time.monotonic() - self.started >= self.stable:
+            self.delay = self.first
+        wait, self.delay = self.delay, min(self.cap, self.delay * 2)
+        self.restarts += 1
+        return wait
+
+    def up(self) -> None:
+        self.started = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"lab: {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def write_status(config: Config, status: dict) -> None:
+    """var/launcher.json: the pids the launcher runs and how often each was restarted (drills read it)."""
+    path = config.var_dir / "launcher.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(status, indent=2))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def main() -> int:
+    """Start everything, then keep it running: a process that dies (the embedded server, the supervisor,
+    gunicorn) is restarted with backoff and the restart logged; labs and workers resume, because every
+    lab lives in the server (AOF on) and the supervisor rebuilds its pools from it. Only Ctrl-C/SIGTERM
+    tears the stack down."""
     config = Config.from_env()
     server = None
     if not os.environ.get("REDIS_URL"):
@@ -72,26 +112,66 @@ def main() -> int:
         config.redis_url = server.url
         print(f"lab: embedded Redis-protocol server (valkey) on {server.url}", flush=True)
     env = dict(os.environ, REDIS_URL=config.redis_url)
-    procs: list[subprocess.Popen] = []
+    commands = {"supervisor": [sys.executable, "-m", "workers.supervisor"], "web": gunicorn_command(config)}
+    procs: dict[str, subprocess.Popen] = {}
+    backoff = {name: Backoff() for name in ("redis", *commands)}
+    due: dict[str, float] = {}  # name → monotonic time its restart is due
     stopping = False
 
     def on_signal(signum, frame):
         nonlocal stopping
         stopping = True
 
+    def status() -> None:
+        write_status(config, {"launcher": os.getpid(), "url": config.redis_url,
+                              "redis": server.process.pid if server and server.process.poll() is None else None,
+                              **{n: p.pid if p.poll() is None else None for n, p in procs.items()},
+                              "restarts": {n: b.restarts for n, b in backoff.items()}})
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env))
-        procs.append(subprocess.Popen(gunicorn_command(config), env=env))
+        for name, cmd in commands.items():
+            procs[name] = subprocess.Popen(cmd, env=env)
         url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '') else config.host}:{config.port}"
-        wait_healthy(url, procs)
+        wait_healthy(url, list(procs.values()))
+        status()
         print(f"\n  Async Work Lab is running: open {url}\n  (Ctrl-C stops everything)\n", flush=True)
-        while not stopping and all(p.poll() is None for p in procs):
+        while not stopping:
             time.sleep(0.2)
-        return 0 if stopping else 1
+            changed = False
+            if server and server.process.poll() is not None and "redis" not in due:
+                wait = backoff["redis"].next()
+                log(f"the Redis-protocol server exited (code {server.process.returncode}); restarting it on "
+                    f"the same port and data in {wait:.1f} s (restart {backoff['redis'].restarts})")
+                due["redis"] = time.monotonic() + wait
+            for name, p in procs.items():
+                if p.poll() is not None and name not in due:
+                    wait = backoff[name].next()
+                    log(f"{name} exited (code {p.returncode}); restarting it in {wait:.1f} s "
+                        f"(restart {backoff[name].restarts})")
+                    due[name] = time.monotonic() + wait
+            for name, at in list(due.items()):
+                if time.monotonic() < at or stopping:
+                    continue
+                del due[name]
+                try:
+                    if name == "redis":
+                        server = embedded_redis.start(server.data_dir, port=server.port)
+                    else:
+                        procs[name] = subprocess.Popen(commands[name], env=env)
+                except (OSError, RuntimeError) as e:
+                    log(f"{name} did not start again: {e}")
+                    due[name] = time.monotonic() + backoff[name].next()
+                    continue
+                backoff[name].up()
+                log(f"{name} restarted")
+                changed = True
+            if changed:
+                status()
+        return 0
     finally:
-        stop_all(procs)
+        stop_all(list(procs.values()))
         if server:
             server.stop()
         print("lab: stopped", flush=True)

@@ -27,7 +27,8 @@ from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # The shared stack serves a whole test session from one address (2,000-job tests, kill storms):
 # per-client rate limits and the machine's worker ceiling are tested on their own stack instead.
-UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000"}
+UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
+             "RATE_ROOM_LOOKUPS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0", "LAB_JOB_RATE": "0"}
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ get PR_SET_PDEATHSIG so a supervisor that dies takes its workers with it: no orp
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -51,6 +52,35 @@ class LabPool:
     fault_active: set = field(default_factory=set)
     handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
     reconciled: bool = False  # after the first pass, added workers pay the boot lag
+    nice: int | None = None  # the nice level its processes run at (see lab_nice)
+
+
+def lab_nice(config: Config, settings: dict) -> int:
+    """The nice level of a lab's processes: a base above the web tier, supervisor and server (LAB_NICE),
+    plus log1.25 of the lab's process count. CFS weighs nice n at ≈ 1024/1.25^n, so a lab's eight busy
+    workers together weigh about what one lab's single worker does: CPU is shared between labs, not
+    between processes, and a lab that floods at its limits cannot take the box from a quiet one."""
+    n = max(1, registry.processes_of(settings))
+    return max(0, min(19, config.lab_nice + round(math.log(n) / math.log(1.25))))
+
+
+def start_lab_process(nice: int) -> None:
+    """preexec_fn of every lab process: die with the supervisor, run at the lab's nice level."""
+    die_with_parent()
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
+
+
+def renice(pids: list[int], nice: int) -> None:
+    """Move live processes to a new nice level (the lab grew or shrank); raising priority back needs
+    CAP_SYS_NICE, so without it a lab that shrinks keeps its lower priority until its workers restart."""
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+        except OSError:
+            pass
 
 
 class Waker:
@@ -123,7 +153,7 @@ class Supervisor:
         self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
         self.rq = redis.Redis.from_url(config.redis_url)
         self.pools: dict[str, LabPool] = {}
-        self.fleet = SchedulerFleet(self.r, config.redis_url)  # chapter 7's scheduler replicas
+        self.fleet = SchedulerFleet(self.r, config.redis_url, lambda s: lab_nice(config, s))  # ch7 replicas
         self.running = True
 
     # --- processes ------------------------------------------------------------------------
@@ -134,11 +164,13 @@ class Supervisor:
         env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
                    VAR_DIR=str(self.config.var_dir))
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
+        nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
+        pool.nice = nice
         slot.proc = subprocess.Popen(
             [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
              "--worker-class", "workers.rqworker.LabWorker",
              "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)],
-            env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
         slot.state = "idle"
         self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
@@ -187,6 +219,7 @@ class Supervisor:
         if row.get("job_id") and row.get("attempt"):
             # Ack early: the message was deleted on claim, so no lease will bring it back.
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
+        self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
         slot.state = "dead"
         speed = max(float(settings.get("speed", 20)), 1e-9)
         slot.respawn_at = time.time() + settings["respawn_delay"] / speed
@@ -206,6 +239,12 @@ class Supervisor:
         """Make the pool match `workers`; scale-in drains (or kills, if the learner chose that)."""
         live = [s for s in pool.slots.values() if s.state != "draining"]
         want = int(settings["workers"])
+        nice = lab_nice(self.config, settings)
+        if pool.nice is not None and nice != pool.nice:
+            pool.nice = nice
+            renice([p for s in pool.slots.values() if s.proc and s.proc.poll() is None
+                    for p in (s.proc.pid, self.row(pool, s).get("horse_pid")) if p], nice)
+            self.fleet.renice(pool.lab, nice)
         while len(live) < want:
             slot = Slot(f"w{pool.next_id}")
             pool.next_id += 1
@@ -281,7 +320,7 @@ class Supervisor:
         now = state["t"]
         moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
         moved += reaper.start_due_retries(self.r, lab, now)
-        moved += loadgen.tick(self.r, self.rq, lab, now)
+        moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
         if not state["paused"]:
@@ -311,6 +350,13 @@ class Supervisor:
             self.r.rpush(cmd["reply"], json.dumps(result))
             self.r.expire(cmd["reply"], 30)
 
+    def recycle_workers(self) -> None:
+        """After a server outage: SIGKILL every live worker (and horse) so each comes back connected at once."""
+        for pool in self.pools.values():
+            for slot in list(pool.slots.values()):
+                if slot.state in ("idle", "busy") and slot.proc is not None and slot.proc.poll() is None:
+                    self.kill(pool, slot)
+
     def stop_pool(self, pool: LabPool) -> None:
         for slot in pool.slots.values():
             if slot.proc and slot.proc.poll() is None:
@@ -318,7 +364,22 @@ class Supervisor:
                 slot.proc.wait()
         pool.slots.clear()
 
+    def sweep_tmp(self, lab: str, pattern: str, older_than: float | None = None) -> int:
+        """Remove partial outputs (`transcoded/<job>/.tmp-*`) a killed attempt left; with `older_than`, only
+        files untouched that long (no live ffmpeg run lasts past FFMPEG_TIMEOUT). Never counted as usage."""
+        removed = 0
+        for tmp in (registry.lab_dir(self.config.var_dir, lab) / "transcoded").glob(f"*/{pattern}"):
+            try:
+                if older_than is None or time.time() - tmp.stat().st_mtime > older_than:
+                    tmp.unlink()
+                    removed += 1
+            except OSError:
+                pass
+        return removed
+
     def expire_idle(self) -> None:
+        for lab in self.pools:
+            self.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
             last = self.r.hget(key(lab, "meta"), "last_active")
             if last is None or time.time() - float(last) > self.config.lab_idle_ttl:
@@ -355,10 +416,14 @@ class Supervisor:
         webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/webhooks.py)
         waker: Waker | None = None
         last_expiry = next_full = 0.0
+        outage = False
         deadlines: dict[str, float] = {}
         while self.running:
             try:
                 waker = waker or Waker(self.r)
+                if outage:  # the server is back: rq workers sit out their own reconnect backoff (up to
+                    outage = False  # 60 s), so restart them now; a lease brings back any attempt they held
+                    self.recycle_workers()
                 while (raw := self.r.lpop(POOL_COMMANDS)) is not None:
                     self.command(raw)
                 now = time.time()
@@ -380,7 +445,8 @@ class Supervisor:
                 if any(k == LABS or k.endswith((":settings", ":clock")) for k in changed):
                     next_full = 0.0  # a new lab, new settings or a clock change: reconcile now
             except redis.ConnectionError:
-                time.sleep(0.5)  # the server restarts; keep the workers, retry
+                outage = True
+                time.sleep(0.5)  # the server restarts (the launcher brings it back); keep going
                 waker = None
         self.shutdown()
 

@@ -105,7 +105,21 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
             start: float) -> dict:
-    """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL."""
+    """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL.
+
+    An attempt that fails leaves no partial `.tmp-*` output behind (a crashed one's are swept by the
+    supervisor); a published output is counted against the lab's disk share."""
+    try:
+        return _do_work(r, lab, job_id, attempt, rec, settings, start)
+    except BaseException:
+        base = registry.lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
+        for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
+             start: float) -> dict:
     var_dir = Config.from_env().var_dir
     payload = json.loads(rec["payload"])
     src = Path(rec["source"])
@@ -136,6 +150,8 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
     for rend in renditions:
         tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
                                   "jpg" if rend == "thumb" else "mp4")
+        old = final.stat().st_size if final.exists() else 0
+        registry.reserve_disk(r, var_dir, lab, tmp.stat().st_size - old)  # outputs count; never refused
         if idempotent:
             media.atomic_rename(tmp, final)
         else:

@@ -8,9 +8,12 @@ and reaches validation; the seed is fixed, so a failure replays.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -74,3 +77,93 @@ def test_the_api_holds_to_its_document_under_generated_requests(case, fuzz_lab, 
         made = response.json()  # delete labs as fast as the fuzzer makes them: each would start workers
         Api(stack.url).call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
     case.validate_response(response, checks=CHECKS)
+
+
+# --- hostile classes over every JSON endpoint (issue 23): nested JSON, huge integers, lone surrogates ----
+
+def json_operations() -> list[tuple[str, str]]:
+    """(METHOD, path template) of every operation whose request body is JSON, from the document itself."""
+    ops = []
+    for path, item in DOC["paths"].items():
+        for method, op in item.items():
+            if isinstance(op, dict) and "application/json" in (op.get("requestBody") or {}).get("content", {}):
+                ops.append((method.upper(), path))
+    return sorted(ops)
+
+
+JSON_OPS = json_operations()
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                      st.integers(min_value=10**300, max_value=10**400), st.just("\ud800"), st.just("x\udfffy"))
+hostile_json = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                             st.dictionaries(st.text(max_size=6), kids, max_size=3)),
+                            max_leaves=12)
+
+
+def fill(path: str, lab: dict) -> str:
+    return (path.replace("{lab_id}", lab["lab_id"]).replace("{lab}", lab["lab_id"])
+            .replace("{job_id}", "1").replace("{worker_id}", "w1").replace("{code}", "ABCDEFGHJK")
+            .replace("{name}", "240p.mp4").replace("{replica}", "r1"))
+
+
+def deep(n: int) -> bytes:
+    return b'{"a":' * n + b"1" + b"}" * n
+
+
+FIXED_BODIES = {
+    "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
+    "nested objects 5,000 deep": deep(5000),
+    "400-digit integer": b'{"count": ' + b"9" * 400 + b', "workers": -' + b"7" * 400 + b"}",
+    "5,000-digit integer": b'{"speed": ' + b"1" * 5000 + b"}",
+    "lone surrogate value": b'{"preset": "\\ud800", "lab_id": "\\ud800", "reason": "\\udfff"}',
+    "lone surrogate key": b'{"\\ud800": 1}',
+    "NaN and Infinity": b'{"speed": NaN, "rate": Infinity, "seconds": -Infinity}',
+    "not UTF-8": b'{"preset": "\xff\xfe"}',
+    "float overflow": b'{"speed": 1e999, "rate": -1e999}',
+}
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_OPS, ids=[f"{m} {p}" for m, p in JSON_OPS])
+def test_no_json_endpoint_answers_500_to_hostile_bodies(method, path, fuzz_lab, stack):
+    api = Api(stack.url)
+    url = fill(path, fuzz_lab)
+    for label, raw in FIXED_BODIES.items():
+        res = api.call(method, url, raw=raw, token=fuzz_lab["token"],
+                       headers={"Content-Type": "application/json"})
+        assert res.status < 500, f"{method} {url} with {label} → {res.status} {res.body[:200]!r}"
+        if res.status == 201 and path == "/api/labs":
+            made = res.json()
+            api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
+
+    @given(hostile_json)
+    @settings(max_examples=15, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def generated(body):
+        raw = json.dumps(body).encode()  # ensure_ascii: a lone surrogate travels as \ud800, as a browser sends it
+        res = api.call(method, url, raw=raw, token=fuzz_lab["token"], headers={"Content-Type": "application/json"})
+        assert res.status < 500, f"{method} {url} with {raw[:200]!r} → {res.status} {res.body[:200]!r}"
+        if res.status == 201 and path == "/api/labs":
+            made = res.json()
+            api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
+    generated()
+
+
+HOSTILE_IDS = ["%ED%A0%80", "%F0%28%8C%28", "%00", "a" * 300, "..%2F..", "%FF"]
+HOSTILE_AFTER = ["5-", "-5", "5--1", "18446744073709551616", "18446744073709551615-18446744073709551616",
+                 "1" * 400, "%C2%B2", "%ED%A0%80", "0x10", "1.5", "%205"]
+
+
+def test_ids_and_stream_ids_from_strangers_never_answer_500(fuzz_lab, stack):
+    api = Api(stack.url)
+    lab, token = fuzz_lab["lab_id"], fuzz_lab["token"]
+    paths = ["/api/labs/{}", f"/api/labs/{lab}/jobs/{{}}", f"/api/labs/{lab}/jobs/{{}}/status",
+             "/api/rooms/{}", f"/api/labs/{lab}/jobs/1/outputs/{{}}", "/join/{}", "/rooms/{}"]
+    for template in paths:
+        for bad in HOSTILE_IDS:
+            for tok in (token, None):
+                res = api.call("GET", template.format(bad), token=tok)
+                assert res.status < 500, f"GET {template.format(bad)} → {res.status} {res.body[:200]!r}"
+    for after in HOSTILE_AFTER:
+        res = api.call("GET", f"/api/labs/{lab}/events?after={after}", token=token)
+        assert res.status in (400, 422), f"after={after!r} → {res.status} {res.body[:200]!r}"
+    assert api.call("GET", f"/api/labs/{lab}/events?after=18446744073709551615-0", token=token).status == 200
+    assert api.call("GET", f"/api/labs/{lab}/events?after=5", token=token).status == 200

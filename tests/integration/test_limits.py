@@ -28,6 +28,7 @@ from workers import media
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
 MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
+ROOM_MISSES, METRICS_TOKEN = 3, "metrics-secret-for-tests"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,8 @@ def tight(redis_server, tmp_path_factory):
     env = dict(os.environ, REDIS_URL=db, VAR_DIR=str(var_dir), PORT=str(port), MAX_LABS=str(MAX_LABS),
                MAX_WORKERS=str(MAX_WORKERS), LAB_IDLE_TTL=str(IDLE_TTL), RATE_JOBS=str(RATE_JOBS),
                RATE_KILLS=str(RATE_KILLS), RATE_WINDOW=str(WINDOW), MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
-               MAX_LAB_BYTES=str(MAX_LAB_BYTES))
+               MAX_LAB_BYTES=str(MAX_LAB_BYTES), RATE_ROOM_LOOKUPS=str(ROOM_MISSES), METRICS_TOKEN=METRICS_TOKEN,
+               MAX_CLIENT_LABS="4", RATE_LABS="200")
     config = Config(redis_url=db, port=port, access_log=str(log))
     procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),
              subprocess.Popen(gunicorn_command(config, threads=16), env=env)]
@@ -228,3 +230,71 @@ def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tap
     expect(page.get_by_role("button", name="Try again")).to_be_visible()
     shot("lab-full")
     page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
+
+
+def get_from(stack, source_ip: str, path: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection(stack.url.split("//")[1], timeout=20, source_address=(source_ip, 0))
+    conn.request("GET", path, headers=headers or {})
+    res = conn.getresponse()
+    out = res.status, dict(res.getheaders()), res.read()
+    conn.close()
+    return out
+
+
+def test_a_cross_site_form_post_cannot_open_a_lab(tight, tapi):
+    res = tapi.call("POST", "/api/labs", raw=b"preset=ch8", headers={
+        "Content-Type": "application/x-www-form-urlencoded", "Origin": "https://evil.example"})
+    assert res.status == 403 and res.json()["error"] == "bad_origin"
+    assert redis.Redis.from_url(tight.redis_url).scard("labs") == 0, "no lab was made"
+    ok = tapi.call("POST", "/api/labs", {"preset": "ch0"}, headers={"Origin": tight.url})  # our own page
+    assert ok.status == 201
+    tapi.created.append(ok.json())
+
+
+def test_metrics_lists_no_lab_id_without_its_token(tight, tapi):
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    anonymous = tapi.call("GET", "/metrics")
+    assert anonymous.status == 200 and lab["lab_id"].encode() not in anonymous.body
+    assert b"asyncworklab_labs 1" in anonymous.body
+    assert tapi.call("GET", "/metrics", token="wrong").status == 403
+    assert lab["lab_id"].encode() in tapi.call("GET", "/metrics", token=METRICS_TOKEN).body
+
+
+def test_guessing_room_codes_is_rate_limited_per_client_hits_included(tight, tapi):
+    room = tapi.call("POST", "/api/rooms", {"preset": "ch1", "speed": 20})
+    assert room.status == 201
+    room = room.json()
+    tapi.created.append(room["lab"])
+    code = room["code"]
+    assert len(code) == 10
+    misses = [get_from(tight, "127.0.0.7", f"/api/rooms/ZZZZZZZZ{i}{i}")[0] for i in range(2, 2 + ROOM_MISSES)]
+    assert misses == [404] * ROOM_MISSES
+    status, headers, _ = get_from(tight, "127.0.0.7", f"/api/rooms/{code}")  # a hit is refused too: no oracle
+    assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert get_from(tight, "127.0.0.8", f"/api/rooms/{code}")[0] == 200  # another client is not held back
+
+
+def test_parallel_uploads_cannot_pass_the_disk_cap_together(tight, tapi):
+    from concurrent.futures import ThreadPoolExecutor
+
+    lab = tapi.lab("ch0", speed=20, workers=0)
+    clip = media.sample_clip("carphone_pristine").read_bytes()  # ~590 kB: one fits in 1 MB, two do not
+    body, headers = multipart("file", "one.mp4", clip)
+
+    def upload(i: int) -> int:
+        return post_raw_from(tight, f"127.0.1.{i + 1}", f"/api/labs/{lab['lab_id']}/jobs", body, headers,
+                             lab["token"])
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(upload, range(8)))
+    assert statuses.count(202) == 1 and set(statuses) == {202, 413}, statuses
+    used = sum(p.stat().st_size for p in (tight.var_dir / "labs" / lab["lab_id"]).rglob("*") if p.is_file())
+    assert used <= MAX_LAB_BYTES
+
+
+def post_raw_from(stack, source_ip: str, path: str, body: bytes, headers: dict, token: str) -> int:
+    conn = http.client.HTTPConnection(stack.url.split("//")[1], timeout=30, source_address=(source_ip, 0))
+    conn.request("POST", path, body, {**headers, "Authorization": f"Bearer {token}"})
+    res = conn.getresponse()
+    res.read()
+    conn.close()
+    return res.status

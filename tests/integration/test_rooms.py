@@ -46,9 +46,9 @@ def status(api, room, token=None):
 def test_a_join_code_resolves_to_a_view_token_that_reads_but_cannot_mutate(api):
     room = open_room(api, preset="ch1", speed=200)
     code, lab = room["code"], room["lab"]
-    assert re.fullmatch(f"[{ALPHABET}]{{6}}", code) and not set(code) & set("0O1I")
+    assert re.fullmatch(f"[{ALPHABET}]{{10}}", code) and not set(code) & set("0O1I")
     # typed the way a student reads it off the projector: lower case, with the dash
-    res = api.call("GET", f"/api/rooms/{code[:3].lower()}-{code[3:].lower()}")
+    res = api.call("GET", f"/api/rooms/{code[:5].lower()}-{code[5:].lower()}")
     assert res.status == 200
     joined = res.json()
     assert joined["lab_id"] == lab["lab_id"] and joined["view_token"] == lab["view_token"]

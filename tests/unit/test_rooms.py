@@ -8,6 +8,7 @@ from core.config import Config
 def test_join_codes_are_read_the_way_students_type_them():
     assert rooms.normalise(" abc-def ") == "ABCDEF"
     assert rooms.pretty("ABCDEF") == "ABC-DEF"
+    assert rooms.pretty("ABCDEFGHJK") == "ABCDE-FGHJK" and rooms.CODE_LENGTH == 10  # 32^10: not guessable
     assert not set(rooms.ALPHABET) & set("0O1I") and len(set(rooms.ALPHABET)) == len(rooms.ALPHABET)
     assert rooms.chapter_link({"code": "ABCDEF", "preset": "ch4", "scenario": "retry-storm"}, present="1") == \
         "/chapters/4-retries-and-backoff?room=ABCDEF&scenario=retry-storm&present=1"

@@ -39,14 +39,23 @@ class LabFleet:
 
 
 class SchedulerFleet:
-    def __init__(self, r: redis.Redis, redis_url: str):
+    def __init__(self, r: redis.Redis, redis_url: str, nice_of=None):
         self.r, self.redis_url = r, redis_url
+        self.nice_of = nice_of or (lambda settings: 0)  # settings → nice level (the supervisor's lab_nice)
         self.fleets: dict[str, LabFleet] = {}
 
     def spawn(self, fleet: LabFleet, slot: ReplicaSlot, settings: dict) -> None:
         env = dict(os.environ, REDIS_URL=self.redis_url)
+        nice = self.nice_of(settings)
+
+        def start() -> None:
+            die_with_parent()
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, nice)  # a lab's replicas share its CPU weight
+            except OSError:
+                pass
         slot.proc = subprocess.Popen([sys.executable, "-m", "workers.engines.scheduler", fleet.lab, slot.id], env=env,
-                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                     stdin=subprocess.DEVNULL, preexec_fn=start)
         slot.state = "running"
         self.write_row(fleet, slot)
         stream.emit(self.r, fleet.lab, "replica.started", clock.now(self.r, fleet.lab), replica=slot.id,
@@ -117,6 +126,15 @@ class SchedulerFleet:
                 stream.emit(self.r, lab, "replica.died", now, replica=rid)
             if slot.state == "dead" and time.time() >= slot.respawn_at:
                 self.spawn(fleet, slot, settings)
+
+    def renice(self, lab: str, nice: int) -> None:
+        fleet = self.fleets.get(lab)
+        for slot in fleet.slots.values() if fleet else ():
+            if slot.proc is not None and slot.proc.poll() is None:
+                try:
+                    os.setpriority(os.PRIO_PROCESS, slot.proc.pid, nice)
+                except OSError:
+                    pass
 
     @staticmethod
     def stop_slot(slot: ReplicaSlot) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from typing import Any
 
 import redis
@@ -94,13 +95,29 @@ def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None,
     return read_state(r, lab)
 
 
-def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
-    """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many."""
+_budget: dict[str, tuple[float, float]] = {}  # lab → (jobs it may still create, real time of the last refill)
+
+
+def real_budget(lab: str, per_s: float) -> float:
+    """Jobs this lab may create now under the machine's real-time cap (a token bucket of one second)."""
+    if per_s <= 0:
+        return math.inf
+    tokens, last = _budget.get(lab, (per_s, time.monotonic()))
+    now = time.monotonic()
+    return min(per_s, tokens + (now - last) * per_s)
+
+
+def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0) -> int:
+    """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many.
+
+    `real_rate` caps the jobs created per *real* second whatever the clock speed (LAB_JOB_RATE): arrivals
+    past it are shed and counted, as arrivals past the in-flight bound are."""
     state = read_state(r, lab)
     lam = effective_rate(state)
     if not state["on"] or lam <= 0 or state["next_t"] > now:
         return 0
     k, t, made, shed = state["k"], state["next_t"], 0, 0
+    budget = real_budget(lab, real_rate)
     src = str(media.sample_clip(SAMPLE))
     states = r.hgetall(key(lab, "states"))
     in_flight = sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running"))
@@ -109,7 +126,7 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
         if made and r.hget(state_key(lab), "on") != "1":
             break
         _, jt = draw(state["seed"], k, lam)
-        if in_flight >= MAX_IN_FLIGHT:
+        if in_flight >= MAX_IN_FLIGHT or made >= budget:
             shed += 1
         else:
             transcode = jt.name == "transcode"
@@ -121,6 +138,8 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
             made += 1
         k += 1
         t += draw(state["seed"], k, lam)[0]
+    if real_rate > 0:
+        _budget[lab] = (real_budget(lab, real_rate) - made, time.monotonic())
     with r.pipeline() as pipe:
         pipe.hset(state_key(lab), mapping={"k": k, "next_t": t})
         pipe.hincrby(state_key(lab), "generated", made)

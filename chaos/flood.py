@@ -1,0 +1,85 @@
+"""Drill: one lab floods at every limit it has; another lab keeps ≥ 80 % of its quiet-box throughput.
+
+The flooding lab is legal-settings hostile: 8 workers at 1000×, VT 10 s, chapter 6 tier jobs up to its batch
+budget (LAB_BATCH_JOBS), late deliveries up to LAB_LATE_DELIVERIES, chapter 2's load generator at its top rate
+(capped at LAB_JOB_RATE real jobs/s). The quiet lab runs two workers on short real transcodes, kept busy by
+a closed loop. Its jobs done per real second are measured alone, then beside the flood, in the same run;
+the limits are the stack's defaults (core.config), not the harness's unlimited ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from chaos.common import Client, Result, Stack, wait, workers_registered
+from core.config import Config
+
+NAME = "flood"
+INVARIANT = "with one lab flooding at its limits, another lab's jobs keep ≥ 80 % of their quiet-box throughput"
+DEFAULTS = Config()
+LIMITS = {"RATE_LABS": str(DEFAULTS.rate_labs), "MAX_CLIENT_LABS": str(DEFAULTS.max_client_labs),
+          "LAB_BATCH_JOBS": str(DEFAULTS.lab_batch_jobs), "LAB_LATE_DELIVERIES": str(DEFAULTS.lab_late_deliveries),
+          "LAB_JOB_RATE": str(DEFAULTS.lab_job_rate), "MAX_WORKERS": str(DEFAULTS.max_workers)}
+
+
+def throughput(api: Client, lab: dict, seconds: float, in_flight: int = 4) -> float:
+    """Jobs done per real second over `seconds`, keeping `in_flight` jobs queued or running."""
+    start = api.snapshot(lab)["counts"]["done"]
+    t0 = time.monotonic()
+    sent = done = start
+    while time.monotonic() - t0 < seconds:
+        done = api.snapshot(lab)["counts"]["done"]
+        while sent - done < in_flight:
+            if api.enqueue(lab, {"sample": "carphone_pristine"}).status == 202:
+                sent += 1
+        time.sleep(0.1)
+    done = api.snapshot(lab)["counts"]["done"]
+    return (done - start) / (time.monotonic() - t0)
+
+
+def run(seconds: float = 40.0) -> Result:
+    res = Result(NAME, INVARIANT)
+    t0 = time.monotonic()
+    with Stack(NAME, extra_env=LIMITS) as stack:
+        api, r = Client(stack), stack.client()
+        quiet = api.lab("ch8", speed=100, workers=2, job_duration=30, vt_seconds=600)
+        wait(lambda: workers_registered(r, quiet) >= 2, 60, "the quiet lab's workers")
+        throughput(api, quiet, 8)  # warm-up: first decodes, probe caches
+        alone = throughput(api, quiet, seconds)
+
+        flood = api.lab("ch6", speed=1000, workers=8, vt_seconds=10)
+        wait(lambda: workers_registered(r, flood) >= 8, 60, "the flooding lab's workers")
+        refused: dict[str, int] = {}
+        stop = threading.Event()
+
+        def flood_it() -> None:
+            lab_path = f"/api/labs/{flood['lab_id']}"
+            api.call("POST", f"{lab_path}/loadgen", {"action": "start", "rate": 5}, flood["token"])
+            while not stop.is_set():
+                for path, body in ((f"{lab_path}/fairness/jobs", {"tier": "free", "count": 500}),
+                                   (f"{lab_path}/fairness/noisy-neighbour", {"burst": 500, "others": 50}),
+                                   (f"{lab_path}/jobs/1/late-delivery", {}),
+                                   ("/api/labs", {"preset": "ch8"})):
+                    reply = api.call("POST", path, body, flood["token"] if "late" in path or "fair" in path else None)
+                    if reply.status == 429:
+                        refused[path.rsplit("/", 1)[-1]] = refused.get(path.rsplit("/", 1)[-1], 0) + 1
+                    elif reply.status == 201 and path == "/api/labs":
+                        pass  # counted against the client's concurrency limit; left to its idle expiry
+                time.sleep(0.05)
+        flooder = threading.Thread(target=flood_it, daemon=True)
+        flooder.start()
+        time.sleep(5)
+        beside = throughput(api, quiet, seconds)
+        stop.set()
+        flooder.join(10)
+        ratio = beside / alone if alone else 0.0
+        res.check(ratio >= 0.8, f"the quiet lab kept {ratio:.0%} of its quiet-box throughput (< 80 %)")
+        res.check(bool(refused), "the flood was never refused: no per-lab or per-client limit held")
+        snap = api.snapshot(flood)
+        res.counts = {"alone_jobs_per_s": round(alone, 3), "beside_flood_jobs_per_s": round(beside, 3),
+                      "ratio": round(ratio, 3), "flood_done": snap["counts"]["done"],
+                      **{f"refused_{k}": v for k, v in refused.items()}}
+        r.close()
+    res.seconds = time.monotonic() - t0
+    return res
