@@ -450,7 +450,7 @@ def expire_lease(lab_id: str, job_id: str):
 def inject_fault(lab_id: str):
     body = json_body()
     fault = body.get("type")
-    if fault not in FAULTS:
+    if not isinstance(fault, str) or fault not in FAULTS:
         raise ApiError(422, "invalid_fault", {"type": f"must be one of {', '.join(FAULTS)}"})
     clean, errors = settings.validate({"job_duration": body.get("duration_s", 120)})
     if errors:
