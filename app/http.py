@@ -1,9 +1,10 @@
-"""Request helpers every blueprint shares: the JSON body, stream ids, a job by id."""
+"""Request helpers every blueprint shares: the JSON body and its declared fields, stream ids, a job by id."""
 
 from __future__ import annotations
 
 from flask import request
 
+from app.bodies import Body
 from app.errors import ApiError
 from app.store import get_redis
 from core import registry
@@ -34,3 +35,16 @@ def job_or_404(lab_id: str, job_id: str) -> dict:
     if j is None:
         raise ApiError(404, "unknown_job", f"no job {job_id!r} in this lab")
     return j
+
+
+def parse(body: dict, spec: Body, **defaults) -> dict:
+    """The body's clean values as `spec` declares them (app/bodies.py), or a 422 naming each bad field.
+
+    `defaults` supplies what only the request knows (the lab's own job duration, the deployment's speed).
+    """
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    clean, errors, code = spec.check(body, defaults)
+    if errors:
+        raise ApiError(422, code or spec.error, errors)
+    return clean
