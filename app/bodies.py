@@ -52,6 +52,8 @@ class Field:
     """For kind "object": the nested body; its errors are reported under their own names."""
     error: str | None = None
     """The error code when this field is wrong (default: the body's)."""
+    status: int = 422
+    """The status when this field is wrong: 404 where a wrong value names nothing that exists (a lab id)."""
     message: str | None = None
     """The message when this field is wrong (default: one built from the type and range)."""
     check: Callable[[Any], bool] | None = None
@@ -155,11 +157,11 @@ class Body:
             BODIES.setdefault(self.endpoint, []).append(self)
 
     def check(self, body: dict[str, Any], defaults: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, str], str | None]:
-        """(clean values, {field: message}, error code of the first field that failed)."""
+              ) -> tuple[dict[str, Any], dict[str, str], tuple[str, int] | None]:
+        """(clean values, {field: message}, (error code, status) of the first field that failed)."""
         clean: dict[str, Any] = {}
         errors: dict[str, str] = {}
-        code = None
+        code: tuple[str, int] | None = None
         for f in self.fields:
             value = body.get(f.name, ABSENT)
             if value is None and f.nullable:
@@ -167,7 +169,7 @@ class Body:
             if value is ABSENT:
                 if f.required:
                     errors[f.name] = f.message or f._expected()
-                    code = code or f.error or self.error
+                    code = code or (f.error or self.error, f.status)
                     continue
                 default = (defaults or {}).get(f.name, f.default)
                 if default is not ABSENT:
@@ -177,20 +179,20 @@ class Body:
                 clean[f.name] = f.clean(value)
             except ValueError as e:
                 errors[f.name] = str(e)
-                code = code or f.error or self.error
+                code = code or (f.error or self.error, f.status)
                 continue
             if f.kind == "object" and f.body is not None:
                 inner, inner_errors, inner_code = f.body.check(value)
                 clean[f.name] = inner
                 if inner_errors:
                     errors.update(inner_errors)
-                    code = code or f.error or inner_code
+                    code = code or ((f.error, f.status) if f.error else inner_code)
         if self.unknown is not None:
             known = {f.name for f in self.fields}
             for name in body:
                 if name not in known:
                     errors[name] = self.unknown
-                    code = code or self.error
+                    code = code or (self.error, 422)
         return clean, errors, code
 
     def schema(self) -> dict[str, Any]:
@@ -338,8 +340,8 @@ ROOM = Body("rooms.create_room", (
     Field("preset", "choice", "the chapter preset of a fresh room lab (without `scenario` or `lab_id`; "
           f"default {presets.DEFAULT_PRESET})", choices=tuple(scenarios.room_presets()), error="invalid_preset"),
     Field("speed", setting="speed", error="invalid_settings"),
-    Field("lab_id", "string", "open the room on this lab of yours (send its token as Bearer)",
-          error="invalid_lab", message="must be a lab id"),
+    Field("lab_id", "string", "open the room on this lab of yours (send its token as Bearer)", max_length=32,
+          error="unknown_lab", status=404, message="no such lab"),
     Field("view_token", "string", "that lab's view token, handed to the students", error="invalid_view_token",
           message="must be this lab's view token"),
 ))

@@ -44,7 +44,8 @@ def parse(body: dict, spec: Body, **defaults) -> dict:
     """
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    clean, errors, code = spec.check(body, defaults)
+    clean, errors, first = spec.check(body, defaults)
     if errors:
-        raise ApiError(422, code or spec.error, errors)
+        error, status = first or (spec.error, 422)
+        raise ApiError(status, error, errors)
     return clean
