@@ -122,11 +122,7 @@ class Field:
                 prop["description"] = self.doc
             if self.default is not ABSENT and self.default is not None:
                 prop["default"] = self.default
-        if self.nullable:
-            prop = {**prop, "type": [prop["type"], "null"]}
-            if "enum" in prop:
-                prop["enum"] = [*prop["enum"], None]
-        return prop
+        return prop  # a nullable field is shown without null: sending null is the same as leaving it out
 
 
 def setting_schema(s: settings.Setting) -> dict[str, Any]:
