@@ -26,10 +26,7 @@ import redis
 from core import stream
 from core.keys import key
 from runtime import procs
-from runtime.client import HttpError
 from runtime.stack import Stack
-
-__all__ = ["HttpError", "Stack"]  # a benchmark that expects a status catches HttpError
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
@@ -97,7 +94,7 @@ class Bench:
         self.api = stack.api(timeout=30)
         LOAD["start"] = round(os.getloadavg()[0], 2)
 
-    # HTTP (the shared client; `call` answers the JSON or raises HttpError) ------------------------
+    # HTTP (the shared client; `call` answers the JSON or raises runtime.client.HttpError) ------------------------
     def call(self, method: str, path: str, body: Any = None, token: str | None = None,
              expect: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 30) -> Any:
         return self.api.ok(method, path, body, token, expect=expect, timeout=timeout)
