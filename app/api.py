@@ -15,10 +15,10 @@ import uuid
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import branching, idempotency, internals, limits, scenarios
+from app import bodies, branching, idempotency, internals, limits, scenarios
 from app.auth import bearer_token, lab_access, refuse_foreign_origin
 from app.errors import ApiError
-from app.http import job_or_404, json_body, parse_after
+from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
@@ -29,7 +29,6 @@ from workers import media
 from workers.broker import dlq, leases, producer
 
 bp = Blueprint("api", __name__)
-CLIPS = [s for s in SAMPLES if s != "poison"]  # real clips (the poison pill is made from one)
 
 
 @bp.get("/healthz")
@@ -117,17 +116,12 @@ def create_lab():
     r = get_redis()
     limits.check_new_lab(r)
     if "branch_of" in body or "at_event" in body:
-        created, status = branching.branch_from_request(body)
+        created, status = branching.branch_from_request(parse(body, bodies.BRANCH))
         limits.record_lab(r, created["lab_id"])
         return _lab_created(created, status)
-    preset = body.get("preset", presets.DEFAULT_PRESET)
-    if not isinstance(preset, str) or preset not in presets.PRESETS:
-        raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(presets.PRESETS)}"})
     cfg = current_app.config["LAB"]
-    speed_value = body.get("speed", cfg.speed)
-    clean, errors = settings.validate({"speed": speed_value})
-    if errors:
-        raise ApiError(422, "invalid_settings", errors)
+    clean = parse(body, bodies.NEW_LAB, speed=cfg.speed)
+    preset = clean["preset"]
     limits.check_workers(r, registry.processes_of(presets.settings_for(preset)))
     try:
         created = registry.create(r, preset, clean["speed"], cfg.max_labs)
@@ -164,9 +158,7 @@ def delete_lab(lab_id: str):
 @bp.patch("/api/labs/<lab_id>/settings")
 @lab_access(write=True)
 def patch_settings(lab_id: str):
-    clean, errors = settings.validate(json_body())
-    if errors:
-        raise ApiError(422, "invalid_settings", errors)
+    clean = parse(json_body(), bodies.SETTINGS)
     if "workers" in clean or "scheduler_replicas" in clean:
         merged = {**registry.settings(get_redis(), lab_id), **clean}
         limits.check_workers(get_redis(), registry.processes_of(merged), lab_id)
@@ -176,27 +168,19 @@ def patch_settings(lab_id: str):
 @bp.post("/api/labs/<lab_id>/clock")
 @lab_access(write=True)
 def clock_action(lab_id: str):
-    body = json_body()
+    body = parse(json_body(), bodies.CLOCK)
     r = get_redis()
     action = body.get("action")
     actions = {"pause": ("clock.paused", clock.pause), "resume": ("clock.resumed", clock.resume)}
-    if not isinstance(action, str | None):
-        raise ApiError(422, "invalid_action", {"action": "must be pause, resume or step"})
     if action in actions:
         ev, fn = actions[action]
         stream.emit(r, lab_id, ev, fn(r, lab_id))
     elif action == "step":
-        clean, errors = settings.validate({"vt_seconds": body.get("seconds", 30)})
-        if errors:
-            raise ApiError(422, "invalid_step", {"seconds": errors["vt_seconds"]})
-        stream.emit(r, lab_id, "clock.stepped", clock.step(r, lab_id, clean["vt_seconds"]))
+        stream.emit(r, lab_id, "clock.stepped", clock.step(r, lab_id, body["seconds"]))
     elif "speed" not in body:
         raise ApiError(422, "invalid_action", {"action": "must be pause, resume or step"})
     if "speed" in body:
-        clean, errors = settings.validate({"speed": body["speed"]})
-        if errors:
-            raise ApiError(422, "invalid_settings", errors)
-        registry.update_settings(r, lab_id, clean)
+        registry.update_settings(r, lab_id, {"speed": body["speed"]})
     return jsonify(clock=clock.read(r, lab_id))
 
 
@@ -282,19 +266,8 @@ def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
     replayed = claim.replay(body) if claim else None
     if replayed:
         return replayed
-    errors = {}
-    job_type = body.get("job_type", "transcode")
-    if job_type not in producer.JOB_TYPES:
-        errors["job_type"] = f"must be one of {', '.join(producer.JOB_TYPES)}"
-    sample = body.get("sample", "bigbuckbunny")
-    if not isinstance(sample, str) or sample not in SAMPLES:
-        errors["sample"] = f"must be one of {', '.join(SAMPLES)}"
-    duration = body.get("duration_s", lab_settings["job_duration"])
-    clean, errs = settings.validate({"job_duration": duration})
-    if errs:
-        errors["duration_s"] = errs["job_duration"]
-    if errors:
-        raise ApiError(422, "invalid_job", errors)
+    clean = parse(body, bodies.JOB, duration_s=lab_settings["job_duration"])
+    job_type, sample = clean["job_type"], clean["sample"]
     started = time.perf_counter()
     if is_upload:
         source, video_id = _source_from_upload(lab_id)
@@ -302,7 +275,7 @@ def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
         source, video_id = _source_from_sample(lab_id, sample)
     payload = producer.enqueue_job(
         r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
-        duration_s=clean["job_duration"], resolutions=["240p", "144p"],
+        duration_s=clean["duration_s"], resolutions=["240p", "144p"],
         idempotency_key=request.headers.get("Idempotency-Key"), poison=False)
     response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
                 "payload": payload, "enqueue_ms": round((time.perf_counter() - started) * 1000, 2)}
@@ -320,9 +293,7 @@ def inline_transcode(lab_id: str):
     if not r.set(lock, 1, nx=True, ex=120):
         raise ApiError(409, "inline_busy", "an inline transcode is already holding a request thread")
     try:
-        sample = json_body().get("sample", "bigbuckbunny")
-        if sample not in CLIPS:
-            raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(CLIPS)}"})
+        sample = parse(json_body(), bodies.INLINE)["sample"]
         src = media.sample_clip(sample)
         out = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
         started = time.perf_counter()
@@ -448,16 +419,10 @@ def expire_lease(lab_id: str, job_id: str):
 @bp.post("/api/labs/<lab_id>/faults")
 @lab_access(write=True)
 def inject_fault(lab_id: str):
-    body = json_body()
-    fault = body.get("type")
-    if not isinstance(fault, str) or fault not in FAULTS:
-        raise ApiError(422, "invalid_fault", {"type": f"must be one of {', '.join(FAULTS)}"})
-    clean, errors = settings.validate({"job_duration": body.get("duration_s", 120)})
-    if errors:
-        raise ApiError(422, "invalid_fault", {"duration_s": errors["job_duration"]})
+    body = parse(json_body(), bodies.FAULT)
+    fault, duration = body["type"], float(body["duration_s"])
     r = get_redis()
     now = clock.now(r, lab_id)
-    duration = clean["job_duration"]
     if fault == "poison":
         payload = producer.enqueue_job(
             r, get_rq(), lab_id, job_type="transcode", video_id="poison-pill",
@@ -479,15 +444,8 @@ def get_dlq(lab_id: str):
 @bp.post("/api/labs/<lab_id>/dlq/replay")
 @lab_access(write=True)
 def replay_dlq(lab_id: str):
-    body = json_body()
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ApiError(422, "invalid_reason", {"reason": "must be text"})
-    rate = body.get("rate")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
-                             or not 0.001 <= rate <= 1000):
-        raise ApiError(422, "invalid_rate", {"rate": "must be a number of jobs per simulated second, "
-                                                    "0.001–1000 (omit it for an unpaced replay)"})
+    body = parse(json_body(), bodies.REPLAY)
+    reason, rate = body.get("reason"), body.get("rate")
     r = get_redis()
     return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate),
                    rate=rate)

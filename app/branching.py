@@ -20,9 +20,8 @@ from flask import current_app
 from app import limits
 from app.auth import request_token
 from app.errors import ApiError
-from app.http import parse_after
 from app.store import get_redis, get_rq
-from core import clock, presets, registry, settings, stream
+from core import clock, presets, registry, stream
 from core.keys import job, key
 from workers import media
 from workers.broker import producer
@@ -133,14 +132,13 @@ def info(r: redis.Redis, lab: str) -> dict[str, Any] | None:
 # --- HTTP ------------------------------------------------------------------------------------
 
 def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """POST /api/labs with `branch_of`: check the parent, the event and the changes, then branch.
+    """POST /api/labs with `branch_of`: the body as `bodies.BRANCH` parsed it; check the parent's
+    existence and token, then branch.
 
     Reading the parent's history needs its token (or view token), like any read of that lab.
     """
     r = get_redis()
-    parent = body.get("branch_of")
-    if not isinstance(parent, str) or not parent or len(parent) > 32:
-        raise ApiError(422, "invalid_branch", {"branch_of": "must be the id of the lab to branch from"})
+    parent, at_event, clean, speed = body["branch_of"], body["at_event"], body.get("settings", {}), body.get("speed")
     if not registry.exists(r, parent):
         raise ApiError(404, "unknown_lab", f"no lab {parent!r} to branch from")
     token = request_token(parent)
@@ -149,21 +147,6 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
                        {"WWW-Authenticate": "Bearer"})
     if registry.check_token(r, parent, token, allow_view=True) is None:
         raise ApiError(403, "forbidden", "this token does not open the lab to branch from")
-    at_event = body.get("at_event")
-    if not isinstance(at_event, str) or at_event in ("", "0"):
-        raise ApiError(422, "invalid_at_event", {"at_event": "must be an event id of the parent lab"})
-    try:
-        parse_after(at_event)
-    except ApiError:
-        raise ApiError(422, "invalid_at_event", {"at_event": "must be an event id like 1700000000000-0"}) from None
-    clean, errors = settings.validate(body.get("settings", {}))
-    speed = body.get("speed")
-    if speed is not None:
-        sp, sp_err = settings.validate({"speed": speed})
-        errors.update(sp_err)
-        speed = sp.get("speed")
-    if errors:
-        raise ApiError(422, "invalid_settings", errors)
     cfg = current_app.config["LAB"]
     limits.check_workers(r, registry.processes_of({**registry.settings(r, parent), **clean}))
     try:

@@ -10,32 +10,15 @@ import functools
 
 from flask import Blueprint, jsonify
 
-from app import limits
+from app import bodies, limits
 from app.auth import lab_access
-from app.errors import ApiError
-from app.http import json_body
+from app.http import json_body, parse
 from app.store import get_redis
 from core import clock, numbers, registry
 from core.keys import key
 from workers.engines import fairness
 
 bp = Blueprint("fairness", __name__)
-MAX_BATCH = 500  # the lesson's burst size is the ceiling for one call
-MAX_POISON = 20  # each costs up to POISON_CRASHES worker restarts: enough for a storm, not a siege
-
-
-def _int(body: dict, name: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ApiError(422, "invalid_body", {name: f"must be a whole number between {lo} and {hi}"})
-    return value
-
-
-def _tier(body: dict) -> str:
-    tier = body.get("tier", "free")
-    if tier not in fairness.TIERS:
-        raise ApiError(422, "invalid_body", {"tier": f"must be one of {', '.join(fairness.TIERS)}"})
-    return tier
 
 
 @bp.get("/api/labs/<lab_id>/fairness")
@@ -76,12 +59,9 @@ def cost(summary: dict) -> dict:
 @lab_access(write=True)
 def submit_jobs(lab_id: str):
     """Queue `count` jobs for one customer of one tier."""
-    body = json_body()
-    tier = _tier(body)
-    count = _int(body, "count", 1, 1, MAX_BATCH)
+    body = parse(json_body(), bodies.FAIR_JOBS)
+    tier, count = body["tier"], body["count"]
     customer = body.get("customer", f"{tier[0]}1")
-    if not isinstance(customer, str) or not customer.isalnum() or len(customer) > 16:
-        raise ApiError(422, "invalid_body", {"customer": "must be 1–16 letters or digits"})
     limits.check_lab_rate(get_redis(), lab_id, "batch", count)
     fairness.submit(get_redis(), lab_id, tier, customer, count)
     return jsonify(enqueued=count, tier=tier, customer=customer), 202
@@ -91,9 +71,8 @@ def submit_jobs(lab_id: str):
 @lab_access(write=True)
 def noisy_neighbour(lab_id: str):
     """One free customer drops a burst; `others` customers then submit one job each."""
-    body = json_body()
-    burst = _int(body, "burst", 60, 1, MAX_BATCH)
-    others = _int(body, "others", 9, 0, 50)
+    body = parse(json_body(), bodies.FAIR_NOISY)
+    burst, others = body["burst"], body["others"]
     r = get_redis()
     limits.check_lab_rate(r, lab_id, "batch", burst + others)
     now = clock.now(r, lab_id)
@@ -109,9 +88,8 @@ def poison(lab_id: str):
     """Queue `count` poison jobs for one tier (free by default): each takes down the worker that runs
     it, is put back, and after `POISON_CRASHES` crashes is dead-lettered. Under a hard split the storm
     hits the one fleet pro shares; under full separation only the tier's own workers."""
-    body = json_body()
-    tier = _tier(body)
-    count = _int(body, "count", 3, 1, MAX_POISON)
+    body = parse(json_body(), bodies.FAIR_POISON)
+    tier, count = body["tier"], body["count"]
     limits.check_lab_rate(get_redis(), lab_id, "batch", count)
     fairness.submit(get_redis(), lab_id, tier, "poison", count, poison=True)
     return jsonify(enqueued=count, tier=tier, crashes_each=fairness.POISON_CRASHES), 202
@@ -121,9 +99,8 @@ def poison(lab_id: str):
 @lab_access(write=True)
 def spike(lab_id: str):
     """Double one tier's arrival rate for `duration_s` simulated seconds."""
-    body = json_body()
-    tier = _tier(body)
-    duration = _int(body, "duration_s", 300, 1, 7200)
+    body = parse(json_body(), bodies.FAIR_SPIKE)
+    tier, duration = body["tier"], body["duration_s"]
     r = get_redis()
     until = clock.now(r, lab_id) + duration
     r.hset(key(lab_id, "fair", "spike"), tier, until)

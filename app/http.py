@@ -1,4 +1,4 @@
-"""Request helpers every blueprint shares: the JSON body, stream ids, ids, a job by id.
+"""Request helpers every blueprint shares: the JSON body and its declared fields, stream ids, ids, a job by id.
 
 The generic protections live here, once, below every route's own validation: a JSON body is
 size- and depth-limited before it is parsed, its integers are range-checked, its strings must be
@@ -15,6 +15,7 @@ import re
 
 from flask import current_app, request
 
+from app.bodies import Body
 from app.errors import ApiError
 from app.store import get_redis
 from core import registry
@@ -145,3 +146,17 @@ def job_or_404(lab_id: str, job_id: str) -> dict:
     if j is None:
         raise ApiError(404, "unknown_job", f"no job {job_id[:24]!r} in this lab")
     return j
+
+
+def parse(body: dict, spec: Body, **defaults) -> dict:
+    """The body's clean values as `spec` declares them (app/bodies.py), or a 422 naming each bad field.
+
+    `defaults` supplies what only the request knows (the lab's own job duration, the deployment's speed).
+    """
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    clean, errors, first = spec.check(body, defaults)
+    if errors:
+        error, status = first or (spec.error, 422)
+        raise ApiError(status, error, errors)
+    return clean

@@ -8,26 +8,16 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
+from app import bodies
 from app.auth import lab_access
 from app.errors import ApiError
-from app.http import json_body
+from app.http import json_body, parse
 from app.store import get_redis
 from core import clock, registry
 from core.keys import key
 from workers.engines import loadgen
 
 bp = Blueprint("loadgen", __name__)
-ACTIONS = ("start", "stop", "rate", "peak", "unpeak")
-MAX_RATE = 5.0  # simulated jobs/s: ~150 jobs in flight at W = 30 s, the lab's in-flight bound
-
-
-def _rate(body: dict, default: float | None) -> float | None:
-    value = body.get("rate")
-    if value is None:  # absent or null: the default (none for "rate", which then asks for one)
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_RATE:
-        raise ApiError(422, "invalid_rate", {"rate": f"must be a number of jobs/s in (0, {MAX_RATE:g}]"})
-    return float(value)
 
 
 def report(lab_id: str, window_s: float = 600.0) -> dict:
@@ -77,26 +67,20 @@ def get_loadgen(lab_id: str):
 @lab_access(write=True)
 def control_loadgen(lab_id: str):
     """Start (rate, seed), stop, change rate, or step to the 1.8× peak and back."""
-    body = json_body()
-    action = body.get("action")
-    if action not in ACTIONS:
-        raise ApiError(422, "invalid_action", {"action": f"must be one of {', '.join(ACTIONS)}"})
+    body = parse(json_body(), bodies.LOADGEN)
+    action, rate = body["action"], body.get("rate")  # rate left out or null: none
     r = get_redis()
     now = clock.now(r, lab_id)
     if action == "start":
-        seed = body.get("seed", 1)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-            raise ApiError(422, "invalid_seed", {"seed": "must be a whole number in [0, 2^31)"})
-        loadgen.start(r, lab_id, now, _rate(body, 0.1), seed)
+        loadgen.start(r, lab_id, now, 0.1 if rate is None else float(rate), body["seed"])
     elif not loadgen.read_state(r, lab_id)["on"] and action != "stop":
         raise ApiError(409, "not_running", "start the load generator first")
     elif action == "stop":
         loadgen.stop(r, lab_id, now)
     elif action == "rate":
-        rate = _rate(body, None)
         if rate is None:
             raise ApiError(422, "invalid_rate", {"rate": "send the new rate in jobs/s"})
-        loadgen.retune(r, lab_id, now, rate=rate)
+        loadgen.retune(r, lab_id, now, rate=float(rate))
     else:
         loadgen.retune(r, lab_id, now, peak=action == "peak")
     return jsonify(report(lab_id))

@@ -1,7 +1,8 @@
 """The OpenAPI document, generated from the real routes so it cannot drift from them.
 
 Paths, methods and path parameters come from Flask's URL map; summaries from each view's
-docstring; request schemas for settings from the settings schema itself.
+docstring; request bodies from their declarations in app/bodies.py (the same ones the routes parse
+with), whose settings fields come from the settings schema itself.
 """
 
 from __future__ import annotations
@@ -11,66 +12,18 @@ from typing import Any
 
 from flask import Flask
 
-from core import presets, settings
-from core.events import FAULTS
+from app import bodies
 
-_KIND = {"int": {"type": "integer"}, "float": {"type": "number"}, "bool": {"type": "boolean"}}
 ERROR = {"type": "object", "required": ["error"],
          "properties": {"error": {"type": "string"}, "detail": {}}}
 
 
-def settings_schema() -> dict[str, Any]:
-    props = {}
-    for s in settings.SCHEMA:
-        prop = dict(_KIND.get(s.kind, {"type": "string"}), description=s.doc, default=s.default)
-        if s.kind == "choice":
-            prop["enum"] = list(s.choices)
-        elif s.kind in ("int", "float"):
-            prop.update(minimum=s.min, maximum=s.max)
-        props[s.name] = prop
-    return {"type": "object", "properties": props, "additionalProperties": False}
-
-
-BODIES: dict[str, dict[str, Any]] = {
-    "api.create_lab": {"type": "object", "properties": {
-        "preset": {"type": "string", "enum": list(presets.PRESETS)},
-        "speed": settings_schema()["properties"]["speed"],
-        "branch_of": {"type": "string", "description": "branch this lab (send its token or view token): "
-                      "the new lab starts from that lab's moment `at_event`"},
-        "at_event": {"type": "string", "description": "an event id of `branch_of`; the jobs not yet done then "
-                     "are enqueued again as new jobs"},
-        "settings": {**settings_schema(), "description": "settings changed for the branch (on top of the "
-                     "parent's settings at `at_event`)"}}},
-    "api.patch_settings": settings_schema(),
-    "api.clock_action": {"type": "object", "properties": {
-        "action": {"type": "string", "enum": ["pause", "resume", "step"]},
-        "seconds": {"type": "number", "minimum": 10, "maximum": 7200},
-        "speed": settings_schema()["properties"]["speed"]}},
-    "api.create_job": {"type": "object", "properties": {
-        "sample": {"type": "string", "enum": ["bigbuckbunny", "bikes", "carphone_pristine", "poison"]},
-        "job_type": {"type": "string", "enum": ["transcode", "thumbnail"]},
-        "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
-    "api.inject_fault": {"type": "object", "required": ["type"], "properties": {
-        "type": {"type": "string", "enum": list(FAULTS)},
-        "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
-    "api.replay_dlq": {"type": "object", "properties": {
-        "reason": {"type": "string"}, "rate": {"type": "number", "minimum": 0.001, "maximum": 1000}}},
-    "webhooks.register": {"type": "object", "required": ["url"], "properties": {
-        "url": {"type": "string", "description": "\"builtin\" (the lab's own receiver) or an absolute http(s) URL"},
-        "fail_times": {"type": "integer", "minimum": 0, "maximum": 10}}},
-    "loadgen.control_loadgen": {"type": "object", "required": ["action"], "properties": {
-        "action": {"type": "string", "enum": ["start", "stop", "rate", "peak", "unpeak"]},
-        "rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 5},
-        "seed": {"type": "integer", "minimum": 0}}},
-    "schedule.control_schedule": {"type": "object", "required": ["action"], "properties": {
-        "action": {"type": "string", "enum": ["kill", "down", "slow", "reset"]},
-        "replica": {"type": "string", "description": "r1, r2, …, or leader / holder"},
-        "duration_s": {"type": "number", "minimum": 1, "maximum": 7200}}},
-}
-
-UPLOAD = {"type": "object", "required": ["file"], "properties": {
-    "file": {"type": "string", "format": "binary", "description": "the video; its bytes decide, not its name"},
-    **BODIES["api.create_job"]["properties"]}}
+def upload_schema() -> dict[str, Any]:
+    """A job with its own video: the multipart form carries the same fields as the JSON body, and the file."""
+    schema = bodies.document_schema("api.create_job") or {"properties": {}}
+    return {"type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the video; its bytes decide, not its name"},
+        **schema["properties"]}}
 
 
 def _json(description: str, schema: dict | None = None) -> dict[str, Any]:
@@ -147,10 +100,11 @@ def document(app: Flask) -> dict[str, Any]:
             }
             if rule.rule.startswith("/api/labs/<"):
                 op["security"] = [{"bearer": []}]
-            if rule.endpoint in BODIES and method in ("POST", "PATCH", "PUT"):
-                op["requestBody"] = {"content": {"application/json": {"schema": BODIES[rule.endpoint]}}}
+            body = bodies.document_schema(rule.endpoint)
+            if body and method in ("POST", "PATCH", "PUT"):
+                op["requestBody"] = {"content": {"application/json": {"schema": body}}}
             if rule.endpoint == "api.create_job":
-                op["requestBody"]["content"]["multipart/form-data"] = {"schema": UPLOAD}
+                op["requestBody"]["content"]["multipart/form-data"] = {"schema": upload_schema()}
             paths.setdefault(path, {})[method.lower()] = op
     return {
         "openapi": "3.1.0",

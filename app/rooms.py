@@ -25,12 +25,12 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import chapters, limits, openapi, scenarios
+from app import bodies, chapters, limits, scenarios
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
-from app.http import json_body, valid_id
+from app.http import json_body, parse, valid_id
 from app.store import get_redis
-from core import presets, registry, settings
+from core import presets, registry
 from core.keys import key
 from core.registry import _hash as token_hash
 
@@ -48,7 +48,6 @@ PRESENCE_WINDOW = 30
 MAX_VIEWERS = 1000
 MAX_STUDENTS = 100
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
-_CLIENT = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
 
 
 def rkey(code: str, part: str = "") -> str:
@@ -160,14 +159,9 @@ def _setup_from(body: dict, scenario: str | None) -> tuple[str, dict[str, Any]]:
         preset, lab_settings = scenarios.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
     else:
         preset = body.get("preset", presets.DEFAULT_PRESET)
-        if not isinstance(preset, str) or preset not in scenarios.room_presets():
-            raise ApiError(422, "invalid_preset", {"preset": f"must be one of {', '.join(scenarios.room_presets())}"})
         lab_settings = presets.settings_for(preset)
     if "speed" in body:
-        clean, errors = settings.validate({"speed": body["speed"]})
-        if errors:
-            raise ApiError(422, "invalid_settings", errors)
-        lab_settings["speed"] = clean["speed"]
+        lab_settings["speed"] = body["speed"]
     return preset, lab_settings
 
 
@@ -181,7 +175,7 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     token = auth[7:].strip() if auth.startswith("Bearer ") else ""
     if registry.check_token(r, lab_id, token) != "owner":
         raise ApiError(403, "forbidden", "send the lab's own token as Authorization: Bearer <token>")
-    if not isinstance(view_token, str) or registry.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
+    if view_token is None or registry.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
         raise ApiError(422, "invalid_view_token", {"view_token": "must be this lab's view token"})
     preset = r.hget(key(lab_id, "meta"), "preset")
     if preset not in scenarios.room_presets():
@@ -189,20 +183,6 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     registry.touch(r, lab_id)
     return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
             "preset": preset, "settings": registry.settings(r, lab_id)}
-
-
-# Request bodies of the room calls, for the OpenAPI document (built from the routes; these routes own them).
-openapi.BODIES.update({
-    "rooms.create_room": {"type": "object", "properties": {
-        "preset": {"type": "string", "enum": scenarios.room_presets()},
-        "scenario": {"type": "string", "enum": list(scenarios.SCENARIOS)},
-        "speed": openapi.settings_schema()["properties"]["speed"],
-        "lab_id": {"type": "string", "description": "open the room on this lab of yours (send its token as Bearer)"},
-        "view_token": {"type": "string", "description": "that lab's view token, handed to the students"}}},
-    "rooms.follow_room": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}}},
-    "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
-        "client": {"type": "string", "pattern": _CLIENT.pattern}, "lab_id": {"type": "string"}}},
-})
 
 
 # --- API ----------------------------------------------------------------------------------------
@@ -218,11 +198,9 @@ def create_room():
     """Open a room: a fresh instructor lab (a chapter preset or a scenario) or the caller's own lab
     (`lab_id` + `view_token`, with that lab's token as Bearer), a join code and a QR code."""
     refuse_foreign_origin()
-    body = json_body()
+    body = parse(json_body(), bodies.ROOM)
     r = get_redis()
     scenario = body.get("scenario")
-    if scenario is not None and (not isinstance(scenario, str) or scenario not in scenarios.SCENARIOS):
-        raise ApiError(422, "invalid_scenario", {"scenario": f"must be one of {', '.join(scenarios.SCENARIOS)}"})
     if "lab_id" in body:
         limits.check_rate(r, "labs")  # a room on one's own lab costs no processes, but still counts as opened
         lab = _adopt_lab(r, body)
@@ -260,9 +238,7 @@ def follow_room(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = load(r, code)
-    name = json_body().get("name", "")
-    if not isinstance(name, str) or len(name) > 40:
-        raise ApiError(422, "invalid_name", {"name": "must be text of at most 40 characters"})
+    name = parse(json_body(), bodies.FOLLOW)["name"]
     if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:
         raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
                        {"Retry-After": "60"})
@@ -285,12 +261,8 @@ def room_presence(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = load(r, code)
-    body = json_body()
-    client, lab_id = body.get("client"), body.get("lab_id")
-    if not isinstance(client, str) or not _CLIENT.match(client):
-        raise ApiError(422, "invalid_client", {"client": "must be 8–40 letters, digits, - or _"})
-    if lab_id is not None and not isinstance(lab_id, str):
-        raise ApiError(422, "invalid_lab", {"lab_id": "must be a lab id"})
+    body = parse(json_body(), bodies.PRESENCE)
+    client, lab_id = body["client"], body.get("lab_id")
     now, code = time.time(), room["code"]
     if lab_id == room["lab_id"]:
         # The projector showing the lab is use, not idleness: a lecture can run 30 minutes without a click.

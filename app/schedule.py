@@ -14,9 +14,10 @@ from typing import Any
 import redis
 from flask import Blueprint, jsonify
 
+from app import bodies
 from app.auth import lab_access
 from app.errors import ApiError
-from app.http import json_body
+from app.http import json_body, parse
 from app.pool import ask_pool
 from app.store import get_redis
 from core import clock, numbers, registry, stream
@@ -24,7 +25,6 @@ from workers.engines import locks, shards
 from workers.engines.scheduler import TASK, clock_offset, cron_key
 
 bp = Blueprint("schedule", __name__)
-ACTIONS = ("kill", "down", "slow", "reset")
 RECENT_TICKS = 30
 CH7_SETTINGS = ("scheduler_replicas", "cron_strategy", "cron_interval", "cron_task_s", "cron_lock_ttl",
                 "cron_release", "leader_lease", "clock_skew", "cron_idempotent", "cron_catch_up", "cron_shard",
@@ -196,13 +196,6 @@ def get_schedule(lab_id: str):
     return jsonify(report(lab_id))
 
 
-def _duration(body: dict, default: float) -> float:
-    value = body.get("duration_s", default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 7200:
-        raise ApiError(422, "invalid_duration", {"duration_s": "must be simulated seconds in [1, 7200]"})
-    return float(value)
-
-
 def _kill(r: redis.Redis, lab: str, replica: Any) -> dict:
     """Ask the supervisor (which owns the replica processes) to SIGKILL one; 'leader'/'holder' pick it."""
     if replica in ("leader", "holder"):
@@ -221,21 +214,19 @@ def _kill(r: redis.Redis, lab: str, replica: Any) -> dict:
 @lab_access(write=True)
 def control_schedule(lab_id: str):
     """Kill a replica (or the leader / lock holder), take every replica down, make the next run slow, reset."""
-    body = json_body()
-    action = body.get("action")
-    if action not in ACTIONS:
-        raise ApiError(422, "invalid_action", {"action": f"must be one of {', '.join(ACTIONS)}"})
+    body = parse(json_body(), bodies.SCHEDULE)
+    action = body["action"]
     r = get_redis()
     now = clock.now(r, lab_id)
     result: dict[str, Any] = {"action": action}
     if action == "kill":
         result.update(_kill(r, lab_id, body.get("replica")))
     elif action == "down":
-        duration = _duration(body, 300)
+        duration = float(body.get("duration_s", 300))
         r.hset(cron_key(lab_id, "fault"), "down_until", now + duration)
         stream.emit(r, lab_id, "scheduler.down", now, duration=duration)
     elif action == "slow":
-        duration = _duration(body, 3 * float(registry.settings(r, lab_id)["cron_task_s"]))
+        duration = float(body.get("duration_s", 3 * float(registry.settings(r, lab_id)["cron_task_s"])))
         r.set(cron_key(lab_id, "slow_next"), duration)
         stream.emit(r, lab_id, "cron.slow_next", now, duration=duration)
     else:  # measurements restart at the next tick any replica's clock reaches (lock, lease and last run stay)

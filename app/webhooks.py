@@ -16,9 +16,10 @@ import time
 
 from flask import Blueprint, current_app, jsonify, request
 
+from app import bodies
 from app.auth import lab_access
 from app.errors import ApiError
-from app.http import json_body, valid_id
+from app.http import json_body, parse, valid_id
 from app.store import get_redis
 from core import clock, registry, stream
 from core.keys import key
@@ -27,14 +28,6 @@ from workers.engines import webhooks
 
 bp = Blueprint("webhooks", __name__)
 TOLERANCE_S = 300  # the Standard Webhooks timestamp window: older or newer signed messages are replays
-MAX_FAILS = 10
-
-
-def _fail_times(body: dict) -> int:
-    n = body.get("fail_times", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FAILS:
-        raise ApiError(422, "invalid_webhook", {"fail_times": f"must be a whole number 0–{MAX_FAILS}"})
-    return n
 
 
 @bp.put("/api/labs/<lab_id>/webhook")
@@ -44,11 +37,8 @@ def register(lab_id: str):
 
     A URL that resolves to a private, loopback, link-local or otherwise internal address is refused (400).
     """
-    body = json_body()
-    url = body.get("url")
-    if not isinstance(url, str) or not url or len(url) > 2000:
-        raise ApiError(422, "invalid_webhook", {"url": "send \"builtin\" or an absolute http(s) URL"})
-    fails = _fail_times(body)
+    body = parse(json_body(), bodies.WEBHOOK)
+    url, fails = body["url"], body["fail_times"]
     if url != webhooks.BUILTIN:
         try:
             validate_target(url, current_app.config["LAB"].webhook_allowlist)

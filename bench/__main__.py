@@ -11,7 +11,8 @@ import sys
 import time
 import traceback
 
-from bench.common import OUT, Bench, Stack
+from bench.common import OUT, Bench
+from bench.common import stack as bench_stack
 
 BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness",
               "status")
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     t0 = time.monotonic()
-    stack = Stack()
+    stack = bench_stack()
     failed: list[str] = []
     try:
         stack.start()

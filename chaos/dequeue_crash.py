@@ -15,8 +15,9 @@ import os
 import signal
 import time
 
-from chaos.common import Client, Result, Stack, post_mortem, tcp_ports, wait, workers_registered
+from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
 from core.keys import key
+from runtime.procs import tcp_ports, wait
 
 NAME = "dequeue_crash"
 INVARIANT = ("a job whose RQ message was received by a worker that died before claiming it is still "
@@ -38,8 +39,8 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_
     margin at all and turn a slow beat into a redelivery)."""
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, redis_url=redis_url, root=root) as stack:
-        api, r = Client(stack), stack.client()
+    with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=1, heartbeat=True, vt_seconds=vt, heartbeat_extend=vt,
                       heartbeat_interval=vt / 4, job_duration=60, respawn_delay=10)
         lab_id, q = lab["lab_id"], f"rq:queue:lab-{lab['lab_id']}"
@@ -51,15 +52,15 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_
         os.kill(pid, signal.SIGSTOP)
         try:
             reply = api.enqueue(lab, {"sample": "bikes"})
-            res.check(reply.status == 202, f"enqueue → {reply.status} {reply.body}")
-            job_id = reply.body["job_id"]
+            res.check(reply.status == 202, f"enqueue → {reply.status} {reply.data}")
+            job_id = reply.data["job_id"]
             received = wait(lambda: r.llen(q) == 0, 10, "the server to hand the message to the stopped worker")
             res.check(bool(received), "the message stayed in the queue")
             in_flight = r.lrange(f"{q}:intermediate", 0, -1)  # RQ's "received, not yet started" list
             res.check(len(in_flight) == 1, f"expected the message in RQ's intermediate queue, found {in_flight}")
             state_at_kill = r.hget(key(lab_id, "job", job_id), "state")
             killed = api.kill(lab, w["id"])  # SIGKILL: a crash before claim
-            res.check(killed.status == 200, f"kill → {killed.status} {killed.body}")
+            res.check(killed.status == 200, f"kill → {killed.status} {killed.data}")
         finally:
             try:
                 os.kill(pid, signal.SIGCONT)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import threading
 import time
 
-from chaos.common import Client, Result, Stack, wait, workers_registered
+from chaos.common import Result, drill_client, workers_registered
 from core.config import Config
+from runtime.client import Api
+from runtime.procs import wait
+from runtime.stack import Stack
 
 NAME = "flood"
 INVARIANT = "with one lab flooding at its limits, another lab's jobs keep ≥ 80 % of their quiet-box throughput"
@@ -23,7 +26,7 @@ LIMITS = {"RATE_LABS": str(DEFAULTS.rate_labs), "MAX_CLIENT_LABS": str(DEFAULTS.
           "LAB_JOB_RATE": str(DEFAULTS.lab_job_rate), "MAX_WORKERS": str(DEFAULTS.max_workers)}
 
 
-def throughput(api: Client, lab: dict, seconds: float, in_flight: int = 4) -> float:
+def throughput(api: Api, lab: dict, seconds: float, in_flight: int = 4) -> float:
     """Jobs done per real second over `seconds`, keeping `in_flight` jobs queued or running."""
     start = api.snapshot(lab)["counts"]["done"]
     t0 = time.monotonic()
@@ -41,8 +44,8 @@ def throughput(api: Client, lab: dict, seconds: float, in_flight: int = 4) -> fl
 def run(seconds: float = 40.0) -> Result:
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, extra_env=LIMITS) as stack:
-        api, r = Client(stack), stack.client()
+    with Stack(NAME, env=LIMITS, logs=True) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         quiet = api.lab("ch8", speed=100, workers=2, job_duration=30, vt_seconds=600)
         wait(lambda: workers_registered(r, quiet) >= 2, 60, "the quiet lab's workers")
         throughput(api, quiet, 8)  # warm-up: first decodes, probe caches

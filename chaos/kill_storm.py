@@ -12,7 +12,8 @@ import random
 import time
 from collections import Counter
 
-from chaos.common import Client, Result, Stack, processes_matching, wait, workers_registered
+from chaos.common import Result, drill_client, drill_stack, workers_registered
+from runtime.procs import processes_matching, wait
 from workers import media
 
 NAME = "kill_storm"
@@ -29,8 +30,8 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
     res = Result(NAME, INVARIANT)
     rng = random.Random(seed)
     t0 = time.monotonic()
-    with Stack(NAME, redis_url=redis_url, root=root) as stack:
-        api, r = Client(stack), stack.client()
+    with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, ack_mode="late",
                       job_duration=duration, heartbeat_interval=60, heartbeat_extend=extend, vt_seconds=extend,
                       respawn_delay=20, max_attempts=8, retry_base=5, retry_cap=30)
@@ -42,10 +43,10 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
         for i in range(jobs):
             reply = api.enqueue(lab, {"sample": SAMPLES[i % 2], "duration_s": duration}, idem=f"storm-{i}")
             if reply.status == 202:
-                accepted.append(reply.body["job_id"])
+                accepted.append(reply.data["job_id"])
             else:
                 refused += 1
-                res.violations.append(f"enqueue {i} → {reply.status} {reply.body}")
+                res.violations.append(f"enqueue {i} → {reply.status} {reply.data}")
 
         # the storm: every ~0.3 s SIGKILL one random busy worker, through the public API
         kills, kill_errors, orphan_ffmpeg = Counter(), Counter(), set()
@@ -82,7 +83,7 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
             snap = api.snapshot(lab)
 
         dlq = {d["job_id"]: d for d in (api.call("GET", f"/api/labs/{lab_id}/dlq", token=lab["token"])
-                                        .body or {}).get("dead_letters", [])}
+                                        .data or {}).get("dead_letters", [])}
         events = api.events(lab)
         succeeded = Counter(e["job_id"] for e in events if e["type"] == "job.succeeded")
         emails = Counter(e["job_id"] for e in events if e["type"] == "email.sent")
@@ -94,7 +95,7 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
             if not res.check(reply.status == 200, f"job {job_id} (accepted with 202) → {reply.status}"):
                 states["missing"] += 1
                 continue
-            j = reply.body
+            j = reply.data
             states[j["state"]] += 1
             if j["state"] == "dlq":
                 reason = (dlq.get(job_id) or {}).get("reason") or j.get("dlq_reason")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from chaos.common import Client, Result, Stack, post_mortem, wait, workers_registered
+from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
 from core.keys import key
+from runtime.procs import wait
 
 NAME = "redis_restart"
 INVARIANT = ("every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "
@@ -46,9 +47,9 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
     out of the hand-off window that dequeue_crash exposes; the drill's default stops it with a backlog."""
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, persist=True, root=root) as stack:
-        api = Client(stack)
-        r = stack.client()
+    with drill_stack(NAME, persist=True, root=root) as stack:
+        api = drill_client(stack)
+        r = stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, job_duration=duration,
                       heartbeat_interval=60, heartbeat_extend=1200, vt_seconds=1200, respawn_delay=10,
                       max_attempts=10)
@@ -62,7 +63,7 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
                 reply = api.enqueue(lab, {"sample": "bikes", "duration_s": duration}, idem=tag)
                 statuses[reply.status] += 1
                 if reply.status == 202:
-                    accepted[tag] = reply.body["job_id"]
+                    accepted[tag] = reply.data["job_id"]
                     return
                 time.sleep(pause)
 
@@ -101,7 +102,7 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
         res.check(stack.supervisor.poll() is None, "the supervisor exited during the outage")
         res.check(stack.web.poll() is None, "gunicorn exited during the outage")
 
-        r = stack.client()
+        r = stack.redis_client()
         first = {k: v for k, v in accepted.items() if k.startswith("before-")}
         present = {k: v for k, v in first.items() if r.exists(key(lab_id, "job", v))}
         res.check(len(present) == len(first), f"jobs accepted before the outage missing after it: "

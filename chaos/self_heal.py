@@ -19,15 +19,26 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from bench.common import http
-from chaos.common import NO_CLIENT_LIMITS, ROOT, Result, _scratch, alive, children, processes_matching, wait
+from chaos.common import ROOT, Result
+from runtime.client import Api
 from runtime.embedded_redis import free_port
+from runtime.procs import alive, children, processes_matching, wait
+from runtime.stack import UNLIMITED, _scratch
 
 NAME = "self_heal"
 INVARIANT = ("SIGKILL of the Redis-protocol server, the supervisor and gunicorn, one at a time under load: the "
              "launcher restarts each, no API call answers 500 (503 + Retry-After while the server is down), "
              "and every accepted job ends done")
+
+
+def http(url: str, method: str, body: object = None, token: str | None = None,
+         timeout: float = 30) -> tuple[int, bytes, dict]:
+    """One call through the shared client; a refused or cut connection (a process being restarted) is 0."""
+    base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    reply = Api(base, offline_ok=True).call(method, url[len(base):], body, token, timeout=timeout)
+    return reply.status, reply.body, reply.headers
 
 
 class Load(threading.Thread):
@@ -88,7 +99,7 @@ def run(speed: float = 200, workers: int = 3) -> Result:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(PORT=str(port), VAR_DIR=str(root / "var"), HOST="127.0.0.1", MAX_WORKERS="1000",
-               RATE_JOBS="0", RATE_KILLS="0", **NO_CLIENT_LIMITS,
+               **UNLIMITED,
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = open(root / "launcher.log", "w")
     launcher = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env, stdout=log,

@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 from app.ws import QUEUE_MAX
-from chaos.common import Client, Result, Stack, WsTail, rss_kb, wait, workers_registered
+from chaos.common import Result, WsTail, drill_client, drill_stack, workers_registered
+from runtime.procs import rss_kb, wait
+from runtime.stack import Stack
 
 NAME = "slow_consumer"
 INVARIANT = (f"a WebSocket consumer that stops reading does not stall anyone: a fast client on the same lab gets "
@@ -147,13 +149,13 @@ def run(redis_url: str | None = None, workers: int = 8, speed: float = 1000, dur
         root=None) -> Result:
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, redis_url=redis_url, root=root) as stack:
-        api, r = Client(stack), stack.client()
+    with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, heartbeat_interval=5,
                       heartbeat_extend=7200, vt_seconds=7200, job_duration=duration, breaker=False)
         lab_id = lab["lab_id"]
         wait(lambda: workers_registered(r, lab) >= workers, 90, f"{workers} workers to register")
-        web_pid = stack.web_worker_pid()
+        web_pid = stack.web_pid()
         start_id = (api.events(lab) or [{"id": "0"}])[-1]["id"]
         base_len = r.xlen(f"lab:{lab_id}:events")
 

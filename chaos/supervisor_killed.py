@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
-from chaos.common import Client, Result, Stack, processes_matching, wait, workers_registered
+from chaos.common import Result, drill_client, drill_stack, workers_registered
 from core.keys import key
+from runtime.procs import processes_matching, wait
 
 NAME = "supervisor_killed"
 INVARIANT = ("SIGKILL of the supervisor leaves no process of its lab alive (rq workers, work horses, their "
@@ -27,8 +28,8 @@ def run(redis_url: str | None = None, workers: int = 3, jobs: int = 4, speed: fl
         duration: float = 1400, grace: float = 5.0, root=None) -> Result:
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, redis_url=redis_url, root=root) as stack:
-        api, r = Client(stack), stack.client()
+    with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, job_duration=duration,
                       respawn_delay=10, max_attempts=10)
         lab_id = lab["lab_id"]
@@ -36,9 +37,9 @@ def run(redis_url: str | None = None, workers: int = 3, jobs: int = 4, speed: fl
         accepted = []
         for i in range(jobs):
             reply = api.enqueue(lab, {"sample": "bigbuckbunny" if i % 2 else "bikes"})
-            res.check(reply.status == 202, f"enqueue {i} → {reply.status} {reply.body}")
+            res.check(reply.status == 202, f"enqueue {i} → {reply.status} {reply.data}")
             if reply.status == 202:
-                accepted.append(reply.body["job_id"])
+                accepted.append(reply.data["job_id"])
         wait(lambda: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "busy"
                           and w.get("horse_pid")]) >= min(workers, jobs), 60, "every worker busy")
         rows = api.snapshot(lab)["workers"]
@@ -79,7 +80,7 @@ def run(redis_url: str | None = None, workers: int = 3, jobs: int = 4, speed: fl
         reply = api.enqueue(lab, {"sample": "bikes"})
         res.check(reply.status == 202, f"enqueue after restart → {reply.status}")
         if reply.status == 202:
-            accepted.append(reply.body["job_id"])
+            accepted.append(reply.data["job_id"])
         try:
             snap = api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] + s["counts"]["lost"]
                                 >= len(accepted) and not s["counts"]["running"], 120, "every job to finish")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import signal
 import time
 
-from chaos.common import Client, Result, Stack, WsTail, id_key, wait, workers_registered
+from chaos.common import Result, WsTail, drill_client, drill_stack, id_key, workers_registered
+from runtime.procs import wait
 
 NAME = "web_restart"
 INVARIANT = ("every WebSocket client that reconnects with after=<last id> across web restarts (SIGTERM and "
@@ -22,8 +23,8 @@ def run(redis_url: str | None = None, clients: int = 8, jobs_per_phase: int = 3,
         speed: float = 200, duration: float = 600, root=None) -> Result:
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
-    with Stack(NAME, redis_url=redis_url, root=root) as stack:
-        api, r = Client(stack), stack.client()
+    with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
+        api, r = drill_client(stack), stack.redis_client()
         lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, job_duration=duration,
                       heartbeat_interval=30, heartbeat_extend=1200, vt_seconds=1200)
         wait(lambda: workers_registered(r, lab) >= workers, 60, f"{workers} workers to register")

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
-import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
 import websocket
 from playwright.sync_api import expect
 
-from core.config import Config
-from runtime import embedded_redis
-from runtime.launcher import gunicorn_command, stop_all, wait_healthy
-from tests.conftest import ARTIFACTS, Api, Stack
+from runtime.stack import Stack
+from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
 from workers import media
@@ -33,38 +29,25 @@ ROOM_MISSES, METRICS_TOKEN = 3, "metrics-secret-for-tests"
 
 @pytest.fixture(scope="module")
 def tight(redis_server, tmp_path_factory):
-    """A second real stack (same Redis server, own key space is not needed: labs are ids)."""
-    var_dir = tmp_path_factory.mktemp("tight-var")
-    log = var_dir / "access.log"
-    port = embedded_redis.free_port()
-    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    db = redis_server.url.rsplit("/", 1)[0] + "/3"  # its own database: lab counts see only its labs
+    """A second real stack, configured tight, on its own database of the session's server (lab counts
+    see only its labs), with an access log."""
+    root = tmp_path_factory.mktemp("tight")
+    db = redis_server.url.rsplit("/", 1)[0] + "/3"
     redis.Redis.from_url(db).flushdb()
-    env = dict(os.environ, REDIS_URL=db, VAR_DIR=str(var_dir), PORT=str(port), MAX_LABS=str(MAX_LABS),
-               MAX_WORKERS=str(MAX_WORKERS), LAB_IDLE_TTL=str(IDLE_TTL), RATE_JOBS=str(RATE_JOBS),
-               RATE_KILLS=str(RATE_KILLS), RATE_WINDOW=str(WINDOW), MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
-               MAX_LAB_BYTES=str(MAX_LAB_BYTES), RATE_ROOM_LOOKUPS=str(ROOM_MISSES), METRICS_TOKEN=METRICS_TOKEN,
-               MAX_CLIENT_LABS="4", RATE_LABS="200")
-    config = Config(redis_url=db, port=port, access_log=str(log))
-    procs = [subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env),
-             subprocess.Popen(gunicorn_command(config, threads=16), env=env)]
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, procs)
-        stack = Stack(url, Api(url), var_dir, db, procs)
-        stack.log = log
-        yield stack
-    finally:
-        stop_all(procs)
-        r.close()
+    with Stack("tight", root=root, redis_url=db, web_threads=16, access_log=str(root / "access.log"),
+               env={"MAX_LABS": str(MAX_LABS), "MAX_WORKERS": str(MAX_WORKERS), "LAB_IDLE_TTL": str(IDLE_TTL),
+                    "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
+                    "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
+                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "METRICS_TOKEN": METRICS_TOKEN,
+                    "MAX_CLIENT_LABS": "4", "RATE_LABS": "200"}) as s:
+        yield s
 
 
 @pytest.fixture
 def tapi(tight):
-    client = Api(tight.url)
+    client = tight.api()
     yield client
-    for lab in client.created:
-        client.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+    client.delete_created()
     r = redis.Redis.from_url(tight.redis_url)
     deadline = time.monotonic() + 20
     while r.scard("labs") and time.monotonic() < deadline:  # the next test starts with an empty machine
@@ -193,10 +176,10 @@ def test_the_access_log_never_shows_a_token(tight, tapi):
                                      origin=tight.url, timeout=10)
     ws.close()  # (gunicorn does not log upgraded requests; its redaction is checked with the others)
     tapi.call("GET", f"/api/labs/{lab_id}", headers={"Cookie": f"lab_{lab_id}={token}"})
-    deadline = time.monotonic() + 10
-    while f"GET /api/labs/{lab_id} HTTP" not in tight.log.read_text() and time.monotonic() < deadline:
+    deadline, log = time.monotonic() + 10, Path(tight.access_log)
+    while f"GET /api/labs/{lab_id} HTTP" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
-    text = tight.log.read_text()
+    text = log.read_text()
     assert f"/api/labs/{lab_id}/events" in text and f"lab={lab_id}" in text  # requests are logged…
     assert token not in text and view not in text  # …their tokens are not
     assert "token=[redacted]" in text and "view=[redacted]" in text

@@ -1,0 +1,163 @@
+"""The one HTTP client of the public contract that the tests, the benchmarks and the fault drills share.
+
+urllib, nothing mocked between caller and server; an HTTP error status is an answer, not a raise.
+`Api(url, offline_ok=True)` (the drills, which restart servers under it) also turns a refused or cut
+connection into status 0 instead of an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+
+class HttpError(RuntimeError):
+    """A call answered a status its caller did not expect."""
+
+
+class WaitTimeout(AssertionError, TimeoutError):
+    """A condition on a lab did not hold in time (an assertion failure in a test, a timeout elsewhere)."""
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def data(self) -> Any:
+        """The body as JSON (None if empty; the bytes if it is not JSON)."""
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return self.body
+
+
+class Api:
+    """The contract's calls, and the labs this client made (`created`), so a caller can remove them."""
+
+    def __init__(self, base: str, redis_url: str | None = None, offline_ok: bool = False, timeout: float = 40):
+        self.base = base
+        self.redis_url = redis_url
+        self.offline_ok = offline_ok
+        self.timeout = timeout
+        self.created: list[dict] = []
+
+    # --- one request -------------------------------------------------------------------------
+    def call(self, method: str, path: str, body: Any = None, token: str | None = None, headers: dict | None = None,
+             raw: bytes | None = None, timeout: float | None = None) -> Response:
+        hdrs = dict(headers or {})
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        if token:
+            hdrs["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                return Response(resp.status, dict(resp.headers), resp.read())
+        except urllib.error.HTTPError as e:
+            return Response(e.code, dict(e.headers), e.read())
+        except OSError as e:
+            if not self.offline_ok:
+                raise
+            return Response(0, {}, json.dumps({"error": type(e).__name__, "detail": str(e)}).encode())
+
+    def ok(self, method: str, path: str, body: Any = None, token: str | None = None,
+           expect: tuple[int, ...] = (200, 201, 202, 204), **kw) -> Any:
+        """The answer's JSON, or HttpError if the status is not one of `expect`."""
+        res = self.call(method, path, body, token, **kw)
+        if res.status not in expect:
+            raise HttpError(f"{method} {path} → {res.status}: {res.body[:300]!r}")
+        return res.data
+
+    # --- labs ----------------------------------------------------------------------------------
+    def lab(self, preset: str = "ch8", speed: float = 1000, **settings) -> dict:
+        """A new lab (remembered in `created`), with `settings` patched on top of its preset."""
+        lab = self.ok("POST", "/api/labs", {"preset": preset, "speed": speed}, expect=(201,))
+        self.created.append(lab)
+        if settings:
+            self.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", settings, lab["token"], expect=(200,))
+        return lab
+
+    def delete(self, lab: dict) -> None:
+        self.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+        self.created = [x for x in self.created if x["lab_id"] != lab["lab_id"]]
+
+    def delete_created(self) -> None:
+        """Remove every lab this client made (workers, keys and files); one that is already gone is fine."""
+        for lab in list(self.created):
+            try:
+                self.delete(lab)
+            except OSError:
+                pass
+
+    def snapshot(self, lab: dict) -> dict:
+        return self.ok("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"], expect=(200,))
+
+    def wait_for(self, lab: dict, predicate: Callable[[dict], bool], timeout: float = 60,
+                 what: str = "condition not met", every: float = 0.1) -> dict:
+        """Poll the snapshot until predicate(snapshot) holds; WaitTimeout names the last counts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                snap = self.snapshot(lab)
+            except HttpError:
+                snap = None
+            if snap is not None and predicate(snap):
+                return snap
+            if time.monotonic() > deadline:
+                counts = snap and {k: v for k, v in snap["counts"].items() if v}
+                raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} "
+                                  f"workers={snap and snap['workers']}")
+            time.sleep(every)
+
+    def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
+        """Wait until n workers are registered with RQ (so timing does not race start-up)."""
+        r = redis.Redis.from_url(self.redis_url or os.environ["LAB_TEST_REDIS_URL"])
+        try:
+            deadline = time.monotonic() + timeout
+            while r.scard(f"rq:workers:lab-{lab['lab_id']}") < n:
+                if time.monotonic() > deadline:
+                    raise WaitTimeout(f"{n} workers did not register")
+                time.sleep(0.05)
+        finally:
+            r.close()
+        return self.snapshot(lab)
+
+    def events(self, lab: dict, after: str = "0") -> list[dict]:
+        """The whole stream after `after`, through the public GET …/events (which pages by 1000)."""
+        out: list[dict] = []
+        while True:
+            batch = self.ok("GET", f"/api/labs/{lab['lab_id']}/events?after={after}", token=lab["token"],
+                            expect=(200,))["events"]
+            out += batch
+            if len(batch) < 1000:
+                return out
+            after = batch[-1]["id"]
+
+    # --- jobs and workers ------------------------------------------------------------------------
+    def enqueue(self, lab: dict, body: dict, idem: str | None = None) -> Response:
+        return self.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"],
+                         headers={"Idempotency-Key": idem} if idem else None)
+
+    def job(self, lab: dict, job_id: str) -> Response:
+        return self.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job_id}", token=lab["token"])
+
+    def kill(self, lab: dict, worker_id: str) -> Response:
+        return self.call("POST", f"/api/labs/{lab['lab_id']}/workers/{worker_id}/kill", {}, lab["token"])

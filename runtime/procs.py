@@ -1,0 +1,128 @@
+"""Processes as /proc shows them (no psutil), and waiting for a condition: what the stack, the
+benchmarks and the fault drills read about the processes they started."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name (which may hold spaces): state, ppid, …; [] if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def proc_state(pid: int) -> str:
+    """The one-letter state ('' if gone); 'Z' is a zombie (dead, not reaped)."""
+    f = _stat(pid)
+    return f[0] if f else ""
+
+
+def alive(pid: int) -> bool:
+    return proc_state(pid) not in ("", "Z", "X")
+
+
+def ppid(pid: int) -> int:
+    f = _stat(pid)
+    return int(f[1]) if len(f) > 1 else 0
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of a process."""
+    return sorted(int(d) for d in os.listdir("/proc") if d.isdigit() and ppid(int(d)) == pid)
+
+
+def processes_matching(*needles: str) -> dict[int, str]:
+    """Live (non-zombie) processes whose command line contains any needle: pid → cmdline."""
+    found = {}
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        cmd = cmdline(int(d))
+        if cmd and any(n in cmd for n in needles) and alive(int(d)):
+            found[int(d)] = cmd
+    return found
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size (VmRSS), in kB; 0 if the kernel shows none."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid: int, with_children: bool = True) -> float:
+    """CPU seconds (user + system) a process has used, plus those of the children it has reaped
+    (an rq worker reaps its horses, a horse its ffmpeg): a cost figure that other load on the
+    box barely moves, unlike wall-clock rates. 0.0 if the process is gone."""
+    f = _stat(pid)
+    if not f:
+        return 0.0
+    ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if with_children else 0)
+    return ticks / _TICK
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """Local ports of the TCP sockets a process holds (its fds' inodes matched in /proc/net/tcp)."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[9] in inodes:
+                ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def wait(pred: Callable[[], Any], timeout: float, what: str = "condition", every: float = 0.05) -> Any:
+    """Poll until pred() is truthy and return its value; TimeoutError naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} (after {timeout:.0f} s)")
+        time.sleep(every)
