@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, current_app, render_template, request
 
 from app import chapters
-from core import numbers
+from core import numbers, presets
 
 bp = Blueprint("pages", __name__)
 
@@ -29,6 +29,12 @@ def chapter_inputs(ch: chapters.Chapter, inputs: numbers.Inputs) -> list[dict]:
     names = [n.strip() for n in ch.meta.get("inputs", "").split(",") if n.strip()]
     by_name = {s["name"]: s for s in numbers.spec_values(inputs)}
     return [by_name[n] for n in names if n in by_name]
+
+
+@bp.app_context_processor
+def lab_scenarios() -> dict:
+    """Chapter 7's one-click scenarios, for its lab panel's buttons (defined once in core.presets)."""
+    return {"ch7_scenarios": presets.CH7_SCENARIOS}
 
 
 @bp.get("/")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.numbers import Inputs
 from core.settings import DEFAULTS
+
+_MODEL = Inputs()
 
 # Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
 # `pipeline: False` marks a lab with no job queue at all (its add-on panel is the whole story):
 # the widget then leaves out the queue, lease, worker and job panels and their readouts.
 PRESETS: dict[str, dict[str, Any]] = {
     "ch0": {"title": "Inline vs enqueue", "settings": {"workers": 1},
-            "controls": ["upload", "speed"]},
+            "controls": ["upload", "speed", "gateway_timeout"]},
     "ch1": {"title": "VT too short: 300 s lease, 600 s job",
             "settings": {"workers": 2, "vt_seconds": 300, "retry_policy": "none"},
             "controls": ["upload", "kill", "vt_seconds", "heartbeat", "ack_mode", "cas_guard", "clock"]},
@@ -39,11 +42,15 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["workers", "clock"]},
     "ch7": {"title": "Scheduled jobs: one cron entry, four replicas",
             "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
+                         # replicas do not all fire on the tick: the latest is late enough to find a
+                         # 30 s lock expired while a 45 s (p99) run still holds it, as in the lesson
+                         "cron_task_s": _MODEL.task_p99_s, "cron_lock_ttl": _MODEL.lock_ttl_s,
+                         "cron_late": _MODEL.late_replica_s,
                          # a killed leader stays dead past its lease, so a live follower takes over
                          "respawn_delay": 150},
             "pipeline": False,
             "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
-                         "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
+                         "cron_late", "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
                          "cron_shard", "shard_buckets", "respawn_delay", "clock"]},
     "ch8": {"title": "The assembled pipeline",
             "settings": {"workers": 3, "heartbeat": True, "vt_seconds": 300, "breaker": True},
@@ -51,6 +58,19 @@ PRESETS: dict[str, dict[str, Any]] = {
                          "retry_policy", "faults", "dlq", "clock"]},
 }
 DEFAULT_PRESET = "ch8"
+
+# Chapter 7's one-click scenarios (the lab panel's strategy buttons): settings each button applies.
+# The lesson's bug and its two fixes: a lock shorter than the p99 run, a sized lock, a heartbeat lock.
+CH7_SCENARIOS: dict[str, dict[str, Any]] = {
+    "none": {"label": "No lock", "settings": {"cron_strategy": "none"}},
+    "lock": {"label": f"Lock, TTL {_MODEL.lock_ttl_s:g} s",
+             "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.lock_ttl_s}},
+    "short": {"label": f"Lock, TTL {_MODEL.short_lock_ttl_s:g} s",
+              "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.short_lock_ttl_s}},
+    "heartbeat": {"label": "Lock + heartbeat",
+                  "settings": {"cron_strategy": "heartbeat", "cron_lock_ttl": _MODEL.short_lock_ttl_s}},
+    "leader": {"label": "Leader lease", "settings": {"cron_strategy": "leader", "leader_lease": _MODEL.leader_lease_s}},
+}
 
 
 def settings_for(preset: str) -> dict[str, Any]:
