@@ -37,6 +37,15 @@ def lab_scenarios() -> dict:
     return {"ch7_scenarios": presets.CH7_SCENARIOS}
 
 
+def lab_facts() -> dict:
+    """What the chapter text says about the lab itself: each preset's settings and the lab's bounds."""
+    from workers.engines import loadgen
+
+    return {"preset": {name: presets.settings_for(name) for name in presets.PRESETS},
+            "max_in_flight": loadgen.MAX_IN_FLIGHT, "ch7_scenarios": presets.CH7_SCENARIOS,
+            "ch7_model": presets.ch7_lab_model()}
+
+
 @bp.get("/")
 def home():
     return render_template("home.html", chapters=chapters.all_chapters())
@@ -52,7 +61,7 @@ def chapter(number: int, slug: str | None = None):
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
     body = chapters.render_body(
-        ch, current_app.jinja_env, {"fig": numbers.derive(inputs), "inputs": inputs})
+        ch, current_app.jinja_env, {"fig": numbers.derive(inputs), "inputs": inputs, "lab": lab_facts()})
     return render_template(
         "chapter.html",
         chapter=ch,

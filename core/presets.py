@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.numbers import Inputs
+from core.numbers import Inputs, derive
 from core.settings import DEFAULTS
 
 _MODEL = Inputs()
@@ -71,6 +71,19 @@ CH7_SCENARIOS: dict[str, dict[str, Any]] = {
                   "settings": {"cron_strategy": "heartbeat", "cron_lock_ttl": _MODEL.short_lock_ttl_s}},
     "leader": {"label": "Leader lease", "settings": {"cron_strategy": "leader", "leader_lease": _MODEL.leader_lease_s}},
 }
+
+
+def ch7_lab_model() -> dict[str, Any]:
+    """The numbers model's chapter 7 figures for the ch7 lab as it starts (its replicas, task, interval,
+    late replica) with the scenario buttons' TTLs: what the page says the lab will show, and what the
+    conformance suite checks the lab against."""
+    s = settings_for("ch7")
+    inputs = Inputs(scheduler_replicas=int(s["scheduler_replicas"]), cron_interval_s=float(s["cron_interval"]),
+                    task_p99_s=float(s["cron_task_s"]), late_replica_s=float(s["cron_late"]),
+                    short_lock_ttl_s=float(CH7_SCENARIOS["short"]["settings"]["cron_lock_ttl"]),
+                    lock_ttl_s=float(CH7_SCENARIOS["lock"]["settings"]["cron_lock_ttl"]),
+                    clock_skew_s=float(s["clock_skew"]), leader_lease_s=float(s["leader_lease"]))
+    return derive(inputs)["ch7"]
 
 
 def settings_for(preset: str) -> dict[str, Any]:
