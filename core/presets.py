@@ -46,6 +46,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                          # 30 s lock expired while a 45 s (p99) run still holds it, as in the lesson
                          "cron_task_s": _MODEL.task_p99_s, "cron_lock_ttl": _MODEL.lock_ttl_s,
                          "cron_late": _MODEL.late_replica_s,
+                         # ticks far enough apart that the late replica's run (36–81 s) is over, and its
+                         # lock gone, before the next tick: every tick then starts from the same state
+                         "cron_interval": 120,
                          # a killed leader stays dead past its lease, so a live follower takes over
                          "respawn_delay": 150},
             "pipeline": False,
