@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, current_app, render_template, request
 
 from app import chapters
-from core import numbers, presets
+from core import lesson, numbers, presets
 
 bp = Blueprint("pages", __name__)
 
@@ -49,6 +49,13 @@ def lab_facts() -> dict:
 @bp.get("/")
 def home():
     return render_template("home.html", chapters=chapters.all_chapters())
+
+
+@bp.get("/lesson")
+def lesson_conformance():
+    """The conformance table: lesson claim → chapter section → test → what the lab measured at the last run."""
+    results = lesson.load_results()
+    return render_template("lesson.html", rows=lesson.table(results), results=results, summary=lesson.summary())
 
 
 @bp.get("/chapters/<int:number>")

@@ -83,7 +83,8 @@ CLAIMS: tuple[Claim, ...] = (
           "arrivals past the lab's bound are shed, counted and still part of the backlog",
           "test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted"),
     Claim("ch2.autoscale_boot", 2, "Try this 3", "The autoscaler's new workers boot for the boot lag before "
-          "they take a job", "test_try3_autoscaled_workers_boot_for_the_boot_lag_before_taking_jobs"),
+          "they take a job", status="todo", why="not written yet (independent of issue 18); the integration "
+          "suite's autoscaler tests cover the mechanism"),
     Claim("ch2.drain", 2, "Try this 4 / Check yourself 5", "Scale-in drains: busy workers finish first and "
           "nothing is redelivered; killing mid-job redelivers",
           "test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers"),

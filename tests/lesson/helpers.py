@@ -19,7 +19,8 @@ def wait_event(api, lab: dict, type_: str, timeout: float = 60, count: int = 1, 
         if len(found) >= count:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"{count}× {type_} not seen; last events: {[e['type'] for e in api.events(lab)][-15:]}")
+            last = [e["type"] for e in api.events(lab)][-15:]
+            raise AssertionError(f"{count}× {type_} not seen; last events: {last}")
         time.sleep(0.05)
 
 
