@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import subprocess
+import threading
 import time
 import uuid
 
@@ -287,32 +288,85 @@ def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
 @bp.post("/api/labs/<lab_id>/inline")
 @lab_access(write=True)
 def inline_transcode(lab_id: str):
-    """Chapter 0's anti-pattern, for real: transcode inside the request while the client waits."""
+    """Chapter 0's anti-pattern, for real and on the lab's clock: the request is held while a real
+    ffmpeg transcode runs, paced to the job's simulated duration like a worker's. The proxy in front
+    (the `gateway_timeout` setting) gives up on a request silent that long: 504, while the server
+    carries on transcoding for nobody (events `inline.gateway_timeout`, then `inline.finished`)."""
     r = get_redis()
+    lab_settings = registry.settings(r, lab_id)
+    clean = parse(json_body(), bodies.INLINE, duration_s=lab_settings["job_duration"])
+    sample, duration, gateway = clean["sample"], clean["duration_s"], float(lab_settings["gateway_timeout"])
+    speed = max(float(lab_settings["speed"]), 1e-9)
+    hold_real = min(INLINE_REAL_CAP_S, duration / speed) + 60
     lock = key(lab_id, "inline")
-    if not r.set(lock, 1, nx=True, ex=120):
+    if not r.set(lock, 1, nx=True, ex=int(hold_real) + 1):
         raise ApiError(409, "inline_busy", "an inline transcode is already holding a request thread")
+    src = media.sample_clip(sample)
+    out = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
+    started_real = time.perf_counter()
+    t0 = clock.now(r, lab_id)
+    stream.emit(r, lab_id, "inline.started", t0, duration=duration, gateway=gateway, sample=sample)
     try:
-        sample = parse(json_body(), bodies.INLINE)["sample"]
-        src = media.sample_clip(sample)
-        out = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
-        started = time.perf_counter()
         media.probe(src)
         proc = media.start_transcode(src, out, media.RENDITIONS["240p"])
-        try:
-            code = proc.wait(timeout=media.LIMITS.ffmpeg_timeout)
-        except subprocess.TimeoutExpired:
+    except Exception:
+        r.delete(lock)
+        raise
+    poll = min(0.01, 1 / speed)
+    while True:
+        elapsed = clock.now(r, lab_id) - t0
+        finished = proc.poll() is not None
+        if finished and proc.returncode != 0:
+            r.delete(lock)
+            raise ApiError(422, "transcode_failed", proc.stderr.read().decode()[:200])
+        if finished and elapsed >= duration:
+            break
+        if elapsed >= gateway or time.perf_counter() - started_real > INLINE_REAL_CAP_S:
+            # The proxy's deadline passed first: it answers 504 and closes the connection. The handler
+            # does not know and keeps going to the end of the transcode.
+            stream.emit(r, lab_id, "inline.gateway_timeout", t0 + gateway, gateway=gateway, duration=duration,
+                        unheard=round(max(0.0, duration - gateway), 3))
+            threading.Thread(target=_finish_for_nobody, args=(r, lab_id, lock, proc, out, t0, duration, poll),
+                             daemon=True).start()
+            return jsonify(error="gateway_timeout",
+                           detail=f"the gateway gave up after {gateway:g} s (simulated) without a response; the "
+                                  f"server is still transcoding for nobody, {max(0.0, duration - gateway):g} s to go",
+                           gateway_timeout_s=gateway, simulated_s=gateway, duration_s=duration,
+                           elapsed_ms=round((time.perf_counter() - started_real) * 1000, 1), sample=sample), 504
+        time.sleep(poll)
+    simulated = clock.now(r, lab_id) - t0
+    stream.emit(r, lab_id, "inline.finished", t0 + simulated, simulated=round(simulated, 3), answered=True)
+    size = out.stat().st_size
+    out.unlink()
+    r.delete(lock)
+    return jsonify(simulated_s=round(simulated, 3), duration_s=duration, gateway_timeout_s=gateway,
+                   elapsed_ms=round((time.perf_counter() - started_real) * 1000, 1), output_bytes=size,
+                   sample=sample)
+
+
+INLINE_REAL_CAP_S = 300.0  # a request is never held longer than this in real time (a paused clock)
+
+
+def _finish_for_nobody(r: redis.Redis, lab_id: str, lock: str, proc: subprocess.Popen, out, t0: float,
+                       duration: float, poll: float) -> None:
+    """After a 504 the handler runs on: finish the transcode on the lab's clock, then record that nobody heard."""
+    try:
+        deadline = time.monotonic() + INLINE_REAL_CAP_S
+        while time.monotonic() < deadline and (proc.poll() is None or clock.now(r, lab_id) - t0 < duration):
+            time.sleep(max(poll, 0.005))
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
-            raise ApiError(504, "transcode_timeout", "the inline transcode passed its time limit") from None
-        if code != 0:
-            raise ApiError(422, "transcode_failed", proc.stderr.read().decode()[:200])
-        elapsed = (time.perf_counter() - started) * 1000
-        size = out.stat().st_size
-        out.unlink()
-        return jsonify(elapsed_ms=round(elapsed, 1), output_bytes=size, sample=sample)
+        stream.emit(r, lab_id, "inline.finished", clock.now(r, lab_id), simulated=round(clock.now(r, lab_id) - t0, 3),
+                    answered=False)
+    except redis.RedisError:
+        pass  # the lab was torn down meanwhile
     finally:
-        r.delete(lock)
+        out.unlink(missing_ok=True)
+        try:
+            r.delete(lock)
+        except redis.RedisError:
+            pass
 
 
 @bp.get("/api/labs/<lab_id>/jobs")

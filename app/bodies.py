@@ -266,7 +266,9 @@ JOB = Body("api.create_job", (
 INLINE = Body("api.inline_transcode", (
     Field("sample", "choice", "a real clip to transcode inside the request", default="bigbuckbunny",
           choices=tuple(s for s in SAMPLES if s != "poison"), error="unknown_sample"),
-))
+    Field("duration_s", setting="job_duration", doc="simulated duration of the inline job (default: the lab's "
+          "`job_duration`); the request is held that long unless the gateway times out first"),
+), error="invalid_job")
 FAULT = Body("api.inject_fault", (
     Field("type", "choice", "the fault", choices=tuple(FAULTS), required=True),
     Field("duration_s", "number", "simulated seconds the fault lasts (up to a simulated day; the poison pill "

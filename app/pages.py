@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, current_app, render_template, request
 
 from app import chapters
-from core import numbers, series
+from core import lesson, numbers, presets, series
 
 bp = Blueprint("pages", __name__)
 
@@ -31,9 +31,31 @@ def chapter_inputs(ch: chapters.Chapter, inputs: numbers.Inputs) -> list[dict]:
     return [by_name[n] for n in names if n in by_name]
 
 
+@bp.app_context_processor
+def lab_scenarios() -> dict:
+    """Chapter 7's one-click scenarios, for its lab panel's buttons (defined once in core.presets)."""
+    return {"ch7_scenarios": presets.CH7_SCENARIOS}
+
+
+def lab_facts() -> dict:
+    """What the chapter text says about the lab itself: each preset's settings and the lab's bounds."""
+    from workers.engines import loadgen
+
+    return {"preset": {name: presets.settings_for(name) for name in presets.PRESETS},
+            "max_in_flight": loadgen.MAX_IN_FLIGHT, "ch7_scenarios": presets.CH7_SCENARIOS,
+            "ch7_model": presets.ch7_lab_model()}
+
+
 @bp.get("/")
 def home():
     return render_template("home.html", chapters=chapters.all_chapters())
+
+
+@bp.get("/lesson")
+def lesson_conformance():
+    """The conformance table: lesson claim → chapter section → test → what the lab measured at the last run."""
+    results = lesson.load_results()
+    return render_template("lesson.html", rows=lesson.table(results), results=results, summary=lesson.summary())
 
 
 @bp.get("/chapters/<int:number>")
@@ -47,7 +69,7 @@ def chapter(number: int, slug: str | None = None):
     idx = all_ch.index(ch)
     fig = numbers.derive(inputs)
     body = chapters.render_body(ch, current_app.jinja_env, {
-        "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig),
+        "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})
     return render_template(
         "chapter.html",

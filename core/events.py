@@ -52,6 +52,11 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "worker.respawning": (None, "worker {worker} respawning"),
     "worker.booting": (None, "worker {worker} booting: useful after its {lag}s boot lag"),
     "autoscale.scaled": ("autoscaled", "autoscaler: {frm} → {to} workers ({reason})"),
+    "inline.started": (None, "inline handler: request held while a {duration}s transcode runs (gateway gives up "
+                             "after {gateway}s)"),
+    "inline.gateway_timeout": (None, "gateway timeout: after {gateway}s of silence the proxy answered 504; "
+                                              "the server transcodes on for {unheard}s more, for nobody"),
+    "inline.finished": (None, "inline transcode finished after {simulated}s (answered: {answered})"),
     "loadgen.started": (None, "load generator on: λ = {rate} jobs/s (seed {seed})"),
     "loadgen.rate": (None, "load generator: λ now {rate} jobs/s"),
     "loadgen.stopped": (None, "load generator off"),

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.numbers import Inputs, derive
 from core.settings import DEFAULTS
+
+_MODEL = Inputs()
 
 # Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
 # `pipeline: False` marks a lab with no job queue at all (its add-on panel is the whole story):
 # the widget then leaves out the queue, lease, worker and job panels and their readouts.
 PRESETS: dict[str, dict[str, Any]] = {
     "ch0": {"title": "Inline vs enqueue", "settings": {"workers": 1},
-            "controls": ["upload", "speed"]},
+            "controls": ["upload", "speed", "gateway_timeout"]},
     "ch1": {"title": "VT too short: 300 s lease, 600 s job",
             "settings": {"workers": 2, "vt_seconds": 300, "retry_policy": "none"},
             "controls": ["upload", "kill", "vt_seconds", "heartbeat", "ack_mode", "cas_guard", "clock"]},
@@ -39,11 +42,18 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["workers", "clock"]},
     "ch7": {"title": "Scheduled jobs: one cron entry, four replicas",
             "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
+                         # replicas do not all fire on the tick: the latest is late enough to find a
+                         # 30 s lock expired while a 45 s (p99) run still holds it, as in the lesson
+                         "cron_task_s": _MODEL.task_p99_s, "cron_lock_ttl": _MODEL.lock_ttl_s,
+                         "cron_late": _MODEL.late_replica_s,
+                         # ticks far enough apart that the late replica's run (36–81 s) is over, and its
+                         # lock gone, before the next tick: every tick then starts from the same state
+                         "cron_interval": 120,
                          # a killed leader stays dead past its lease, so a live follower takes over
                          "respawn_delay": 150},
             "pipeline": False,
             "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
-                         "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
+                         "cron_late", "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
                          "cron_shard", "shard_buckets", "respawn_delay", "clock"]},
     "ch8": {"title": "The assembled pipeline",
             "settings": {"workers": 3, "heartbeat": True, "vt_seconds": 300, "breaker": True},
@@ -51,6 +61,32 @@ PRESETS: dict[str, dict[str, Any]] = {
                          "retry_policy", "faults", "dlq", "clock"]},
 }
 DEFAULT_PRESET = "ch8"
+
+# Chapter 7's one-click scenarios (the lab panel's strategy buttons): settings each button applies.
+# The lesson's bug and its two fixes: a lock shorter than the p99 run, a sized lock, a heartbeat lock.
+CH7_SCENARIOS: dict[str, dict[str, Any]] = {
+    "none": {"label": "No lock", "settings": {"cron_strategy": "none"}},
+    "lock": {"label": f"Lock, TTL {_MODEL.lock_ttl_s:g} s",
+             "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.lock_ttl_s}},
+    "short": {"label": f"Lock, TTL {_MODEL.short_lock_ttl_s:g} s",
+              "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.short_lock_ttl_s}},
+    "heartbeat": {"label": "Lock + heartbeat",
+                  "settings": {"cron_strategy": "heartbeat", "cron_lock_ttl": _MODEL.short_lock_ttl_s}},
+    "leader": {"label": "Leader lease", "settings": {"cron_strategy": "leader", "leader_lease": _MODEL.leader_lease_s}},
+}
+
+
+def ch7_lab_model() -> dict[str, Any]:
+    """The numbers model's chapter 7 figures for the ch7 lab as it starts (its replicas, task, interval,
+    late replica) with the scenario buttons' TTLs: what the page says the lab will show, and what the
+    conformance suite checks the lab against."""
+    s = settings_for("ch7")
+    inputs = Inputs(scheduler_replicas=int(s["scheduler_replicas"]), cron_interval_s=float(s["cron_interval"]),
+                    task_p99_s=float(s["cron_task_s"]), late_replica_s=float(s["cron_late"]),
+                    short_lock_ttl_s=float(CH7_SCENARIOS["short"]["settings"]["cron_lock_ttl"]),
+                    lock_ttl_s=float(CH7_SCENARIOS["lock"]["settings"]["cron_lock_ttl"]),
+                    clock_skew_s=float(s["clock_skew"]), leader_lease_s=float(s["leader_lease"]))
+    return derive(inputs)["ch7"]
 
 
 def settings_for(preset: str) -> dict[str, Any]:

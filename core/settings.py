@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from core.numbers import Inputs
+
+_MODEL = Inputs()  # the lesson's figures: settings that stand for one default to it
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -81,6 +85,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("scale_in", "choice", "drain", "drain: a removed worker finishes its job first; kill: it "
             "is killed mid-job (the job then waits for its VT).", choices=("drain", "kill"),
             label="Scale-in"),
+    Setting("gateway_timeout", "float", _MODEL.gateway_timeout_s, "Chapter 0: the proxy in front of the inline "
+            "handler gives up on a request silent this long and answers 504 Gateway Timeout (the server keeps "
+            "transcoding for nobody).", 1, 7200, label="Gateway timeout", unit="s"),
     Setting("job_duration", "float", 600.0, "Simulated duration of a transcode (the lesson's 10 minutes).",
             1, 7200, label="Transcode duration", unit="s"),
     Setting("fairness", "choice", "shared", "Chapter 6: how a free worker picks between the pro and free "
@@ -126,6 +133,10 @@ SCHEMA: tuple[Setting, ...] = (
             5, 3600, label="Cron interval", unit="s"),
     Setting("cron_task_s", "float", 45.0, "How long one run of the task takes (the lesson's 45 s p99).",
             1, 3600, label="Task duration", unit="s"),
+    Setting("cron_late", "float", 0.0, "How long after each tick the latest replica's scheduler fires (a deploy, "
+            "a GC pause, a scheduler polling every few seconds): replica k of N fires late·(k−1)/(N−1) s after the "
+            "tick, on its own clock. Past the lock TTL, a late replica finds the lock expired under a live holder.",
+            0, 3600, label="Latest replica fires after", unit="s"),
     Setting("cron_lock_ttl", "float", 120.0, "TTL of the run lock: the safety net if the holder dies. Set "
             "shorter than the longest run, a second replica can take the lock while the first still runs.", 1, 3600,
             label="Lock TTL", unit="s"),

@@ -24,7 +24,7 @@ const charts = {
 q('charts').append(charts.L.el, charts.wait.el, charts.rho.el);
 
 function reset() {
-  series = { L: [], lw: [], wait: [], rho: [] };
+  series = { L: [], lw: [], wait: [], rho: [], backlog: [] };
 }
 reset();
 
@@ -79,6 +79,7 @@ function render(d) {
   const t = now.t;
   if (state.on || now.in_flight) {
     push(series.L, [t, now.in_flight]);
+    if (now.shed) push(series.backlog, [t, now.backlog]);  // past the lab's bound: shed arrivals still count
     if (m.lambda_W != null) push(series.lw, [t, m.lambda_W]);
     if (m.queue_wait != null) push(series.wait, [t, m.queue_wait]);
     if (now.workers) push(series.rho, [t, now.busy / now.workers]);
@@ -87,9 +88,10 @@ function render(d) {
   const shift = (pts) => pts.map(([a, b]) => [a - x0, b]);
   const waitModel = x.mmc_wait;
   charts.L.draw({
-    series: [{ name: 'measured L(t)', points: shift(series.L) }, { name: 'λ × W measured', points: shift(series.lw), cls: 'la-b' }],
+    series: [{ name: 'measured L(t)', points: shift(series.L) }, { name: 'λ × W measured', points: shift(series.lw), cls: 'la-b' },
+      ...(series.backlog.length ? [{ name: 'in flight + shed arrivals (an unbounded queue)', points: shift(series.backlog), cls: 'la-c' }] : [])],
     hlines: x.rho != null ? [{ y: x.L, label: `model L = λW = ${fmt(x.L)}` }] : [],
-    text: `Now ${now.in_flight} jobs in flight; time-averaged L ${fmt(m.L)} vs λW ${fmt(m.lambda_W)}; model ${fmt(x.L)}.`,
+    text: `Now ${now.in_flight} jobs in flight; time-averaged L ${fmt(m.L)} vs λW ${fmt(m.lambda_W)}; model ${fmt(x.L)}.${now.shed ? ` The lab holds at most ${state.max_in_flight} jobs; ${now.shed} more arrivals were shed (counted, not run), so a real, unbounded queue would now hold ${now.backlog} and still be growing.` : ''}`,
   });
   charts.wait.draw({
     series: [{ name: 'measured queue wait', points: shift(series.wait), cls: 'la-c' }],

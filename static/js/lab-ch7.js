@@ -10,14 +10,8 @@ const q = (role) => root.querySelector(`[data-role="${role}"]`);
 const controls = [...root.querySelectorAll('[data-scenario], [data-action]')];
 const REFRESH_MS = 1000;
 
-// One click sets up the lesson's cases; the widget's settings above then fine-tune them.
-const SCENARIOS = {
-  none: { cron_strategy: 'none' },
-  lock: { cron_strategy: 'lock', cron_lock_ttl: 120 },
-  short: { cron_strategy: 'lock', cron_lock_ttl: 30 },
-  heartbeat: { cron_strategy: 'heartbeat', cron_lock_ttl: 30 },
-  leader: { cron_strategy: 'leader', leader_lease: 60 },
-};
+// One click sets up the lesson's cases (each button carries its settings, from core.presets.CH7_SCENARIOS);
+// the widget's settings above then fine-tune them.
 const STRATEGY_TEXT = {
   none: 'No lock: every replica runs every tick.',
   lock: 'SET NX EX lock: the first replica takes it, the others skip the tick.',
@@ -52,9 +46,9 @@ async function act(body) {
   if (res.ok) render(res.data.schedule);
 }
 
-async function scenario(name) {
+async function scenario(button) {
   if (!ctx) return;
-  const res = await ctx.api('PATCH', `/api/labs/${ctx.lab.id}/settings`, SCENARIOS[name]);
+  const res = await ctx.api('PATCH', `/api/labs/${ctx.lab.id}/settings`, JSON.parse(button.dataset.settings));
   showError(res);
   if (res.ok) await act({ action: 'reset' });
 }
@@ -172,7 +166,7 @@ async function refresh() {
   }
 }
 
-for (const b of root.querySelectorAll('[data-scenario]')) b.addEventListener('click', () => scenario(b.dataset.scenario));
+for (const b of root.querySelectorAll('[data-scenario]')) b.addEventListener('click', () => scenario(b));
 const ACTIONS = {
   'kill-holder': { action: 'kill', replica: 'holder' },
   'kill-leader': { action: 'kill', replica: 'leader' },

@@ -197,9 +197,12 @@ def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
 
 def test_inline_transcode_makes_the_client_wait_while_enqueue_answers_at_once(api):
     """Chapter 0's hand-off measured for real (the timings are shown, never asserted)."""
-    lab = api.lab("ch0", speed=20, workers=0)
-    inline = api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny"}, lab["token"])
+    # a short job under a long gateway timeout: the inline handler answers 200 once the paced transcode ends
+    lab = api.lab("ch0", speed=200, workers=0, gateway_timeout=7200)
+    inline = api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", "duration_s": 60},
+                      lab["token"])
     assert inline.status == 200 and inline.json()["output_bytes"] > 1000
+    assert inline.json()["simulated_s"] >= 60
     queued = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
     assert queued.status == 202
     assert queued.json()["enqueue_ms"] > 0 and inline.json()["elapsed_ms"] > 0

@@ -9,7 +9,9 @@ catch-up: it also mails the buckets of the ticks nobody ran. Idempotent mode cla
 with a conditional write first, so a double run costs one wasted run and no extra emails.
 
 Each replica's clock runs `clock_skew·(k−1)/(N−1)` simulated seconds ahead of replica 1's, and it
-judges locks by that clock. Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
+judges locks by that clock; its scheduler fires `cron_late·(k−1)/(N−1)` s after each tick (the lesson's
+late replica, which finds a too-short lock expired while the first run still holds it).
+Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
 """
 
 from __future__ import annotations
@@ -84,6 +86,14 @@ def clock_offset(settings: dict, replica: str) -> float:
     return float(settings["clock_skew"]) * (k - 1) / (n - 1) if n > 1 else 0.0
 
 
+def fire_delay(settings: dict, replica: str) -> float:
+    """How long after each tick this replica's scheduler fires (replica k of N: late·(k−1)/(N−1)), on its
+    own clock: replicas do not all fire on the tick, and a late one may find a short lock already expired."""
+    n = int(settings["scheduler_replicas"])
+    k = int(replica.lstrip("r") or 1)
+    return float(settings.get("cron_late", 0.0)) * (k - 1) / (n - 1) if n > 1 else 0.0
+
+
 class Replica:
     def __init__(self, r: redis.Redis, lab: str, replica: str):
         self.r, self.lab, self.id = r, lab, replica
@@ -121,7 +131,7 @@ class Replica:
     def step(self) -> None:
         now = self.now()
         self.lead(now)
-        tick = math.floor(now / float(self.settings["cron_interval"]))
+        tick = math.floor((now - fire_delay(self.settings, self.id)) / float(self.settings["cron_interval"]))
         if self.last_tick is None or tick < self.last_tick:  # start-up, or the interval was raised
             self.last_tick = tick
         elif tick > self.last_tick:

@@ -1,0 +1,211 @@
+"""The lesson's claims, each tied to the chapter section that makes it and the test that proves it.
+
+Defined once, here: the conformance suite (tests/lesson/) names its tests after these rows and
+records what the lab measured under each row's id; the `/lesson` page and docs/lesson-conformance.md
+are rendered from this list plus the suite's last run (test-artifacts/lesson.json).
+
+Status of a row:
+  * `tested`     — a test in tests/lesson sets the lab up as the page says, does it, and asserts the
+                   outcome the page states, with numbers read from the numbers model or the preset;
+  * `model`      — a reasoning question whose answer is arithmetic the lab does not act out; the test
+                   checks the page states the numbers model's figure (so the answer cannot drift);
+  * `todo`       — the lab can show it, but only once the delivery-semantics rebuild (issue 18) lands;
+                   listed in the chapter's test file docstring, not skipped;
+  * `thought`    — the page says plainly it is a thought experiment.
+
+Run `python -m core.lesson` to print the Markdown table kept in docs/lesson-conformance.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "lesson.json"
+STATUSES = ("tested", "model", "todo", "thought")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    chapter: int
+    section: str  # where the page makes the claim: "Try this 2", "Check yourself 1", or a heading
+    claim: str
+    test: str = ""  # test function name in tests/lesson/test_ch{chapter}.py
+    status: str = "tested"
+    why: str = ""  # for todo / thought: why it is not proven here yet
+
+    @property
+    def nodeid(self) -> str:
+        return f"tests/lesson/test_ch{self.chapter}.py::{self.test}" if self.test else ""
+
+
+_T18 = "needs issue 18 (delivery semantics: guard/CAS, heartbeat from the claim, poison pills, retry herd)"
+
+CLAIMS: tuple[Claim, ...] = (
+    # --- chapter 0 --------------------------------------------------------------------------------
+    Claim("ch0.inline_504", 0, "Try this 2", "An inline transcode holds the request on the lab clock until the "
+          "gateway gives up at its timeout: a real 504, far past the API budget",
+          "test_try2_inline_request_ends_in_a_504_at_the_gateway_timeout"),
+    Claim("ch0.for_nobody", 0, "Check yourself 1 and 4", "After the 504 the server keeps transcoding for nobody, "
+          "to the end of the job's duration", "test_check1_4_the_server_transcodes_on_for_nobody_after_the_504"),
+    Claim("ch0.enqueue_202", 0, "Try this 3 / Check yourself 3", "The enqueue handler answers 202 with a job id "
+          "and status URL before any work happens; the job is durably recorded and carries on in a worker",
+          "test_try3_check3_enqueue_answers_202_and_the_job_carries_on_in_a_worker"),
+    Claim("ch0.pause", 0, "Try this 4", "Paused right after the 202, the job sits in the queue: the request is "
+          "over, the work has not started", "test_try4_paused_after_the_202_the_job_waits_in_the_queue"),
+    Claim("ch0.gateway_raised", 0, "Try this 5", "With the gateway timeout above the transcode, the inline "
+          "request gets a 200 — after the transcode's whole simulated duration",
+          "test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_transcode"),
+    Claim("ch0.slots", 0, "Check yourself 2", "Little's law: inline transcodes occupy rate × duration request "
+          "slots", "test_check2_request_slots_are_littles_law", status="model"),
+    Claim("ch0.predict", 0, "Try this 1", "Predict both response times", status="thought",
+          why="a prediction step; steps 2 and 3 show the answers"),
+    # --- chapter 1 --------------------------------------------------------------------------------
+    Claim("ch1.fixed_vt_note", 1, "Two fixes", "Where we differ: 1,200 s is 1.33× the 900 s p99, not “roughly "
+          "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page"),
+    Claim("ch1.kill_redelivery_after_vt", 1, "Try this 2", "With the VT above the job, a killed worker's job "
+          "is picked up again one VT after its claim", "test_try2_a_killed_workers_job_returns_one_vt_after_the_claim"),
+    Claim("ch1.vt_short", 1, "Try this 1 / Check yourself 1", "VT below the job: the job runs twice",
+          status="todo", why=_T18),
+    Claim("ch1.ack_early", 1, "Try this 3 / Check yourself 4", "Ack early + kill: the job is lost", status="todo",
+          why=_T18),
+    Claim("ch1.heartbeat", 1, "Try this 4 / Check yourself 3", "Heartbeat: a crash is found within one reset "
+          "window regardless of job length", status="todo", why=_T18),
+    Claim("ch1.expire_now", 1, "Try this 5", "Expire now: two workers on one job; whose result counts",
+          status="todo", why=_T18),
+    # --- chapter 2 --------------------------------------------------------------------------------
+    Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
+          "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page"),
+    Claim("ch2.overload_grows", 2, "Try this 2", "Past ρ = 1 the queue grows and does not come back down; "
+          "arrivals past the lab's bound are shed, counted and still part of the backlog",
+          "test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted"),
+    Claim("ch2.autoscale_boot", 2, "Try this 3", "The autoscaler's new workers boot for the boot lag before "
+          "they take a job", status="todo", why="not written yet (independent of issue 18); the integration "
+          "suite's autoscaler tests cover the mechanism"),
+    Claim("ch2.drain", 2, "Try this 4 / Check yourself 5", "Scale-in drains: busy workers finish first and "
+          "nothing is redelivered; killing mid-job redelivers",
+          "test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers"),
+    Claim("ch2.wait_closer_to_mmc", 2, "Try this 1", "At ρ ≈ 0.8 the measured wait is nearer Erlang C than "
+          "W/(1−ρ)", status="todo", why="needs issue 18's honest clock (jobs finish within 5% of their simulated "
+          "duration at test speeds); at 20× it takes minutes of real time per point"),
+    Claim("ch2.doubling", 2, "Check yourself 1", "Doubling λ doubles L and the workers needed",
+          "test_check1_doubling_traffic_doubles_in_flight_and_workers", status="model"),
+    Claim("ch2.peak_rho", 2, "Check yourself 3", "The 1.8× peak on the average pool is past ρ = 1",
+          "test_check3_the_peak_on_the_average_pool_is_past_rho_1", status="model"),
+    # --- chapter 3 --------------------------------------------------------------------------------
+    Claim("ch3.etag", 3, "Try this 2 / Check yourself 2", "Polling with an ETag: unchanged status answers 304 "
+          "with no body", "test_try2_check2_an_unchanged_job_answers_304_to_its_etag"),
+    Claim("ch3.long_poll", 3, "Try this 1", "A long-poll returns as soon as the job changes, not at its "
+          "timeout", "test_try1_a_long_poll_returns_when_the_job_changes"),
+    Claim("ch3.cas", 3, "Try this 4 / Check yourself 4", "CAS: a late redelivery of a finished job is refused",
+          status="todo", why=_T18),
+    # --- chapter 4 --------------------------------------------------------------------------------
+    Claim("ch4.poison_note", 4, "Exponential backoff", "Where we differ: five attempts wait four delays (15 s), "
+          "not the schedule's 31 s", "test_lesson_note_poison_backoff_is_on_the_page"),
+    Claim("ch4.herd", 4, "Try this 1–2 / Check yourself 1–2", "Synchronised retry waves; full jitter flattens "
+          "the peak", status="todo", why=_T18),
+    Claim("ch4.poison", 4, "Try this 3", "A poison pill makes max_attempts attempts, then the DLQ",
+          status="todo", why=_T18),
+    Claim("ch4.replay", 4, "Try this 4", "DLQ replay with a reason filter", status="todo", why=_T18),
+    # --- chapter 5 --------------------------------------------------------------------------------
+    Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
+          "returns the same job and the queue does not grow; a new key makes a new job",
+          "test_try4_check1_same_idempotency_key_same_job_new_key_new_job"),
+    Claim("ch5.guards", 5, "Try this 1–3 / Check yourself 2", "Output-path and notified guards keep one file "
+          "per rendition and one email", status="todo", why=_T18),
+    # --- chapter 6 --------------------------------------------------------------------------------
+    Claim("ch6.shared_fifo", 6, "Try this 1", "Shared FIFO: workers take jobs in arrival order whatever the "
+          "tier", "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier"),
+    Claim("ch6.noisy_neighbour", 6, "Try this 2 / Check yourself 3", "FIFO puts a quiet customer behind the "
+          "whole burst; per-customer round robin serves it within one round",
+          "test_try2_check3_round_robin_lets_a_quiet_customer_past_the_burst"),
+    Claim("ch6.aging", 6, "Try this 3 / Check yourself 2", "Strict priority starves free under a pro backlog; "
+          "aging caps free's wait near the aging threshold",
+          "test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait"),
+    Claim("ch6.hard_split_idle", 6, "Try this 4 / Check yourself 1", "Hard split: with no pro traffic the "
+          "reserved workers sit idle while free jobs wait",
+          "test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits"),
+    Claim("ch6.poison_storm", 6, "Try this 5", "Separate fleets keep a free poison storm off pro's workers",
+          "test_try5_separate_fleets_keep_a_free_poison_storm_off_pro_workers"),
+    # --- chapter 7 --------------------------------------------------------------------------------
+    Claim("ch7.no_lock", 7, "Try this 1", "No lock: every replica runs every tick",
+          "test_try1_without_a_lock_every_replica_runs_every_tick"),
+    Claim("ch7.short_ttl", 7, "Try this 2 / Check yourself 1", "Lock TTL 30 s, 45 s (p99) run, a late replica: "
+          "the task runs twice per tick, overlapping, and the first run's release is refused",
+          "test_try2_check1_a_30s_lock_under_a_45s_run_lets_the_late_replica_run_it_again"),
+    Claim("ch7.fixes", 7, "Try this 3", "One click fixes it: TTL 120 s, or a heartbeat-extended 30 s lock, runs "
+          "once per tick", "test_try3_ttl_120_or_a_heartbeat_lock_runs_once_per_tick"),
+    Claim("ch7.plain_del", 7, "Check yourself 2", "A plain DEL after expiry frees another replica's lock",
+          "test_check2_a_plain_delete_frees_the_next_holders_lock"),
+    Claim("ch7.skew_margin", 7, "Check yourself 3", "The lock's margin after skew is TTL − p99 − skew",
+          "test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew"),
+    Claim("ch7.leader", 7, "Try this 4 / Check yourself 4", "A killed leader is replaced within one lease",
+          "test_try4_check4_a_killed_leader_is_replaced_within_its_lease"),
+    Claim("ch7.catch_up", 7, "Try this 5", "After every replica was down, one catch-up run mails the missed "
+          "buckets, once", "test_try5_after_downtime_one_catch_up_run_mails_the_missed_buckets_once"),
+    Claim("ch7.buckets", 7, "Check yourself 5", "Sustained load does not depend on the bucket count",
+          "test_check5_sustained_load_does_not_depend_on_bucket_count", status="model"),
+    # --- chapter 8 --------------------------------------------------------------------------------
+    Claim("ch8.dashboard", 8, "The dashboard", "Nine rows, one metric per chapter, from the numbers model",
+          "test_the_dashboard_has_one_row_per_chapter", status="model"),
+    Claim("ch8.kills", 8, "Try this 2–3 / Check yourself 1, 5", "Rapid kills: redelivery after the lease; "
+          "redelivery rate over a window", status="todo", why=_T18),
+    Claim("ch8.demo_time", 8, "Try this 1", "At 20× a 600 s transcode takes 30 real seconds", status="todo",
+          why="needs issue 18's honest clock (a job finishes within 5% of its simulated duration)"),
+)
+
+BY_ID = {c.id: c for c in CLAIMS}
+
+
+def by_test() -> dict[str, list[Claim]]:
+    """Claims proven by each test node id (one test may prove a try-this step and a question)."""
+    out: dict[str, list[Claim]] = {}
+    for c in CLAIMS:
+        if c.test:
+            out.setdefault(c.nodeid, []).append(c)
+    return out
+
+
+def load_results(path: Path = RESULTS) -> dict[str, Any]:
+    """The suite's last run: {claim id: {outcome, measured, test, when}}; empty if it never ran here."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def table(results: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows for the conformance table: each claim with its last measured result, if any."""
+    results = load_results() if results is None else results
+    return [dict(asdict(c), nodeid=c.nodeid, result=results.get("claims", {}).get(c.id)) for c in CLAIMS]
+
+
+def summary() -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    for c in CLAIMS:
+        row = out.setdefault(c.chapter, dict.fromkeys(STATUSES, 0))
+        row[c.status] += 1
+    return out
+
+
+def markdown() -> str:
+    lines = ["# Lesson conformance", "",
+             "Every claim a chapter makes that the lab can act out, the section that makes it, and the test",
+             "in `tests/lesson/` that proves it. Generated from `core/lesson.py` (`python -m core.lesson`);",
+             "what the lab measured at the last run is on the `/lesson` page (read from",
+             "`test-artifacts/lesson.json`, written by the suite).", "",
+             "| claim | chapter · section | status | test |", "|---|---|---|---|"]
+    for c in CLAIMS:
+        test = f"`{c.nodeid}`" if c.nodeid else (c.why or "—")
+        lines.append(f"| {c.claim} | {c.chapter} · {c.section} | {c.status} | {test} |")
+    lines += ["", "## Per chapter", "", "| chapter | tested | model | todo | thought |", "|---|---|---|---|---|"]
+    for ch, row in sorted(summary().items()):
+        lines.append(f"| {ch} | {row['tested']} | {row['model']} | {row['todo']} | {row['thought']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

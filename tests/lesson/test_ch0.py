@@ -1,0 +1,116 @@
+"""Chapter 0, The Hand-off, against the running lab: inline on the lab clock ends in the gateway's 504,
+enqueue answers 202 at once and the job carries on in a worker.
+
+Every number asserted is read from the numbers model (`core.numbers.derive()["ch0"]`, what the page
+renders) or the ch0 preset. Nothing here depends on issue 18.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core import numbers, presets, settings
+from tests.lesson.helpers import events_of, num, page_text, wait_event
+
+pytestmark = pytest.mark.lesson
+
+C0 = numbers.derive()["ch0"]
+PRESET = presets.settings_for("ch0")
+# A worker runs real ffmpeg (about a second of real time) paced to the job's 600 simulated s: at 200× that
+# is 3 real s, well inside the 1,200 s VT, so the job is not redelivered while the clock outruns ffmpeg.
+JOB_SPEED = 200
+
+
+def inline(api, lab, **body):
+    return api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", **body}, lab["token"],
+                    timeout=120)
+
+
+def test_the_preset_is_the_pages_numbers():
+    # the lab's gateway and transcode are the page's: 60 s and 600 s, so the inline request must 504
+    assert PRESET["gateway_timeout"] == C0["gateway_timeout_s"]
+    assert PRESET["job_duration"] == C0["inline_transcode_s"]
+    assert C0["inline_gets_504"]
+
+
+def test_try2_inline_request_ends_in_a_504_at_the_gateway_timeout(api, measured):
+    lab = api.lab("ch0", speed=1000)
+    res = inline(api, lab)
+    assert res.status == 504, res.body
+    body = res.json()
+    assert body["error"] == "gateway_timeout"
+    started = events_of(api, lab, "inline.started")[0]
+    gave_up = wait_event(api, lab, "inline.gateway_timeout")[0]
+    waited = gave_up["t_sim"] - started["t_sim"]
+    assert waited == pytest.approx(C0["gateway_timeout_s"])
+    assert body["simulated_s"] == pytest.approx(C0["gateway_timeout_s"])
+    assert waited * 1000 / C0["api_budget_ms"] > 1  # far past the API budget before the proxy even gives up
+    measured.update(status=res.status, held_simulated_s=waited, gateway_timeout_s=C0["gateway_timeout_s"],
+                    times_the_budget=waited * 1000 / C0["api_budget_ms"])
+
+
+def test_check1_4_the_server_transcodes_on_for_nobody_after_the_504(api, measured):
+    lab = api.lab("ch0", speed=1000)
+    assert inline(api, lab).status == 504
+    # still running: the request thread is still held, so a second inline request is refused meanwhile
+    again = inline(api, lab)
+    finished = wait_event(api, lab, "inline.finished")[0]
+    started = events_of(api, lab, "inline.started")[0]
+    assert finished["data"]["answered"] is False
+    ran = finished["t_sim"] - started["t_sim"]
+    assert ran >= C0["inline_transcode_s"]  # it ran the whole transcode, for nobody
+    assert again.status == 409 and again.json()["error"] == "inline_busy"
+    measured.update(ran_for_nobody_s=ran - C0["gateway_timeout_s"], transcode_s=ran, second_request=again.status)
+
+
+def test_try3_check3_enqueue_answers_202_and_the_job_carries_on_in_a_worker(api, measured):
+    lab = api.lab("ch0", speed=JOB_SPEED)
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
+    assert res.status == 202, res.body
+    body = res.json()
+    assert body["status_url"].endswith(body["job_id"])
+    assert not events_of(api, lab, "job.succeeded")  # answered before the work was done
+    job = api.call("GET", body["status_url"], token=lab["token"]).json()  # durably recorded
+    assert job["state"] in ("queued", "running")
+    done = wait_event(api, lab, "job.succeeded", timeout=90)[0]
+    enq = events_of(api, lab, "job.enqueued")[0]
+    took = done["t_sim"] - enq["t_sim"]
+    assert took >= PRESET["job_duration"]  # the work happened after the response, in a worker
+    measured.update(status=res.status, enqueue_ms_on_server=body["enqueue_ms"], job_done_after_s=took)
+
+
+def test_try4_paused_after_the_202_the_job_waits_in_the_queue(api, measured):
+    lab = api.lab("ch0", speed=JOB_SPEED)
+    lid, tok = lab["lab_id"], lab["token"]
+    res = api.call("POST", f"/api/labs/{lid}/jobs", {"sample": "bigbuckbunny"}, tok)
+    assert res.status == 202
+    paused = api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).json()["clock"]
+    time.sleep(1.0)  # a real second is 200 simulated seconds at this speed — but the clock stands still
+    snap = api.snapshot(lab)
+    job = api.call("GET", res.json()["status_url"], token=tok).json()
+    assert snap["clock"]["t"] == pytest.approx(paused["t"])
+    assert job["state"] in ("queued", "running") and not events_of(api, lab, "job.succeeded")
+    api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok)
+    wait_event(api, lab, "job.succeeded", timeout=90)
+    measured.update(state_while_paused=job["state"], clock_t=snap["clock"]["t"])
+
+
+def test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_transcode(api, measured):
+    # as far above the transcode as the setting goes: real ffmpeg on a busy shared machine can take seconds
+    gateway = settings.BY_NAME["gateway_timeout"].max
+    assert gateway > C0["inline_transcode_s"]
+    lab = api.lab("ch0", speed=200, gateway_timeout=gateway)
+    res = inline(api, lab)
+    assert res.status == 200, res.body
+    held = res.json()["simulated_s"]
+    assert C0["inline_transcode_s"] <= held < gateway
+    measured.update(status=res.status, held_simulated_s=held, gateway_timeout_s=gateway)
+
+
+def test_check2_request_slots_are_littles_law(api, measured):
+    tx = next(j for j in numbers.derive()["ch2"]["job_mix"] if j["job_type"] == "transcode")
+    slots = tx["rate_per_s"] * C0["inline_transcode_s"]
+    assert f"{num(slots)} request slots" in page_text(api, 0)
+    measured.update(request_slots=slots)

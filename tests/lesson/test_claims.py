@@ -1,0 +1,45 @@
+"""The claims list (core.lesson) and the suite agree: every tested or model claim names a test in its
+chapter's file, the docs table is the list's own rendering, and the /lesson page shows every claim."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from core import lesson
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def functions_in(chapter: int) -> set[str]:
+    tree = ast.parse((HERE / f"test_ch{chapter}.py").read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+
+
+@pytest.mark.parametrize("claim", lesson.CLAIMS, ids=lambda c: c.id)
+def test_each_claim_is_proven_or_says_why_not(claim):
+    assert claim.status in lesson.STATUSES
+    if claim.status in ("tested", "model"):
+        assert claim.test in functions_in(claim.chapter), f"{claim.id}: no {claim.test} in test_ch{claim.chapter}.py"
+    else:
+        assert claim.why, f"{claim.id}: a {claim.status} claim says why it is not proven here"
+
+
+def test_every_chapter_has_a_file_and_a_claim():
+    assert {c.chapter for c in lesson.CLAIMS} == set(range(9))
+    assert all((HERE / f"test_ch{n}.py").exists() for n in range(9))
+
+
+def test_the_docs_table_is_generated_from_the_claims():
+    assert (ROOT / "docs" / "lesson-conformance.md").read_text() == lesson.markdown(), \
+        "run: python -m core.lesson > docs/lesson-conformance.md"
+
+
+def test_the_lesson_page_lists_every_claim(api):
+    res = api.call("GET", "/lesson")
+    assert res.status == 200
+    html = res.body.decode()
+    assert all(f'data-claim="{c.id}"' in html for c in lesson.CLAIMS)
