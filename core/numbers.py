@@ -1436,6 +1436,8 @@ __all__ = [
 
 
 def _add_prose_figures(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    c0 = fig["ch0"]
+    c0["gateway_over_budget_x"] = c0["gateway_timeout_s"] * 1000 / c0["api_budget_ms"]
     c1 = fig["ch1"]
     hb = c1["heartbeat_timeline"]
     c1["heartbeat_crash_at_s"] = next((r["t_s"] for r in hb if r["event"] == "worker crashes"), 0.0)

@@ -86,7 +86,13 @@ def ch7_lab_model() -> dict[str, Any]:
                     short_lock_ttl_s=float(CH7_SCENARIOS["short"]["settings"]["cron_lock_ttl"]),
                     lock_ttl_s=float(CH7_SCENARIOS["lock"]["settings"]["cron_lock_ttl"]),
                     clock_skew_s=float(s["clock_skew"]), leader_lease_s=float(s["leader_lease"]))
-    return derive(inputs)["ch7"]
+    model = derive(inputs)["ch7"]
+    model["downtime_drill_s"] = DOWNTIME_DRILL_S
+    model["downtime_drill_ticks"] = DOWNTIME_DRILL_S / inputs.cron_interval_s
+    return model
+
+
+DOWNTIME_DRILL_S = 330  # chapter 7's "All replicas down" button: long enough to miss more than two ticks
 
 
 def settings_for(preset: str) -> dict[str, Any]:
