@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from core import clock, presets, stream
+from core import blobs, clock, presets, stream
 from core.events import COUNTERS
 from core.keys import LABS, job, key, queue_name
 
@@ -236,6 +236,7 @@ def disk_usage(var_dir: Path, lab: str) -> int:
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
     r.srem(LABS, lab)
+    blobs.forget_lab(r, lab)  # its uploads and outputs (swept below with every lab:{id}: key)
     # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
     for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",
                     f"media:valid:{lab_dir(var_dir, lab)}/*"):

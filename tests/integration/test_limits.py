@@ -17,6 +17,7 @@ import redis
 import websocket
 from playwright.sync_api import expect
 
+from core import blobs
 from core.config import Config
 from runtime import embedded_redis
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
@@ -150,8 +151,9 @@ def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
                      token=lab["token"]).status == 202
     res = tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
     assert res.status == 413 and res.json()["error"] == "lab_storage_full"
-    uploads = list((tight.var_dir / "labs" / lab["lab_id"] / "uploads").iterdir())
-    assert len(uploads) == 1, "the refused upload left no partial file"
+    uploads = blobs.names(redis.Redis.from_url(tight.redis_url), lab["lab_id"], "uploads/")
+    assert len(uploads) == 1, "the refused upload left no partial blob"
+    assert not list((tight.var_dir / "tmp").glob("upload-*")), "nor a temp file"
     assert tapi.snapshot(lab)["counts"]["enqueued"] == 1
 
 
@@ -164,7 +166,8 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
     assert res.status == 202
     tapi.wait_for(lab, lambda s: s["counts"]["done"] == 1)
     r = redis.Redis.from_url(tight.redis_url, decode_responses=True)
-    assert list(r.scan_iter(match=f"*{lab_id}*")) and (tight.var_dir / "labs" / lab_id / "uploads").is_dir()
+    assert list(r.scan_iter(match=f"*{lab_id}*")) and blobs.names(r, lab_id, "uploads/")
+    assert (tight.var_dir / "labs" / lab_id / "cache").is_dir()  # the worker's local copy of the upload
     assert processes_mentioning(f"lab-{lab_id}")
     deadline = time.monotonic() + IDLE_TTL + 60
     while r.sismember("labs", lab_id) and time.monotonic() < deadline:
