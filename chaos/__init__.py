@@ -6,4 +6,5 @@ its invariant, prints PASS/FAIL with its counts, writes `var/chaos/NAME.json` an
 started. The runner exits non-zero if any drill fails.
 """
 
-DRILLS = ("kill_storm", "redis_restart", "web_restart", "supervisor_killed", "slow_consumer", "dequeue_crash")
+DRILLS = ("kill_storm", "redis_restart", "web_restart", "supervisor_killed", "slow_consumer", "dequeue_crash",
+          "pool_host_killed")
