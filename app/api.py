@@ -6,7 +6,9 @@ Every bad input answers with `{error, detail}` and a 4xx status, never a 500.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import io
 import json
 import subprocess
 import threading
@@ -23,7 +25,7 @@ from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
-from core import clock, numbers, presets, registry, settings, stream
+from core import blobs, clock, numbers, presets, registry, settings, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 from core.keys import LABS, key
 from workers import media
@@ -188,7 +190,11 @@ def clock_action(lab_id: str):
 # --- jobs -----------------------------------------------------------------------------------
 
 def _source_from_upload(lab_id: str) -> tuple[str, str]:
-    """Save an uploaded file after sniffing its bytes; returns (path, video_id)."""
+    """Check an uploaded file's bytes, then store it as a blob every host can read; returns (source, video_id).
+
+    The bytes pass through a local temp file only (ffmpeg's one-frame check needs a file), removed
+    before the answer: no host relies on this one's disk.
+    """
     f = request.files.get("file")
     if f is None:
         raise ApiError(422, "missing_file", {"file": "send the video in the multipart field 'file'"})
@@ -200,47 +206,55 @@ def _source_from_upload(lab_id: str) -> tuple[str, str]:
         raise ApiError(415, "not_a_video", {"file": "the file's bytes are not an MP4, WebM or AVI "
                                                     "container (the filename is not trusted)"})
     video_id = uuid.uuid4().hex[:12]
-    path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / f"{video_id}.bin"
+    name = f"uploads/{video_id}.bin"
+    path = cfg.var_dir / "tmp" / f"upload-{lab_id}-{video_id}.bin"
     path.parent.mkdir(parents=True, exist_ok=True)
     r = get_redis()
-    size = 0  # bytes written and reserved: every chunk is reserved in Redis before it touches the disk
+    room = cfg.max_lab_bytes - blobs.usage(r, lab_id)
+    size = len(head)
     try:
         with open(path, "wb") as out:
-            chunk = head
-            while chunk:
-                if size + len(chunk) > cfg.max_upload_bytes:
-                    raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
-                if not registry.reserve_disk(r, cfg.var_dir, lab_id, len(chunk), cfg.max_lab_bytes):
-                    raise ApiError(413, "lab_storage_full", f"this lab's files may take {cfg.max_lab_bytes} bytes "
-                                   "and this upload would pass that; reset the lab to start afresh")
+            out.write(head)
+            while chunk := f.stream.read(1 << 16):
                 size += len(chunk)
+                if size > min(cfg.max_upload_bytes, room):
+                    if size > cfg.max_upload_bytes:
+                        raise ApiError(413, "too_large", f"uploads are limited to {cfg.max_upload_bytes} bytes")
+                    raise _storage_full(blobs.BlobFull("lab", cfg.max_lab_bytes))
                 out.write(chunk)
-                chunk = f.stream.read(1 << 16)
-    except BaseException:  # refused, client gone, disk error: no partial file, no bytes kept reserved
+        try:
+            media.check_upload(path)
+        except media.InvalidMedia as e:
+            raise ApiError(422, "undecodable_video", {"file": f"refused before queueing: {e}"}) from None
+        try:
+            blobs.put_file(r, lab_id, name, path)
+        except blobs.BlobFull as e:
+            raise _storage_full(e) from None
+    finally:
         path.unlink(missing_ok=True)
-        registry.release_disk(r, lab_id, size)
-        raise
-    try:
-        media.check_upload(path)
-    except media.InvalidMedia as e:
-        path.unlink()
-        registry.release_disk(r, lab_id, size)
-        raise ApiError(422, "undecodable_video", {"file": f"refused before queueing: {e}"}) from None
-    return str(path), video_id
+    return blobs.ref(name), video_id
+
+
+def _storage_full(e: blobs.BlobFull) -> ApiError:
+    if e.scope == "lab":
+        return ApiError(413, "lab_storage_full", f"this lab's files may take {e.cap} bytes and this upload "
+                        "would pass that; reset the lab to start afresh")
+    return ApiError(507, "server_storage_full", f"the server holds at most {e.cap} bytes of uploads and "
+                    "outputs for all labs together; try again when other labs have ended")
 
 
 def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
-    cfg = current_app.config["LAB"]
     if sample == "poison":
         # A truncated MP4 (moov missing): passes the byte sniff, fails to decode every time.
-        path = registry.lab_dir(cfg.var_dir, lab_id) / "uploads" / "poison.bin"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = media.sample_clip().read_bytes()[:150_000]
-            registry.reserve_disk(get_redis(), cfg.var_dir, lab_id, len(data))  # counted, never refused
-            path.write_bytes(data)
-        return str(path), "poison"
-    clip = media.sample_clip(sample)
+        r = get_redis()
+        name = "uploads/poison.bin"
+        if name not in blobs.names(r, lab_id, name):
+            try:
+                blobs.put(r, lab_id, name, media.sample_clip().read_bytes()[:150_000])
+            except blobs.BlobFull as e:
+                raise _storage_full(e) from None
+        return blobs.ref(name), "poison"
+    clip = media.sample_clip(sample)  # installed with the app on every host: a path is fine
     if clip is None:
         raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(SAMPLES)}"})
     return str(clip), sample
@@ -417,12 +431,11 @@ def get_output(lab_id: str, job_id: str, name: str):
     job_or_404(lab_id, job_id)
     if "/" in name or name.startswith(".") or not name.endswith((".mp4", ".jpg")):
         raise ApiError(404, "unknown_output", f"no output {name!r}")
-    base = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "transcoded" / job_id
-    path = base / name
-    if not path.is_file():
+    data = blobs.get(get_redis(), lab_id, f"transcoded/{job_id}/{name}")  # any web process, any host
+    if data is None:
         raise ApiError(404, "unknown_output", f"no output {name!r} for job {job_id}")
-    return send_file(path, mimetype="video/mp4" if name.endswith(".mp4") else "image/jpeg",
-                     conditional=True)
+    return send_file(io.BytesIO(data), mimetype="video/mp4" if name.endswith(".mp4") else "image/jpeg",
+                     conditional=True, etag=hashlib.sha256(data).hexdigest()[:32], download_name=name)
 
 
 @bp.get("/api/labs/<lab_id>/outbox")

@@ -10,7 +10,6 @@ honest: it starts from exactly what the scrubber showed.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from app import limits
 from app.auth import request_token
 from app.errors import ApiError
 from app.store import get_redis, get_rq
-from core import clock, presets, registry, stream
+from core import blobs, clock, presets, registry, stream
 from core.keys import job, key
 from workers import media
 from workers.broker import producer
@@ -79,13 +78,8 @@ def _source(r: redis.Redis, parent: str, branch: str, j: dict[str, Any], var_dir
     payload = json.loads(rec.get("payload", "{}"))
     resolutions = payload.get("resolutions") or ["240p", "144p"]
     src = rec.get("source") or str(media.sample_clip(j["video_id"]) or media.sample_clip())
-    parent_dir = registry.lab_dir(var_dir, parent).resolve()
-    path = Path(src).resolve()
-    if path.is_relative_to(parent_dir) and path.is_file():
-        copy = registry.lab_dir(var_dir, branch) / path.relative_to(parent_dir)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, copy)
-        src = str(copy)
+    if blobs.is_blob(src):
+        blobs.copy(r, parent, branch, src[len(blobs.PREFIX):])
     return src, resolutions
 
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 from chaos.common import Result, drill_client, drill_stack, workers_registered
+from core import blobs
 from runtime.procs import processes_matching, wait
 from workers import media
 
@@ -107,9 +108,10 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
             res.check(emails[job_id] <= 1, f"job {job_id} sent {emails[job_id]} completion emails")
             res.check(sorted(j["outputs"]) == sorted(RENDITIONS), f"job {job_id} outputs {sorted(j['outputs'])}")
             for rend in RENDITIONS:
-                path = outdir / job_id / f"{rend}.mp4"
                 probed += 1
-                try:
+                try:  # outputs are blobs in the server (core/blobs.py): fetch one, probe it locally
+                    path = blobs.save(r, lab_id, f"transcoded/{job_id}/{rend}.mp4",
+                                      stack.var_dir / "probe" / lab_id / job_id / f"{rend}.mp4")
                     media.probe(path)
                 except (media.InvalidMedia, FileNotFoundError, OSError) as e:
                     bad_files += 1

@@ -38,7 +38,14 @@ class Config:
     max_upload_bytes: int = 20 * 1024 * 1024
     """Largest video upload accepted; larger requests get 413 before they reach a worker."""
     max_lab_bytes: int = 256 * 1024 * 1024
-    """Disk one lab's uploads and outputs may take; an upload past it gets 413 (reset the lab to free it)."""
+    """Bytes one lab's uploads and outputs may take (blobs in the server); an upload past it gets 413."""
+    max_blob_bytes: int = 1024 * 1024 * 1024
+    """Bytes every lab's uploads and outputs together may take in the Redis-protocol server (core.blobs)."""
+    pool_host_id: str = ""
+    """This pool host's name in the host registry (empty: the server hands out p1, p2, …)."""
+    pool_lease_s: float = 3.0
+    """Real seconds a pool host's lease on a lab (and its own registry entry) lasts without a heartbeat:
+    a silent host's labs move within about this long, plus worker start-up. Heartbeats every third of it."""
     max_labs: int = 40
     """Labs alive at once on this deployment; creating one more answers 429."""
     lab_idle_ttl: int = 1800
@@ -129,6 +136,9 @@ class Config:
             speed=_float("SPEED", cls.speed),
             max_upload_bytes=_int("MAX_UPLOAD_BYTES", cls.max_upload_bytes),
             max_lab_bytes=_int("MAX_LAB_BYTES", cls.max_lab_bytes),
+            max_blob_bytes=_int("MAX_BLOB_BYTES", cls.max_blob_bytes),
+            pool_host_id=os.environ.get("POOL_HOST_ID", ""),
+            pool_lease_s=_float("POOL_LEASE_S", cls.pool_lease_s),
             max_labs=_int("MAX_LABS", cls.max_labs),
             lab_idle_ttl=_int("LAB_IDLE_TTL", cls.lab_idle_ttl),
             max_workers=_int("MAX_WORKERS", cls.max_workers),

@@ -94,6 +94,11 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
                                               "the client must poll"),
     "webhook.received": ("webhooks_received", "receiver got the {kind} webhook for job {job}: signature {verified}, "
                                               "answered {status}"),
+    "pool.placed": (None, "lab placed on pool host {host}"),
+    "pool.host_silent": ("host_failovers", "pool host {from_host} went silent; lab moved to {host}"),
+    "pool.handover": ("host_handovers", "pool host {from_host} is stopping; lab handed over to {host}"),
+    "pool.waiting": (None, "no live pool host has room for {workers} more workers: the lab waits for one"),
+    "worker.lost": (None, "worker {worker} went with pool host {from_host}"),
     "lab.branched": (None, "branched from lab {parent} at t={at}s with {changes}: "
                            "{jobs} unfinished jobs enqueued again"),
     "settings.changed": (None, "settings changed: {changes}"),

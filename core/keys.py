@@ -21,4 +21,20 @@ def queue_name(lab: str) -> str:
 
 
 LABS = "labs"  # set of live lab ids
-POOL_COMMANDS = "pool:commands"  # list the supervisor pops kill/scale commands from
+HOSTS = "pool:hosts"  # set of pool host ids that have registered (an entry expires when its host goes silent)
+HOST_SEQ = "pool:host:seq"  # hands out p1, p2, … to hosts that bring no POOL_HOST_ID
+
+
+def host_key(host: str) -> str:
+    """The host's registry entry (a hash with a TTL its heartbeat renews)."""
+    return f"pool:host:{host}"
+
+
+def host_commands(host: str) -> str:
+    """The list a pool host pops kill and replica commands for the labs it owns from."""
+    return f"pool:host:{host}:commands"
+
+
+def owner(lab: str) -> str:
+    """The lab's ownership lease: the owning host's id, with a TTL its heartbeat renews."""
+    return key(lab, "owner")

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from core import clock, presets, stream
+from core import blobs, clock, presets, stream
 from core.events import COUNTERS
 from core.keys import LABS, job, key, queue_name
 
@@ -226,55 +226,10 @@ TMP_PREFIX = ".tmp-"
 """Partial outputs of an attempt in progress (workers.tasks.output_paths): never counted, swept when orphaned."""
 
 
-def disk_usage(var_dir: Path, lab: str) -> int:
-    """Bytes the lab's uploads and outputs take on disk (its share of the machine's storage); partial
-    `.tmp-*` outputs of attempts are not outputs and are not counted."""
-    total = 0
-    for p in lab_dir(var_dir, lab).rglob("*"):
-        try:
-            total += p.stat().st_size if p.is_file() and not p.name.startswith(TMP_PREFIX) else 0
-        except OSError:
-            pass  # renamed or removed while we looked (a worker publishing an output)
-    return total
-
-
-_RESERVE = """
-local used = redis.call('INCRBY', KEYS[1], ARGV[1])
-if tonumber(ARGV[2]) >= 0 and used > tonumber(ARGV[2]) then
-  redis.call('DECRBY', KEYS[1], ARGV[1])
-  return -1
-end
-return used
-"""
-
-
-def _disk_key(lab: str) -> str:
-    return key(lab, "disk_bytes")
-
-
-def reserve_disk(r: redis.Redis, var_dir: Path, lab: str, n: int, cap: int = -1) -> bool:
-    """Atomically count `n` more bytes against the lab's share *before* they are written; False (and
-    nothing counted) if that would pass `cap`. Parallel uploads cannot all see the same free space: each
-    reservation is one INCRBY in the server. The counter starts from what is on disk (labs made before it)."""
-    k = _disk_key(lab)
-    if not r.exists(k):
-        r.set(k, disk_usage(var_dir, lab), nx=True)
-    return int(r.eval(_RESERVE, 1, k, int(n), int(cap))) >= 0
-
-
-def release_disk(r: redis.Redis, lab: str, n: int) -> None:
-    """Give back bytes reserved for a write that failed (or a file removed)."""
-    if n:
-        r.decrby(_disk_key(lab), int(n))
-
-
-def disk_reserved(r: redis.Redis, lab: str) -> int:
-    return int(r.get(_disk_key(lab)) or 0)
-
-
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
     r.srem(LABS, lab)
+    blobs.forget_lab(r, lab)  # its uploads and outputs (swept below with every lab:{id}: key)
     # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
     for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",
                     f"media:valid:{lab_dir(var_dir, lab)}/*"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ import redis
 
 from core import clock, registry, stream
 from core.config import Config
-from core.keys import LABS, POOL_COMMANDS, key, queue_name
+from core.keys import LABS, host_commands, key, owner, queue_name
+from workers import hosts
 from workers.broker import reaper
 from workers.engines import autoscale, fairness, loadgen, webhooks
 from workers.engines.fleet import SchedulerFleet
@@ -48,7 +50,6 @@ class Slot:
 class LabPool:
     lab: str
     slots: dict[str, Slot] = field(default_factory=dict)
-    next_id: int = 1
     fault_active: set = field(default_factory=set)
     handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
     reconciled: bool = False  # after the first pass, added workers pay the boot lag
@@ -90,12 +91,12 @@ class Waker:
     Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here), so
     the code that claims, extends or ends a lease needs no extra call: a ZADD to `lab:*:leases`, a
     new retry in `lab:*:scheduled`, a clock or settings change, a new lab, or a command pushed to
-    the pool list wakes the loop at once. The timeout is computed from the deadline in real time and
+    this pool host's command list wakes the loop at once. The timeout is computed from the deadline in real time and
     enforced by the client's own `select` (a server-side BLPOP timeout rounds up to the server's
     100 ms cron on an idle server). A server that refuses CONFIG SET falls back to a 20 ms poll.
     """
 
-    def __init__(self, r: redis.Redis):
+    def __init__(self, r: redis.Redis, commands: str):
         self.r = r
         self.ps = None
         try:
@@ -104,7 +105,7 @@ class Waker:
             r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
             db = r.connection_pool.connection_kwargs.get("db", 0)
-            ps.psubscribe(f"__keyspace@{db}__:{POOL_COMMANDS}", f"__keyspace@{db}__:{LABS}",
+            ps.psubscribe(f"__keyspace@{db}__:{commands}", f"__keyspace@{db}__:{LABS}",
                           *(f"__keyspace@{db}__:lab:*:{k}" for k in WATCHED))
             self.ps = ps
         except redis.ResponseError:
@@ -155,6 +156,10 @@ class Supervisor:
         self.pools: dict[str, LabPool] = {}
         self.fleet = SchedulerFleet(self.r, config.redis_url, lambda s: lab_nice(config, s))  # ch7 replicas
         self.running = True
+        # this process as one pool host among many sharing the server (workers/hosts.py)
+        self.host = hosts.HostAgent(self.r, config.pool_host_id, config.pool_lease_s, config.max_workers)
+        self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
+        self.waiting: set[str] = set()  # labs no host had room for (narrated once)
 
     # --- processes ------------------------------------------------------------------------
     def spawn(self, pool: LabPool, slot: Slot) -> None:
@@ -185,7 +190,7 @@ class Supervisor:
     def write_row(self, pool: LabPool, slot: Slot, **extra) -> None:
         raw = self.r.hget(key(pool.lab, "workers"), slot.id)
         row = json.loads(raw) if raw else {"id": slot.id}
-        row.update({"id": slot.id, "state": slot.state,
+        row.update({"id": slot.id, "state": slot.state, "host": self.host.id,
                     "pid": slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None},
                    **extra)
         self.r.hset(key(pool.lab, "workers"), slot.id, json.dumps(row))
@@ -246,8 +251,8 @@ class Supervisor:
                     for p in (s.proc.pid, self.row(pool, s).get("horse_pid")) if p], nice)
             self.fleet.renice(pool.lab, nice)
         while len(live) < want:
-            slot = Slot(f"w{pool.next_id}")
-            pool.next_id += 1
+            # numbered per lab in the server, so a lab that moves never reuses a departed host's ids
+            slot = Slot(f"w{self.r.hincrby(key(pool.lab, 'meta'), 'worker_seq', 1)}")
             pool.slots[slot.id] = slot
             if pool.reconciled and settings["boot_lag"] > 0:
                 self.boot_later(pool, slot, settings)
@@ -328,6 +333,7 @@ class Supervisor:
         if time.time() - pool.handoffs_swept > 1:
             pool.handoffs_swept = time.time()
             reaper.resend_lost_handoffs(self.r, self.rq, lab, now)
+            self.sweep_departed(pool)
         faults = self.r.hgetall(key(lab, "faults"))
         for name in ("storage_outage", "slow"):
             until = float(faults.get(f"{name}_until", -1))
@@ -338,8 +344,21 @@ class Supervisor:
                 stream.emit(self.r, lab, "fault.ended", now, fault=name)
 
     def command(self, raw: str) -> None:
+        """A kill or replica command for a lab this host owns (app/pool.py routes it to the owner)."""
         cmd = json.loads(raw)
+        if float(cmd.get("expires") or "inf") < time.time():
+            return  # its asker gave up long ago
         pool = self.pools.get(cmd.get("lab"))
+        if pool is None and cmd.get("lab") and registry.exists(self.r, cmd["lab"]):
+            holder = self.r.get(owner(cmd["lab"]))
+            if holder and holder != self.host.id:
+                self.r.rpush(host_commands(holder), raw)  # the lab moved on: forward it
+                return
+            if not self.host.leaving:
+                self.r.rpush(self.host.commands, raw)  # being placed or adopted here: after this tick
+                return
+        if cmd.get("id") and not self.r.set(f"pool:cmd:{cmd['id']}", self.host.id, nx=True, ex=60):
+            return  # a copy sent to the lab's previous owner was already carried out
         result: dict = {"ok": False, "error": "unknown lab"}
         if pool and cmd.get("cmd") == "kill":
             slot = pool.slots.get(cmd.get("worker"))
@@ -381,6 +400,8 @@ class Supervisor:
         for lab in self.pools:
             self.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
+            if lab not in self.mine and self.r.exists(owner(lab)):
+                continue  # another host's lab: its owner expires it
             last = self.r.hget(key(lab, "meta"), "last_active")
             if last is None or time.time() - float(last) > self.config.lab_idle_ttl:
                 if lab in self.pools:
@@ -390,18 +411,103 @@ class Supervisor:
 
     def tick(self) -> None:
         live = self.r.smembers(LABS)
+        self.mine = mine = self.ownership(live)
         for lab in list(self.pools):
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 self.stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
                 registry.teardown(self.r, lab, self.config.var_dir)
-        for lab in live:
-            pool = self.pools.setdefault(lab, LabPool(lab))
+            elif lab not in mine:  # another host holds its lease now: this one must not run it too
+                self.let_go(lab)
+        for lab in mine:
+            pool = self.pools.get(lab) or self.adopt(lab)
             settings = registry.settings(self.r, lab)
             self.reconcile(pool, settings)
             self.fleet.reconcile(lab, settings)
             self.release_branch(lab, settings)
             self.broker_tick(pool, settings)
+
+    # --- pool hosts (workers/hosts.py) ------------------------------------------------------------
+    def ownership(self, live: set[str]) -> set[str]:
+        """The labs this host runs: those whose lease it holds, after placing the unowned ones."""
+        owners = self.host.owners(sorted(live))
+        mine = {lab for lab, holder in owners.items() if holder == self.host.id}
+        if self.host.due():  # renew first: placement below reads this host's fresh entry
+            mine = self.host.renew(sorted(mine))
+            demand = sum(int(registry.settings(self.r, lab).get("workers", 0)) for lab in mine)
+            self.host.heartbeat(demand, len(mine))
+            self.host.last_beat = time.time()
+        for lab, holder in owners.items():
+            if holder is not None or self.host.leaving:
+                continue
+            if lab in self.pools and self.host.claim_back(lab):
+                mine.add(lab)  # its lease lapsed while the server was away and nobody took it: keep running it
+                continue
+            demand = int(registry.settings(self.r, lab).get("workers", 0))
+            placed = self.host.place(lab, demand)
+            if placed == self.host.id:
+                mine.add(lab)
+            elif placed is None and lab not in self.waiting:
+                self.waiting.add(lab)
+                stream.emit(self.r, lab, "pool.waiting", clock.now(self.r, lab), workers=demand)
+        return mine
+
+    def adopt(self, lab: str) -> LabPool:
+        """A lab this host now owns: new, moved from a silent host, or handed over by a stopping one."""
+        pool = self.pools[lab] = LabPool(lab)
+        self.waiting.discard(lab)
+        prev, handed = self.r.hmget(key(lab, "meta"), "host", "handover_from")
+        self.r.hset(key(lab, "meta"), "host", self.host.id)
+        self.r.hdel(key(lab, "meta"), "handover_from")
+        now = clock.now(self.r, lab)
+        if prev and prev != self.host.id:
+            stream.emit(self.r, lab, "pool.handover" if handed == prev else "pool.host_silent", now,
+                        host=self.host.id, from_host=prev)
+        elif not prev:
+            stream.emit(self.r, lab, "pool.placed", now, host=self.host.id)
+        self.sweep_departed(pool)
+        return pool
+
+    def sweep_departed(self, pool: LabPool) -> None:
+        """Worker rows left by a host that is gone (or by this host's previous life): those workers died
+        with it. An ack-early job one of them held is lost, as with any crashed worker; an ack-late one
+        comes back when its lease expires. Rows of a live host still draining after a handover stay."""
+        rows = self.r.hgetall(key(pool.lab, "workers"))
+        if not rows:
+            return
+        live = hosts.live_hosts(self.r)
+        now = clock.now(self.r, pool.lab)
+        for wid, raw in rows.items():
+            row = json.loads(raw)
+            h = row.get("host")
+            if wid in pool.slots or (h and h != self.host.id and h in live):
+                continue
+            if row.get("job_id") and row.get("attempt"):
+                reaper.mark_lost(self.r, pool.lab, row["job_id"], int(row["attempt"]), wid, now)
+            self.r.hdel(key(pool.lab, "workers"), wid)
+            stream.emit(self.r, pool.lab, "worker.lost", now, worker_id=wid, from_host=h or "?")
+
+    def let_go(self, lab: str) -> None:
+        """Another host holds this lab's lease (this one was cut off longer than a lease): stop its
+        workers now, as the new owner assumes, and drop the local cache."""
+        pool = self.pools.pop(lab)
+        rows = {s.id: self.row(pool, s) for s in pool.slots.values()}
+        self.stop_pool(pool)
+        self.fleet.stop(lab)
+        now = clock.now(self.r, lab)
+        for wid, row in rows.items():
+            if row.get("job_id") and row.get("attempt"):
+                reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), wid, now)
+            if row.get("host") == self.host.id:
+                self.r.hdel(key(lab, "workers"), wid)
+        self.drop_cache(lab)
+
+    def drop_cache(self, lab: str) -> None:
+        lab_dir = registry.lab_dir(self.config.var_dir, lab)
+        shutil.rmtree(lab_dir, ignore_errors=True)
+        stale = list(self.r.scan_iter(match=f"media:valid:{lab_dir}/*", count=500))
+        if stale:
+            self.r.delete(*stale)
 
     def release_branch(self, lab: str, settings: dict) -> None:
         """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs."""
@@ -420,11 +526,11 @@ class Supervisor:
         deadlines: dict[str, float] = {}
         while self.running:
             try:
-                waker = waker or Waker(self.r)
+                waker = waker or Waker(self.r, self.host.commands)
                 if outage:  # the server is back: rq workers sit out their own reconnect backoff (up to
                     outage = False  # 60 s), so restart them now; a lease brings back any attempt they held
                     self.recycle_workers()
-                while (raw := self.r.lpop(POOL_COMMANDS)) is not None:
+                while (raw := self.r.lpop(self.host.commands)) is not None:
                     self.command(raw)
                 now = time.time()
                 due = [lab for lab, t in deadlines.items() if t <= now and lab in self.pools]
@@ -457,19 +563,43 @@ class Supervisor:
                 if slot.state in ("dead", "booting", "respawning")]
 
     def shutdown(self) -> None:
-        """Warm-stop every worker (finish the current job) briefly, then kill the rest."""
+        """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live
+        host adopts the lab at its next tick and starts workers), and warm-stops its own workers, which
+        finish their current job. One still busy after the grace is killed; its job's lease brings it back."""
         self.fleet.stop_all()
-        procs = [s.proc for p in self.pools.values() for s in p.slots.values()
-                 if s.proc and s.proc.poll() is None]
-        for p in procs:
-            p.terminate()
+        try:
+            self.host.leaving = True
+            self.host.heartbeat(0, len(self.pools))
+            for lab in self.pools:
+                self.r.hset(key(lab, "meta"), "handover_from", self.host.id)
+                self.host.release(lab)
+        except redis.RedisError:
+            pass  # the server is gone too: the leases lapse on their own
+        procs = [(p, s) for p in self.pools.values() for s in p.slots.values() if s.proc and s.proc.poll() is None]
+        for _pool, slot in procs:
+            slot.proc.terminate()
         deadline = time.time() + 5
-        for p in procs:
+        for _pool, slot in procs:
             try:
-                p.wait(max(0.1, deadline - time.time()))
+                slot.proc.wait(max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+                slot.proc.kill()
+                slot.proc.wait()
+        try:
+            for pool in self.pools.values():
+                for slot in pool.slots.values():
+                    row = self.row(pool, slot)
+                    if row.get("host") == self.host.id:
+                        if row.get("job_id") and row.get("attempt"):  # killed mid-job: as any crash
+                            reaper.mark_lost(self.r, pool.lab, row["job_id"], int(row["attempt"]), slot.id,
+                                             clock.now(self.r, pool.lab))
+                        self.r.hdel(key(pool.lab, "workers"), slot.id)
+                        stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
+                                    worker_id=slot.id)
+                self.drop_cache(pool.lab)
+            self.host.deregister()
+        except redis.RedisError:
+            pass
 
 
 def main() -> None:

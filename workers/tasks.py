@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from core import clock, registry, stream
+from core import blobs, clock, registry, stream
 from core.config import Config
 from core.keys import job, key
 from workers import media
@@ -122,7 +122,7 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
              start: float) -> dict:
     var_dir = Config.from_env().var_dir
     payload = json.loads(rec["payload"])
-    src = Path(rec["source"])
+    src = source_file(r, lab, rec["source"], var_dir)
     probe_once(r, src)
     idempotent = settings["idempotent_outputs"]
     renditions = payload["resolutions"] if payload["job_type"] == "transcode" else ["thumb"]
@@ -150,17 +150,31 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     for rend in renditions:
         tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
                                   "jpg" if rend == "thumb" else "mp4")
-        old = final.stat().st_size if final.exists() else 0
-        registry.reserve_disk(r, var_dir, lab, tmp.stat().st_size - old)  # outputs count; never refused
-        if idempotent:
-            media.atomic_rename(tmp, final)
-        else:
-            final.write_bytes(tmp.read_bytes())  # no temp-and-rename: a crash can leave it half-written
-            tmp.unlink()
+        publish(r, lab, f"transcoded/{job_id}/{final.name}", tmp, idempotent)
         outputs[rend] = f"/api/labs/{lab}/jobs/{job_id}/outputs/{final.name}"
         stream.emit(r, lab, "output.written", clock.now(r, lab), job_id=job_id, worker_id=worker_id(),
                     attempt=attempt, path=f"transcoded/{job_id}/{final.name}")
     return outputs
+
+
+def source_file(r: redis.Redis, lab: str, source: str, var_dir: Path) -> Path:
+    """The job's input on this host: a blob fetched once into the local cache, or a sample clip."""
+    try:
+        return blobs.local_path(r, lab, source, var_dir)
+    except FileNotFoundError as e:
+        raise NonRetryable(f"source gone: {e}") from None
+
+
+def publish(r: redis.Redis, lab: str, name: str, tmp: Path, atomic: bool) -> None:
+    """An output becomes a blob every host and web process can serve. Guarded: one SET of the whole
+    file under its deterministic name. Unguarded: written in pieces under a per-attempt name, so a
+    crash can leave it half-written (the lesson's bug)."""
+    try:
+        blobs.put_file(r, lab, name, tmp, atomic=atomic)
+    except blobs.BlobFull as e:
+        raise NonRetryable(f"output not stored: {e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def probe_once(r: redis.Redis, src: Path) -> None:

@@ -7,10 +7,24 @@ Each test reads like the lesson's claim it checks. Labs run at 200× so a 600 s 
 import random
 
 import pytest
+import redis
 
+from core import blobs
 from workers import media
 
 pytestmark = pytest.mark.integration
+
+
+def output_names(stack, lab, job) -> list[str]:
+    """The job's output files: blobs in the server (core/blobs.py), not files on any host's disk."""
+    r = redis.Redis.from_url(stack.redis_url)
+    return sorted(n.rsplit("/", 1)[1] for n in blobs.names(r, lab["lab_id"], f"transcoded/{job}/"))
+
+
+def output_file(stack, lab, job, name):
+    r = redis.Redis.from_url(stack.redis_url)
+    return blobs.save(r, lab["lab_id"], f"transcoded/{job}/{name}",
+                      stack.var_dir / "probe" / lab["lab_id"] / job / name)
 
 
 def types(events, t):
@@ -53,8 +67,7 @@ def test_vt_shorter_than_the_job_redelivers_while_the_first_worker_still_runs(ap
     # every attempt outlived its lease, so the CAS guard refused every completion: the lesson's
     # endless redelivery, ended only by max receives → DLQ; each rendition exists once
     assert snap["counts"]["succeeded"] == 0
-    out = stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job
-    assert sorted(p.name for p in out.glob("*.mp4")) == ["144p.mp4", "240p.mp4"]
+    assert output_names(stack, lab, job) == ["144p.mp4", "240p.mp4"]
 
 
 def test_vt_longer_than_the_job_completes_once_with_no_redelivery(api, stack):
@@ -65,7 +78,7 @@ def test_vt_longer_than_the_job_completes_once_with_no_redelivery(api, stack):
     assert snap["counts"]["redelivered"] == 0 and snap["counts"]["duplicates_blocked"] == 0
     j = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}", token=lab["token"]).json()
     assert j["state"] == "done" and [a["outcome"] for a in j["attempts"]] == ["succeeded"]
-    out = stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job / "240p.mp4"
+    out = output_file(stack, lab, job, "240p.mp4")
     media.probe(out)
     assert media.duration_of(out) > 1
 
@@ -239,4 +252,4 @@ def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):
         state = next(x for x in snap["jobs"] if x["id"] == j)["state"]
         if state == "done":
             for name in ("240p.mp4", "144p.mp4"):
-                media.probe(stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / j / name)
+                media.probe(output_file(stack, lab, j, name))

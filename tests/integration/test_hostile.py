@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
+from core import blobs
 from tests.conftest import ARTIFACTS, Api
 from tests.integration.test_api import multipart, post_oversize
 from tests.integration.test_launcher import processes_mentioning
@@ -191,8 +193,8 @@ def test_real_clips_under_hostile_names_and_wrong_types_are_judged_by_their_byte
         if j["id"] in jobs:
             assert set(j["outputs"]) == {"240p", "144p"}, jobs[j["id"]]
             lab["seen"][jobs[j["id"]]] = "202, transcoded (stored as uploads/<random>.bin; the name is not used)"
-    uploads = stack.var_dir / "labs" / lab["lab_id"] / "uploads"
-    assert all(re.fullmatch(r"[0-9a-f]{12}\.bin", p.name) for p in uploads.iterdir()), "stored under our names"
+    stored = blobs.names(redis.Redis.from_url(stack.redis_url), lab["lab_id"], "uploads/")  # blobs in the server
+    assert stored and all(re.fullmatch(r"uploads/[0-9a-f]{12}\.bin", n) for n in stored), "stored under our names"
     escaped = [p for p in stack.var_dir.parent.rglob("*") if re.search(r"passwd|boot\.ini|evil|\.exe|видео", p.name)]
     assert escaped == []
 

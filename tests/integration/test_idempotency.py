@@ -6,7 +6,9 @@ import time
 import urllib.parse
 
 import pytest
+import redis
 
+from core import blobs
 from workers import media
 
 pytestmark = pytest.mark.integration
@@ -114,7 +116,9 @@ def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_email
                         and s["counts"]["running"] == 0 and s["counts"]["queued"] == 0, timeout=90)
     counts = snap["counts"]
     emails = [e for e in outbox(api, lab) if e["job_id"] == job_id]
-    files = sorted(p.name for p in (stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job_id).glob("*.mp4"))
+    r = redis.Redis.from_url(stack.redis_url)  # outputs are blobs in the server (core/blobs.py)
+    files = sorted(n.rsplit("/", 1)[1] for n in blobs.names(r, lab["lab_id"], f"transcoded/{job_id}/")
+                   if n.endswith(".mp4"))
     print(f"guards={guards}: handler runs={counts['succeeded'] + counts['duplicate_completions']} "
           f"emails={len(emails)} suppressed={counts['emails_suppressed']} outputs={counts['outputs_written']} "
           f"files={files}")

@@ -15,6 +15,7 @@ import redis
 import websocket
 from playwright.sync_api import expect
 
+from core import blobs
 from runtime.stack import Stack
 from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
@@ -135,8 +136,9 @@ def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
                      token=lab["token"]).status == 202
     res = tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
     assert res.status == 413 and res.json()["error"] == "lab_storage_full"
-    uploads = list((tight.var_dir / "labs" / lab["lab_id"] / "uploads").iterdir())
-    assert len(uploads) == 1, "the refused upload left no partial file"
+    uploads = blobs.names(redis.Redis.from_url(tight.redis_url), lab["lab_id"], "uploads/")
+    assert len(uploads) == 1, "the refused upload left no partial blob"
+    assert not list((tight.var_dir / "tmp").glob("upload-*")), "nor a temp file"
     assert tapi.snapshot(lab)["counts"]["enqueued"] == 1
 
 
@@ -149,7 +151,8 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
     assert res.status == 202
     tapi.wait_for(lab, lambda s: s["counts"]["done"] == 1)
     r = redis.Redis.from_url(tight.redis_url, decode_responses=True)
-    assert list(r.scan_iter(match=f"*{lab_id}*")) and (tight.var_dir / "labs" / lab_id / "uploads").is_dir()
+    assert list(r.scan_iter(match=f"*{lab_id}*")) and blobs.names(r, lab_id, "uploads/")
+    assert (tight.var_dir / "labs" / lab_id / "cache").is_dir()  # the worker's local copy of the upload
     assert processes_mentioning(f"lab-{lab_id}")
     deadline = time.monotonic() + IDLE_TTL + 60
     while r.sismember("labs", lab_id) and time.monotonic() < deadline:
@@ -270,8 +273,7 @@ def test_parallel_uploads_cannot_pass_the_disk_cap_together(tight, tapi):
     with ThreadPoolExecutor(8) as pool:
         statuses = list(pool.map(upload, range(8)))
     assert statuses.count(202) == 1 and set(statuses) == {202, 413}, statuses
-    used = sum(p.stat().st_size for p in (tight.var_dir / "labs" / lab["lab_id"]).rglob("*") if p.is_file())
-    assert used <= MAX_LAB_BYTES
+    assert blobs.usage(redis.Redis.from_url(tight.redis_url), lab["lab_id"]) <= MAX_LAB_BYTES  # blobs in the server
 
 
 def post_raw_from(stack, source_ip: str, path: str, body: bytes, headers: dict, token: str) -> int:

@@ -1,0 +1,133 @@
+"""Classroom capacity: how many follow-along labs a pool host carries within the budgets, on 1, 2, 3 hosts.
+
+Each step starts its own stack (valkey, H pool hosts with their own data dirs, one web process:
+chaos/pool_host_killed.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3
+workers, heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker
+every few seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50
+ms, paced-job overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms. N grows until a budget breaks; the
+largest N that held is the capacity. Per-lab CPU and RSS of the pool hosts' process trees and the
+server's commands per second are reported, and from the latter how many labs one server could carry.
+
+`python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS
+("1,2,3"), CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+from bench.common import cpu_s, pct, report, rnd, rss_kb
+from chaos.common import Client, WsTail, wait
+from chaos.pool_host_killed import HostsStack
+
+BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
+SERVER_OPS_CEILING = 80_000  # ASSUMED commands/s for one valkey core on this mix (not measured here)
+
+
+def _rss(pid: int) -> int:
+    try:
+        return rss_kb(pid)
+    except (OSError, RuntimeError):  # exited (or a zombie) between the listing and the read
+        return 0
+
+
+def tree(pid: int) -> list[int]:
+    from bench.common import children
+
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children(p)
+    return out
+
+
+def step(hosts: int, labs: int, seconds: float) -> dict:
+    with HostsStack("classroom", n_hosts=hosts) as stack:
+        stack.wait_hosts()
+        api, r = Client(stack), stack.client()
+        opened = [api.lab("ch1", speed=20, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
+                          heartbeat_extend=30, max_attempts=20, respawn_delay=20) for _ in range(labs)]
+        for lab in opened:
+            wait(lambda lab=lab: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "idle"]) >= 3,
+                 120, "workers to start")
+        # live events only: a tail from 0 would time the replay of start-up events as delivery lag
+        tails = [WsTail(stack, lab, f"t{i}", after=api.snapshot(lab)["last_event_id"]) for i, lab in enumerate(opened)]
+        for t in tails:
+            t.start()
+        pids = [p for h in stack.hosts.values() for p in tree(h.pid)]
+        cpu0 = sum(cpu_s(p) for p in pids)
+        ops0 = int(r.info("stats")["total_commands_processed"])
+        stop, rng, t0 = threading.Event(), random.Random(20), time.time()
+        kills = 0
+        while time.time() - t0 < seconds:
+            for lab in opened:
+                c = api.snapshot(lab)["counts"]
+                for _ in range(max(0, 3 - c["running"] - c["queued"])):
+                    api.enqueue(lab, {"sample": "carphone_pristine", "duration_s": 120})
+            if time.time() - t0 > 3 * (kills + 1):
+                lab = rng.choice(opened)
+                busy = [w for w in api.snapshot(lab)["workers"] if w["state"] == "busy"]
+                if busy:
+                    kills += api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{busy[0]['id']}/kill", {},
+                                      lab["token"]).status == 200
+            time.sleep(0.5)
+        elapsed = time.time() - t0
+        ops = (int(r.info("stats")["total_commands_processed"]) - ops0) / elapsed
+        pids_end = [p for h in stack.hosts.values() for p in tree(h.pid)]
+        cpu = sum(cpu_s(p) for p in pids_end) - cpu0
+        rss = sum(_rss(p) for p in pids_end)
+        stop.set()
+        late, overrun, lags = [], [], []
+        for lab, t in zip(opened, tails, strict=True):
+            t.stop.set()
+            lags += t.lags
+            evs = api.events(lab)
+            claimed = {(e["job_id"], e["attempt"]): e["t_sim"] for e in evs if e["type"] == "job.claimed"}
+            dur = {e["job_id"]: e["data"]["duration_s"] for e in evs if e["type"] == "job.enqueued"}
+            late += [e["data"]["late_ms"] for e in evs if e["type"] == "job.redelivered" and "late_ms" in e["data"]]
+            for e in evs:
+                if e["type"] == "job.succeeded" and (e["job_id"], e["attempt"]) in claimed:
+                    took = e["t_sim"] - claimed[(e["job_id"], e["attempt"])]
+                    overrun.append(100 * (took / dur[e["job_id"]] - 1))
+        row = {"hosts": hosts, "labs": labs, "kills": kills, "redeliveries": len(late),
+               "late_p99_ms": rnd(pct(late, 99), 0) if late else 0,
+               "overrun_p50_pct": rnd(pct(overrun, 50), 1) if overrun else None,
+               "overrun_p99_pct": rnd(pct(overrun, 99), 1) if overrun else None,
+               "event_p99_ms": rnd(pct(lags, 99) * 1000, 0) if lags else None,
+               "cpu_per_lab": rnd(cpu / elapsed / labs, 2), "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
+               "server_ops_s": rnd(ops, 0), "ops_per_lab_s": rnd(ops / labs, 0),
+               "load1": rnd(os.getloadavg()[0], 1)}
+        row["ok"] = all(row[k] is not None and row[k] <= v for k, v in BUDGET.items())
+        print(f"  {row}", flush=True)
+        return row
+
+
+def run(b=None) -> dict:
+    host_counts = [int(x) for x in os.environ.get("CLASSROOM_HOSTS", "1,2,3").split(",")]
+    max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
+    seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
+    rows, capacity = [], {}
+    for h in host_counts:
+        capacity[h] = 0
+        n = h
+        while n <= max_labs:
+            row = step(h, n, seconds)
+            rows.append(row)
+            if not row["ok"]:
+                break
+            capacity[h] = n
+            n += h
+    per_lab_ops = max((r["ops_per_lab_s"] for r in rows), default=0) or 1
+    server_labs = int(SERVER_OPS_CEILING / per_lab_ops)
+    return report("classroom", "follow-along labs per pool host within the budgets",
+                  ["hosts", "labs", "kills", "redeliveries", "late_p99_ms", "overrun_p50_pct", "overrun_p99_pct",
+                   "event_p99_ms", "cpu_per_lab", "rss_mb_per_lab", "server_ops_s", "ops_per_lab_s", "load1", "ok"],
+                  rows, {"label": "labs within budget, by hosts", "value": capacity,
+                         "baseline": "1 host", "also": f"one server ≈ {server_labs} labs at {per_lab_ops:g} "
+                                                     f"commands/s each (assumed ceiling {SERVER_OPS_CEILING}/s)"},
+                  {"budget": BUDGET, "seconds": seconds, "max_labs": max_labs},
+                  notes=["each step its own stack; other load on the box moves the figures (see load1)"])

@@ -1,0 +1,169 @@
+"""Drill: SIGKILL one of several pool hosts (and its process group) under load.
+
+Two pool hosts (`POOL_HOST_ID` p1, p2, each with its own VAR_DIR, as on two machines) share one
+server with one web process. Labs are placed on both; every lab keeps jobs in flight while new
+ones keep arriving; then the host that owns the most labs is SIGKILLed with its process group, as a
+power cut would. Its leases lapse, the live host adopts its labs, and the dead host's in-flight jobs
+come back through their broker leases. Reported: the time from the kill to the last moved lab having
+a worker of its new host running again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+from chaos.common import ROOT, Client, Result, Stack, alive, processes_matching, wait
+from core import blobs
+from core.keys import owner
+from workers import hosts, media
+
+NAME = "pool_host_killed"
+INVARIANT = ("SIGKILL of a pool host under load: its labs move to the live host (narrated 'went silent'), every "
+             "accepted job ends done or dead-lettered, none lost, every output decodes")
+LEASE_S = 3.0
+
+
+class HostsStack(Stack):
+    """The chaos stack with more pool hosts: each its own process group and data dir."""
+
+    def __init__(self, name: str, n_hosts: int = 2, lease_s: float = LEASE_S, **kw):
+        super().__init__(name, **kw)
+        self.n_hosts, self.lease_s = n_hosts, lease_s
+        self.hosts: dict[str, subprocess.Popen] = {}
+
+    def env(self) -> dict[str, str]:
+        return dict(super().env(), POOL_LEASE_S=str(self.lease_s), POOL_HOST_ID="p1")
+
+    def start_supervisor(self) -> subprocess.Popen:
+        proc = super().start_supervisor()
+        self.hosts["p1"] = proc
+        for i in range(2, self.n_hosts + 1):
+            self.start_host(f"p{i}")
+        return proc
+
+    def start_host(self, host: str) -> subprocess.Popen:
+        env = dict(self.env(), POOL_HOST_ID=host, VAR_DIR=str(self.root / f"var-{host}"))
+        out = open(self.log / f"pool-{host}.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env, cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        out.close()
+        self.hosts[host] = proc
+        self.started.append(proc)
+        return proc
+
+    def wait_hosts(self, timeout: float = 60) -> None:
+        r = self.client()
+        wait(lambda: set(self.hosts) <= set(hosts.live_hosts(r)), timeout, f"{len(self.hosts)} pool hosts to register")
+
+    def kill_host(self, host: str) -> float:
+        proc = self.hosts.pop(host)
+        at = time.time()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return at
+
+    def leftovers(self) -> dict[int, str]:
+        return {**super().leftovers(), **processes_matching(f"{self.root}/var-")}
+
+
+def run(labs: int = 4, workers: int = 2, speed: float = 100, duration: float = 300, load_s: float = 8.0,
+        root=None) -> Result:
+    res = Result(NAME, INVARIANT)
+    t0 = time.monotonic()
+    with HostsStack(NAME, root=root) as stack:
+        stack.wait_hosts()
+        api, r = Client(stack), stack.client()
+        opened = []
+        for _ in range(labs):
+            lab = api.lab("ch1", speed=speed, workers=workers, vt_seconds=120, heartbeat=True,
+                          heartbeat_interval=20, heartbeat_extend=60, max_attempts=10, respawn_delay=10)
+            wait(lambda lab=lab: r.get(owner(lab["lab_id"])), 30, "the lab to be placed")
+            opened.append(lab)
+        owners = {lab["lab_id"]: r.get(owner(lab["lab_id"])) for lab in opened}
+        res.details["placement"] = owners
+        res.check(len(set(owners.values())) == 2, f"labs not spread over both hosts: {owners}")
+        for lab in opened:
+            wait(lambda lab=lab: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "idle"]) >= workers,
+                 60, "workers to start")
+        accepted: dict[str, list[str]] = {lab["lab_id"]: [] for lab in opened}
+        stop = threading.Event()
+
+        def load() -> None:  # steady arrivals in every lab, before and after the kill
+            i = 0
+            while not stop.is_set():
+                for lab in opened:
+                    reply = api.enqueue(lab, {"sample": "carphone_pristine" if i % 2 else "bikes",
+                                              "duration_s": duration})
+                    if res.check(reply.status == 202, f"enqueue → {reply.status} {reply.body}"):
+                        accepted[lab["lab_id"]].append(reply.body["job_id"])
+                i += 1
+                stop.wait(0.6)
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        wait(lambda: sum(1 for lab in opened for w in api.snapshot(lab)["workers"] if w["state"] == "busy")
+             >= labs, 60, "busy workers in every lab")
+        victim = Counter(owners.values()).most_common(1)[0][0]
+        survivor = next(h for h in stack.hosts if h != victim)
+        moved = [lab for lab in opened if owners[lab["lab_id"]] == victim]
+        killed_at = stack.kill_host(victim)
+        live_after: dict[str, float] = {}
+
+        def moved_live() -> bool:
+            for lab in moved:
+                if lab["lab_id"] in live_after:
+                    continue
+                rows = api.snapshot(lab)["workers"]
+                if any(w.get("host") == survivor and w.get("pid") and alive(int(w["pid"]))
+                       and w["state"] in ("idle", "busy") for w in rows):
+                    live_after[lab["lab_id"]] = time.time() - killed_at
+            return len(live_after) == len(moved)
+
+        wait(moved_live, 60, "every moved lab to run on the live host", every=0.05)
+        time.sleep(load_s)
+        stop.set()
+        loader.join()
+        total = sum(len(v) for v in accepted.values())
+        done = dlq = lost = probed = bad = 0
+        for lab in opened:
+            n = len(accepted[lab["lab_id"]])
+            try:
+                snap = api.wait_for(lab, lambda s, n=n: s["counts"]["done"] + s["counts"]["dlq"] + s["counts"]["lost"]
+                                    >= n and s["counts"]["running"] == 0 and s["counts"]["queued"] == 0, 180,
+                                    "the lab to settle")
+            except TimeoutError as e:
+                res.violations.append(str(e))
+                snap = api.snapshot(lab)
+            c = snap["counts"]
+            done, dlq, lost = done + c["done"], dlq + c["dlq"], lost + c["lost"]
+            evs = api.events(lab)
+            if lab in moved:
+                silent = [e for e in evs if e["type"] == "pool.host_silent"]
+                res.check(bool(silent) and silent[0]["data"] == {"host": survivor, "from_host": victim},
+                          f"lab {lab['lab_id']}: no 'pool host {victim} went silent; lab moved to {survivor}'")
+            for j in snap["jobs"]:
+                if j["state"] != "done":
+                    continue
+                probed += 1
+                try:
+                    media.probe(blobs.save(r, lab["lab_id"], f"transcoded/{j['id']}/240p.mp4",
+                                           stack.root / "probe" / lab["lab_id"] / f"{j['id']}.mp4"))
+                except (media.InvalidMedia, OSError) as e:
+                    bad += 1
+                    res.violations.append(f"lab {lab['lab_id']} job {j['id']}: output does not decode ({e})")
+        res.check(done + dlq == total, f"{total} accepted, {done} done + {dlq} dead-lettered")
+        res.check(lost == 0, f"{lost} job(s) lost")
+        times = sorted(live_after.values())
+        res.counts = {"hosts": 2, "labs": labs, "moved": len(moved), "jobs": total, "done": done, "dlq": dlq,
+                      "lost": lost, "probed": probed, "bad_files": bad, "lease_s": LEASE_S,
+                      "kill_to_last_lab_live_s": round(times[-1], 2) if times else None,
+                      "kill_to_first_lab_live_s": round(times[0], 2) if times else None}
+        res.details["kill_to_live_s"] = {k: round(v, 2) for k, v in live_after.items()}
+    res.seconds = time.monotonic() - t0
+    return res

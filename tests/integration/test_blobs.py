@@ -1,0 +1,75 @@
+"""Uploads and outputs as blobs in the Redis-protocol server (core/blobs.py), on a real server."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from core import blobs, registry
+from tests.integration.test_api import multipart
+from workers import media
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tight_caps(monkeypatch):
+    monkeypatch.setenv("MAX_LAB_BYTES", "1000")
+    monkeypatch.setenv("MAX_BLOB_BYTES", "1500")
+    blobs.caps.cache_clear()
+    yield
+    blobs.caps.cache_clear()
+
+
+def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_back(r, tight_caps, tmp_path):
+    before = blobs.server_usage(r)
+    assert blobs.put(r, "bA", "uploads/a.bin", b"x" * 600) == 600
+    with pytest.raises(blobs.BlobFull) as full:
+        blobs.put(r, "bA", "uploads/b.bin", b"y" * 600)
+    assert full.value.scope == "lab"
+    assert blobs.put(r, "bA", "uploads/a.bin", b"z" * 900) == 900  # an overwrite counts once
+    blobs.put(r, "bB", "uploads/c.bin", b"w" * 500)
+    with pytest.raises(blobs.BlobFull) as full:
+        blobs.put(r, "bB", "uploads/d.bin", b"v" * 200)
+    assert full.value.scope == "server"
+    assert blobs.usage(r, "bA") == 900 and blobs.server_usage(r) - before == 1400
+    assert blobs.get(r, "bA", "uploads/a.bin") == b"z" * 900
+    # `r` decodes responses, yet blobs come back as bytes; a cached copy lands on local disk
+    path = blobs.local_path(r, "bA", blobs.ref("uploads/a.bin"), tmp_path)
+    assert path.read_bytes() == b"z" * 900 and path.is_relative_to(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        blobs.local_path(r, "bA", blobs.ref("uploads/none.bin"), tmp_path)
+    for lab in ("bA", "bB"):
+        registry.teardown(r, lab, tmp_path)
+        assert blobs.names(r, lab) == {} and blobs.usage(r, lab) == 0
+    assert blobs.server_usage(r) == before
+
+
+def test_an_unguarded_write_goes_out_in_pieces(r, tmp_path):
+    src = tmp_path / "f.bin"
+    src.write_bytes(bytes(range(256)) * 4096)  # 1 MiB: four pieces
+    assert blobs.put_file(r, "bC", "transcoded/1/240p-w1-a1.mp4", src, atomic=False) == src.stat().st_size
+    assert blobs.get(r, "bC", "transcoded/1/240p-w1-a1.mp4") == src.read_bytes()
+    registry.teardown(r, "bC", tmp_path)
+
+
+def test_an_upload_lives_in_the_server_not_on_the_web_hosts_disk_and_its_outputs_are_served(api, stack):
+    lab = api.lab("ch1", speed=200, workers=1, job_duration=10)
+    body, headers = multipart("file", "clip.mp4", media.sample_clip("carphone_pristine").read_bytes())
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
+    assert res.status == 202, res.body
+    job_id = res.json()["job_id"]
+    r = redis.Redis.from_url(stack.redis_url)
+    assert list(blobs.names(r, lab["lab_id"], "uploads/")) == [f"uploads/{res.json()['payload']['video_id']}.bin"]
+    assert not list((stack.var_dir / "tmp").glob("upload-*")), "the upload's temp file is gone"
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    job = next(j for j in snap["jobs"] if j["id"] == job_id)
+    got = api.call("GET", job["outputs"]["240p"], token=lab["token"])
+    assert got.status == 200 and got.headers["Content-Type"] == "video/mp4"
+    assert got.body == blobs.get(r, lab["lab_id"], f"transcoded/{job_id}/240p.mp4")
+    part = api.call("GET", job["outputs"]["240p"], token=lab["token"], headers={"Range": "bytes=0-99"})
+    assert part.status == 206 and part.body == got.body[:100]  # <video> seeks with ranges
+    again = api.call("GET", job["outputs"]["240p"], token=lab["token"], headers={"If-None-Match": got.headers["ETag"]})
+    assert again.status == 304
+    # the only local copies are the worker host's cache and nothing under transcoded/ survives a publish
+    assert not [p for p in (stack.var_dir / "labs" / lab["lab_id"]).rglob("*.mp4") if "transcoded" in p.parts]

@@ -1,0 +1,162 @@
+"""Pool hosts sharing one server: a registry of live hosts and a per-lab ownership lease.
+
+This is chapter 7's leader lease, used for our own placement. Each pool process (one per machine)
+registers as a *host*: a hash `pool:host:{id}` with a TTL of one lease period, renewed by its
+heartbeat every third of it, listing its worker ceiling, the workers its labs ask for and its CPU
+load. Each lab is owned by exactly one host through `lab:{id}:owner` — the owner's id with the same
+TTL, renewed by the owner only (compare-and-expire). A host that goes silent (SIGKILL, power cut,
+partition) stops renewing: within one lease period its entry and its leases are gone, the next tick of
+any live host places each orphaned lab again, and the new owner starts its workers. The dead host's
+in-flight jobs come back the way a crashed worker's do: their broker leases expire and the new owner's
+reaper redelivers them.
+
+Placement is one Lua step, so a burst of new labs spreads: the least-loaded live host (workers asked
+for over its ceiling, plus a share of its CPU load; then fewest labs) that still has room for the
+lab's workers gets the lease, and its count goes up at once. A host that is stopping (`leaving`) is
+never chosen; it releases its leases itself so its labs move without waiting for them to expire.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import redis
+
+from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, owner
+
+CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
+
+_PLACE = """
+local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+local demand = tonumber(ARGV[1])
+local best, best_score, best_labs = nil, nil, nil
+for _, h in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local f = redis.call('HMGET', ARGV[3] .. h, 'workers', 'max_workers', 'cpu', 'labs', 'leaving')
+  if not f[2] then
+    redis.call('SREM', KEYS[2], h)
+  elseif f[5] ~= '1' then
+    local w, cap = tonumber(f[1] or '0'), tonumber(f[2])
+    local labs = tonumber(f[4] or '0')
+    if w + demand <= cap then
+      local score = w / math.max(cap, 1) + tonumber(ARGV[4]) * math.min(tonumber(f[3] or '0'), 2)
+      if best == nil or score < best_score or (score == best_score and (labs < best_labs
+          or (labs == best_labs and h < best))) then
+        best, best_score, best_labs = h, score, labs
+      end
+    end
+  end
+end
+if best == nil then return false end
+redis.call('SET', KEYS[1], best, 'PX', ARGV[2])
+redis.call('HINCRBY', ARGV[3] .. best, 'workers', demand)
+redis.call('HINCRBY', ARGV[3] .. best, 'labs', 1)
+return best
+"""
+
+_RENEW = """
+local kept = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[1] then
+    redis.call('PEXPIRE', k, ARGV[2])
+    kept[#kept + 1] = i
+  end
+end
+return kept
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_CLAIM_BACK = """
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+class HostAgent:
+    """This pool process as a host: its registry entry, its leases, its command list."""
+
+    def __init__(self, r: redis.Redis, host_id: str, lease_s: float, max_workers: int):
+        self.r = r
+        self.id = host_id or f"p{r.incr(HOST_SEQ)}"
+        self.lease_ms = max(100, int(lease_s * 1000))
+        self.beat_every = lease_s / 3
+        self.max_workers = max_workers
+        self.commands = host_commands(self.id)
+        self.last_beat = 0.0
+        self.leaving = False
+        self.started = time.time()
+
+    # --- registry -----------------------------------------------------------------------------
+    def heartbeat(self, workers: int, labs: int) -> None:
+        """Renew this host's entry: its ceiling and what its labs ask for now (placement reads these)."""
+        try:
+            cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
+        except OSError:
+            cpu = 0.0
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(host_key(self.id), mapping={
+                "id": self.id, "pid": os.getpid(), "hostname": socket.gethostname(),
+                "max_workers": self.max_workers, "workers": workers, "labs": labs,
+                "cpu": round(cpu, 3), "started": self.started, "beat": time.time(),
+                "leaving": int(self.leaving)})
+            pipe.pexpire(host_key(self.id), self.lease_ms)
+            pipe.sadd(HOSTS, self.id)
+            pipe.execute()
+
+    def deregister(self) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(host_key(self.id), self.commands)
+            pipe.srem(HOSTS, self.id)
+            pipe.execute()
+
+    # --- leases -------------------------------------------------------------------------------
+    def owners(self, labs: list[str]) -> dict[str, str | None]:
+        """Each lab's owning host (None: unowned, waiting to be placed), in one round trip."""
+        if not labs:
+            return {}
+        return dict(zip(labs, self.r.mget([owner(lab) for lab in labs]), strict=True))
+
+    def place(self, lab: str, demand: int) -> str | None:
+        """Give an unowned lab to the least-loaded live host with room (maybe another host); its id."""
+        res = self.r.eval(_PLACE, 2, owner(lab), HOSTS, max(0, int(demand)), self.lease_ms, "pool:host:",
+                          CPU_WEIGHT)
+        return res.decode() if isinstance(res, bytes) else res
+
+    def renew(self, labs: list[str]) -> set[str]:
+        """Extend this host's lease on each lab it still holds; returns the labs still held."""
+        if not labs:
+            return set()
+        kept = self.r.eval(_RENEW, len(labs), *[owner(lab) for lab in labs], self.id, self.lease_ms)
+        return {labs[int(i) - 1] for i in kept}
+
+    def claim_back(self, lab: str) -> bool:
+        """After a server outage long enough to lose a lease nobody else took: hold it again."""
+        return bool(self.r.eval(_CLAIM_BACK, 1, owner(lab), self.id, self.lease_ms))
+
+    def release(self, lab: str) -> bool:
+        """Give a lab up now (graceful stop): only if this host still holds it (compare-and-delete)."""
+        return bool(self.r.eval(_RELEASE, 1, owner(lab), self.id))
+
+    def due(self) -> bool:
+        return time.time() - self.last_beat >= self.beat_every
+
+
+def live_hosts(r: redis.Redis) -> dict[str, dict]:
+    """Every registered host whose entry has not expired: id → its fields."""
+    ids = sorted(r.smembers(HOSTS))
+    if not ids:
+        return {}
+    with r.pipeline(transaction=False) as pipe:
+        for h in ids:
+            pipe.hgetall(host_key(h))
+        rows = pipe.execute()
+    return {(h.decode() if isinstance(h, bytes) else h): row for h, row in zip(ids, rows, strict=True) if row}
