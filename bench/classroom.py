@@ -19,9 +19,10 @@ import random
 import threading
 import time
 
-from bench.common import cpu_s, pct, report, rnd, rss_kb
-from chaos.common import Client, WsTail, wait
+from bench.common import pct, report, rnd
+from chaos.common import WsTail, drill_client
 from chaos.pool_host_killed import HostsStack
+from runtime.procs import cpu_s, rss_kb, wait
 
 BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
 SERVER_OPS_CEILING = 80_000  # ASSUMED commands/s for one valkey core on this mix (not measured here)
@@ -48,7 +49,7 @@ def tree(pid: int) -> list[int]:
 def step(hosts: int, labs: int, seconds: float) -> dict:
     with HostsStack("classroom", n_hosts=hosts) as stack:
         stack.wait_hosts()
-        api, r = Client(stack), stack.client()
+        api, r = drill_client(stack), stack.redis_client()
         opened = [api.lab("ch1", speed=20, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
                           heartbeat_extend=30, max_attempts=20, respawn_delay=20) for _ in range(labs)]
         for lab in opened:

@@ -18,9 +18,11 @@ import threading
 import time
 from collections import Counter
 
-from chaos.common import ROOT, Client, Result, Stack, alive, processes_matching, wait
+from chaos.common import ROOT, Result, drill_client
 from core import blobs
 from core.keys import owner
+from runtime.procs import alive, processes_matching, wait
+from runtime.stack import Stack
 from workers import hosts, media
 
 NAME = "pool_host_killed"
@@ -33,7 +35,7 @@ class HostsStack(Stack):
     """The chaos stack with more pool hosts: each its own process group and data dir."""
 
     def __init__(self, name: str, n_hosts: int = 2, lease_s: float = LEASE_S, **kw):
-        super().__init__(name, **kw)
+        super().__init__(name, logs=True, **kw)
         self.n_hosts, self.lease_s = n_hosts, lease_s
         self.hosts: dict[str, subprocess.Popen] = {}
 
@@ -49,7 +51,7 @@ class HostsStack(Stack):
 
     def start_host(self, host: str) -> subprocess.Popen:
         env = dict(self.env(), POOL_HOST_ID=host, VAR_DIR=str(self.root / f"var-{host}"))
-        out = open(self.log / f"pool-{host}.log", "ab")
+        out = open(self.log_dir / f"pool-{host}.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env, cwd=ROOT,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         out.close()
@@ -58,7 +60,7 @@ class HostsStack(Stack):
         return proc
 
     def wait_hosts(self, timeout: float = 60) -> None:
-        r = self.client()
+        r = self.redis_client()
         wait(lambda: set(self.hosts) <= set(hosts.live_hosts(r)), timeout, f"{len(self.hosts)} pool hosts to register")
 
     def kill_host(self, host: str) -> float:
@@ -78,7 +80,7 @@ def run(labs: int = 4, workers: int = 2, speed: float = 100, duration: float = 3
     t0 = time.monotonic()
     with HostsStack(NAME, root=root) as stack:
         stack.wait_hosts()
-        api, r = Client(stack), stack.client()
+        api, r = drill_client(stack), stack.redis_client()
         opened = []
         for _ in range(labs):
             lab = api.lab("ch1", speed=speed, workers=workers, vt_seconds=120, heartbeat=True,

@@ -25,8 +25,9 @@ from core import blobs
 from core.config import Config
 from core.keys import owner
 from runtime import embedded_redis
+from runtime.client import Api
 from runtime.launcher import gunicorn_command, wait_healthy
-from tests.conftest import UNLIMITED, Api
+from runtime.stack import UNLIMITED
 from workers import hosts, media
 
 pytestmark = pytest.mark.integration
