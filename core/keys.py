@@ -22,3 +22,8 @@ def queue_name(lab: str) -> str:
 
 LABS = "labs"  # set of live lab ids
 POOL_COMMANDS = "pool:commands"  # list the supervisor pops kill/scale commands from
+
+
+def msg(lab: str, job_id: str) -> str:
+    """The broker's message for a job (visibility, receive count), kept apart from the job's record."""
+    return key(lab, "msg", job_id)
