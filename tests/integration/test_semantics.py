@@ -221,3 +221,147 @@ def test_with_a_heartbeat_a_crash_before_the_first_beat_is_found_within_one_rese
     print(f"guard={guard}: crash {kill_t - claimed['t_sim']:.1f}s after the claim found "
           f"{redelivered['t_sim'] - kill_t:.1f}s later (VT 1200, window 180)")
 
+
+
+# --- failures vs crashes: the poison pill -------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["none", "fixed", "exponential", "full_jitter"])
+def test_a_poison_pill_costs_exactly_five_attempts_with_the_policys_waits_then_the_dlq(api, policy):
+    speed = 200
+    tol = TOL_REAL * speed
+    lab = api.lab("ch4", speed=speed, workers=2, retry_policy=policy, retry_base=10, retry_cap=300,
+                  max_attempts=5, jitter_seed=11)
+    api.workers_ready(lab, 2)
+    job_id = fault(api, lab, type="poison")["job_id"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and settled(s), timeout=60)
+    ev = [e for e in api.events(lab) if e.get("job_id") == job_id]
+    failed, claims = types(ev, "job.failed"), types(ev, "job.claimed")
+    j = job(api, lab, job_id)
+    assert types(ev, "job.crashed") == [] and snap["counts"]["redelivered"] == 0  # failures, not crashes
+    if policy == "none":
+        assert len(failed) == 1 and j["dlq_reason"] == "retry_policy none"
+    else:
+        assert len(failed) == len(claims) == 5 and j["dlq_reason"] == "max_attempts (5) exhausted"
+        delays = [e["data"]["delay"] for e in types(ev, "job.retry_scheduled")]
+        if policy == "fixed":
+            assert delays == [10, 10, 10, 10]
+        elif policy == "exponential":
+            assert delays == [10, 20, 40, 80]  # the lesson's 1, 2, 4, 8 s ×10
+        else:
+            assert all(0 <= d <= 10 * 2 ** k for k, d in enumerate(delays)) and len(set(delays)) == 4
+        for f, nxt, d in zip(failed, claims[1:], delays, strict=False):  # each retry waits its delay, no VT
+            assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, abs=tol)
+    to_dlq = types(ev, "job.dead_lettered")[0]["t_sim"] - types(ev, "job.enqueued")[0]["t_sim"]
+    MEASURED[f"poison_to_dlq_{policy}_s"] = round(to_dlq, 1)
+    print(f"poison pill, {policy}: {len(failed)} attempts, DLQ after {to_dlq:.1f} s")
+
+
+def test_a_crashing_pill_is_brought_back_only_by_its_lease_until_max_receives(api):
+    lab = api.lab("ch4", speed=200, workers=2, retry_policy="exponential", max_receives=3, respawn_delay=5,
+                  heartbeat=True, heartbeat_interval=60, heartbeat_extend=180)
+    api.workers_ready(lab, 2)
+    job_id = fault(api, lab, type="poison_crash")["job_id"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1, timeout=60)
+    ev = [e for e in api.events(lab) if e.get("job_id") == job_id]
+    assert len(types(ev, "job.crashed")) == 3 and types(ev, "job.failed") == []
+    assert types(ev, "job.retry_scheduled") == []  # the retry policy is never consulted
+    assert snap["counts"]["redelivered"] == 2
+    assert "max receives (3)" in job(api, lab, job_id)["dlq_reason"]
+
+
+# --- the retry herd at the storage dependency ---------------------------------------------------
+
+WORKERS, PARTS = 3, 12  # 36 storage callers: tens, on two cores (thumbnails, so ffmpeg is cheap)
+
+
+def herd(api, policy: str, outage_first: bool) -> dict:
+    lab = api.lab("ch4", speed=20, workers=WORKERS, upload_parts=PARTS, retry_policy=policy, retry_base=10,
+                  retry_cap=300, max_attempts=8, jitter_seed=7, breaker=False)
+    api.workers_ready(lab, WORKERS)
+    if outage_first:
+        fault(api, lab, type="storage_outage", duration_s=100)
+    for _ in range(WORKERS):
+        enqueue(api, lab, job_type="thumbnail", duration_s=200)
+    if not outage_first:
+        api.wait_for(lab, lambda s: s["counts"]["storage_calls"] >= WORKERS * PARTS, timeout=60, every=0.05)
+        fault(api, lab, type="storage_outage", duration_s=100)
+    try:
+        snap = api.wait_for(lab, lambda s: s["counts"]["done"] == WORKERS, timeout=120)
+    except AssertionError:
+        import os
+
+        import redis
+        rr = redis.Redis.from_url(os.environ["LAB_TEST_REDIS_URL"], decode_responses=True)
+        lid = lab["lab_id"]
+        print("DEBUG clock", rr.hgetall(f"lab:{lid}:clock"), rr.zrange(f"lab:{lid}:barriers", 0, -1, withscores=True),
+              rr.hgetall(f"lab:{lid}:faults"))
+        for e in api.events(lab)[-15:]:
+            print(e["t_sim"], e["type"], e.get("job_id"), e["data"])
+        raise
+    assert snap["counts"]["dlq"] == 0 and snap["counts"]["retries_scheduled"] == 0  # recovered inside the attempts
+    out = api.call("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"]).json()["storage"]
+    api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])  # free the cores for the next run
+    return out
+
+
+def waves(hist, schedule, width=1.0):
+    return [sum(n for b, n in hist if t - width / 2 <= b + 0.5 <= t + width / 2 + 1) for t in schedule]
+
+
+def test_without_jitter_every_caller_comes_back_together_at_1_3_7_15_scaled(api):
+    st = herd(api, "exponential", outage_first=False)
+    callers = WORKERS * PARTS
+    assert st["callers"] == callers
+    assert st["schedule_s"] == [10, 30, 70, 150]
+    # the whole herd lands in one 1 s bucket at each time of the schedule; the fourth finds storage back
+    assert waves(st["histogram"], st["schedule_s"]) == [callers] * 4
+    assert st["peak_per_bucket"] == callers == st["model"]["no_jitter_peak_per_bucket"]
+    MEASURED["herd_no_jitter_peak"] = st["peak_per_bucket"]
+    print("no jitter, storage arrivals per 1 s bucket:", st["histogram"])
+
+
+def test_full_jitter_flattens_the_peak_by_about_the_factor_the_model_predicts(api):
+    st = herd(api, "full_jitter", outage_first=False)
+    callers = WORKERS * PARTS
+    model = st["model"]
+    assert st["callers"] == callers and model["jitter_peak_reduction_x"] == 10
+    # same number of retries, spread over each window instead of stacked on one instant
+    assert st["calls"] >= 2 * callers
+    assert st["peak_per_bucket"] <= 2 * model["full_jitter_expected_peak"]
+    assert callers / st["peak_per_bucket"] >= model["jitter_peak_reduction_x"] / 4
+    MEASURED["herd_full_jitter_peak"] = st["peak_per_bucket"]
+    MEASURED["herd_full_jitter_model_peak"] = model["full_jitter_expected_peak"]
+    print("full jitter, storage arrivals per 1 s bucket:", st["histogram"], "model peak", model)
+
+
+def test_the_herd_shows_when_the_outage_starts_before_the_jobs_are_sent(api):
+    st = herd(api, "exponential", outage_first=True)
+    callers = WORKERS * PARTS
+    # each job's parts fail together at its start and come back together: sharp waves, whatever the order
+    assert waves(st["since_first_failure"], [10, 30, 70]) == [callers] * 3
+    assert st["peak_per_bucket"] >= PARTS  # at storage: at least one job's whole herd in one bucket
+    MEASURED["herd_outage_first_peak"] = st["peak_per_bucket"]
+
+
+# --- the honest clock ---------------------------------------------------------------------------
+
+def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_says_it_slowed(api):
+    lab = api.lab("ch1", speed=1000, vt_seconds=1200, job_duration=60, workers=2, guard="claim")
+    api.workers_ready(lab, 2)
+    jobs = [enqueue(api, lab) for _ in range(2)]
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 2, timeout=60)
+    for job_id in jobs:
+        a = job(api, lab, job_id)["attempts"][0]
+        assert a["end"] - a["start"] == pytest.approx(60, rel=0.05)  # real ffmpeg needs ~1 s: 1,000 sim s
+    ev = api.events(lab)
+    slowed = types(ev, "clock.slowed")
+    assert slowed and slowed[0]["data"]["asked"] == 1000 and slowed[0]["data"]["running"] < 1000
+    clk = api.snapshot(lab)["clock"]
+    assert clk["asked"] == 1000 and "effective" in clk and "slowed" in clk
+    MEASURED["clock_at_1000x"] = slowed[0]["data"]
+
+
+def test_zz_report_measured_figures():
+    print("\nMEASURED (issue 18):")
+    for k, v in MEASURED.items():
+        print(f"  {k}: {v}")
