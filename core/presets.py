@@ -28,10 +28,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ch4": {"title": "Retries, jitter and the DLQ",
             # the lesson's chapter 4: exponential backoff (10 s base: its 1, 3, 7, 15 s schedule ×10),
             # 5 attempts, a poison pill that fails through the policy (classification off, as in the
-            # lesson), and 4 workers × 8 upload parts = 32 storage callers for the herd
-            "settings": {"workers": 4, "job_duration": 300, "retry_policy": "exponential",
+            # lesson), 3 workers × 12 upload parts = 36 storage callers for the herd, and a heartbeat so a
+            # crashing pill's redeliveries come one reset window (180 s) apart
+            "settings": {"job_duration": 300, "retry_policy": "exponential",
                          "retry_base": 10, "retry_cap": 300, "max_attempts": 5, "max_receives": 5,
-                         "vt_seconds": 600, "classify_errors": False, "upload_parts": 8, "guard": "claim"},
+                         "vt_seconds": 600, "heartbeat": True, "classify_errors": False, "upload_parts": 12,
+                         "workers": 3, "guard": "claim"},
             "controls": ["upload", "kill", "retry_policy", "max_attempts", "upload_parts", "classify_errors",
                          "faults", "breaker", "dlq", "clock"]},
     "ch5": {"title": "Effectively once",

@@ -433,6 +433,8 @@ function boot(root) {
         || Math.abs(local - c.t) > Math.max(2, c.speed * 0.5)) {
       S.clock = { t: c.t, speed: c.speed, paused: c.paused, at: now };
     }
+    // issue 18, honest clock: the lab says when real work holds its clock under the asked speed
+    S.slowed = c.slowed ? { running: c.effective, reason: c.slowed_reason } : null;
     S.workers = new Map(snap.workers.map((w) => [w.id, { ...w }]));
     S.jobs = new Map(snap.jobs.map((j) => [j.id, { ...j }]));
     for (const j of snap.jobs) mergeTimelineJob(j);
@@ -489,6 +491,8 @@ function boot(root) {
     if (S.clock && !S.clock.paused && typeof t === 'number' && t > simNow() + 1) {
       S.clock = { ...S.clock, t, at: performance.now() };
     }
+    if (ev.type === 'clock.slowed') S.slowed = { running: ev.data.running, reason: ev.data.reason };
+    if (ev.type === 'clock.caught_up') S.slowed = null;
     switch (ev.type) {
       case 'job.enqueued': {
         if (!S.jobs.has(ev.job_id)) {
@@ -1401,7 +1405,10 @@ function boot(root) {
   function renderClock(now) {
     setText(els.clock, `t = ${fmtT(now)} s`);
     const c = S.clock || {};
-    setText(els.clockSub, `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×`);
+    const slow = S.slowed && !c.paused
+      ? ` asked, running at ${fmtNum(S.slowed.running)}×: ${S.slowed.reason}` : '';
+    setText(els.clockSub, `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×${slow}`);
+    els.clockP.dataset.slowed = slow ? 'yes' : 'no';
     els.clockP.dataset.value = String(Math.round(now));
     els.clockP.dataset.paused = c.paused ? 'yes' : 'no';
     if (els.pause) {
