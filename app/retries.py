@@ -59,6 +59,7 @@ def storage_arrivals(events: list[dict]) -> dict[str, list]:
             for part in range(1, int(e["data"]["parts"]) + 1):
                 first_fail.setdefault((e.get("job_id"), e.get("attempt"), part), e["t_sim"])
     since_outage, since_failure, callers = [], [], set()
+    by_policy: dict[str, dict] = {}
     for e in events:
         if e["type"] != "storage.called":
             continue
@@ -66,13 +67,18 @@ def storage_arrivals(events: list[dict]) -> dict[str, list]:
         since = [t for t in outages if t <= e["t_sim"]]
         if since:
             since_outage.append(e["t_sim"] - since[-1])
+            if caller in first_fail or not e["data"]["ok"]:
+                bp = by_policy.setdefault(e["data"].get("policy", "?"), {"arrivals": [], "callers": set()})
+                bp["arrivals"].append(e["t_sim"] - since[-1])
+                bp["callers"].add(caller)
         if caller in first_fail:
             since_failure.append(e["t_sim"] - first_fail[caller])
         if not e["data"]["ok"]:
             first_fail.setdefault(caller, e["t_sim"])
         if caller in first_fail:
             callers.add(caller)
-    return {"since_outage": since_outage, "since_failure": since_failure, "callers": len(callers)}
+    return {"since_outage": since_outage, "since_failure": since_failure, "callers": len(callers),
+            "by_policy": by_policy}
 
 
 def histogram(values: list[float], bucket_s: float) -> list[list[float]]:
@@ -125,6 +131,9 @@ def get_retries(lab_id: str):
         "peak_per_bucket": max((n for _b, n in at_storage), default=0),
         "since_first_failure": by_failure,
         "peak_since_first_failure": max((n for _b, n in by_failure), default=0),
+        "policies": {p: {"histogram": (h := histogram(v["arrivals"], bucket_s)), "callers": len(v["callers"]),
+                         "peak_per_bucket": max((n for _b, n in h), default=0)}
+                     for p, v in arrivals["by_policy"].items()},
         "schedule_s": [sum(exponential_delay(k, s["retry_base"], s["retry_cap"]) for k in range(1, n + 1))
                        for n in range(1, max(2, s["max_attempts"]))],
         "model": {"no_jitter_peak_per_bucket": callers,
