@@ -104,9 +104,12 @@ def _alive(lab: str) -> str:
 
 
 # KEYS: [1] the clock hash, [2] barriers zset (holder → sim time), [3] alive hash (holder → real expiry)
-# ARGV: [1] 'hold' | 'lift', [2] holder, [3] barrier sim time (hold), [4] real now, [5] alive-until (hold)
+# ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
+#       [5] alive-until (hold)
 # Moves the base point to now (clamped at the current barrier, so a lifted barrier resumes simulated time
 # from exactly where it waited), applies the change, and points the clock at the lowest barrier left.
+# 'sweep' lifts every barrier whose holder stopped refreshing it — in one step, so a barrier being added
+# at that moment is never mistaken for a dead one.
 _BARRIER_LUA = """
 local c = redis.call('HGETALL', KEYS[1])
 local st = {}
@@ -117,13 +120,25 @@ if st['paused'] ~= '1' then
   t = t + (real - tonumber(st['base_real'] or ARGV[4])) * tonumber(st['speed'] or '20')
   if st['barrier'] and st['barrier'] ~= '' and tonumber(st['barrier']) < t then t = tonumber(st['barrier']) end
 end
+if ARGV[1] == 'sweep' then
+  local dead = 0
+  for _, h in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    local u = redis.call('HGET', KEYS[3], h)
+    if not u or tonumber(u) < real then
+      redis.call('ZREM', KEYS[2], h)
+      redis.call('HDEL', KEYS[3], h)
+      dead = dead + 1
+    end
+  end
+  if dead == 0 then return 0 end
+end
 redis.call('HSET', KEYS[1], 'base_sim', string.format('%.17g', t), 'base_real', ARGV[4])
 if ARGV[1] == 'hold' then
   local at = ARGV[3]
   if tonumber(at) < t then at = string.format('%.17g', t) end  -- a barrier never takes the clock back
   redis.call('ZADD', KEYS[2], at, ARGV[2])
   redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
-else
+elseif ARGV[1] == 'lift' then
   redis.call('ZREM', KEYS[2], ARGV[2])
   redis.call('HDEL', KEYS[3], ARGV[2])
 end
@@ -167,9 +182,9 @@ def lowest_barrier(r: redis.Redis, lab: str, besides: str) -> float:
 
 def lift_dead(r: redis.Redis, lab: str) -> int:
     """Lift barriers whose holders stopped refreshing them (the supervisor calls this each tick)."""
-    alive = r.hgetall(_alive(lab))
-    dead = [h for h, until in alive.items() if float(until) < time.time()]
-    dead += [h for h in r.zrange(_barriers(lab), 0, -1) if h not in alive]
-    for h in dead:
-        lift(r, lab, h)
-    return len(dead)
+    if not r.exists(_barriers(lab)):
+        return 0
+    if id(r) not in _scripts:
+        _scripts[id(r)] = r.register_script(_BARRIER_LUA)
+    return int(_scripts[id(r)](keys=[key(lab, "clock"), _barriers(lab), _alive(lab)],
+                               args=["sweep", "", "0", repr(time.time()), "0"]))

@@ -196,7 +196,7 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
     parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
-    barrier = None
+    barrier, held_at = None, 0.0
     while True:
         state = clock.read(r, lab)
         now = state["t_raw"]
@@ -217,12 +217,18 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6:
             leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])
             last_beat = now
-        # past its end, an attempt still waiting on a storage retry holds the clock at that retry instead
-        nxt = min(end_at if now < end_at - 1e-6 else math.inf, timeout_at, parts.next_due(),
+        # the clock waits at the attempt's end until ffmpeg is done; past its end, an attempt still waiting
+        # on a storage retry holds the clock at that retry instead
+        real_work = any(p.poll() is None for p in procs)
+        nxt = min(end_at if now < end_at - 1e-6 or real_work else math.inf, timeout_at, parts.next_due(),
                   last_beat + settings["heartbeat_interval"] if settings["heartbeat"] else math.inf)
-        if nxt != barrier:
-            clock.hold(r, lab, holder, nxt)
-            barrier = nxt
+        if nxt == math.inf:
+            if barrier is not None:
+                clock.lift(r, lab, holder)
+                barrier = None
+        elif nxt != barrier or time.monotonic() - held_at > 1.0:  # re-hold now and then: a long stall may
+            clock.hold(r, lab, holder, nxt)                       # have let the supervisor lift it
+            barrier, held_at = nxt, time.monotonic()
         else:
             clock.refresh(r, lab, holder)
         wait = (nxt - now) / state["speed"] if state["speed"] > 0 and not state["paused"] else TICK
