@@ -291,7 +291,7 @@ def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
     payload = producer.enqueue_job(
         r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
         duration_s=clean["duration_s"], resolutions=["240p", "144p"],
-        idempotency_key=request.headers.get("Idempotency-Key"), poison=False)
+        idempotency_key=request.headers.get("Idempotency-Key"))
     response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
                 "payload": payload, "enqueue_ms": round((time.perf_counter() - started) * 1000, 2)}
     resp = jsonify(response)
@@ -490,11 +490,16 @@ def inject_fault(lab_id: str):
     fault, duration = body["type"], float(body["duration_s"])
     r = get_redis()
     now = clock.now(r, lab_id)
-    if fault == "poison":
+    if fault in ("poison", "poison_crash"):
+        # poison: the lesson's pill, a real undecodable upload whose every attempt FAILS (an error the
+        # handler sees, so the retry policy decides); poison_crash: a job that kills its process, so only
+        # the lease brings it back (redeliveries until max receives)
+        crash = fault == "poison_crash"
+        source = str(media.sample_clip()) if crash else _source_from_sample(lab_id, "poison")[0]
         payload = producer.enqueue_job(
-            r, get_rq(), lab_id, job_type="transcode", video_id="poison-pill",
-            source=str(media.sample_clip()), duration_s=registry.settings(r, lab_id)["job_duration"],
-            resolutions=["240p", "144p"], idempotency_key=None, poison=True)
+            r, get_rq(), lab_id, job_type="transcode", video_id="crashing-pill" if crash else "poison-pill",
+            source=source, duration_s=registry.settings(r, lab_id)["job_duration"],
+            resolutions=["240p", "144p"], idempotency_key=None, poison="crash" if crash else "")
         stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
         return jsonify(fault=fault, job_id=payload["job_id"]), 202
     r.hset(key(lab_id, "faults"), mapping={f"{fault}_until": now + duration, f"{fault}_from": now})

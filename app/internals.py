@@ -45,6 +45,10 @@ def _fold(ev: dict, attempts: dict, cas: list, retries: list, outputs: list) -> 
     kind = ev["type"]
     if kind == "job.duplicate_blocked":
         cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "reason": data.get("reason")})
+        if n is not None and n not in attempts:  # a receive that backed off (claim guard): it never ran
+            attempts[n] = {**_attempt({}, n), "worker": ev.get("worker_id"), "start": t, "end": t,
+                           "outcome": "backed off: the record was already running"}
+            return
     elif kind == "job.claim_refused":  # a late delivery: its claim (→ running) found the job moved on
         cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "found": data.get("state"),
                     "reason": f"{data.get('state')} → running refused (the job is at attempt "
@@ -54,8 +58,11 @@ def _fold(ev: dict, attempts: dict, cas: list, retries: list, outputs: list) -> 
         retries.append({"t": t, "attempt": n, "delay": data.get("delay"), "due": data.get("due")})
     elif kind == "output.written":
         outputs.append(data.get("path"))
-    if kind == "lease.expired":  # the reaper names the job, not the attempt: it is the open one
-        n = max((k for k, a in attempts.items() if a["end"] is None), default=None)
+    if kind == "lease.expired":  # the receive whose lease ran out (older events: the open attempt)
+        if n is None or n not in attempts:
+            n = max((k for k, a in attempts.items() if a["end"] is None), default=None)
+        elif attempts[n]["end"] is not None:
+            return
     if n is None:
         return
     a = _attempt(attempts, n)

@@ -1,5 +1,8 @@
 """Chapter 4's readouts: when retries arrive after a storage outage, and how the DLQ is doing.
 
+`storage` is the herd as the storage dependency sees it: every call the workers' upload parts made
+to it (`storage.called` events), bucketed by simulated time since the outage began.
+
 Everything here is measured from the lab's event stream (what the real workers did), with the
 numbers model's figure beside it, so the learner sees the lesson's claim and the run side by side.
 """
@@ -44,6 +47,40 @@ def retry_waves(events: list[dict]) -> dict[str, dict]:
     return waves
 
 
+def storage_arrivals(events: list[dict]) -> dict[str, list]:
+    """Calls that reached the storage dependency (`storage.called`), relative to the latest outage start
+    (the herd as storage sees it), and relative to each caller's own first failure (the same herd with
+    the callers' start times taken out: sharp waves whatever order the outage and the jobs came in)."""
+    outages = [e["t_sim"] for e in events if e["type"] == "fault.started"
+               and e["data"].get("fault") == "storage_outage"]
+    first_fail: dict[tuple, float] = {}
+    for e in events:
+        if e["type"] == "storage.failed":
+            for part in range(1, int(e["data"]["parts"]) + 1):
+                first_fail.setdefault((e.get("job_id"), e.get("attempt"), part), e["t_sim"])
+    since_outage, since_failure, callers = [], [], set()
+    by_policy: dict[str, dict] = {}
+    for e in events:
+        if e["type"] != "storage.called":
+            continue
+        caller = (e.get("job_id"), e.get("attempt"), e["data"]["part"])
+        since = [t for t in outages if t <= e["t_sim"]]
+        if since:
+            since_outage.append(e["t_sim"] - since[-1])
+            if caller in first_fail or not e["data"]["ok"]:
+                bp = by_policy.setdefault(e["data"].get("policy", "?"), {"arrivals": [], "callers": set()})
+                bp["arrivals"].append(e["t_sim"] - since[-1])
+                bp["callers"].add(caller)
+        if caller in first_fail:
+            since_failure.append(e["t_sim"] - first_fail[caller])
+        if not e["data"]["ok"]:
+            first_fail.setdefault(caller, e["t_sim"])
+        if caller in first_fail:
+            callers.add(caller)
+    return {"since_outage": since_outage, "since_failure": since_failure, "callers": len(callers),
+            "by_policy": by_policy}
+
+
 def histogram(values: list[float], bucket_s: float) -> list[list[float]]:
     """[[bucket start, count], …] for the buckets that hold any value, in time order."""
     counts = Counter(math.floor(v / bucket_s) for v in values)
@@ -85,7 +122,26 @@ def get_retries(lab_id: str):
                             "first_wave_peak": max((n for _b, n in first), default=0)}
     herd = max((p["first_wave"] for p in policies.values()), default=0)
     breaker = r.hgetall(key(lab_id, "breaker"))
+    arrivals = storage_arrivals(events)
+    at_storage = histogram(arrivals["since_outage"], bucket_s)
+    by_failure = histogram(arrivals["since_failure"], bucket_s)
+    callers = arrivals["callers"]
+    storage = {
+        "callers": callers, "calls": len(arrivals["since_outage"]), "histogram": at_storage,
+        "peak_per_bucket": max((n for _b, n in at_storage), default=0),
+        "since_first_failure": by_failure,
+        "peak_since_first_failure": max((n for _b, n in by_failure), default=0),
+        "policies": {p: {"histogram": (h := histogram(v["arrivals"], bucket_s)), "callers": len(v["callers"]),
+                         "peak_per_bucket": max((n for _b, n in h), default=0)}
+                     for p, v in arrivals["by_policy"].items()},
+        "schedule_s": [sum(exponential_delay(k, s["retry_base"], s["retry_cap"]) for k in range(1, n + 1))
+                       for n in range(1, max(2, s["max_attempts"]))],
+        "model": {"no_jitter_peak_per_bucket": callers,
+                  "full_jitter_mean_per_bucket": numbers.jitter_peak_per_bucket(callers, window, bucket_s),
+                  "full_jitter_expected_peak": round(numbers.jitter_expected_peak(callers, window, bucket_s), 2),
+                  "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s)}}
     return jsonify(
+        storage=storage,
         bucket_s=bucket_s, window_s=window, policies=policies,
         model={"clients": herd, "no_jitter_peak_per_bucket": herd,
                "full_jitter_peak_per_bucket": numbers.jitter_peak_per_bucket(herd, window, bucket_s),

@@ -19,33 +19,39 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "vt-too-short": {
         "title": "VT too short",
         "preset": "ch1",
-        "summary": "A 300 s lease on a 600 s transcode: the lease runs out mid-job and a second worker "
-                   "starts the same job while the first is still busy.",
+        "summary": "A 300 s lease on a 600 s transcode, no guard: the lease runs out at 300 s and a second "
+                   "worker starts the same job while the first is still busy. The first finishes at 600 s "
+                   "(done once); the second runs on to 900 s and is counted as a duplicate: 300 s of overlap, "
+                   "600 s of transcoding done twice.",
         "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": False, "job_duration": 600,
-                     "retry_policy": "none", "ack_mode": "late"},
+                     "retry_policy": "none", "ack_mode": "late", "guard": "off"},
         "enqueue": {"sample": "bigbuckbunny", "duration_s": 600}, "count": 1,
-        "hint": "Predict: what happens at t + 300 s while the first worker is still busy?",
+        "hint": "Predict: what happens at t + 300 s while the first worker is still busy? Then switch the guard "
+                "to claim and run it again.",
     },
     "retry-storm": {
         "title": "Retry storm",
         "preset": "ch4",
-        "summary": "Storage goes down under six jobs retrying on a fixed 20 s delay with no jitter: "
-                   "every retry lands at the same instant, again and again.",
-        "settings": {"workers": 3, "job_duration": 30, "retry_policy": "fixed", "retry_base": 20,
-                     "retry_cap": 300, "max_attempts": 8, "breaker": False, "vt_seconds": 300},
-        "fault": {"type": "storage_outage", "duration_s": 200},
-        "enqueue": {"sample": "bigbuckbunny", "job_type": "thumbnail", "duration_s": 30}, "count": 6,
-        "hint": "Watch the retry arrivals bunch up. Then switch the policy to full jitter and run it again.",
+        "summary": "Storage goes down for 100 s under three jobs, each streaming 12 upload parts: all 36 calls "
+                   "fail at the same instant and, with exponential backoff and no jitter, all 36 come back "
+                   "together at 10, 30, 70 and 150 s (the lesson's 1, 3, 7, 15 s, ×10).",
+        "settings": {"workers": 3, "upload_parts": 12, "retry_policy": "exponential", "retry_base": 10,
+                     "retry_cap": 300, "max_attempts": 5, "breaker": False, "vt_seconds": 600},
+        "fault": {"type": "storage_outage", "duration_s": 100},
+        "enqueue": {"sample": "bigbuckbunny", "job_type": "thumbnail", "duration_s": 200}, "count": 3,
+        "hint": "Watch the storage-arrivals histogram stack up in four spikes. Then switch the policy to full "
+                "jitter and run it again.",
     },
     "poison-pill": {
         "title": "Poison pill",
         "preset": "ch4",
-        "summary": "A job that crashes the process running it, every time: it burns its attempts and "
-                   "lands in the dead-letter queue instead of blocking the queue forever.",
-        "settings": {"workers": 2, "max_attempts": 4, "retry_policy": "full_jitter", "retry_base": 5,
-                     "retry_cap": 60, "vt_seconds": 300},
+        "summary": "An undecodable upload: every attempt fails with an error, so the retry policy decides the "
+                   "waits (10, 20, 40, 80 s with exponential backoff) and the fifth failure sends it to the "
+                   "dead-letter queue instead of blocking the queue forever.",
+        "settings": {"workers": 2, "max_attempts": 5, "retry_policy": "exponential", "retry_base": 10,
+                     "retry_cap": 300, "classify_errors": False, "vt_seconds": 600},
         "fault": {"type": "poison"},
-        "hint": "Predict: how many attempts before the DLQ, and how many workers die on the way?",
+        "hint": "Predict: how many attempts before the DLQ, and how long? Then try policy none and full jitter.",
     },
 }
 
@@ -71,15 +77,21 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
     "ch1-heartbeat": _CH1_BUTTONS[1:],
     "ch4": [
         {"id": "poison-pill", "label": "Poison pill", "fault": {"type": "poison"},
-         "hint": "A job that crashes its worker every time. Predict how many attempts before the DLQ."},
-        {"id": "outage", "label": "Storage outage + 3 jobs", "fault": {"type": "storage_outage", "duration_s": 200},
-         "enqueue": {**_JOB, "job_type": "thumbnail", "duration_s": 30}, "count": 3,
-         "hint": "Storage is down for 200 s. Watch the retries spread out (or not) under the policy you chose."},
+         "hint": "An undecodable upload that fails every attempt. Predict the attempts and the waits before the DLQ."},
+        {"id": "crashing-pill", "label": "Crashing pill", "fault": {"type": "poison_crash"},
+         "hint": "A job that kills its worker every time: no handler sees an error, so no retry policy runs. "
+                 "Predict what brings it back, and what finally stops it."},
+        {"id": "outage", "label": "3 jobs + storage outage", "enqueue": {**_JOB, "job_type": "thumbnail",
+                                                                         "duration_s": 200}, "count": 3,
+         "fault": {"type": "storage_outage", "duration_s": 100},
+         "hint": "36 upload parts mid-call when storage goes down for 100 s. Watch when their retries reach storage "
+                 "under the policy you chose."},
     ],
     "ch5": [
         {"id": "vt-too-short", "label": "VT too short", "settings": {"vt_seconds": 300, "job_duration": 600},
          "enqueue": _LONG_JOB,
-         "hint": "Redelivered while still running. Predict the outputs written and emails sent, guards on."},
+         "hint": "Redelivered while still running. Predict the outputs written and emails sent with the claim "
+                 "guard on, then with the guard off."},
     ],
     "ch8": [
         {"id": "load", "label": "Steady load: 3 jobs", "enqueue": _JOB, "count": 3,

@@ -21,7 +21,7 @@ from app.longpoll import CLIENTS, conditional, etag_of, held_now
 from app.store import get_redis, get_rq
 from core import registry
 from core.keys import key
-from workers.broker import reaper
+from workers.broker import leases, reaper
 
 bp = Blueprint("status", __name__)
 
@@ -83,12 +83,14 @@ def status_load(lab_id: str):
 @bp.post("/api/labs/<lab_id>/jobs/<job_id>/late-delivery")
 @lab_access(write=True)
 def late_delivery(lab_id: str, job_id: str):
-    """Send the job's current attempt to the workers once more, as an at-least-once broker may.
+    """Deliver the job's message once more, as an at-least-once broker may.
 
-    A real worker takes it and tries the queued → running compare-and-swap; on a finished job the CAS
-    finds `done` and refuses (`job.claim_refused`): the invalid done → running transition, caught.
+    A real worker receives it and tries the queued → running compare-and-swap; on a finished job the CAS
+    finds `done` and refuses (`job.claim_refused`): the invalid done → running transition, caught, and
+    the message acked and dropped.
     """
     j = job_or_404(lab_id, job_id)
     limits.check_lab_rate(get_redis(), lab_id, "late")
-    reaper.send(get_rq(), lab_id, job_id, j["attempt"])
-    return jsonify(job_id=job_id, attempt=j["attempt"], state=j["state"]), 202
+    n = leases.deliver_again(get_redis(), lab_id, job_id)
+    reaper.send(get_rq(), lab_id, job_id, n)
+    return jsonify(job_id=job_id, attempt=n, state=j["state"]), 202

@@ -65,7 +65,7 @@ def sample_speed(b: Bench, speed: float, mode: str) -> tuple[dict, list[dict]]:
     respawn = 0 if mode == "busy" else 1.0 * speed  # quiet: respawn 1 real s after the kill
     settings = {"workers": n_workers, "ack_mode": "late", "vt_seconds": vt, "heartbeat": True,
                 "heartbeat_interval": max(5.0, vt / 4), "heartbeat_extend": vt, "respawn_delay": respawn,
-                "max_attempts": 5, "retry_policy": "none", "cas_guard": True}
+                "max_attempts": 5, "max_receives": 5, "retry_policy": "none", "guard": "fence"}
     lab = b.lab("ch1-heartbeat", speed=speed, **settings)
     samples: list[dict] = []
     errors: list[str] = []

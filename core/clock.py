@@ -3,6 +3,15 @@
 Stored in Redis (a base point plus a rate) so the web, the supervisor and every worker process
 read the same simulated time without talking to each other. Pausing freezes leases, retries and
 job progress alike, because they are all measured on this clock.
+
+The clock is honest about real work: a worker whose real work (ffmpeg, a storage call) is due at a
+simulated moment puts a *barrier* there, and simulated time cannot pass a barrier until its holder
+lifts it. On a fast, idle machine the barrier is lifted before the clock reaches it and nothing
+changes; when the real work cannot keep up (ffmpeg at a high speed, a host busy with other labs) the
+clock waits for it, so a 600 s job still takes 600 simulated seconds and every lease deadline keeps
+its place relative to it. The supervisor measures the speed that results and says so (`slowed`).
+A holder refreshes its barrier's real-time expiry while it lives; the supervisor lifts the barriers
+of holders that died (a killed worker), so the clock never waits for a process that is gone.
 """
 
 from __future__ import annotations
@@ -13,20 +22,30 @@ import redis
 
 from core.keys import key
 
+BARRIER_TTL = 5.0  # real seconds a barrier outlives its holder's last refresh (a probe may take a few)
+
 
 def _now(state: dict, real: float | None = None) -> float:
     base_sim = float(state.get("base_sim", 0))
     if state.get("paused") == "1":
         return base_sim
     real = time.time() if real is None else real
-    return base_sim + (real - float(state.get("base_real", real))) * float(state.get("speed", 20))
+    t = base_sim + (real - float(state.get("base_real", real))) * float(state.get("speed", 20))
+    barrier = state.get("barrier")
+    return min(t, float(barrier)) if barrier not in (None, "") else t
 
 
 def read(r: redis.Redis, lab: str) -> dict:
-    """Clock state plus the current simulated time `t`."""
+    """Clock state plus the current simulated time `t`; `asked` is the learner's speed and
+    `effective` what the lab is really achieving (lower when real work holds the clock back)."""
     state = r.hgetall(key(lab, "clock"))
-    return {"t": round(_now(state), 3), "speed": float(state.get("speed", 20)),
-            "paused": state.get("paused") == "1"}
+    speed = float(state.get("speed", 20))
+    t = _now(state)
+    barrier = state.get("barrier")
+    return {"t": round(t, 3), "t_raw": t, "speed": speed, "paused": state.get("paused") == "1",
+            "asked": speed, "effective": float(state.get("effective", speed)),
+            "slowed": state.get("slowed") == "1", "slowed_reason": state.get("slowed_reason", ""),
+            "waiting_on_real_work": barrier not in (None, "") and t >= float(barrier)}
 
 
 def now(r: redis.Redis, lab: str) -> float:
@@ -72,3 +91,100 @@ def step(r: redis.Redis, lab: str, seconds: float) -> float:
 
 def set_speed(r: redis.Redis, lab: str, speed: float) -> float:
     return _rebase(r, lab, speed=speed)
+
+
+# --- barriers: the clock waits for real work ------------------------------------------------
+
+def _barriers(lab: str) -> str:
+    return key(lab, "barriers")  # zset holder → simulated time the clock may not pass
+
+
+def _alive(lab: str) -> str:
+    return key(lab, "barrier_alive")  # hash holder → real time the barrier lapses unless refreshed
+
+
+# KEYS: [1] the clock hash, [2] barriers zset (holder → sim time), [3] alive hash (holder → real expiry)
+# ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
+#       [5] alive-until (hold)
+# Moves the base point to now (clamped at the current barrier, so a lifted barrier resumes simulated time
+# from exactly where it waited), applies the change, and points the clock at the lowest barrier left.
+# 'sweep' lifts every barrier whose holder stopped refreshing it — in one step, so a barrier being added
+# at that moment is never mistaken for a dead one.
+_BARRIER_LUA = """
+local c = redis.call('HGETALL', KEYS[1])
+local st = {}
+for i = 1, #c, 2 do st[c[i]] = c[i + 1] end
+local real = tonumber(ARGV[4])
+local t = tonumber(st['base_sim'] or '0')
+if st['paused'] ~= '1' then
+  t = t + (real - tonumber(st['base_real'] or ARGV[4])) * tonumber(st['speed'] or '20')
+  if st['barrier'] and st['barrier'] ~= '' and tonumber(st['barrier']) < t then t = tonumber(st['barrier']) end
+end
+if ARGV[1] == 'sweep' then
+  local dead = 0
+  for _, h in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    local u = redis.call('HGET', KEYS[3], h)
+    if not u or tonumber(u) < real then
+      redis.call('ZREM', KEYS[2], h)
+      redis.call('HDEL', KEYS[3], h)
+      dead = dead + 1
+    end
+  end
+  if dead == 0 then return 0 end
+end
+redis.call('HSET', KEYS[1], 'base_sim', string.format('%.17g', t), 'base_real', ARGV[4])
+if ARGV[1] == 'hold' then
+  local at = ARGV[3]
+  if tonumber(at) < t then at = string.format('%.17g', t) end  -- a barrier never takes the clock back
+  redis.call('ZADD', KEYS[2], at, ARGV[2])
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
+elseif ARGV[1] == 'lift' then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
+local low = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if #low > 0 then redis.call('HSET', KEYS[1], 'barrier', low[2]) else redis.call('HDEL', KEYS[1], 'barrier') end
+return 1
+"""
+_scripts: dict[int, object] = {}
+
+
+def _set_barrier(r: redis.Redis, lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL) -> None:
+    if id(r) not in _scripts:
+        _scripts[id(r)] = r.register_script(_BARRIER_LUA)
+    real = time.time()
+    _scripts[id(r)](keys=[key(lab, "clock"), _barriers(lab), _alive(lab)],
+                    args=[op, holder, repr(at), repr(real), repr(real + ttl)])
+
+
+def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL) -> None:
+    """Simulated time may not pass `at` until `holder` lifts (or moves) this barrier, or stops
+    refreshing it for `ttl` real seconds."""
+    _set_barrier(r, lab, "hold", holder, at, ttl)
+
+
+def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> None:
+    """The holder is alive: keep its barrier (called every pacing tick)."""
+    r.hset(_alive(lab), holder, time.time() + ttl)
+
+
+def lift(r: redis.Redis, lab: str, holder: str) -> None:
+    _set_barrier(r, lab, "lift", holder)
+
+
+def lowest_barrier(r: redis.Redis, lab: str, besides: str) -> float:
+    """The lowest barrier held by anyone but `besides` (math.inf if none)."""
+    for holder, at in r.zrange(_barriers(lab), 0, 1, withscores=True):
+        if holder != besides:
+            return at
+    return float("inf")
+
+
+def lift_dead(r: redis.Redis, lab: str) -> int:
+    """Lift barriers whose holders stopped refreshing them (the supervisor calls this each tick)."""
+    if not r.exists(_barriers(lab)):
+        return 0
+    if id(r) not in _scripts:
+        _scripts[id(r)] = r.register_script(_BARRIER_LUA)
+    return int(_scripts[id(r)](keys=[key(lab, "clock"), _barriers(lab), _alive(lab)],
+                               args=["sweep", "", "0", repr(time.time()), "0"]))

@@ -23,11 +23,14 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "job.dead_lettered": ("dead_lettered", "job {job} moved to the dead-letter queue: {reason}"),
     "job.replayed": ("replayed", "job {job} replayed from the DLQ"),
     "job.duplicate_blocked": ("duplicates_blocked",
-                              "stale attempt {attempt} of job {job} refused by the CAS guard ({reason})"),
-    "job.claim_refused": ("claims_refused", "late delivery of job {job} (attempt {attempt}) refused by the CAS: "
-                                            "the job is already {state} (attempt {current_attempt})"),
+                              "delivery {attempt} of job {job} blocked by the {guard} guard: {reason}"),
+    "job.claim_refused": ("claims_refused", "late delivery {attempt} of job {job} refused by the CAS: the job is "
+                                            "already {state} (done → running is not a transition): acked and dropped"),
     "job.duplicate_completed": ("duplicate_completions",
-                                "job {job} completed AGAIN by worker {worker}: no CAS guard"),
+                                "job {job} completed AGAIN by worker {worker} ({wasted}s of transcoding "
+                                "done twice): no guard"),
+    "job.stale_freed": ("stale_freed", "job {job}'s record freed ({reason}): running → queued, the next "
+                                       "delivery may claim it"),
     "job.crashed": ("crashes", "job {job} crashed worker {worker}'s work horse (attempt {attempt})"),
     "job.resent": ("resent", "job {job}: a worker took its message and died before claiming it; "
                              "attempt {attempt} sent again"),
@@ -102,11 +105,16 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "lab.branched": (None, "branched from lab {parent} at t={at}s with {changes}: "
                            "{jobs} unfinished jobs enqueued again"),
     "settings.changed": (None, "settings changed: {changes}"),
+    "storage.called": ("storage_calls", "storage call from job {job} part {part} (try {try}): {outcome}"),
+    "storage.failed": ("storage_failures", "storage down: job {job}'s {parts} in-flight part calls failed at "
+                                           "t={t}s; each retries in {delays}"),
     "fault.started": (None, "fault: {fault} for {duration}s"),
     "fault.ended": (None, "fault over: {fault}"),
     "clock.paused": (None, "clock paused at t={t}s"),
     "clock.resumed": (None, "clock resumed at t={t}s"),
     "clock.stepped": (None, "clock stepped to t={t}s"),
+    "clock.slowed": ("clock_slowed", "{asked}× asked, running at {running}×: {reason}"),
+    "clock.caught_up": (None, "clock back at {asked}×"),
 }
 
 COUNTERS: tuple[str, ...] = tuple(sorted({c for c, _ in EVENT_TYPES.values() if c}))
@@ -121,7 +129,10 @@ SAMPLES: dict[str, str] = {
 }
 FAULTS: dict[str, tuple[str, str]] = {
     "storage_outage": ("Storage outage", "Saving outputs fails for a while: attempts fail and are retried."),
-    "poison": ("Poison pill", "Enqueue a job whose handler crashes the process running it, every time."),
+    "poison": ("Poison pill", "Enqueue an undecodable upload: every attempt fails with an error, so the retry "
+                              "policy decides the waits and Max attempts sends it to the DLQ."),
+    "poison_crash": ("Crashing pill", "Enqueue a job that kills the process running it (as an OOM would), every "
+                                      "time: no handler runs, only the lease brings it back, until Max receives."),
     "slow": ("Slow jobs", "Jobs started during the fault take three times as long."),
     "dedup_outage": ("Dedup store down",
                      "Idempotency keys cannot be checked: the lab fails open or closed (chapter 5)."),

@@ -38,3 +38,8 @@ def host_commands(host: str) -> str:
 def owner(lab: str) -> str:
     """The lab's ownership lease: the owning host's id, with a TTL its heartbeat renews."""
     return key(lab, "owner")
+
+
+def msg(lab: str, job_id: str) -> str:
+    """The broker's message for a job (visibility, receive count), kept apart from the job's record."""
+    return key(lab, "msg", job_id)

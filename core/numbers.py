@@ -586,6 +586,24 @@ def jitter_peak_per_bucket(clients: int, window_s: float, bucket_s: float) -> fl
     return clients / buckets
 
 
+def jitter_expected_peak(clients: int, window_s: float, bucket_s: float) -> float:
+    """Expected count in the FULLEST bucket when `clients` draw uniformly over `window_s` (full jitter).
+    Why: with tens of callers, not thousands, the busiest bucket sits well above the mean
+    (jitter_peak_per_bucket); this is the peak a measured histogram should be compared with.
+    Each bucket is Binomial(clients, 1/buckets); buckets are treated as independent."""
+    buckets = max(1, round(window_s / bucket_s))
+    if clients <= 0:
+        return 0.0
+    p = 1.0 / buckets
+    cdf, term = [], (1 - p) ** clients
+    acc = 0.0
+    for k in range(clients + 1):
+        acc += term
+        cdf.append(min(1.0, acc))
+        term = term * (clients - k) / (k + 1) * p / (1 - p) if p < 1 else 0.0
+    return sum(1 - c ** buckets for c in cdf)
+
+
 def jitter_peak_reduction(window_s: float, bucket_s: float) -> float:
     """How many times lower the peak bucket is with full jitter than without (the lesson's 100×):
     the window divided into buckets, never below 1."""

@@ -20,7 +20,7 @@ import redis
 
 from core import blobs, clock, presets, stream
 from core.events import COUNTERS
-from core.keys import LABS, job, key, queue_name
+from core.keys import LABS, job, key, msg, queue_name
 
 
 class LabFull(Exception):
@@ -119,9 +119,15 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
     out["attempt"] = int(raw.get("attempt", 0))
     out["attempts"] = attempts
     out["outputs"] = json.loads(raw.get("outputs", "{}"))
-    for f in ("created_at", "lease_deadline"):
+    for f in ("created_at", "claimed_at", "alive_at", "finished_at"):
         if f in out:
             out[f] = float(out[f])
+    # the broker's message, kept apart from the record: visibility and receive count
+    m = r.hgetall(msg(lab, job_id))
+    out["message"] = {"state": m.get("state", "deleted"), "receives": int(m.get("receives", 0)),
+                      "deadline": float(m["deadline"]) if m.get("deadline") else None}
+    if out["message"]["state"] == "inflight" and out["message"]["deadline"] is not None:
+        out["lease_deadline"] = out["message"]["deadline"]
     return out
 
 

@@ -44,8 +44,25 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("ack_mode", "choice", "late", "late: delete the message after success (at-least-once); "
             "early: delete on claim (at-most-once: a crash loses the job).", choices=("late", "early"),
             label="Acknowledge"),
-    Setting("cas_guard", "bool", True, "State transitions are compare-and-swap, fenced by attempt, so "
-            "a stale worker cannot complete a job a newer attempt owns.", label="CAS guard"),
+    Setting("guard", "choice", "claim", "What a worker holding a message may do to the job's record. off: "
+            "every copy runs the job (chapter 1's world: the first completion wins, a second is a counted "
+            "duplicate); claim: the lesson's compare-and-swap, first claimer wins: a copy that finds the "
+            "record running backs off in one round trip and leaves the message in flight, one that finds it "
+            "done acks and drops it; fence: newest attempt wins (fencing tokens): an older attempt's writes "
+            "are refused, which livelocks when the VT is shorter than the job.",
+            choices=("off", "claim", "fence"), label="Job-record guard"),
+    Setting("stale_after", "float", 1200.0, "The stale-job sweeper (chapter 7's reprocess_stale_jobs): a "
+            "record left running with no sign of life (claim or heartbeat) for this long is put back to "
+            "queued, so a crashed holder cannot block its job forever under the claim guard; 0 = no sweeper.",
+            0, 86400, label="Stale-job sweeper after", unit="s"),
+    Setting("max_receives", "int", 10, "The broker's redrive policy (SQS maxReceiveCount): a message "
+            "received this many times without being deleted goes to the dead-letter queue. Counts every "
+            "receive — crashes, expired leases and copies that backed off — unlike Max attempts, which "
+            "counts the handler's failures.", 1, 50, label="Max receives"),
+    Setting("upload_parts", "int", 1, "Parts each attempt streams to storage in parallel while it runs "
+            "(a multipart upload): every part is one storage call in flight, retried inside the attempt "
+            "with the retry policy when storage fails. More parts, more callers in a retry herd.",
+            1, 16, label="Upload parts per job"),
     Setting("idempotent_outputs", "bool", True, "Outputs go to a deterministic path written "
             "atomically, so a duplicate run overwrites instead of adding files.",
             label="Deterministic output path"),
@@ -60,7 +77,8 @@ SCHEMA: tuple[Setting, ...] = (
             label="Retry base", unit="s"),
     Setting("retry_cap", "float", 300.0, "Upper bound on any single retry delay.", 1, 86400,
             label="Retry cap", unit="s"),
-    Setting("max_attempts", "int", 5, "Deliveries before a job is dead-lettered (SQS maxReceiveCount).",
+    Setting("max_attempts", "int", 5, "Attempts a failing job (or a failing storage call inside one) gets "
+            "before the handler gives up: the fifth failure goes to the dead-letter queue, as in the lesson.",
             1, 20, label="Max attempts"),
     Setting("retry_budget", "float", 0.0, "Wall-clock budget from first attempt; 0 = no budget.",
             0, 86400, label="Retry budget", unit="s"),

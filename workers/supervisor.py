@@ -30,6 +30,8 @@ from workers.engines.fleet import SchedulerFleet
 from workers.process import die_with_parent
 
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (see Waker)
+REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
+PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # process checks and the chapter engines (load generator, fairness, autoscale)
 IDLE_S = 1.0  # with no lab at all, nothing is due: wake only for a command or a new lab
 WATCHED = ("leases", "scheduled", "clock", "settings")  # per-lab keys whose change can move a deadline
@@ -54,6 +56,8 @@ class LabPool:
     handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
     reconciled: bool = False  # after the first pass, added workers pay the boot lag
     nice: int | None = None  # the nice level its processes run at (see lab_nice)
+    pacing: list = field(default_factory=list)  # (real, simulated) samples: the clock's achieved speed
+    reaper_at: float | None = None  # where this loop's barrier on the lab's clock stands
 
 
 def lab_nice(config: Config, settings: dict) -> int:
@@ -222,6 +226,7 @@ class Supervisor:
         stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid,
                     job_id=row.get("job_id"))
         if row.get("job_id") and row.get("attempt"):
+            clock.lift(self.r, lab, f"{row['job_id']}:{row['attempt']}")  # the clock never waits for the dead
             # Ack early: the message was deleted on claim, so no lease will bring it back.
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
@@ -321,10 +326,19 @@ class Supervisor:
     # --- broker duties ----------------------------------------------------------------------
     def broker_tick(self, pool: LabPool, settings: dict) -> None:
         lab = pool.lab
+        clock.lift_dead(self.r, lab)  # a killed worker's barriers: the clock never waits for the dead
         state = clock.read(self.r, lab)
-        now = state["t"]
-        moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"])
-        moved += reaper.start_due_retries(self.r, lab, now)
+        now = state["t_raw"]
+        self.watch_pacing(pool, state)
+        # Work due at the same simulated moment as a deadline happens first: while another barrier holds
+        # the clock at (or before) now, only deadlines strictly before it are acted on. (A job that ends
+        # at 600 s is done before a lease that runs out at 600 s comes back.)
+        other = clock.lowest_barrier(self.r, lab, besides="reaper")
+        upto = now if other > now else other - 1e-6
+        moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"], upto)
+        moved += reaper.start_due_retries(self.r, lab, now, upto)
+        reaper.sweep_stale(self.r, lab, now, settings)
+        self.reaper_barrier(pool)
         moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
@@ -342,6 +356,57 @@ class Supervisor:
             elif name in pool.fault_active:
                 pool.fault_active.discard(name)
                 stream.emit(self.r, lab, "fault.ended", now, fault=name)
+
+    def reaper_barrier(self, pool: LabPool) -> None:
+        """The clock may not pass the next lease deadline or retry due time before this loop has acted on
+        it: a busy host delays the redelivery in real time, never in simulated time."""
+        lab = pool.lab
+        nxt = [s for k in ("leases", "scheduled")
+               for _m, s in self.r.zrange(key(lab, k), 0, 0, withscores=True)]
+        at = min(nxt) if nxt else None
+        if at != pool.reaper_at:
+            if at is None:
+                clock.lift(self.r, lab, "reaper")
+            else:
+                clock.hold(self.r, lab, "reaper", at, ttl=REAPER_BARRIER_S)
+            pool.reaper_at = at
+        elif at is not None:
+            clock.refresh(self.r, lab, "reaper", ttl=REAPER_BARRIER_S)
+
+    def watch_pacing(self, pool: LabPool, state: dict) -> None:
+        """The honest clock's readout: the speed the lab really achieves over the last few real seconds.
+
+        Barriers (clock.hold) make the clock wait for real work; when that drags the achieved speed under
+        90 % of the asked speed, the lab says so (`clock.slowed`, and `slowed`/`effective` in the clock
+        snapshot) until it is back within 3 %.
+        """
+        real = time.time()
+        samples = pool.pacing
+        if state["paused"] or (samples and samples[-1][2] != state["speed"]):
+            samples.clear()
+        if state["paused"]:
+            return
+        samples.append((real, state["t"], state["speed"]))
+        while samples and real - samples[0][0] > PACING_WINDOW_S:
+            samples.pop(0)
+        if real - samples[0][0] < PACING_WINDOW_S * 0.6:
+            return
+        asked = state["speed"]
+        achieved = (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
+        k = key(pool.lab, "clock")
+        if not state["slowed"] and achieved < 0.9 * asked:
+            busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+            reason = ("the machine is busy" if busy else
+                      "real work (ffmpeg, storage calls) cannot keep up at this speed")
+            running = round(achieved, 1 if achieved < 10 else 0)
+            self.r.hset(k, mapping={"slowed": 1, "effective": running, "slowed_reason": reason})
+            stream.emit(self.r, pool.lab, "clock.slowed", state["t"], asked=round(asked, 1), running=running,
+                        reason=reason)
+        elif state["slowed"] and achieved >= 0.97 * asked:
+            self.r.hset(k, mapping={"slowed": 0, "effective": asked, "slowed_reason": ""})
+            stream.emit(self.r, pool.lab, "clock.caught_up", state["t"], asked=round(asked, 1))
+        elif state["slowed"] and abs(achieved - state["effective"]) > 0.05 * asked:
+            self.r.hset(k, "effective", round(achieved, 1 if achieved < 10 else 0))
 
     def command(self, raw: str) -> None:
         """A kill or replica command for a lab this host owns (app/pool.py routes it to the owner)."""

@@ -1,14 +1,16 @@
 """RQ job functions: what a real worker process runs for one delivery of one job attempt.
 
-`run_attempt` is the whole worker loop of the lesson in one place: claim (lease), do the work
-paced on the lab's clock with heartbeats, write outputs atomically, then ack (CAS to done) and
-send the completion email once. It never decides redelivery: that is the reaper's job, which is
+`run_attempt` is the whole worker loop of the lesson in one place: receive the message and claim
+the job's record (one round trip; the `guard` decides), do the work paced on the lab's clock with
+heartbeats and the upload streaming to storage, write outputs atomically, then ack (record done,
+message deleted) and send the completion email once. It never decides redelivery: that is the reaper's job, which is
 exactly why a worker that is killed mid-job still gets its message back.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from core import blobs, clock, registry, stream
 from core.config import Config
 from core.keys import job, key
 from workers import media
-from workers.broker import leases, retry
+from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
 from workers.process import die_with_parent
@@ -61,6 +63,7 @@ def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: 
 
 
 def run_attempt(lab: str, job_id: str, attempt: int) -> None:
+    """One delivery (number `attempt`) of the job's message, received by this worker."""
     die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
     if not registry.exists(r, lab):
@@ -68,49 +71,61 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     settings = registry.settings(r, lab)
     wid = worker_id()
     now = clock.now(r, lab)
-    if not leases.claim(r, lab, job_id, attempt, wid, now, settings["vt_seconds"],
-                        settings["ack_mode"], os.getpid()):
-        return  # a stale delivery: a newer attempt owns the job, or it is finished
+    outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
+    if outcome != leases.STALE:
+        clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
+    if outcome != leases.RUN:
+        return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
+    holder = f"{job_id}:{attempt}"
+    rec = r.hgetall(job(lab, job_id))
+    # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
+    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on
+    clock.hold(r, lab, holder, now)
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
-    rec = r.hgetall(job(lab, job_id))
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     try:
-        if rec.get("poison") == "1":
-            # A poison pill: the handler crashes the process that runs it, every time. The lab
-            # narrates the crash (as a crash log would); the lease is left to expire.
+        if rec.get("poison") == "crash":
+            # A crashing pill: the handler kills the process that runs it, every time (as an OOM would).
+            # No error reaches any handler; the lab narrates the crash (as a crash log would) and the
+            # lease is left to expire.
             record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="crashed")
             stream.emit(r, lab, "job.crashed", now, job_id=job_id, worker_id=wid, attempt=attempt)
             set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+            clock.lift(r, lab, holder)
             os._exit(70)
-        outputs = do_work(r, lab, job_id, attempt, rec, settings, now)
+        outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng)
         end = clock.now(r, lab)
-        res = leases.complete(r, lab, job_id, attempt, wid, end, settings["cas_guard"],
+        res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
                               {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
-        if res == leases.REFUSED:
-            record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="refused (stale attempt)")
+        if res == leases.REFUSED_WRITE:
+            record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="refused (no longer the holder)")
+        elif res == leases.DUPLICATE:
+            record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="completed again (duplicate)")
+            notify(r, lab, job_id, attempt, settings, end)
         else:
             notify(r, lab, job_id, attempt, settings, end)
     except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
         end = getattr(e, "at", None) or clock.now(r, lab)
         if isinstance(e, StorageDown):
             retry.breaker_record(r, lab, end, settings, ok=False)
-        attempts_used = attempt - int(rec.get("attempt_base", 0))
+        attempts_used = int(rec.get("attempt", 1)) - int(rec.get("attempt_base", 0))
         first = float(rec.get("created_at", end))
         retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first,
                            record, rng)
     finally:
+        clock.lift(r, lab, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
 
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-            start: float) -> dict:
+            start: float, rng) -> dict:
     """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL.
 
     An attempt that fails leaves no partial `.tmp-*` output behind (a crashed one's are swept by the
     supervisor); a published output is counted against the lab's disk share."""
     try:
-        return _do_work(r, lab, job_id, attempt, rec, settings, start)
+        return _do_work(r, lab, job_id, attempt, rec, settings, start, rng)
     except BaseException:
         base = registry.lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
         for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
@@ -119,7 +134,7 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
 
 
 def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-             start: float) -> dict:
+             start: float, rng) -> dict:
     var_dir = Config.from_env().var_dir
     payload = json.loads(rec["payload"])
     src = source_file(r, lab, rec["source"], var_dir)
@@ -136,7 +151,7 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
             else:
                 procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
         pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]),
-             [proc for proc, _tmp, _final in procs.values()])
+             [proc for proc, _tmp, _final in procs.values()], rng)
         for rend, (proc, _tmp, _final) in procs.items():
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
@@ -192,22 +207,34 @@ def probe_once(r: redis.Redis, src: Path) -> None:
 
 
 def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float, procs: list) -> None:
+         duration: float, procs: list, rng) -> None:
     """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
-    heart-beating all the while (a busy host can make the real work outlast the simulated time)."""
+    heart-beating and streaming its upload parts to storage all the while.
+
+    Every moment this attempt must act at (its end, its next heartbeat, a storage retry that is due,
+    its execution timeout) is a barrier on the lab's clock (clock.hold): simulated time waits there
+    until the attempt has acted, so a busy host or a slow ffmpeg slows the clock instead of making
+    the job overrun its duration or a heartbeat miss its lease.
+    """
     faults = r.hgetall(key(lab, "faults"))
     if float(faults.get("slow_until", -1)) > start:
         duration *= float(faults.get("slow_factor", 3))
     if not retry.breaker_allows(r, lab, start, settings):
         raise StorageDown("circuit open: not calling storage", at=start)
+    holder = f"{job_id}:{attempt}"
+    end_at = start + duration
+    timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
+    parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
+    barrier, held_at = None, 0.0
     while True:
-        now = clock.now(r, lab)
+        state = clock.read(r, lab)
+        now = state["t_raw"]
         elapsed = now - start
-        storage_check(r, lab, start, now)
+        parts.step(now)
         if time.monotonic() - real_start > media.LIMITS.ffmpeg_timeout and any(p.poll() is None for p in procs):
             raise NonRetryable(f"ffmpeg ran longer than {media.LIMITS.ffmpeg_timeout:g} real seconds")
-        if settings["exec_timeout"] and elapsed > settings["exec_timeout"]:
+        if now >= timeout_at - 1e-6:
             raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
         if pct // 10 > last_pct // 10 and pct < 100:
@@ -215,20 +242,106 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
             set_worker(r, lab, progress=pct)
             stream.emit(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(),
                         attempt=attempt, percent=pct)
-        if elapsed >= duration and all(p.poll() is not None for p in procs):
+        if now >= end_at - 1e-6 and all(p.poll() is not None for p in procs) and parts.all_ok():
             return
-        if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"]:
+        if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6:
             leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])
             last_beat = now
-        time.sleep(TICK)
+        # the clock waits at the attempt's end until ffmpeg is done; past its end, an attempt still waiting
+        # on a storage retry holds the clock at that retry instead
+        real_work = any(p.poll() is None for p in procs)
+        nxt = min(end_at if now < end_at - 1e-6 or real_work else math.inf, timeout_at, parts.next_due(),
+                  last_beat + settings["heartbeat_interval"] if settings["heartbeat"] else math.inf)
+        if nxt == math.inf:
+            if barrier is not None:
+                clock.lift(r, lab, holder)
+                barrier = None
+        elif nxt != barrier or time.monotonic() - held_at > 1.0:  # re-hold now and then: a long stall may
+            clock.hold(r, lab, holder, nxt)                       # have let the supervisor lift it
+            barrier, held_at = nxt, time.monotonic()
+        else:
+            clock.refresh(r, lab, holder)
+        wait = (nxt - now) / state["speed"] if state["speed"] > 0 and not state["paused"] else TICK
+        time.sleep(min(TICK, max(0.002, wait)))
 
 
-def storage_check(r: redis.Redis, lab: str, start: float, now: float) -> None:
-    """The attempt streams its output to storage while it runs, so an outage fails every in-flight
-    attempt at the moment it begins: the synchronized failure that makes retries a herd."""
-    until, since = r.hmget(key(lab, "faults"), "storage_outage_until", "storage_outage_from")
-    if until and float(until) > now:
-        raise StorageDown("storage unavailable (outage fault)", at=max(start, float(since or start)))
+class UploadParts:
+    """The attempt's output streams to storage as `upload_parts` parallel part uploads (a multipart
+    upload), each one a storage call in flight while the job runs.
+
+    A storage outage fails every in-flight call at its first instant; each caller then sleeps the retry
+    policy's delay and calls storage again, inside the attempt, as the lesson's workers do — so with
+    no jitter every caller that failed together comes back together (1, 3, 7, 15 × base). Each call
+    that reaches storage is a `storage.called` event: the arrivals the chapter 4 histogram counts.
+    A part that fails `max_attempts` calls fails the attempt (then the job-level retry policy decides).
+    """
+
+    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng):
+        self.r, self.lab, self.job_id, self.attempt, self.s, self.rng = r, lab, job_id, attempt, settings, rng
+        # per part: ok = streaming since `since`; due = when its next call is made (None = none pending)
+        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0}
+                      for _ in range(int(settings.get("upload_parts", 1)))]
+
+    def next_due(self) -> float:
+        return min((p["due"] for p in self.parts if p["due"] is not None), default=math.inf)
+
+    def all_ok(self) -> bool:
+        return all(p["ok"] for p in self.parts)
+
+    def _schedule(self, p: dict, at: float, why: str) -> float:
+        """After a failed call: the policy's delay, or give up (the attempt fails at `at`)."""
+        p["ok"], p["tries"] = False, p["tries"] + 1
+        delay = retry.retry_delay(self.s["retry_policy"], p["tries"], self.s["retry_base"], self.s["retry_cap"],
+                                  self.rng)
+        if delay is None or p["tries"] >= self.s["max_attempts"]:
+            raise StorageDown(f"storage unavailable ({why}) after {p['tries']} calls", at=at)
+        p["due"] = at + delay
+        return delay
+
+    def step(self, now: float) -> None:
+        events: list = []
+        try:
+            self._step(now, events)
+        finally:
+            self._emit(events)
+
+    def _step(self, now: float, events: list) -> None:
+        until, since = self.r.hmget(key(self.lab, "faults"), "storage_outage_until", "storage_outage_from")
+        down_from, down_until = (float(since), float(until)) if until and since else (math.inf, -math.inf)
+        # calls in flight when the outage began fail at its first instant, all together
+        in_flight = [p for p in self.parts if p["ok"] and p["since"] <= down_from <= now]
+        if in_flight:
+            events.append(("storage.failed", down_from, {"parts": len(in_flight), "t": round(down_from, 3),
+                                                           "delays": []}))
+            for p in in_flight:
+                events[-1][2]["delays"].append(round(self._schedule(p, down_from, "outage"), 3))
+        for i, p in enumerate(self.parts):
+            if p["due"] is None or now < p["due"] - 1e-6:
+                continue
+            try_no = p["tries"] + 1
+            if not retry.breaker_allows(self.r, self.lab, now, self.s):
+                self._schedule(p, now, "circuit open: not calling storage")
+                continue
+            down = down_from <= now < down_until
+            self.r.hincrby(key(self.lab, "storage"), "calls", 1)  # the call itself: one round trip to storage
+            retry.breaker_record(self.r, self.lab, now, self.s, ok=not down)
+            events.append(("storage.called", now, {
+                "part": i + 1, "try": try_no, "ok": not down, "due": round(p["due"], 3),
+                "policy": self.s["retry_policy"], "outcome": "storage down" if down else "ok"}))
+            if down:
+                self._schedule(p, now, "outage")
+            else:
+                p.update(ok=True, since=now, due=None)
+
+    def _emit(self, events: list) -> None:
+        if not events:
+            return
+        with self.r.pipeline(transaction=True) as pipe:
+            for type_, t, data in events:
+                stream.append(pipe, self.lab, type_, t, job_id=self.job_id, worker_id=worker_id(),
+                              attempt=self.attempt, **data)
+            pipe.execute()
+        events.clear()
 
 
 def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float) -> None:

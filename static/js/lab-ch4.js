@@ -1,5 +1,5 @@
-// Chapter 4 add-on: an outage that hits every in-flight job at once, the retry arrivals it causes
-// per policy (measured from the lab's events), the model's peak beside them, breaker and DLQ gauges,
+// Chapter 4 add-on: an outage that fails every in-flight storage call at once, the calls that reach
+// storage afterwards per policy (measured from the lab's `storage.called` events), the model's peak beside them, breaker and DLQ gauges,
 // and a paced DLQ replay. Rides on the live widget's lab (lab-addon.js).
 
 import { makeChart, onLab } from './lab-addon.js';
@@ -16,22 +16,24 @@ $('ch4-charts')?.append(chart.el);
 async function refresh() {
   timer = null;
   if (!ctx) return;
-  const res = await ctx.api('GET', `/api/labs/${ctx.lab.id}/retries`);
+  const res = await ctx.api('GET', `/api/labs/${ctx.lab.id}/retries?bucket_s=1`);
   if (!res.ok) return;
-  const d = res.data, w = d.bucket_s;
+  // issue 18: the herd as the storage dependency sees it — every upload-part call, per 1 s bucket
+  const d = res.data, st = d.storage, w = d.bucket_s;
   const bars = [];
   POLICIES.forEach(([p, label, cls], i) => {
-    for (const [b, n] of d.policies[p]?.histogram || []) {
+    for (const [b, n] of st.policies[p]?.histogram || []) {
       bars.push({ x0: b + (i * w) / 3, x1: b + ((i + 1) * w) / 3, y: n, cls, label: `${label}: ${n} at ${b}s` });
     }
   });
-  const m = d.model;
-  const peaks = POLICIES.filter(([p]) => d.policies[p]).map(([p, label]) =>
-    `${label}: peak ${d.policies[p].first_wave_peak} of ${d.policies[p].first_wave}`);
-  chart.draw({ bars, hlines: m.clients ? [{ y: m.full_jitter_peak_per_bucket, label: 'model: full-jitter mean per bucket' }] : [],
-    text: peaks.length ? `First retry wave per ${w} s bucket. ${peaks.join('; ')}.` : 'No retries yet: run the outage.' });
-  const text = peaks.length ? `Measured ${peaks.join(', ')}. Model: no jitter puts all ${m.clients} in one bucket; ` +
-    `full jitter ≈ ${m.full_jitter_peak_per_bucket.toFixed(2)} per bucket, ${m.jitter_peak_reduction_x.toFixed(0)}× lower.` : '';
+  const m = st.model;
+  const peaks = POLICIES.filter(([p]) => st.policies[p]).map(([p, label]) =>
+    `${label}: peak ${st.policies[p].peak_per_bucket} of ${st.policies[p].callers}`);
+  chart.draw({ bars, hlines: st.callers ? [{ y: m.full_jitter_expected_peak, label: 'model: full-jitter tallest bucket' }] : [],
+    text: peaks.length ? `Storage calls per ${w} s bucket after the outage starts. ${peaks.join('; ')}.` : 'No storage calls yet: run the outage.' });
+  const text = peaks.length ? `Measured ${peaks.join(', ')}. Model: no jitter puts all ${m.no_jitter_peak_per_bucket} in one bucket; ` +
+    `full jitter ≈ ${m.full_jitter_mean_per_bucket.toFixed(1)} per bucket on average, ${m.full_jitter_expected_peak.toFixed(1)} in the ` +
+    `tallest (${m.jitter_peak_reduction_x.toFixed(0)}× lower on average).` : '';
   if (text !== lastPeaks) { lastPeaks = text; setText($('ch4-peaks'), text); }
   const br = d.breaker;
   setText($('ch4-breaker'), br.enabled ? `${br.state.replace('_', '-')} (${br.failures}/${br.threshold} failures)` : 'off');
@@ -52,11 +54,12 @@ async function runOutage(ev) {
   if (!ctx) return;
   const { api, lab } = ctx, base = `/api/labs/${lab.id}`;
   const policy = $('ch4-policy').value;
-  const set = await api('PATCH', `${base}/settings`, { retry_policy: policy, retry_base: 100, retry_cap: 1000, max_attempts: 10,
+  const set = await api('PATCH', `${base}/settings`, { retry_policy: policy, retry_base: 10, retry_cap: 300, max_attempts: 8,
     vt_seconds: 7200 });
   if (!set.ok) return status('Could not change the retry policy.');
   const n = set.data?.settings?.workers ?? ctx.snapshot?.settings?.workers ?? 0;
-  status(`Starting ${n} long jobs, one per worker…`);
+  const parts = set.data?.settings?.upload_parts ?? 1;
+  status(`Starting ${n} long jobs, one per worker, ${parts} upload parts each…`);
   for (let i = 0; i < n; i += 1) await api('POST', `${base}/jobs`, { job_type: 'thumbnail', duration_s: 3000 });
   for (let tries = 0; tries < 240; tries += 1) {
     const s = await api('GET', base);
@@ -64,7 +67,8 @@ async function runOutage(ev) {
     await new Promise((r) => setTimeout(r, 250));
   }
   const res = await api('POST', `${base}/faults`, { type: 'storage_outage', duration_s: Number($('ch4-outage-s').value) });
-  status(res.ok ? `Storage down with ${n} jobs in flight (${policy.replace('_', ' ')}).` : `Outage refused: ${JSON.stringify(res.data?.detail)}`);
+  status(res.ok ? `Storage down with ${n} jobs in flight, ${n * parts} storage calls (${policy.replace('_', ' ')}).`
+    : `Outage refused: ${JSON.stringify(res.data?.detail)}`);
   soon();
 }
 
@@ -85,5 +89,5 @@ $('ch4-replay-all')?.addEventListener('click', () => replay(false));
 
 onLab({
   ready(detail) { ctx = detail; lastPeaks = ''; refresh(); },
-  event(ev) { if (/^(job\.(retry_scheduled|dead_lettered|replayed|retry_started)|breaker\.|fault\.)/.test(ev.type)) soon(); },
+  event(ev) { if (/^(job\.(retry_scheduled|dead_lettered|replayed|retry_started)|storage\.|breaker\.|fault\.)/.test(ev.type)) soon(); },
 });

@@ -101,7 +101,7 @@ async function refreshOutbox() {
 async function forceRedelivery() {
   if (!ctx) return;
   const patch = await ctx.api('PATCH', `/api/labs/${ctx.lab.id}/settings`, { vt_seconds: 300, job_duration: 400,
-    heartbeat: false, cas_guard: false, max_attempts: 2, retry_policy: 'none' });
+    heartbeat: false, guard: 'off', max_attempts: 2, retry_policy: 'none' });
   showError(patch);
   if (!patch.ok) return;
   showError(await ctx.api('POST', `/api/labs/${ctx.lab.id}/jobs`, { sample: 'carphone_pristine' }));

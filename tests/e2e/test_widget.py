@@ -183,11 +183,10 @@ def test_cutting_a_lease_short_in_the_in_flight_panel_redelivers_while_its_worke
     expect(page.get_by_test_id("event-log")).to_contain_text("you cut job 1's lease short (attempt 1)")
     page.snap("lease-cut")
     expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
-    expect_readout(page, "duplicates", 1)
     expect_readout(page, "done", 1)
 
 
-def test_vt_below_the_job_duration_shows_the_duplicate_overlap_and_blocks_it(lab_page):
+def test_vt_below_the_job_duration_shows_the_duplicate_overlap_and_the_second_completion(lab_page):
     page = lab_page.open_chapter(1)  # ch1: VT 300 s, 600 s job
     page.get_by_test_id("scenario-vt-too-short").click()
     expect(page.get_by_test_id("vt-hint")).to_contain_text("runs out mid-job")
@@ -199,11 +198,11 @@ def test_vt_below_the_job_duration_shows_the_duplicate_overlap_and_blocks_it(lab
     expect(page.get_by_test_id("tl-job-1").get_by_test_id("tl-lease-expired").first).to_be_visible()
     expect(page.get_by_test_id("tl-attempt-1-2")).to_be_visible()
     page.snap("overlap")
-    # the first attempt finishes after its lease was handed on: the CAS guard refuses it
-    wait_readout_at_least(page, "duplicates", 1)
-    expect(page.get_by_test_id("tl-attempt-1-1")).to_have_attribute("data-outcome", "refused")
+    # chapter 1's world (guard off): the first attempt finishes at 600 s and the job is done once; the
+    # copy started at 300 s runs on and completes again, a counted duplicate
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
     wait_readout_at_least(page, "redelivered", 1)
-    expect(page.get_by_test_id("event-log")).to_contain_text("stale attempt 1 of job 1 refused by the CAS guard")
+    expect(page.get_by_test_id("event-log")).to_contain_text("job 1 completed AGAIN", timeout=LONG)
     page.snap("blocked")
 
 
@@ -240,7 +239,6 @@ def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, ap
     page = lab_page.open_chapter(1)
     page.get_by_test_id("scenario-vt-too-short").click()
     wait_readout_at_least(page, "redelivered", 1)
-    wait_readout_at_least(page, "duplicates", 1)
     # pause with the keyboard shortcut (Space while the lab has focus)
     page.locator("#lab-widget").focus()
     page.keyboard.press("Space")

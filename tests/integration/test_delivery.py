@@ -49,25 +49,7 @@ def busy_worker(api, lab, job_id):
     return next(w for w in snap["workers"] if w.get("job_id") == job_id)
 
 
-def test_vt_shorter_than_the_job_redelivers_while_the_first_worker_still_runs(api, stack):
-    lab = api.lab("ch1", speed=200, vt_seconds=300, job_duration=600, max_attempts=3, workers=2)
-    api.workers_ready(lab, 2)
-    job = enqueue(api, lab)
-    snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and s["counts"]["duplicates_blocked"] >= 3
-                        and all(w["state"] == "idle" for w in s["workers"]), timeout=60)
-    ev = api.events(lab)
-    redelivered = types(ev, "job.redelivered")
-    assert redelivered, "the lease ran out and nobody redelivered"
-    # the collision: attempt 2 was claimed by another worker while attempt 1 was still running
-    claims = types(ev, "job.claimed")
-    first_end = next(e for e in types(ev, "job.duplicate_blocked") if e["attempt"] == 1)
-    second_claim = next(e for e in claims if e["attempt"] == 2)
-    assert second_claim["t_sim"] < first_end["t_sim"]
-    assert second_claim["worker_id"] != claims[0]["worker_id"]
-    # every attempt outlived its lease, so the CAS guard refused every completion: the lesson's
-    # endless redelivery, ended only by max receives → DLQ; each rendition exists once
-    assert snap["counts"]["succeeded"] == 0
-    assert output_names(stack, lab, job) == ["144p.mp4", "240p.mp4"]
+# VT shorter than the job, under each guard (off / claim / fence): tests/integration/test_semantics.py
 
 
 def test_vt_longer_than_the_job_completes_once_with_no_redelivery(api, stack):
@@ -97,12 +79,12 @@ def test_a_killed_workers_job_comes_back_after_the_visibility_timeout(api):
     expired = types(ev, "lease.expired")[0]
     # nothing happens until the lease deadline: redelivery comes at claim + VT, not at the kill
     assert expired["data"]["deadline"] == pytest.approx(claimed["t_sim"] + 1200, abs=1)
-    assert expired["t_sim"] >= expired["data"]["deadline"]
+    assert expired["t_sim"] >= expired["data"]["deadline"] - 1e-3
     assert types(ev, "job.succeeded")[0]["attempt"] == 2
 
 
 def test_a_lease_cut_short_comes_back_while_its_worker_still_runs_and_the_guard_keeps_one_result(api):
-    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, heartbeat=False)
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, heartbeat=False, guard="claim")
     api.workers_ready(lab, 2)
     path = f"/api/labs/{lab['lab_id']}/jobs"
     job = enqueue(api, lab)
@@ -118,10 +100,12 @@ def test_a_lease_cut_short_comes_back_while_its_worker_still_runs_and_the_guard_
     # the cut moved the deadline from claim + VT to the moment of the click; the reaper did the rest
     assert cut_ev["data"]["was"] == pytest.approx(claims[0]["t_sim"] + 1200, abs=1)
     assert types(ev, "lease.expired")[0]["data"]["deadline"] == pytest.approx(cut_ev["t_sim"], abs=0.01)
-    # attempt 2 ran on the other worker while attempt 1 was still going; attempt 1's finish was refused
-    assert [e["attempt"] for e in claims] == [1, 2] and claims[1]["worker_id"] != first["id"]
-    assert [e["attempt"] for e in types(ev, "job.duplicate_blocked")] == [1]
-    assert [e["attempt"] for e in types(ev, "job.succeeded")] == [2]
+    # delivery 2 reached the other worker while attempt 1 was still going: it found the record running
+    # and backed off (claim guard); attempt 1 finished and kept the one result
+    assert [e["attempt"] for e in claims] == [1]
+    blocked = types(ev, "job.duplicate_blocked")
+    assert [e["attempt"] for e in blocked] == [2] and blocked[0]["worker_id"] != first["id"]
+    assert [e["attempt"] for e in types(ev, "job.succeeded")] == [1]
     # nothing to cut now, and bad targets are told apart
     again = api.call("POST", f"{path}/{job}/lease/expire", {}, lab["token"])
     assert again.status == 409 and again.json()["error"] == "no_lease"
@@ -167,10 +151,11 @@ def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
     assert types(ev, "job.redelivered")[0]["t_sim"] >= expired["data"]["deadline"]
 
 
-def test_a_poison_pill_is_tried_max_attempts_times_then_dead_lettered(api):
-    lab = api.lab("ch4", speed=200, vt_seconds=120, max_attempts=3, workers=2, job_duration=60)
+def test_a_crashing_pill_is_received_max_receives_times_then_redriven_to_the_dlq(api):
+    lab = api.lab("ch4", speed=200, vt_seconds=120, max_receives=3, workers=2, job_duration=60, heartbeat=False,
+                  guard="off")
     api.workers_ready(lab, 2)
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "poison"}, lab["token"])
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "poison_crash"}, lab["token"])
     assert res.status == 202
     job = res.json()["job_id"]
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and any(x.get("dlq_reason") for x in s["jobs"]))
@@ -181,7 +166,7 @@ def test_a_poison_pill_is_tried_max_attempts_times_then_dead_lettered(api):
 
 
 def test_a_corrupt_upload_is_not_retried_and_lands_in_the_dlq_with_its_reason(api):
-    lab = api.lab("ch4", speed=200, max_attempts=4, workers=2, vt_seconds=3600)
+    lab = api.lab("ch4", speed=200, max_attempts=4, workers=2, vt_seconds=3600, classify_errors=True)
     job = enqueue(api, lab, sample="poison")
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
     j = next(x for x in snap["jobs"] if x["id"] == job)
@@ -201,7 +186,7 @@ def test_with_classification_off_a_corrupt_file_burns_exactly_max_attempts(api):
 
 
 def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
-    lab = api.lab("ch4", speed=200, max_attempts=2, workers=2, vt_seconds=3600)
+    lab = api.lab("ch4", speed=200, max_attempts=2, workers=2, vt_seconds=3600, classify_errors=True)
     corrupt = enqueue(api, lab, sample="poison")
     api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "no such reason"},
@@ -216,8 +201,9 @@ def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
 
 
 def test_storage_outage_retries_then_recovers(api):
-    # the outage (1,500 s ≈ 7.5 s real) outlasts any scheduling delay, so every job hits it
-    lab = api.lab("ch4", speed=200, workers=3, job_duration=30, retry_policy="full_jitter",
+    # the outage (1,500 s ≈ 7.5 s real) outlasts any scheduling delay, so every job hits it; the upload
+    # parts retry their storage calls inside the attempt, so the jobs recover without a job-level retry
+    lab = api.lab("ch4", speed=200, workers=3, job_duration=30, retry_policy="full_jitter", upload_parts=2,
                   retry_base=100, retry_cap=1000, max_attempts=10, vt_seconds=3600)
     api.workers_ready(lab, 3)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage",
@@ -226,8 +212,10 @@ def test_storage_outage_retries_then_recovers(api):
     for _ in range(3):
         enqueue(api, lab, job_type="thumbnail", duration_s=30)
     snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=120)
-    assert snap["counts"]["failed"] >= 3 and snap["counts"]["retries_scheduled"] >= 3
-    assert snap["counts"]["dlq"] == 0
+    ev = api.events(lab)
+    failed_calls = [e for e in ev if e["type"] == "storage.called" and not e["data"]["ok"]]
+    assert len(failed_calls) >= 6 and snap["counts"]["storage_calls"] > len(failed_calls)
+    assert snap["counts"]["failed"] == 0 and snap["counts"]["dlq"] == 0
 
 
 def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):

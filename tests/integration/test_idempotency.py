@@ -105,9 +105,9 @@ def outbox(api, lab):
 @pytest.mark.parametrize("guards", [False, True])
 def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_emails(api, stack, guards):
     # VT 300 s, job 400 s, no heartbeat: attempt 1's lease runs out mid-job and another worker
-    # runs the handler again (the lesson's collision); cas_guard off so both handlers reach the email.
+    # runs the handler again (the lesson's collision); guard off so both handlers reach the email.
     lab = api.lab("ch5", speed=200, workers=2, vt_seconds=300, job_duration=400, heartbeat=False,
-                  max_attempts=2, retry_policy="none", cas_guard=False, idempotent_outputs=guards,
+                  max_attempts=2, retry_policy="none", guard="off", idempotent_outputs=guards,
                   notify_guard=guards)
     api.workers_ready(lab, 2)
     res = api.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"])

@@ -13,33 +13,43 @@ import redis
 from core import stream
 from core.keys import key
 from core.registry import read_job
-from workers.broker.state import lab_keys, script
+from workers.broker import leases
+from workers.broker.state import script
 
+# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
+#       [9] DLQ [10] dispatch
+# ARGV: [1] job id [2] job.replayed [3] real time (dispatch score)
+# Record dlq → queued with its attempt count reset (attempt_base); message visible again with its receive
+# count reset for the redrive policy (base); delivery numbers keep counting up.
 _REPLAY = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'dlq' then return 0 end
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt')) + 1
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', att, 'attempt_base', att - 1)
-redis.call('HDEL', KEYS[1], 'dlq_reason')
-redis.call('ZREM', KEYS[6], ARGV[1])
+local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
+redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt_base', redis.call('HGET', KEYS[1], 'attempt') or '0')
+redis.call('HDEL', KEYS[1], 'dlq_reason', 'holder')
+redis.call('HSET', KEYS[6], 'state', 'pending', 'base', n - 1)
+redis.call('ZREM', KEYS[9], ARGV[1])
 move(KEYS[2], 'dlq', 'queued')
-redis.call('ZADD', KEYS[7], ARGV[3], ARGV[1] .. ':' .. att)
+redis.call('ZADD', KEYS[10], ARGV[3], ARGV[1] .. ':' .. n)
 local ev = cjson.decode(ARGV[2])
-ev['attempt'] = att
+ev['attempt'] = n
 emit(KEYS[3], KEYS[4], cjson.encode(ev), 'replayed')
-return att
+return n
 """
 
-# Paced: back to `retrying` with a due time, so the reaper's due-retry loop releases it on schedule.
+# Paced: KEYS [9] DLQ [10] scheduled; ARGV [1] job id [2] job.replayed [3] due (sim s).
+# Record back to `retrying` and the message delayed until its slot, so the reaper's due-retry loop
+# releases it on schedule.
 _REPLAY_PACED = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'dlq' then return 0 end
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-redis.call('HSET', KEYS[1], 'state', 'retrying', 'attempt_base', att)
-redis.call('HDEL', KEYS[1], 'dlq_reason')
-redis.call('ZREM', KEYS[6], ARGV[1])
+local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
+redis.call('HSET', KEYS[1], 'state', 'retrying', 'attempt_base', redis.call('HGET', KEYS[1], 'attempt') or '0')
+redis.call('HDEL', KEYS[1], 'dlq_reason', 'holder')
+redis.call('HSET', KEYS[6], 'state', 'delayed', 'base', n - 1)
+redis.call('ZREM', KEYS[9], ARGV[1])
 move(KEYS[2], 'dlq', 'retrying')
-redis.call('ZADD', KEYS[7], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[10], ARGV[3], ARGV[1])
 emit(KEYS[3], KEYS[4], ARGV[2], 'replayed')
-return att + 1
+return n
 """
 
 
@@ -59,8 +69,9 @@ def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limi
            rate: float | None = None) -> list[str]:
     """Move matching dead letters back to the queue with their attempt count reset, oldest first.
 
-    The fence (attempt number) keeps counting up, so a worker still holding an old attempt can
-    never complete the replayed job; only `attempt_base` resets the max_attempts budget.
+    Delivery numbers keep counting up, so a worker still holding an old delivery can never receive
+    the replayed message; `attempt_base` resets the max_attempts budget and the message's `base` the
+    redrive's receive count.
     With `rate` (jobs per simulated second) the k-th job is due at now + k/rate instead of all
     at once: an unpaced replay of a big DLQ is a retry storm of its own.
     """
@@ -72,13 +83,13 @@ def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limi
             due = now + len(replayed) / rate
             ev = stream.encode("job.replayed", now, job_id=entry["job_id"], attempt=entry["job"]["attempt"],
                                reason=entry["reason"], due=round(due, 3), rate=rate)
-            res = script(r, _REPLAY_PACED)(keys=lab_keys(lab, entry["job_id"], key(lab, "dlq"),
-                                                          key(lab, "scheduled")),
+            res = script(r, _REPLAY_PACED)(keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"),
+                                                                 key(lab, "scheduled")),
                                            args=[entry["job_id"], ev, due])
         else:
             ev = stream.encode("job.replayed", now, job_id=entry["job_id"], reason=entry["reason"])
-            res = script(r, _REPLAY)(keys=lab_keys(lab, entry["job_id"], key(lab, "dlq"),
-                                                    key(lab, "dispatch")),
+            res = script(r, _REPLAY)(keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"),
+                                                           key(lab, "dispatch")),
                                      args=[entry["job_id"], ev, time.time()])
         if res:
             replayed.append(entry["job_id"])

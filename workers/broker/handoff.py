@@ -3,23 +3,38 @@
 A lease starts at claim, so between RQ moving the message to a worker (BLMOVE into RQ's
 intermediate list) and that worker's `leases.claim` the job has no lease for the reaper to
 expire; a worker killed in that window took the only copy with it, and the job sat 'queued'
-forever. Every send is therefore recorded here first. A record whose attempt is still 'queued'
-after HANDOFF_S real seconds, and whose message is no longer waiting in RQ's queue, was taken by
-a worker that never claimed it: the same attempt is sent again. Sending twice is safe, because
-claim is a compare-and-swap on (state queued, attempt): whichever copy claims first runs, the
-other is a stale delivery and returns without doing anything.
+forever. Every send is therefore recorded here first. A delivery whose message is still `pending`
+(visible, not yet received as that delivery number) after HANDOFF_S real seconds, and which is no
+longer waiting in RQ's queue, was taken by a worker that never received it: the same delivery is
+sent again. Sending twice is safe, because receive is a compare-and-swap on (message pending,
+receive count + 1 = delivery): whichever copy receives first runs, the other is stale and returns.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
 
-from core import stream
-from core.keys import job, key
+from core import clock, stream
+from core.keys import key, msg
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
+TRANSIT_S = 1.0  # real seconds the clock waits for an idle worker to receive a delivery
+
+
+def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float) -> None:
+    """A delivery on its way to an idle worker takes no simulated time: the clock waits (up to
+    TRANSIT_S real seconds) until the worker receives it, so RQ's real pick-up latency (a fork, a
+    few round trips: tens of simulated seconds at 200×) does not shift the lesson's timeline. With
+    no idle worker the message waits in the queue on the simulated clock, as it should."""
+    if any(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers")))):
+        clock.hold(r, lab, transit_holder(job_id, n), now, ttl=TRANSIT_S)
+
+
+def transit_holder(job_id: str, n: int) -> str:
+    return f"transit:{job_id}:{n}"
 
 
 def record(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
@@ -34,8 +49,8 @@ def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, rq_queue_key: str, now
     resent = 0
     for member in r.zrangebyscore(k, "-inf", time.time() - HANDOFF_S, start=0, num=500):
         job_id, attempt, rq_id = member.split(":", 2)
-        state, current = r.hmget(job(lab, job_id), "state", "attempt")
-        if state != "queued" or current != attempt:
+        state, receives = r.hmget(msg(lab, job_id), "state", "receives")
+        if state != "pending" or int(receives or 0) + 1 != int(attempt):
             r.zrem(k, member)  # claimed (or moved on): the hand-off is over
         elif r.lpos(rq_queue_key, rq_id) is not None:
             r.zadd(k, {member: time.time()}, xx=True)  # still waiting its turn in RQ's queue

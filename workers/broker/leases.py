@@ -1,8 +1,27 @@
-"""Leases: a claimed message is invisible until `now + vt_seconds`, unless acked or extended.
+"""The broker's message and the worker's claim: two layers, kept apart as the lesson keeps them.
 
-The lease is what turns RQ's at-most-once default into at-least-once: if the worker dies, the
-lease simply runs out and the reaper makes the message visible again. With `ack_mode=early`
-there is no lease at all — the message was deleted on claim, so a crash loses the job.
+*The message* (`lab:{id}:msg:{job}`, SQS-like): `pending` (visible: on its way to a worker),
+`inflight` (received; invisible until its deadline in the `leases` zset), `delayed` (a retry's
+wait), `deleted` (acked) or `dlq` (redriven). Every receive bumps its receive count; the delivery
+number a worker is handed IS the receive count it will become, so a stale copy of an old delivery
+cannot receive it twice. A heartbeat (from the holder of the current receive only) pushes the
+deadline; ack deletes it; the reaper makes an expired one visible again (see reaper.py).
+
+*The job's record* (`lab:{id}:job:{job}`, the lesson's database row): `queued → running →
+retrying → done | dlq` (| `lost`), each move a compare-and-swap. A redelivery does not move it.
+What a worker holding a message may do to it is the `guard` setting:
+
+- `off`: no state check: every copy runs; the first completion makes the job done, later ones
+  are counted duplicates (chapter 1's world);
+- `claim`: the lesson's `UPDATE … WHERE status = 'queued'`: only a receive that finds the record
+  queued/retrying runs it; one that finds it running backs off in the same round trip and leaves
+  the message in flight (it comes back after its VT); one that finds it done acks and drops it;
+- `fence`: newest attempt wins: every receive takes the record over, and a holder that was
+  overtaken has its writes refused (fencing tokens) — which livelocks when the VT < the job.
+
+Receive and claim run in one Lua script (one round trip, as the lesson's back-off promises), but
+the script's two halves touch only their own layer's keys' fields in the order a broker and a
+database would see them.
 """
 
 from __future__ import annotations
@@ -12,79 +31,134 @@ import json
 import redis
 
 from core import stream
-from core.keys import key
+from core.keys import key, msg
 from workers.broker.state import lab_keys, script
 
-_CLAIM = """
-local st = redis.call('HGET', KEYS[1], 'state')
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-if st ~= 'queued' or att ~= tonumber(ARGV[1]) then
-  if st then
-    local ev = cjson.decode(ARGV[7])
-    ev['data']['state'] = st
-    ev['data']['current_attempt'] = att
-    emit(KEYS[3], KEYS[4], cjson.encode(ev), 'claims_refused')
-  end
-  return 0
-end
-redis.call('HSET', KEYS[1], 'state', 'running', 'worker', ARGV[2])
-move(KEYS[2], 'queued', 'running')
-if ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[6])
-  redis.call('HSET', KEYS[1], 'lease_deadline', ARGV[3])
+RUN, BLOCKED, REFUSED, STALE = "run", "blocked", "refused", "stale"
+
+
+def keys_for(lab: str, job_id: str, *extra: str) -> list[str]:
+    """KEYS[1..5] of every transition (state.lab_keys), then [6] the message, [7] the leases zset,
+    [8] the `alive` zset (running records by last sign of life, read by the stale-job sweeper)."""
+    return lab_keys(lab, job_id, msg(lab, job_id), key(lab, "leases"), key(lab, "alive"), *extra)
+
+
+# KEYS: [1] record [2] state gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
+# ARGV: [1] delivery n [2] job id [3] now [4] lease deadline ('' = ack early) [5] '1' if the lease is a
+#       heartbeat lease [6] guard off|claim|fence [7] worker id [8] job.claimed event [9] job.duplicate_blocked
+#       event [10] job.claim_refused event [11] this attempt's record (JSON)
+# Returns run | blocked | refused | stale.
+_RECEIVE = """
+-- 1. the broker: only the delivery it sent last may receive the message
+if redis.call('HGET', KEYS[6], 'state') ~= 'pending' then return 'stale' end
+if tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1 ~= tonumber(ARGV[1]) then return 'stale' end
+redis.call('HSET', KEYS[6], 'receives', ARGV[1])
+if ARGV[4] == '' then
+  redis.call('HSET', KEYS[6], 'state', 'deleted')  -- ack early: deleted on receive, no lease
+  redis.call('HDEL', KEYS[6], 'deadline')
 else
-  redis.call('HDEL', KEYS[1], 'lease_deadline')
+  redis.call('HSET', KEYS[6], 'state', 'inflight', 'deadline', ARGV[4], 'hb', ARGV[5])
+  redis.call('ZADD', KEYS[7], ARGV[4], ARGV[2])
 end
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
-emit(KEYS[3], KEYS[4], ARGV[4], '')
-return 1
+-- 2. the record: what the guard lets this holder do
+local st = redis.call('HGET', KEYS[1], 'state')
+local guard = ARGV[6]
+local finished = st == 'done' or st == 'dlq' or st == 'lost'
+if guard ~= 'off' and finished then
+  -- done -> running is not a transition: ack the message and drop it
+  redis.call('HSET', KEYS[6], 'state', 'deleted')
+  redis.call('HDEL', KEYS[6], 'deadline')
+  redis.call('ZREM', KEYS[7], ARGV[2])
+  local ev = cjson.decode(ARGV[10])
+  ev['data']['state'] = st
+  ev['data']['current_attempt'] = tonumber(redis.call('HGET', KEYS[1], 'attempt') or '0')
+  emit(KEYS[3], KEYS[4], cjson.encode(ev), 'claims_refused')
+  return 'refused'
+end
+if guard == 'claim' and st == 'running' then
+  -- zero rows updated: back off, leave the message in flight (it comes back after its deadline)
+  local ev = cjson.decode(ARGV[9])
+  ev['data']['holder'] = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
+  emit(KEYS[3], KEYS[4], cjson.encode(ev), 'duplicates_blocked')
+  return 'blocked'
+end
+if st == 'queued' or st == 'retrying' then
+  redis.call('HSET', KEYS[1], 'state', 'running')
+  move(KEYS[2], st, 'running')
+  st = 'running'
+end
+redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'worker', ARGV[7], 'claimed_at', ARGV[3], 'alive_at', ARGV[3])
+if st == 'running' then redis.call('ZADD', KEYS[8], ARGV[3], ARGV[2]) end
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[11])
+local ev = cjson.decode(ARGV[8])
+ev['data']['record_was'] = st
+emit(KEYS[3], KEYS[4], cjson.encode(ev), '')
+return 'run'
 """
 
+
+def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: dict,
+            pid: int) -> str:
+    """Receive delivery n of the job's message and try the guard's claim, in one round trip.
+
+    The first lease is the VT, or — with the heartbeat on — one heartbeat window (`heartbeat_extend`),
+    so a crash before the first beat is found as quickly as one after it.
+    """
+    early = settings["ack_mode"] == "early"
+    window = settings["heartbeat_extend"] if settings["heartbeat"] else settings["vt_seconds"]
+    deadline = None if early else now + window
+    guard = settings["guard"]
+    common = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
+    claimed = stream.encode("job.claimed", now, **common, ack_mode=settings["ack_mode"], guard=guard,
+                            lease_deadline=deadline, receives=n)
+    blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard,
+                            reason="the record is already running: zero rows updated, backed off without "
+                                   "transcoding; the message stays in flight")
+    refused = stream.encode("job.claim_refused", now, **common, guard=guard)
+    rec = json.dumps({"attempt": n, "worker": worker_id, "pid": pid, "start": round(now, 3),
+                      "outcome": "running", "ack_mode": settings["ack_mode"]})
+    return script(r, _RECEIVE)(keys=keys_for(lab, job_id),
+                               args=[n, job_id, now, "" if deadline is None else repr(deadline),
+                                     "1" if settings["heartbeat"] and not early else "0", guard, worker_id,
+                                     claimed, blocked, refused, rec])
+
+
+# KEYS: as receive. ARGV: [1] delivery n [2] new deadline [3] lease.extended event [4] job id [5] now
+# The record hears a sign of life from its holder (the sweeper's clock); the message's visibility moves
+# only for the current receive (a stale receipt cannot change it, as in SQS).
 _EXTEND = """
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' or att ~= tonumber(ARGV[1]) then return 0 end
-if not redis.call('ZSCORE', KEYS[6], ARGV[4]) then return 0 end
-redis.call('ZADD', KEYS[6], 'XX', ARGV[2], ARGV[4])
-redis.call('HSET', KEYS[1], 'lease_deadline', ARGV[2])
+if redis.call('HGET', KEYS[1], 'state') == 'running' and
+   tonumber(redis.call('HGET', KEYS[1], 'holder') or '0') == tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'alive_at', ARGV[5])
+  redis.call('ZADD', KEYS[8], 'XX', ARGV[5], ARGV[4])
+end
+if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' then return 0 end
+if tonumber(redis.call('HGET', KEYS[6], 'receives')) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[7], ARGV[2], ARGV[4])
+redis.call('HSET', KEYS[6], 'deadline', ARGV[2])
 emit(KEYS[3], KEYS[4], ARGV[3], 'leases_extended')
 return 1
 """
 
 
-def claim(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-          vt: float, ack_mode: str, pid: int) -> bool:
-    """Take the message for this attempt; False if it is stale (the job has moved on).
-
-    A stale claim is refused inside the same CAS and narrated (`job.claim_refused`, with the state it
-    found), so a late redelivery of a finished job shows up as the refused done → running transition.
-    """
-    deadline = "" if ack_mode == "early" else repr(now + vt)
-    ev = stream.encode("job.claimed", now, job_id=job_id, worker_id=worker_id, attempt=attempt,
-                       ack_mode=ack_mode, lease_deadline=None if ack_mode == "early" else now + vt)
-    rec = json.dumps({"attempt": attempt, "worker": worker_id, "pid": pid, "start": round(now, 3),
-                      "outcome": "running", "ack_mode": ack_mode})
-    refused = stream.encode("job.claim_refused", now, job_id=job_id, worker_id=worker_id, attempt=attempt)
-    return bool(script(r, _CLAIM)(keys=lab_keys(lab, job_id, key(lab, "leases")),
-                                  args=[attempt, worker_id, deadline, ev, rec, job_id, refused]))
-
-
 def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
                  extend: float) -> bool:
-    """Heartbeat: push the deadline to now + extend, only while this attempt still owns the job."""
+    """Heartbeat: push the message's deadline to now + extend (current receive only)."""
     ev = stream.encode("lease.extended", now, job_id=job_id, worker_id=worker_id, attempt=attempt,
                        deadline=round(now + extend, 1))
-    return bool(script(r, _EXTEND)(keys=lab_keys(lab, job_id, key(lab, "leases")),
-                                   args=[attempt, repr(now + extend), ev, job_id]))
+    return bool(script(r, _EXTEND)(keys=keys_for(lab, job_id),
+                                   args=[attempt, repr(now + extend), ev, job_id, repr(now)]))
 
 
+# KEYS: as receive. ARGV: [1] job id [2] now [3] lease.cut event
 _CUT = """
-local st = redis.call('HGET', KEYS[1], 'state')
-if st ~= 'running' or not redis.call('ZSCORE', KEYS[6], ARGV[1]) then return 0 end
+if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' or not redis.call('ZSCORE', KEYS[7], ARGV[1]) then return 0 end
 local ev = cjson.decode(ARGV[3])
-ev['attempt'] = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', KEYS[6], ARGV[1])) * 10 + 0.5) / 10
-redis.call('ZADD', KEYS[6], 'XX', ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'lease_deadline', ARGV[2])
+ev['attempt'] = tonumber(redis.call('HGET', KEYS[6], 'receives'))
+ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', KEYS[7], ARGV[1])) * 10 + 0.5) / 10
+redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[6], 'deadline', ARGV[2])
 emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_cut')
 return 1
 """
@@ -93,50 +167,83 @@ return 1
 def cut(r: redis.Redis, lab: str, job_id: str, now: float) -> bool:
     """The learner expires a lease early: its deadline becomes now, and the reaper's next pass does
     the rest exactly as for a lease that ran out (the message comes back while its worker, which
-    knows nothing of this, keeps going). False if the job holds no lease (not running, or acked early)."""
+    knows nothing of this, keeps going). False if the message is not in flight."""
     ev = stream.encode("lease.cut", now, job_id=job_id, deadline=round(now, 3))
-    return bool(script(r, _CUT)(keys=lab_keys(lab, job_id, key(lab, "leases")), args=[job_id, repr(now), ev]))
+    return bool(script(r, _CUT)(keys=keys_for(lab, job_id), args=[job_id, repr(now), ev]))
 
 
+# KEYS: as receive, then [9] the DLQ zset.
+# ARGV: [1] delivery n [2] guard [3] job.succeeded [4] job.duplicate_blocked [5] job.duplicate_completed
+#       [6] attempt record (JSON) [7] now [8] job id [9] outputs (JSON)
+# Returns 1 applied (done), 0 refused (the record belongs to someone else), 2 a counted duplicate (guard off).
 _COMPLETE = """
-local st = redis.call('HGET', KEYS[1], 'state')
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-if st == 'running' and att == tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9])
-  move(KEYS[2], 'running', 'done')
-  redis.call('ZREM', KEYS[6], ARGV[8])
-  redis.call('HDEL', KEYS[1], 'lease_deadline')
+local st = redis.call('HGET', KEYS[1], 'state')
+local holder = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
+local function ack()
+  if redis.call('HGET', KEYS[6], 'state') ~= 'dlq' then redis.call('HSET', KEYS[6], 'state', 'deleted') end
+  redis.call('HDEL', KEYS[6], 'deadline')
+  redis.call('ZREM', KEYS[7], ARGV[8])
+end
+local function done()
+  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9], 'won_by', ARGV[1])
+  redis.call('HDEL', KEYS[1], 'dlq_reason')
+  move(KEYS[2], st, 'done')
+  redis.call('ZREM', KEYS[8], ARGV[8])
+  redis.call('ZREM', KEYS[9], ARGV[8])
+  ack()
   emit(KEYS[3], KEYS[4], ARGV[3], 'succeeded')
   return 1
 end
-if ARGV[2] == '1' then
-  emit(KEYS[3], KEYS[4], ARGV[4], 'duplicates_blocked')
-  return 0
+if ARGV[2] == 'off' then
+  if st ~= 'done' then return done() end
+  ack()
+  emit(KEYS[3], KEYS[4], ARGV[5], 'duplicate_completions')
+  return 2
 end
-if st ~= 'done' then
-  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9])
-  move(KEYS[2], st, 'done')
-end
-emit(KEYS[3], KEYS[4], ARGV[5], 'duplicate_completions')
-return 2
+if st == 'running' and holder == tonumber(ARGV[1]) then return done() end
+if st == 'done' then ack() end
+local ev = cjson.decode(ARGV[4])
+ev['data']['state'] = st
+ev['data']['holder'] = holder
+emit(KEYS[3], KEYS[4], cjson.encode(ev), 'duplicates_blocked')
+return 0
 """
 
-APPLIED, REFUSED, DUPLICATE = 1, 0, 2
+APPLIED, REFUSED_WRITE, DUPLICATE = 1, 0, 2
 
 
 def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-             guard: bool, attempt_record: dict, outputs: dict) -> int:
-    """Ack late: done (with its outputs, in the same step), lease deleted.
+             guard: str, attempt_record: dict, outputs: dict) -> int:
+    """Ack late: the record goes done (with its outputs, in the same step) and the message is deleted.
 
-    A stale attempt is refused (guard on) or lands twice (guard off).
+    Under `claim`/`fence` a holder that no longer holds the record is refused; under `off` a second
+    completion lands as a counted duplicate.
     """
-    ok = stream.encode("job.succeeded", now, job_id=job_id, worker_id=worker_id, attempt=attempt)
-    blocked = stream.encode("job.duplicate_blocked", now, job_id=job_id, worker_id=worker_id,
-                            attempt=attempt, reason="a newer attempt owns the job")
-    dup = stream.encode("job.duplicate_completed", now, job_id=job_id, worker_id=worker_id,
-                        attempt=attempt)
+    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    ran = round(now - float(attempt_record.get("start", now)), 3)
+    ok = stream.encode("job.succeeded", now, **common, guard=guard, ran_s=ran)
+    reason = ("a newer attempt owns the job (fencing token)" if guard == "fence"
+              else "this holder's record was freed and is no longer its own")
+    blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard, reason=reason, wasted=ran)
+    dup = stream.encode("job.duplicate_completed", now, **common, guard=guard, wasted=ran)
     return int(script(r, _COMPLETE)(
-        keys=lab_keys(lab, job_id, key(lab, "leases")),
-        args=[attempt, "1" if guard else "0", ok, blocked, dup, json.dumps(attempt_record), now,
-              job_id, json.dumps(outputs)]))
+        keys=keys_for(lab, job_id, key(lab, "dlq")),
+        args=[attempt, guard, ok, blocked, dup, json.dumps(attempt_record), now, job_id, json.dumps(outputs)]))
+
+
+# KEYS: as receive. ARGV: [1] job id [2] real time (dispatch score)
+# The broker hands the message out once more, as an at-least-once broker may (chapter 3's late delivery).
+_AGAIN = """
+if not redis.call('EXISTS', KEYS[6]) then return 0 end
+local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
+redis.call('HSET', KEYS[6], 'state', 'pending')
+redis.call('HDEL', KEYS[6], 'deadline')
+redis.call('ZREM', KEYS[7], ARGV[1])
+return n
+"""
+
+
+def deliver_again(r: redis.Redis, lab: str, job_id: str) -> int:
+    """Make the job's message visible again (even a deleted one); returns the delivery number to send."""
+    return int(script(r, _AGAIN)(keys=keys_for(lab, job_id), args=[job_id, 0]))

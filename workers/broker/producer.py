@@ -1,8 +1,9 @@
 """The producer side: write a job record with the lesson's payload, then hand it to RQ.
 
-The record and its first delivery are written in one MULTI, so a job either exists and is
-queued or does not exist at all; the RQ enqueue that follows is retried by the reaper's
-dispatcher if this process dies before it happens.
+The record (state queued, attempt count 0) and its message (pending, receive count 0) are written
+in one MULTI with the first delivery, so a job either exists and is queued or does not exist at
+all; the RQ enqueue that follows is retried by the reaper's dispatcher if this process dies
+before it happens.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from typing import Any
 import redis
 
 from core import clock, stream
-from core.keys import job, key
+from core.keys import job, key, msg
 from core.registry import next_job_number
-from workers.broker import reaper
+from workers.broker import handoff, reaper
 
 JOB_TYPES = ("transcode", "thumbnail")
 
 
 def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str, video_id: str,
                 source: str, duration_s: float, resolutions: list[str], idempotency_key: str | None,
-                poison: bool = False) -> dict[str, Any]:
+                poison: str = "") -> dict[str, Any]:
     """Create job N of this lab in state queued (attempt 1) and send its first delivery."""
     number = next_job_number(r, lab)
     job_id = str(number)
@@ -33,15 +34,17 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
                "duration_s": duration_s}
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(job(lab, job_id), mapping={
-            "id": job_id, "state": "queued", "attempt": 1, "attempt_base": 0, "type": job_type,
-            "created_at": now, "source": source, "poison": int(poison), "payload": json.dumps(payload),
+            "id": job_id, "state": "queued", "attempt": 0, "attempt_base": 0, "type": job_type,
+            "created_at": now, "source": source, "poison": poison, "payload": json.dumps(payload),
             "outputs": "{}"})
+        pipe.hset(msg(lab, job_id), mapping={"state": "pending", "receives": 0, "base": 0})
         pipe.zadd(key(lab, "jobs"), {job_id: number})
         pipe.hincrby(key(lab, "states"), "queued", 1)
         pipe.zadd(key(lab, "dispatch"), {f"{job_id}:1": time.time()})
         stream.append(pipe, lab, "job.enqueued", now, job_id=job_id, attempt=1, job_type=job_type,
-                      video_id=video_id, duration_s=duration_s, poison=poison)
+                      video_id=video_id, duration_s=duration_s, poison=poison or False)
         pipe.execute()
+    handoff.hold_for_transit(r, lab, job_id, 1, now)
     reaper.send(rq_conn, lab, job_id, 1)
     r.zrem(key(lab, "dispatch"), f"{job_id}:1")
     return payload

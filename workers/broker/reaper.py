@@ -1,4 +1,5 @@
-"""The reaper: expired leases come back, due retries go out, dead ack-early jobs are counted lost.
+"""The reaper: expired leases come back, due retries go out, dead ack-early jobs are counted lost,
+and (claim guard) the stale-job sweeper frees records whose holder went silent.
 
 It runs in the pool supervisor every few real milliseconds. Each move is one Lua CAS, so a
 lease that a heartbeat extended a moment ago, or a job that just completed, is left alone.
@@ -15,64 +16,110 @@ from rq import Queue
 
 from core import stream
 from core.keys import key, queue_name
-from workers.broker import handoff
-from workers.broker.state import lab_keys, script
+from workers.broker import handoff, leases
+from workers.broker.state import script
 
+# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
+#       [9] dispatch [10] DLQ
+# ARGV: [1] job id [2] now [3] max_receives [4] lease.expired [5] job.redelivered [6] job.dead_lettered
+#       [7] DLQ reason [8] real time (dispatch score) [9] clock speed [10] guard [11] job.stale_freed
+# Returns -1 nothing to do, 0 redriven to the DLQ, n the delivery number sent again.
 _REDELIVER = """
-local deadline = redis.call('ZSCORE', KEYS[6], ARGV[1])
+local deadline = redis.call('ZSCORE', KEYS[7], ARGV[1])
 if not deadline or tonumber(deadline) > tonumber(ARGV[2]) then return -1 end
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then
-  redis.call('ZREM', KEYS[6], ARGV[1]) return -1
-end
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
-local base = tonumber(redis.call('HGET', KEYS[1], 'attempt_base') or '0')
-redis.call('ZREM', KEYS[6], ARGV[1])
-redis.call('HDEL', KEYS[1], 'lease_deadline')
+redis.call('ZREM', KEYS[7], ARGV[1])
+if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' then return -1 end
+local rc = tonumber(redis.call('HGET', KEYS[6], 'receives'))
+local base = tonumber(redis.call('HGET', KEYS[6], 'base') or '0')
+redis.call('HDEL', KEYS[6], 'deadline')
 local ev = cjson.decode(ARGV[4])
-ev['attempt'] = att
+ev['attempt'] = rc
 ev['data']['deadline'] = tonumber(deadline)
 emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_expired')
-if att - base >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[7])
-  move(KEYS[2], 'running', 'dlq')
-  redis.call('ZADD', KEYS[8], ARGV[2], ARGV[1])
+-- the record: a heartbeat lease held by the record's holder lapsed, so the holder is presumed dead and
+-- (claim guard) its row is freed now rather than after the stale-job sweeper's threshold
+local st = redis.call('HGET', KEYS[1], 'state')
+if ARGV[10] == 'claim' and redis.call('HGET', KEYS[6], 'hb') == '1' and st == 'running'
+   and tonumber(redis.call('HGET', KEYS[1], 'holder') or '0') == rc then
+  redis.call('HSET', KEYS[1], 'state', 'queued')
+  redis.call('HDEL', KEYS[1], 'holder')
+  move(KEYS[2], 'running', 'queued')
+  redis.call('ZREM', KEYS[8], ARGV[1])
+  local fr = cjson.decode(ARGV[11])
+  fr['attempt'] = rc
+  emit(KEYS[3], KEYS[4], cjson.encode(fr), 'stale_freed')
+  st = 'queued'
+end
+-- the broker's redrive policy: received max_receives times and never deleted
+if rc - base >= tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[6], 'state', 'dlq')
+  redis.call('ZADD', KEYS[10], ARGV[2], ARGV[1])
+  if st ~= 'done' and st ~= 'dlq' and st ~= 'lost' then
+    redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[7])
+    move(KEYS[2], st, 'dlq')
+    redis.call('ZREM', KEYS[8], ARGV[1])
+  end
   local dl = cjson.decode(ARGV[6])
-  dl['attempt'] = att
+  dl['attempt'] = rc
   emit(KEYS[3], KEYS[4], cjson.encode(dl), 'dead_lettered')
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', att + 1)
-move(KEYS[2], 'running', 'queued')
-redis.call('ZADD', KEYS[7], ARGV[8], ARGV[1] .. ':' .. (att + 1))
+redis.call('HSET', KEYS[6], 'state', 'pending')
+redis.call('ZADD', KEYS[9], ARGV[8], ARGV[1] .. ':' .. (rc + 1))
 local rd = cjson.decode(ARGV[5])
-rd['attempt'] = att + 1
+rd['attempt'] = rc + 1
 rd['data']['late_ms'] = math.floor((tonumber(ARGV[2]) - tonumber(deadline)) * 1000 / tonumber(ARGV[9]))
+rd['data']['record'] = st
 emit(KEYS[3], KEYS[4], cjson.encode(rd), 'redelivered')
-return att + 1
+return rc + 1
 """
 
+# KEYS: [1..8] as above, [9] scheduled (delayed messages) [10] dispatch
+# ARGV: [1] job id [2] now [3] job.retry_started [4] real time (dispatch score)
+# A delayed message (a retry's wait) becomes visible; the record stays `retrying` until a claim.
 _REQUEUE = """
-local due = redis.call('ZSCORE', KEYS[6], ARGV[1])
+local due = redis.call('ZSCORE', KEYS[9], ARGV[1])
 if not due or tonumber(due) > tonumber(ARGV[2]) then return -1 end
-redis.call('ZREM', KEYS[6], ARGV[1])
-if redis.call('HGET', KEYS[1], 'state') ~= 'retrying' then return -1 end
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt')) + 1
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', att)
-move(KEYS[2], 'retrying', 'queued')
-redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1] .. ':' .. att)
+redis.call('ZREM', KEYS[9], ARGV[1])
+if redis.call('HGET', KEYS[6], 'state') ~= 'delayed' then return -1 end
+local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
+redis.call('HSET', KEYS[6], 'state', 'pending')
+redis.call('ZADD', KEYS[10], ARGV[4], ARGV[1] .. ':' .. n)
 local ev = cjson.decode(ARGV[3])
-ev['attempt'] = att
+ev['attempt'] = n
 emit(KEYS[3], KEYS[4], cjson.encode(ev), '')
-return att
+return n
 """
 
+# KEYS: [1..8] as above. ARGV: [1] delivery n [2] job.lost
+# Ack early and the worker died: the message was deleted on receive, so nothing will bring it back.
 _LOSE = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'attempt')) ~= tonumber(ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[1], 'lease_deadline') then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'holder') or '0') ~= tonumber(ARGV[1]) then return 0 end
+if redis.call('HGET', KEYS[6], 'state') ~= 'deleted' then return 0 end
+if tonumber(redis.call('HGET', KEYS[6], 'receives')) ~= tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'lost')
 move(KEYS[2], 'running', 'lost')
+redis.call('ZREM', KEYS[8], redis.call('HGET', KEYS[1], 'id'))
 emit(KEYS[3], KEYS[4], ARGV[2], 'lost')
+return 1
+"""
+
+# KEYS: [1..8] as above. ARGV: [1] job id [2] now [3] stale_after [4] job.stale_freed
+# Chapter 7's reprocess_stale_jobs, as a compare-and-swap: only a record STILL running with no sign of
+# life since now - stale_after is put back, so two sweeps (or a sweep racing a heartbeat) are harmless.
+_SWEEP = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then redis.call('ZREM', KEYS[8], ARGV[1]) return 0 end
+local alive = tonumber(redis.call('HGET', KEYS[1], 'alive_at') or '0')
+if alive > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'queued')
+local ev = cjson.decode(ARGV[4])
+ev['attempt'] = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
+ev['data']['silent_s'] = math.floor((tonumber(ARGV[2]) - alive) * 10 + 0.5) / 10
+redis.call('HDEL', KEYS[1], 'holder')
+move(KEYS[2], 'running', 'queued')
+redis.call('ZREM', KEYS[8], ARGV[1])
+emit(KEYS[3], KEYS[4], cjson.encode(ev), 'stale_freed')
 return 1
 """
 
@@ -96,7 +143,8 @@ def resend_lost_handoffs(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: fl
 
 
 def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float | None = None) -> int:
-    """Send pending deliveries to RQ, then forget them (at-least-once: a duplicate claim is refused)."""
+    """Send pending deliveries to RQ, then forget them (at-least-once: a second copy of one delivery
+    finds the message already received and is dropped)."""
     k = key(lab, "dispatch")
     limit = "+inf" if older_than is None else older_than
     sent = 0
@@ -108,36 +156,58 @@ def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float |
     return sent
 
 
-def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, speed: float) -> int:
-    """Every lease whose deadline passed: visible again as attempt + 1, or DLQ at max_attempts."""
+def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, speed: float,
+                      upto: float | None = None) -> int:
+    """Every lease whose deadline passed (up to `upto`, default now): the message visible again, or
+    redriven to the DLQ."""
     n = 0
-    for job_id in r.zrangebyscore(key(lab, "leases"), "-inf", now):
+    mr = settings["max_receives"]
+    upto = now if upto is None else upto
+    for job_id in r.zrangebyscore(key(lab, "leases"), "-inf", upto):
         expired = stream.encode("lease.expired", now, job_id=job_id)
         redelivered = stream.encode("job.redelivered", now, job_id=job_id)
         dead = stream.encode("job.dead_lettered", now, job_id=job_id,
-                             reason=f"lease expired on attempt {settings['max_attempts']} of "
-                                    f"{settings['max_attempts']} (max receives)")
+                             reason=f"max receives ({mr}) exceeded: received {mr} times, never deleted")
+        freed = stream.encode("job.stale_freed", now, job_id=job_id,
+                              reason="its holder's heartbeat lapsed: presumed dead")
         res = script(r, _REDELIVER)(
-            keys=lab_keys(lab, job_id, key(lab, "leases"), key(lab, "dispatch"), key(lab, "dlq")),
-            args=[job_id, now, settings["max_attempts"], expired, redelivered, dead,
-                  f"max receives ({settings['max_attempts']}) exceeded: lease expired every time",
-                  time.time(), max(speed, 1e-9)])
+            keys=leases.keys_for(lab, job_id, key(lab, "dispatch"), key(lab, "dlq")),
+            args=[job_id, upto, mr, expired, redelivered, dead,
+                  f"max receives ({mr}) exceeded: the lease expired every time", time.time(),
+                  max(speed, 1e-9), settings["guard"], freed])
         n += res >= 0
+        if res > 0:
+            handoff.hold_for_transit(r, lab, job_id, res, now)
     return n
 
 
-def start_due_retries(r: redis.Redis, lab: str, now: float) -> int:
+def start_due_retries(r: redis.Redis, lab: str, now: float, upto: float | None = None) -> int:
     n = 0
-    for job_id in r.zrangebyscore(key(lab, "scheduled"), "-inf", now):
+    upto = now if upto is None else upto
+    for job_id in r.zrangebyscore(key(lab, "scheduled"), "-inf", upto):
         ev = stream.encode("job.retry_started", now, job_id=job_id)
-        res = script(r, _REQUEUE)(keys=lab_keys(lab, job_id, key(lab, "scheduled"),
-                                                key(lab, "dispatch")),
-                                  args=[job_id, now, ev, time.time()])
+        res = script(r, _REQUEUE)(keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dispatch")),
+                                  args=[job_id, upto, ev, time.time()])
         n += res > 0
+        if res > 0:
+            handoff.hold_for_transit(r, lab, job_id, res, now)
+    return n
+
+
+def sweep_stale(r: redis.Redis, lab: str, now: float, settings: dict) -> int:
+    """The stale-job sweeper (claim guard): free records running with no sign of life for stale_after."""
+    stale = settings.get("stale_after", 0)
+    if settings["guard"] != "claim" or not stale:
+        return 0
+    n = 0
+    for job_id in r.zrangebyscore(key(lab, "alive"), "-inf", now - stale):
+        ev = stream.encode("job.stale_freed", now, job_id=job_id,
+                           reason=f"the stale-job sweeper: running with no sign of life for {stale:g}s")
+        n += script(r, _SWEEP)(keys=leases.keys_for(lab, job_id), args=[job_id, now, stale, ev])
     return n
 
 
 def mark_lost(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float) -> bool:
     """An ack-early job whose worker died: nothing will redeliver it, so the lab counts it lost."""
     ev = stream.encode("job.lost", now, job_id=job_id, worker_id=worker_id, attempt=attempt)
-    return bool(script(r, _LOSE)(keys=lab_keys(lab, job_id), args=[attempt, ev]))
+    return bool(script(r, _LOSE)(keys=leases.keys_for(lab, job_id), args=[attempt, ev]))

@@ -13,7 +13,8 @@ import redis
 
 from core import stream
 from core.keys import key
-from workers.broker.state import lab_keys, script
+from workers.broker import leases
+from workers.broker.state import script
 
 
 class NonRetryable(Exception):
@@ -59,26 +60,40 @@ def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random
     return full_jitter_delay(n, base, cap, rng)
 
 
+# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
+#       [9] scheduled (delayed messages) [10] DLQ
+# ARGV: [1] delivery n [2] guard [3] retry|dlq [4] job.failed [5] job.retry_scheduled or job.dead_lettered
+#       [6] job.duplicate_blocked [7] due (sim s) [8] job id [9] attempt record (JSON) [10] error [11] DLQ
+#       reason [12] now
+# The handler's failure path (the lesson's handle_failure): record → retrying with the message delayed
+# until its due time (retry_after), or record → dlq with the message moved to the DLQ.
 _FAIL = """
-local st = redis.call('HGET', KEYS[1], 'state')
-local att = tonumber(redis.call('HGET', KEYS[1], 'attempt'))
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
-if st ~= 'running' or att ~= tonumber(ARGV[1]) then
-  if ARGV[2] == '1' then emit(KEYS[3], KEYS[4], ARGV[6], 'duplicates_blocked') return 0 end
+local st = redis.call('HGET', KEYS[1], 'state')
+local holder = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
+if st ~= 'running' or holder ~= tonumber(ARGV[1]) then
+  -- this attempt does not hold the record (overtaken, freed, or the job finished): its failure moves nothing
+  if ARGV[2] == 'off' then emit(KEYS[3], KEYS[4], ARGV[4], 'failed') return 0 end
+  emit(KEYS[3], KEYS[4], ARGV[6], 'duplicates_blocked')
+  return 0
 end
-redis.call('ZREM', KEYS[6], ARGV[8])
-redis.call('HDEL', KEYS[1], 'lease_deadline')
 redis.call('HSET', KEYS[1], 'last_error', ARGV[10])
+redis.call('HDEL', KEYS[1], 'holder')
+redis.call('ZREM', KEYS[8], ARGV[8])
+redis.call('ZREM', KEYS[7], ARGV[8])
+redis.call('HDEL', KEYS[6], 'deadline')
 emit(KEYS[3], KEYS[4], ARGV[4], 'failed')
 if ARGV[3] == 'retry' then
   redis.call('HSET', KEYS[1], 'state', 'retrying')
   move(KEYS[2], st, 'retrying')
-  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[8])
+  redis.call('HSET', KEYS[6], 'state', 'delayed')
+  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[8])
   emit(KEYS[3], KEYS[4], ARGV[5], 'retries_scheduled')
 else
   redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[11])
   move(KEYS[2], st, 'dlq')
-  redis.call('ZADD', KEYS[8], ARGV[12], ARGV[8])
+  redis.call('HSET', KEYS[6], 'state', 'dlq')
+  redis.call('ZADD', KEYS[10], ARGV[12], ARGV[8])
   emit(KEYS[3], KEYS[4], ARGV[5], 'dead_lettered')
 end
 return 1
@@ -88,7 +103,11 @@ return 1
 def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
                  settings: dict, error: Exception, attempts_used: int, first_start: float,
                  attempt_record: dict, rng: random.Random) -> str:
-    """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'."""
+    """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'.
+
+    `attempts_used` is the record's attempt count (runs started since the last DLQ replay): the
+    lesson's `if attempt_count >= max_attempts: move_to_dlq`, so a job that fails every time is
+    tried exactly max_attempts times with the policy's delays between them."""
     message = f"{error.__class__.__name__}: {error}"[:300]
     reason = None
     delay = None
@@ -104,18 +123,20 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
         elif settings["retry_budget"] and now + delay - first_start > settings["retry_budget"]:
             reason = f"retry budget ({settings['retry_budget']:g} s) exhausted"
     common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
-    failed = stream.encode("job.failed", now, **common, error=message,
-                           retryable=reason is None)
+    failed = stream.encode("job.failed", now, **common, error=message, retryable=reason is None,
+                           attempt_count=attempts_used)
     if reason is None:
         nxt = stream.encode("job.retry_scheduled", now, **common, delay=round(delay, 3),
                             due=round(now + delay, 3), policy=settings["retry_policy"])
     else:
-        nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message)
-    blocked = stream.encode("job.duplicate_blocked", now, **common, reason="stale attempt failed")
+        nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message,
+                            attempt_count=attempts_used)
+    blocked = stream.encode("job.duplicate_blocked", now, **common, guard=settings["guard"],
+                            reason="a failure from an attempt that no longer holds the record changes nothing")
     attempt_record = {**attempt_record, "outcome": "failed", "error": message, "end": round(now, 3)}
     res = script(r, _FAIL)(
-        keys=lab_keys(lab, job_id, key(lab, "leases"), key(lab, "scheduled"), key(lab, "dlq")),
-        args=[attempt, "1" if settings["cas_guard"] else "0", "retry" if reason is None else "dlq",
+        keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dlq")),
+        args=[attempt, settings["guard"], "retry" if reason is None else "dlq",
               failed, nxt, blocked, (now + delay) if delay is not None else 0, job_id,
               json.dumps(attempt_record), message, reason or "", now])
     if not res:

@@ -70,7 +70,10 @@ export function install(W) {
   function renderClock(now) {
     setText(els.clock, `t = ${fmtT(now)} s`);
     const c = S.clock || {};
-    setText(els.clockSub, `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×`);
+    const slow = S.slowed && !c.paused
+      ? ` asked, running at ${fmtNum(S.slowed.running)}×: ${S.slowed.reason}` : '';
+    setText(els.clockSub, `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×${slow}`);
+    els.clockP.dataset.slowed = slow ? 'yes' : 'no';
     els.clockP.dataset.value = String(Math.round(now));
     els.clockP.dataset.paused = c.paused ? 'yes' : 'no';
     if (els.pause) {

@@ -67,6 +67,8 @@ export function applySnapshot(state, snap, now) {
       || Math.abs(local - c.t) > Math.max(2, c.speed * 0.5)) {
     state.clock = { t: c.t, speed: c.speed, paused: c.paused, at: now };
   }
+  // issue 18, honest clock: the lab says when real work holds its clock under the asked speed
+  state.slowed = c.slowed ? { running: c.effective, reason: c.slowed_reason } : null;
   state.workers = new Map(snap.workers.map((w) => [w.id, { ...w }]));
   state.jobs = new Map(snap.jobs.map((j) => [j.id, { ...j }]));
   for (const j of snap.jobs) mergeTimelineJob(state, j);
@@ -139,6 +141,8 @@ export function applyModel(state, ev, now) {
   if (state.clock && !state.clock.paused && typeof t === 'number' && t > simNow(state.clock, now) + 1) {
     state.clock = { ...state.clock, t, at: now };
   }
+  if (ev.type === 'clock.slowed') state.slowed = { running: d.running, reason: d.reason };
+  if (ev.type === 'clock.caught_up') state.slowed = null;
   const worker = () => state.workers.get(ev.worker_id);
   switch (ev.type) {
     case 'job.enqueued': {

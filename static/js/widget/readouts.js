@@ -26,7 +26,7 @@ export function install(W) {
     const c = S.controls;
     if (c.has('idempotent_outputs') || c.has('notify_guard')) {
       tiles.push(['outputs', 'Outputs written', 'files'], ['emails', 'Emails sent', 'completion emails'],
-        ['dupdone', 'Completed twice', 'no CAS guard']);
+        ['dupdone', 'Completed twice', 'guard off']);
     }
     if (c.has('retry_policy') || c.has('faults')) tiles.push(['failed', 'Failed attempts', 'retries scheduled: 0']);
     els.readouts = {};
