@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from core import blobs
+
 pytestmark = pytest.mark.integration
 
 TOL_REAL = 0.4  # real seconds of hand-off slack per step (RQ pick-up, reaper scan, HTTP)
@@ -120,7 +122,8 @@ def test_claim_the_redelivered_copy_finds_the_row_running_and_backs_off_in_one_r
     assert j["message"]["state"] == "deleted"  # acked by the winner; the backed-off copy deleted nothing
     c = snap["counts"]
     assert c["duplicate_completions"] == 0 and c["outputs_written"] == 2 and c["emails_sent"] == 1
-    files = sorted(p.name for p in (stack.var_dir / "labs" / lab["lab_id"] / "transcoded" / job_id).glob("*.mp4"))
+    outputs = blobs.names(stack.redis_client(), lab["lab_id"], f"transcoded/{job_id}/")
+    files = sorted(n.rsplit("/", 1)[1] for n in outputs)
     assert files == ["144p.mp4", "240p.mp4"]
     MEASURED["claim"] = {"done": c["done"], "redelivered": c["redelivered"], "duplicated_transcode_s": wasted,
                          "duplicates_blocked": c["duplicates_blocked"]}
