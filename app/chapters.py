@@ -10,6 +10,7 @@ arithmetic (tests/unit/test_chapter_rules.py); formatters are globals from app/f
 from __future__ import annotations
 
 import re
+from html import escape, unescape
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,6 +90,24 @@ _rendered: OrderedDict[tuple, str] = OrderedDict()
 RENDER_CACHE = 512  # chapter bodies kept per process, per (chapter, model inputs)
 
 
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def scrollable_tables(html: str) -> str:
+    """Each table in its own horizontally scrolling box, so a wide table scrolls by itself on a phone
+    instead of the whole page. The box is a labelled, focusable region: a keyboard can scroll it too."""
+    def wrap(m: re.Match) -> str:
+        table = m.group(0)
+        cap = re.search(r"<caption\b[^>]*>(.*?)</caption>", table, re.S)
+        heads = re.findall(r"<th\b[^>]*>(.*?)</th>", table, re.S)[:3]
+        text = " ".join(unescape(_TAGS.sub("", cap.group(1) if cap else ", ".join(heads))).split())
+        label = f"Table: {text}"[:120] if text else "Table"
+        return (f'<div class="table-scroll" role="region" tabindex="0" aria-label="{escape(label)}">'
+                f"{table}</div>")
+    return _TABLE.sub(wrap, html)
+
+
 def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
     """Jinja first (figures, partial tables), then Markdown to HTML.
 
@@ -108,7 +127,7 @@ def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
     if template is None:
         template = _compiled[tkey] = env.from_string(chapter.source)
     text = template.render(**context)  # type: ignore[attr-defined]
-    html = markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html")
+    html = scrollable_tables(markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html"))
     if cache_key is not None:
         _rendered[cache_key] = html
         while len(_rendered) > RENDER_CACHE:
