@@ -10,10 +10,10 @@ arithmetic (tests/unit/test_chapter_rules.py); formatters are globals from app/f
 from __future__ import annotations
 
 import re
-from html import escape, unescape
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
+from html import escape, unescape
 
 import markdown
 from jinja2 import Environment

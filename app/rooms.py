@@ -25,7 +25,7 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import chapters, limits, openapi, scenarios
+from app import chapters, limits, openapi, races, scenarios
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, valid_id
@@ -210,6 +210,7 @@ openapi.BODIES.update({
     "rooms.round_result": {"type": "object", "required": ["n", "measured"], "properties": {
         "n": {"type": "integer"}, "measured": {"type": ["integer", "string"]}, "number": {"type": "number"},
         "why": {"type": "string", "maxLength": 600}}},
+    "rooms.room_race": {"type": "object", "required": ["race_id"], "properties": {"race_id": {"type": "string"}}},
     "rooms.room_presence": {"type": "object", "required": ["client"], "properties": {
         "client": {"type": "string", "pattern": _CLIENT.pattern}, "lab_id": {"type": "string"}}},
 })
@@ -346,7 +347,9 @@ def room_status(code: str):
                    lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
                    students=students, expires_in=ROOM_TTL, join_url=join_url(code),
-                   round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()))
+                   round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),
+                   races=races.for_preset(room["preset"]),
+                   race_url=f"/race/{room['race']}" if room.get("race") else None)
 
 
 # --- prediction rounds (issue 22) ---------------------------------------------------------------
@@ -364,7 +367,8 @@ def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
         if isinstance(value, str) and value in {v for v, _ in spec["choices"]}:
             return value
         raise ApiError(422, "invalid_guess", {"value": f"must be one of {', '.join(v for v, _ in spec['choices'])}"})
-    if isinstance(value, bool) or not isinstance(value, int) or not spec.get("min", 0) <= value <= spec.get("max", 10**6):
+    lo, hi = spec.get("min", 0), spec.get("max", 10**6)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ApiError(422, "invalid_guess", {"value": f"must be a whole number from {spec.get('min', 0)} to "
                                                        f"{spec.get('max', 10**6)}"})
     return value
@@ -412,7 +416,9 @@ def get_round(code: str):
     room = load(r, code)
     client = request.args.get("client", "")
     mine = r.hget(rkey(room["code"], "guesses"), client) if _CLIENT.match(client) else None
-    return jsonify(round=_round(r, room), your_guess=json.loads(mine) if mine else None)
+    race = room.get("race")
+    return jsonify(round=_round(r, room), your_guess=json.loads(mine) if mine else None,
+                   race_url=f"/race/{race}" if race and r.exists(f"race:{race}") else None)
 
 
 @bp.post("/api/rooms/<code>/round/guesses")
@@ -460,6 +466,19 @@ def round_result(code: str):
         raise ApiError(422, "invalid_result", {"why": "must be text of at most 600 characters"})
     r.hset(rkey(room["code"], "round"), mapping={"measured": json.dumps(measured), "why": why})
     return jsonify(round=_round(r, room, True))
+
+
+@bp.post("/api/rooms/<code>/race")
+def room_race(code: str):
+    """The instructor points the room at a race (app/races.py): every page in the room links to it."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = require_instructor(r, code)
+    rid = json_body().get("race_id")
+    if not isinstance(rid, str) or not re.match(r"^[A-Za-z0-9_-]{16}$", rid) or not r.exists(f"race:{rid}"):
+        raise ApiError(422, "invalid_race", {"race_id": "must be a race that is still running"})
+    r.hset(rkey(room["code"]), "race", rid)
+    return jsonify(race_url=f"/race/{rid}")
 
 
 @bp.get("/api/rooms/<code>/qr.svg")

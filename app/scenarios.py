@@ -122,7 +122,8 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
         {"id": "rapid-kills", "label": "Three rapid kills", "kills": 3,
          "hint": "Every busy worker is SIGKILLed in quick succession. Predict: spike, plateau or smooth rise?",
          "predict": {"id": "ch8-kills-lost", "kind": "number", "min": 0, "max": 10, "unit": "jobs",
-                     "measure": "counter:lost", "question": "Three workers die mid-job. How many jobs are lost for good?",
+                     "measure": "counter:lost",
+                     "question": "Three workers die mid-job. How many jobs are lost for good?",
                      "why": "Acks are {ack_mode}: the message is deleted only after success, so a killed worker's job "
                             "comes back when its lease runs out. Lost: {measured}."}},
     ],

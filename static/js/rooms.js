@@ -7,6 +7,7 @@
 // `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
 
 import { errorText, h, setAttr, setText } from './widget/util.js';
+import { newRace } from './race.js';
 
 const root = document.querySelector('.rooms[data-page]');
 
@@ -152,7 +153,28 @@ async function dashboard() {
     else renderRound(res.data.round);
   });
 
+  let racesBuilt = false;
+  function raceButtons(d) {
+    const card = q('races-card');
+    card.hidden = !d.races.length;
+    if (racesBuilt || !d.races.length) return;
+    racesBuilt = true;
+    q('races').replaceChildren(...d.races.map((rc) => h('button', { type: 'button', class: 'rooms-btn', testid: `room-race-${rc.id}`,
+      onclick: async (e) => {
+        const btn = e.currentTarget;
+        btn.disabled = true;
+        const made = await newRace(rc.id, q('race-status'));
+        if (made) {
+          const res = await call('POST', `/api/rooms/${code}/race`, { race_id: made.race_id }, saved.token);
+          if (res.ok) location.assign(`${made.url}?present=1`);
+          else setText(q('race-status'), errorText(res.data, res.status));
+        }
+        btn.disabled = false;
+      } }, `${rc.title} (${rc.variants.length} labs)`)));
+  }
+
   function predictions(d) {
+    raceButtons(d);
     const card = q('predict-card');
     card.hidden = !d.predictions.length;
     if (askSel.options.length !== d.predictions.length) {

@@ -131,7 +131,7 @@ export function install(W) {
     const start = async (guess) => {
       S.predict = { spec, guess, scenario: s.id, jobs: null, counts0: { ...S.counts }, at: Date.now(), posted: false };
       renderPending();
-      if (guess != null && room && round && round.prediction.id === spec.id) sendGuess(guess);
+      if (guess != null && room && round && round.prediction.id === spec.id && !instructorToken()) sendGuess(guess);
       const jobs = await W.runScenario(s, btn, hint);
       if (!S.predict || S.predict.spec !== spec) return;
       if (jobs == null) { S.predict = null; show(h('p', {}, 'The scenario did not start, so nothing was measured.')); return; }
@@ -185,7 +185,7 @@ export function install(W) {
     if (!round) return;
     const spec = round.prediction;
     const mine = roundGuess && roundGuess.n === round.n ? roundGuess.value : null;
-    if (S.predict && S.predict.spec.id === spec.id && !S.predict.result && instructorToken()) return; // running it
+    if (S.predict && S.predict.spec.id === spec.id && instructorToken()) return; // the instructor ran it: their own card
     if (round.measured != null) {
       const right = mine != null && String(mine) === String(round.measured);
       show(h('p', { class: 'lw-predict-q' }, h('strong', {}, 'Class question: '), spec.question),
@@ -217,6 +217,16 @@ export function install(W) {
     show(h('p', { class: 'lw-predict-scn' }, h('strong', {}, 'Your instructor asks the room. '), 'Commit a guess before the run.'), form);
   }
 
+  let raceEl = null;
+  function raceLink(url) {
+    if (!url || (raceEl && raceEl.getAttribute('href') === url)) return;
+    if (!raceEl) {
+      raceEl = h('a', { class: 'lw-btn lw-race-link', testid: 'room-race-link' }, 'Your instructor started a race: watch it side by side →');
+      W.q('body').prepend(raceEl);
+    }
+    raceEl.setAttribute('href', url);
+  }
+
   async function pollRound() {
     // the room knows this page by its client id, so a reload keeps the guess already sent
     const res = await post(`/api/rooms/${encodeURIComponent(room)}/round?client=${encodeURIComponent(clientId())}`);
@@ -227,6 +237,7 @@ export function install(W) {
       round = next;
       if (res.data.your_guess != null && round && !roundGuess) roundGuess = { n: round.n, value: res.data.your_guess };
       if (changed) renderRound();
+      raceLink(res.data.race_url);
     }
     if (res.status !== 404) setTimeout(pollRound, ROUND_MS);
   }
