@@ -96,7 +96,8 @@ _TAGS = re.compile(r"<[^>]+>")
 
 def scrollable_tables(html: str) -> str:
     """Each table in its own horizontally scrolling box, so a wide table scrolls by itself on a phone
-    instead of the whole page. The box is a labelled, focusable region: a keyboard can scroll it too."""
+    instead of the whole page. The box is a labelled, focusable region: a keyboard can scroll it too.
+    Code blocks (which scroll on a phone) take focus for the same reason."""
     def wrap(m: re.Match) -> str:
         table = m.group(0)
         cap = re.search(r"<caption\b[^>]*>(.*?)</caption>", table, re.S)
@@ -105,7 +106,8 @@ def scrollable_tables(html: str) -> str:
         label = f"Table: {text}"[:120] if text else "Table"
         return (f'<div class="table-scroll" role="region" tabindex="0" aria-label="{escape(label)}">'
                 f"{table}</div>")
-    return _TABLE.sub(wrap, html)
+    # a code block scrolls sideways on a phone too: it takes focus, so a keyboard can scroll it
+    return _TABLE.sub(wrap, html).replace("<pre>", '<pre tabindex="0">')
 
 
 def render_body(chapter: Chapter, env: Environment, context: dict) -> str:

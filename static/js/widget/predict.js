@@ -54,7 +54,7 @@ export function install(W) {
 
   /** The room's instructor token, if this browser opened the room and this is the room's lab. */
   function instructorToken() {
-    if (!room) return null;
+    if (!room || S.lab.viewer) return null;
     try {
       const saved = JSON.parse(localStorage.getItem(`awl:room:${room}`) || 'null');
       return saved && saved.lab && saved.lab.lab_id === S.lab.id ? saved.token : null;

@@ -48,7 +48,8 @@ export function install(W) {
         const stale = h('span', { class: 'lw-w-stale' });
         const card = h(canKill ? 'button' : 'div', { class: 'lw-worker', testid: `worker-${w.id}`,
           type: canKill ? 'button' : null, onclick: canKill ? () => clickWorker(w.id) : null },
-        h('span', { class: 'lw-w-top' }, name, pid), state, bar, stale, act);
+        // spaces between the parts: the text a voice user reads off the card is the start of its name
+        h('span', { class: 'lw-w-top' }, name, ' ', pid), ' ', state, ' ', bar, ' ', stale, ' ', act);
         const wid = w.id;
         const inspect = h('button', { type: 'button', class: 'lw-linkish lw-w-inspect', testid: `worker-inspect-${wid}`,
           'aria-expanded': 'false', 'aria-label': `inspect ${wid}: its jobs, pid and state`,
