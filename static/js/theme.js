@@ -11,9 +11,9 @@
   if (pinned === 'light' || pinned === 'dark') root.dataset.theme = pinned;
   const isDark = () => (root.dataset.theme ? root.dataset.theme === 'dark' : system.matches);
 
+  // every [data-role=theme-toggle] on the page (the header's, and the presenter mode's own) is one switch
   function sync() {
-    const btn = document.querySelector('[data-role="theme-toggle"]');
-    if (btn) btn.setAttribute('aria-pressed', String(isDark()));
+    for (const btn of document.querySelectorAll('[data-role="theme-toggle"]')) btn.setAttribute('aria-pressed', String(isDark()));
     root.dataset.themeNow = isDark() ? 'dark' : 'light';
   }
 
@@ -30,9 +30,12 @@
   }
 
   system.addEventListener('change', sync);
+  document.addEventListener('click', (e) => {
+    if (e.target.closest && e.target.closest('[data-role="theme-toggle"]')) toggle();
+  });
   document.addEventListener('DOMContentLoaded', () => {
-    const btn = document.querySelector('[data-role="theme-toggle"]');
-    if (btn) { btn.hidden = false; btn.addEventListener('click', toggle); }
+    for (const btn of document.querySelectorAll('[data-role="theme-toggle"]')) btn.hidden = false;
     sync();
   });
+  window.awlThemeSync = sync; // a toggle added later (presenter mode) takes the current state
 }());

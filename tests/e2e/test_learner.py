@@ -151,7 +151,7 @@ def test_a_four_way_race_runs_one_input_through_four_labs_side_by_side(open_page
     expect(viewer.locator("html")).to_have_class(re.compile(r"\bpresent\b"))
 
     start.click()
-    expect(page.get_by_test_id("race")).to_have_attribute("data-state", "running")
+    expect(page.get_by_test_id("race")).to_have_attribute("data-state", "running", timeout=30_000)
     rid = link.rsplit("/", 1)[1]
     status = api.call("GET", f"/api/races/{rid}").json()
     policies = [lab["settings"]["retry_policy"] for lab in status["labs"]]
@@ -259,7 +259,8 @@ def test_dark_theme_follows_the_system_the_toggle_pins_one_and_the_projector_is_
     lw = "getComputedStyle(document.querySelector('#lab-widget'))"
     assert page.evaluate(f"[{lw}.color, {lw}.backgroundColor]") == ["rgb(255, 255, 255)", "rgb(0, 0, 0)"]
     shoot(page, "projector-dark")
-    page.get_by_test_id("theme-toggle").click()
+    page.get_by_test_id("present-theme-toggle").click()  # the projector covers the header: its own switch
+    expect(page.get_by_test_id("present-theme-toggle")).to_have_attribute("aria-pressed", "false")
     assert page.evaluate(f"[{lw}.color, {lw}.backgroundColor]") == ["rgb(0, 0, 0)", "rgb(255, 255, 255)"]
 
 

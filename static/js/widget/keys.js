@@ -26,6 +26,14 @@ export function install(W) {
       h('h3', { id: hid }, 'Keyboard shortcuts'),
       h('dl', {}, SHORTCUTS.filter(([, , c]) => !c || S.controls.has(c)).map(([k, what]) => [h('dt', {}, h('kbd', {}, k)), h('dd', {}, what)])),
       h('button', { type: 'button', class: 'lw-btn lw-small', onclick: () => toggleHelp(false) }, 'Close'));
+    // Tab and Shift+Tab cycle inside the dialog (a modal dialog alone would let focus leave for the browser)
+    els.help.addEventListener('keydown', (e) => {
+      if (e.key !== 'Tab') return;
+      const f = [...els.help.querySelectorAll('button, [href], input, select, textarea, [tabindex]:not([tabindex="-1"])')];
+      const i = f.indexOf(document.activeElement);
+      e.preventDefault();
+      f[(i + (e.shiftKey ? -1 : 1) + f.length) % f.length].focus();
+    });
     els.help.addEventListener('close', () => {
       const back = opener;
       opener = null;
