@@ -59,22 +59,23 @@ _LONG_JOB = {**_JOB, "duration_s": 600}
 # (static/js/widget/predict-model.js): `attempts` of the run's first job, `state:<s>` jobs of the run that
 # end in state s, `counter:<name>` how far a counter moved. `why` is shown when the guess misses, with
 # {setting} filled in from the lab's own settings and {measured} from the measurement.
-_RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "runs", "measure": "attempts",
-         "question": "How many times will this one job run (attempts, duplicates included)?"}
+_RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "attempts", "measure": "attempts",
+         "question": "How many attempts will this one job get (every delivery counts, duplicates included)?"}
 _CH1_BUTTONS: list[dict[str, Any]] = [
     {"id": "vt-too-short", "label": "VT too short",
      "settings": {"vt_seconds": 300, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
      "hint": "Lease 300 s, job 600 s. Predict: what happens at t + 300 s while the first worker is still busy?",
      "predict": {**_RUNS, "id": "ch1-vt-too-short",
                  "why": "The lease ({vt_seconds} s) ran out before the job ({job_duration} s) was done, so the broker "
-                        "made the message visible again and another worker ran the same job while the first was "
-                        "still busy: each expiry before the job finishes adds a run ({measured} in all here)."}},
+                        "made the message visible again and another worker took it while the first was still "
+                        "busy: every expiry before the job is acked is one more attempt ({measured} here), until "
+                        "the job finishes or its deliveries reach the dead-letter limit."}},
     {"id": "fix-vt", "label": "Fix it: VT 1200 s",
      "settings": {"vt_seconds": 1200, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
      "hint": "The lease now outlives the job. Predict the attempts and duplicates this job ends with.",
      "predict": {**_RUNS, "id": "ch1-fix-vt",
                  "why": "A {vt_seconds} s lease outlives the {job_duration} s job, so the message stays invisible "
-                        "until the worker acks it: nobody else ever sees it, and it runs {measured} time(s)."}},
+                        "until the worker acks it: no other worker ever sees it ({measured} attempt(s) measured)."}},
     {"id": "fix-heartbeat", "label": "Fix it: heartbeat",
      "settings": {"vt_seconds": 300, "heartbeat": True, "job_duration": 600}, "enqueue": _LONG_JOB,
      "hint": "Short lease, extended while the worker lives. Kill the worker and time how soon the job comes back.",
@@ -84,7 +85,7 @@ _CH1_BUTTONS: list[dict[str, Any]] = [
                  "buckets": {"once": [1, 1], "more": [2, 1000]},
                  "why": "The heartbeat pushes the deadline to now + {heartbeat_extend} s every {heartbeat_interval} s "
                         "while the worker lives, so a {vt_seconds} s lease never runs out under a live worker "
-                        "(a kill would bring the job back within one window). Runs measured: {measured}."}},
+                        "(a kill would bring the job back within one window). Attempts measured: {measured}."}},
 ]
 BUTTONS: dict[str, list[dict[str, Any]]] = {
     "ch1": _CH1_BUTTONS,

@@ -66,11 +66,11 @@ def test_a_prediction_is_committed_before_the_run_and_shown_beside_the_measureme
     expect(page.get_by_test_id("job-row-1")).to_have_count(0)
     guess.fill("1")
     page.get_by_test_id("predict-commit").click()
-    expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 1 run.")
+    expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 1 attempt.")
     result = page.get_by_test_id("predict-result")
     expect(result).to_be_visible(timeout=LONG)
     measured = int(page.get_by_test_id("predict-measured").inner_text().split()[0])
-    assert measured >= 2  # a 300 s lease on a 600 s job: the lease runs out mid-job, the job runs again
+    assert measured >= 2  # a 300 s lease on a 600 s job: the lease runs out mid-job, the job is delivered again
     expect(result).to_have_attribute("data-right", "no")
     expect(page.get_by_test_id("predict-why")).to_contain_text("The lease (300 s) ran out before the job (600 s)")
     # the measurement is the lab's: the job's own attempts
@@ -104,7 +104,7 @@ def test_a_prediction_round_in_a_room_shows_the_class_spread_beside_the_measured
         expect(field).to_be_visible(timeout=10_000)
         field.fill(guess)
         s.get_by_test_id("predict-commit").click()
-        expect(s.get_by_test_id("predict-pending")).to_contain_text(f"Your guess: {guess} run")
+        expect(s.get_by_test_id("predict-pending")).to_contain_text(f"Your guess: {guess} attempt")
         students.append(s)
     expect(teacher.get_by_test_id("room-spread")).to_contain_text("2 guesses", timeout=10_000)
     expect(teacher.get_by_test_id("room-spread-1").locator("td.num")).to_have_text("1")
@@ -126,7 +126,7 @@ def test_a_prediction_round_in_a_room_shows_the_class_spread_beside_the_measured
     shoot(students[1], "room-student-result")
     teacher.goto(f"{stack.url}/rooms/{code}")
     spread = teacher.get_by_test_id("room-spread")
-    expect(spread).to_contain_text(f"the lab measured {measured} run", timeout=10_000)
+    expect(spread).to_contain_text(f"the lab measured {measured} attempt", timeout=10_000)
     expect(teacher.locator('[data-measured="yes"]')).to_contain_text("← measured")
     teacher.get_by_test_id("room-predict").screenshot(path=str(ARTIFACTS / "learner-room-spread.png"))
 
