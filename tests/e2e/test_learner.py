@@ -56,17 +56,19 @@ def shoot(page: Page, name: str, full: bool = False) -> None:
 
 def test_a_prediction_is_committed_before_the_run_and_shown_beside_the_measurement(open_page):
     page = ready(open_page(f"/chapters/1?speed={SPEED}"))
-    page.get_by_test_id("scenario-vt-too-short").click()
-    guess = page.get_by_test_id("predict-guess")
-    expect(guess).to_be_focused()  # the question opens where the learner is
+    # the question sits beside its scenario before anything runs
+    guess = page.get_by_test_id("predict-guess-vt-too-short")
+    expect(guess).to_be_visible()
     guess.fill("99")  # out of range: explained in place, nothing runs
-    page.get_by_test_id("predict-commit").click()
-    expect(page.get_by_test_id("predict-error")).to_contain_text("from 1 to 20")
+    page.get_by_test_id("scenario-vt-too-short").click()
+    expect(page.get_by_test_id("predict-error-vt-too-short")).to_contain_text("from 1 to 20")
     expect(guess).to_have_attribute("aria-invalid", "true")
+    expect(guess).to_be_focused()
     expect(page.get_by_test_id("job-row-1")).to_have_count(0)
     guess.fill("1")
-    page.get_by_test_id("predict-commit").click()
+    page.get_by_test_id("scenario-vt-too-short").click()
     expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 1 attempt.")
+    expect(guess).to_be_disabled()  # committed: locked until the answer is in
     result = page.get_by_test_id("predict-result")
     expect(result).to_be_visible(timeout=LONG)
     measured = int(page.get_by_test_id("predict-measured").inner_text().split()[0])
@@ -115,9 +117,8 @@ def test_a_prediction_round_in_a_room_shows_the_class_spread_beside_the_measured
     teacher.get_by_test_id("open-lab").click()
     ready(teacher)
     expect(teacher.get_by_test_id("predict-class")).to_contain_text("The class is predicting", timeout=10_000)
+    teacher.get_by_test_id("predict-guess-vt-too-short").fill("2")
     teacher.get_by_test_id("scenario-vt-too-short").click()
-    teacher.get_by_test_id("predict-guess").fill("2")
-    teacher.get_by_test_id("predict-commit").click()
     expect(teacher.get_by_test_id("predict-result")).to_be_visible(timeout=LONG)
     measured = int(teacher.get_by_test_id("predict-measured").inner_text().split()[0])
     for s in students:
@@ -162,10 +163,11 @@ def test_a_four_way_race_runs_one_input_through_four_labs_side_by_side(open_page
         faults = [e for e in events if e["type"] == "fault.started"]
         assert len(faults) == 1 and faults[0]["t_sim"] == 0
         assert {e["t_sim"] for e in events if e["type"] == "job.enqueued"} == {0}
-    # the difference shows: with no retries, the outage dead-letters jobs the retrying labs keep
-    expect(page.get_by_test_id("race-dlq-a")).not_to_have_text(re.compile(r"^(–|0)$"), timeout=LONG)
-    expect(page.get_by_test_id("race-retries_scheduled-b")).to_contain_text("▲", timeout=LONG)
-    expect(viewer.get_by_test_id("race-retries_scheduled-b")).to_contain_text("▲", timeout=LONG)
+    # the difference shows, marked in words: lab A never retries, the others do during the outage
+    differs = '.race-table td:is([data-diff="up"], [data-diff="down"])'
+    expect(page.locator(differs).first).to_contain_text(re.compile(r"[▲▼] [+−]\d+ vs A"), timeout=LONG)
+    expect(viewer.locator(differs).first).to_be_visible(timeout=LONG)
+    expect(page.get_by_test_id("race-retries_scheduled-a")).to_have_text("0")
     for side in "abcd":
         expect(viewer.locator(f"#run-{side}")).to_have_attribute("data-state", "ready")
     shoot(page, "race-four-way")

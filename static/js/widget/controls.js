@@ -89,12 +89,12 @@ export function install(W) {
     box.hidden = false;
     const hint = h('p', { class: 'lw-hint', testid: 'scenario-hint', 'aria-live': 'polite' },
       'Pick a scenario, predict what will happen, then watch.');
-    // a scenario that asks for a prediction opens its question first (predict.js); the rest just run
+    // a scenario with a prediction commits the guess typed beside it first (predict.js), then runs
     box.append(h('span', { class: 'lw-scn-label' }, 'Scenarios'),
       ...list.map((s) => h('button', { type: 'button', class: 'lw-btn lw-scn', testid: `scenario-${s.id}`,
-        'aria-haspopup': s.predict ? 'true' : null,
-        onclick: (e) => (s.predict ? W.askPrediction(s, e.currentTarget, hint) : runScenario(s, e.currentTarget, hint)) },
+        onclick: (e) => (s.predict ? W.runPredicted(s, e.currentTarget, hint) : runScenario(s, e.currentTarget, hint)) },
       s.label)), hint);
+    W.buildPredictFirst(list, box);
   }
 
   /** Run a scenario; returns the job ids it started (a prediction measures them), or null on failure. */

@@ -81,7 +81,7 @@ export function install(W) {
   }
 
   /** The question as a form: a number field or a set of choices, explained in place when invalid. */
-  function guessForm(spec, { runLabel, onGuess, onSkip }) {
+  function guessForm(spec, { runLabel, onGuess }) {
     const fid = `${root.id}-guess`;
     const err = h('p', { class: 'lw-predict-error', id: `${fid}-err`, testid: 'predict-error', 'aria-live': 'polite' });
     let field;
@@ -99,8 +99,7 @@ export function install(W) {
     }
     const form = h('form', { class: 'lw-predict-form', novalidate: true }, field, err,
       h('div', { class: 'lw-row lw-wrap' },
-        h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'predict-commit' }, runLabel),
-        onSkip ? h('button', { type: 'button', class: 'lw-btn', testid: 'predict-skip', onclick: onSkip }, 'Run without a guess') : null));
+        h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'predict-commit' }, runLabel)));
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       const raw = spec.kind === 'choice' ? (form.querySelector('input:checked') || {}).value : form.querySelector('input').value;
@@ -125,22 +124,80 @@ export function install(W) {
     record();
   }
 
-  /** A scenario button with a prediction: ask first, then run with the guess locked in. */
-  function askPrediction(s, btn, hint) {
+  // ---- predict first: each scenario's question sits beside the scenario buttons before anything runs;
+  // pressing the button commits whatever guess is in its field (none is fine: then the lab just shows
+  // what it measured), locks it, and runs. An invalid guess is explained in place and nothing runs.
+  const rows = new Map(); // scenario id → {input(s), err, spec}
+
+  function buildPredictFirst(list, box) {
+    const asks = list.filter((s) => s.predict);
+    if (!asks.length || S.lab.viewer) return;
+    const body = h('div', { class: 'lw-pf-list' }, asks.map((s) => {
+      const spec = s.predict;
+      const fid = `${root.id}-pf-${s.id}`;
+      const err = h('span', { class: 'lw-predict-error', id: `${fid}-err`, testid: `predict-error-${s.id}`, 'aria-live': 'polite' });
+      let field, inputs;
+      if (spec.kind === 'choice') {
+        inputs = spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
+          h('input', { type: 'radio', name: fid, value: v, testid: `predict-choice-${s.id}-${v}` }), ` ${label}`));
+        field = h('fieldset', { class: 'lw-pf-row', 'aria-describedby': `${fid}-err` },
+          h('legend', {}, h('strong', {}, `${s.label}: `), spec.question), h('span', { class: 'lw-pf-choices' }, inputs), err);
+      } else {
+        inputs = [h('input', { type: 'number', id: fid, testid: `predict-guess-${s.id}`, min: spec.min, max: spec.max, step: 1,
+          inputmode: 'numeric', 'aria-describedby': `${fid}-err`, class: 'lw-pf-num' })];
+        field = h('div', { class: 'lw-pf-row' }, h('label', { for: fid }, h('strong', {}, `${s.label}: `), spec.question),
+          h('span', { class: 'lw-row' }, inputs[0], spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null), err);
+      }
+      rows.set(s.id, { field, err, spec });
+      return field;
+    }));
+    const details = h('details', { class: 'lw-predict-first', testid: 'predict-first', open: true },
+      h('summary', {}, 'Predict first: type a guess, then press its scenario. The lab measures the answer.'), body);
+    box.append(details);
+  }
+
+  function readGuess(s) {
+    const row = rows.get(s.id);
+    if (!row) return { value: null };
+    const spec = row.spec;
+    const raw = spec.kind === 'choice' ? (row.field.querySelector('input:checked') || {}).value : row.field.querySelector('input').value;
+    if (raw == null || raw === '') return { value: null, row };
+    const value = cleanGuess(spec, raw);
+    if (value == null) return { invalid: true, row };
+    return { value, row };
+  }
+
+  /** A scenario button with a prediction: commit the guess in its field (if any), lock it, run, measure. */
+  async function runPredicted(s, btn, hint) {
     const spec = s.predict;
-    const start = async (guess) => {
-      S.predict = { spec, guess, scenario: s.id, jobs: null, counts0: { ...S.counts }, at: Date.now(), posted: false };
-      renderPending();
-      if (guess != null && room && round && round.prediction.id === spec.id && !instructorToken()) sendGuess(guess);
-      const jobs = await W.runScenario(s, btn, hint);
-      if (!S.predict || S.predict.spec !== spec) return;
-      if (jobs == null) { S.predict = null; show(h('p', {}, 'The scenario did not start, so nothing was measured.')); return; }
-      S.predict.jobs = jobs;
-      W.markDirty();
-    };
-    show(h('p', { class: 'lw-predict-scn' }, h('strong', {}, `${s.label}. `), 'Commit a guess before it runs; the lab will measure the answer.'),
-      guessForm(spec, { runLabel: 'Lock in my guess and run', onGuess: start, onSkip: () => start(null) }));
-    card().querySelector('input').focus();
+    const { value: guess, invalid, row } = readGuess(s);
+    if (invalid) {
+      const input = row.field.querySelector('input');
+      setAttr(input, 'aria-invalid', 'true');
+      setText(row.err, `Enter a whole number from ${spec.min} to ${spec.max}, or leave it empty to just watch.`);
+      input.focus();
+      return;
+    }
+    if (row) {
+      setText(row.err, '');
+      for (const input of row.field.querySelectorAll('input')) { input.removeAttribute('aria-invalid'); input.disabled = true; }
+    }
+    S.predict = { spec, guess, scenario: s.id, jobs: null, counts0: { ...S.counts }, at: Date.now(), row };
+    renderPending();
+    if (guess != null && room && round && round.prediction.id === spec.id && !instructorToken()) sendGuess(guess);
+    const jobs = await W.runScenario(s, btn, hint);
+    if (!S.predict || S.predict.spec !== spec) return;
+    if (jobs == null) { unlock(S.predict); S.predict = null; show(h('p', {}, 'The scenario did not start, so nothing was measured.')); return; }
+    S.predict.jobs = jobs;
+    W.markDirty();
+  }
+
+  function unlock(p) {
+    if (!p || !p.row) return;
+    for (const input of p.row.field.querySelectorAll('input')) {
+      input.disabled = false;
+      if (input.type === 'number') input.value = ''; else input.checked = false;
+    }
   }
 
   function renderPending() {
@@ -158,6 +215,7 @@ export function install(W) {
     const m = measure(p.spec, S, p);
     if (!m) return;
     p.result = m;
+    unlock(p);
     const right = p.guess != null && String(p.guess) === String(m.value);
     const why = whyText(p.spec, S.settings, m);
     save({ id: p.spec.id, preset: W.preset, question: p.spec.question, guess: p.guess, measured: m.value,
@@ -246,5 +304,5 @@ export function install(W) {
     if (room && !W.compact) pollRound();
   }
 
-  return { askPrediction, renderPrediction, startPredictions };
+  return { buildPredictFirst, runPredicted, renderPrediction, startPredictions };
 }
