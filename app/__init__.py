@@ -61,9 +61,10 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(branch.bp)
     ws.init_app(app)
-    from app import export, rooms  # classroom (issue 10): rooms, scenario links, run export
+    from app import export, races, rooms  # classroom (issue 10): rooms, scenario links, run export
 
     app.register_blueprint(rooms.bp)
+    app.register_blueprint(races.bp)  # one input through 2–4 variant labs (issue 22)
     app.register_blueprint(export.bp)
     app.after_request(security_headers)
     return app

@@ -13,6 +13,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
+from html import escape, unescape
 
 import markdown
 from jinja2 import Environment
@@ -89,6 +90,26 @@ _rendered: OrderedDict[tuple, str] = OrderedDict()
 RENDER_CACHE = 512  # chapter bodies kept per process, per (chapter, model inputs)
 
 
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def scrollable_tables(html: str) -> str:
+    """Each table in its own horizontally scrolling box, so a wide table scrolls by itself on a phone
+    instead of the whole page. The box is a labelled, focusable region: a keyboard can scroll it too.
+    Code blocks (which scroll on a phone) take focus for the same reason."""
+    def wrap(m: re.Match) -> str:
+        table = m.group(0)
+        cap = re.search(r"<caption\b[^>]*>(.*?)</caption>", table, re.S)
+        heads = re.findall(r"<th\b[^>]*>(.*?)</th>", table, re.S)[:3]
+        text = " ".join(unescape(_TAGS.sub("", cap.group(1) if cap else ", ".join(heads))).split())
+        label = f"Table: {text}"[:120] if text else "Table"
+        return (f'<div class="table-scroll" role="region" tabindex="0" aria-label="{escape(label)}">'
+                f"{table}</div>")
+    # a code block scrolls sideways on a phone too: it takes focus, so a keyboard can scroll it
+    return _TABLE.sub(wrap, html).replace("<pre>", '<pre tabindex="0">')
+
+
 def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
     """Jinja first (figures, partial tables), then Markdown to HTML.
 
@@ -108,7 +129,7 @@ def render_body(chapter: Chapter, env: Environment, context: dict) -> str:
     if template is None:
         template = _compiled[tkey] = env.from_string(chapter.source)
     text = template.render(**context)  # type: ignore[attr-defined]
-    html = markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html")
+    html = scrollable_tables(markdown.markdown(text, extensions=_MD_EXTENSIONS, output_format="html"))
     if cache_key is not None:
         _rendered[cache_key] = html
         while len(_rendered) > RENDER_CACHE:

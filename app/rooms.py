@@ -25,7 +25,7 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import bodies, chapters, limits, scenarios
+from app import bodies, chapters, limits, races, scenarios
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
@@ -47,7 +47,10 @@ PRESENCE_WINDOW = 30
 """A viewer counts as present if their page checked in within this many real seconds (it does every 10)."""
 MAX_VIEWERS = 1000
 MAX_STUDENTS = 100
+ROOM_PARTS = ("", "viewers", "students", "seen", "round", "guesses")
+MAX_GUESSES = MAX_VIEWERS + MAX_STUDENTS
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
+_CLIENT = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
 
 
 def rkey(code: str, part: str = "") -> str:
@@ -130,7 +133,7 @@ def lab_cookie(resp, lab: str, token: str):
 
 def _keep_alive(r: redis.Redis, code: str) -> None:
     with r.pipeline() as pipe:
-        for part in ("", "viewers", "students", "seen"):
+        for part in ROOM_PARTS:
             pipe.expire(rkey(code, part), ROOM_TTL)
         pipe.execute()
 
@@ -307,7 +310,139 @@ def room_status(code: str):
     return jsonify(code=code, display_code=pretty(code), preset=room["preset"], lab_id=room["lab_id"],
                    lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
-                   students=students, expires_in=ROOM_TTL, join_url=join_url(code))
+                   students=students, expires_in=ROOM_TTL, join_url=join_url(code),
+                   round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),
+                   races=races.for_preset(room["preset"]),
+                   race_url=f"/race/{room['race']}" if room.get("race") else None)
+
+
+# --- prediction rounds (issue 22) ---------------------------------------------------------------
+# The instructor asks the class one of the chapter's predictions; every page in the room shows it and
+# sends one guess per client (changeable until the answer is in); the instructor's lab posts what it
+# measured. The dashboard shows the spread of guesses beside the measurement, live.
+
+def predictions_for(preset: str) -> dict[str, dict[str, Any]]:
+    """The chapter's predictions (the scenario buttons' `predict`), by id."""
+    return {b["predict"]["id"]: b["predict"] for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
+
+
+def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
+    if spec["kind"] == "choice":
+        if isinstance(value, str) and value in {v for v, _ in spec["choices"]}:
+            return value
+        raise ApiError(422, "invalid_guess", {"value": f"must be one of {', '.join(v for v, _ in spec['choices'])}"})
+    lo, hi = spec.get("min", 0), spec.get("max", 10**6)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ApiError(422, "invalid_guess", {"value": f"must be a whole number from {spec.get('min', 0)} to "
+                                                       f"{spec.get('max', 10**6)}"})
+    return value
+
+
+def _round(r: redis.Redis, room: dict[str, str], with_spread: bool = False) -> dict[str, Any] | None:
+    raw = r.hgetall(rkey(room["code"], "round"))
+    spec = predictions_for(room["preset"]).get(raw.get("prediction", ""))
+    if not spec:
+        return None
+    out: dict[str, Any] = {"n": int(raw["n"]), "prediction": spec, "opened": float(raw["opened"]),
+                           "measured": json.loads(raw["measured"]) if raw.get("measured") else None,
+                           "why": raw.get("why") or None, "count": r.hlen(rkey(room["code"], "guesses"))}
+    if with_spread:
+        spread: dict[str, int] = {}
+        for v in r.hvals(rkey(room["code"], "guesses")):
+            spread[v] = spread.get(v, 0) + 1
+        out["spread"] = spread
+    return out
+
+
+@bp.post("/api/rooms/<code>/round")
+def open_round(code: str):
+    """The instructor asks the class a prediction (a new round: earlier guesses are cleared)."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = require_instructor(r, code)
+    pid = json_body().get("prediction")
+    if not isinstance(pid, str) or pid not in predictions_for(room["preset"]):
+        raise ApiError(422, "invalid_prediction",
+                       {"prediction": f"must be one of {', '.join(predictions_for(room['preset'])) or '(none)'}"})
+    n = int(r.hget(rkey(room["code"], "round"), "n") or 0) + 1
+    with r.pipeline(transaction=True) as pipe:
+        pipe.delete(rkey(room["code"], "round"), rkey(room["code"], "guesses"))
+        pipe.hset(rkey(room["code"], "round"), mapping={"n": n, "prediction": pid, "opened": time.time()})
+        pipe.execute()
+    _keep_alive(r, room["code"])
+    return jsonify(round=_round(r, room, True)), 201
+
+
+@bp.get("/api/rooms/<code>/round")
+def get_round(code: str):
+    """The open question (anyone with the code), and this client's guess if it sent one (`?client=`)."""
+    r = get_redis()
+    room = load(r, code)
+    client = request.args.get("client", "")
+    mine = r.hget(rkey(room["code"], "guesses"), client) if _CLIENT.match(client) else None
+    race = room.get("race")
+    return jsonify(round=_round(r, room), your_guess=json.loads(mine) if mine else None,
+                   race_url=f"/race/{race}" if race and r.exists(f"race:{race}") else None)
+
+
+@bp.post("/api/rooms/<code>/round/guesses")
+def round_guess(code: str):
+    """One guess per client for the open round; it may change until the answer is in (then 409)."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = load(r, code)
+    body = json_body()
+    client = body.get("client")
+    if not isinstance(client, str) or not _CLIENT.match(client):
+        raise ApiError(422, "invalid_client", {"client": "must be 8–40 letters, digits, - or _"})
+    rnd = _round(r, room)
+    if rnd is None or body.get("n") != rnd["n"]:
+        raise ApiError(409, "no_round", "that question is no longer open; reload the page to see the current one")
+    if rnd["measured"] is not None:
+        raise ApiError(409, "round_closed", "the answer is already in: guesses are closed for this question")
+    value = _clean_guess(rnd["prediction"], body.get("value"))
+    k = rkey(room["code"], "guesses")
+    if not r.hexists(k, client) and r.hlen(k) >= MAX_GUESSES:
+        raise ApiError(429, "room_full", f"this question already has {MAX_GUESSES} guesses", {"Retry-After": "30"})
+    r.hset(k, client, json.dumps(value))
+    r.expire(k, ROOM_TTL)
+    return jsonify(ok=True, n=rnd["n"], value=value)
+
+
+@bp.post("/api/rooms/<code>/round/result")
+def round_result(code: str):
+    """The instructor's lab measured the answer: it closes the round and goes to every screen."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = require_instructor(r, code)
+    body = json_body()
+    rnd = _round(r, room)
+    if rnd is None or body.get("n") != rnd["n"]:
+        raise ApiError(409, "no_round", "no such open question")
+    spec = rnd["prediction"]
+    measured = body.get("measured")
+    if spec["kind"] == "choice":
+        measured = _clean_guess(spec, measured)
+    elif isinstance(measured, bool) or not isinstance(measured, int) or not -10**6 <= measured <= 10**6:
+        raise ApiError(422, "invalid_result", {"measured": "must be a whole number"})
+    why = body.get("why", "")
+    if not isinstance(why, str) or len(why) > 600:
+        raise ApiError(422, "invalid_result", {"why": "must be text of at most 600 characters"})
+    r.hset(rkey(room["code"], "round"), mapping={"measured": json.dumps(measured), "why": why})
+    return jsonify(round=_round(r, room, True))
+
+
+@bp.post("/api/rooms/<code>/race")
+def room_race(code: str):
+    """The instructor points the room at a race (app/races.py): every page in the room links to it."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = require_instructor(r, code)
+    rid = json_body().get("race_id")
+    if not isinstance(rid, str) or not re.match(r"^[A-Za-z0-9_-]{16}$", rid) or not r.exists(f"race:{rid}"):
+        raise ApiError(422, "invalid_race", {"race_id": "must be a race that is still running"})
+    r.hset(rkey(room["code"]), "race", rid)
+    return jsonify(race_url=f"/race/{rid}")
 
 
 @bp.get("/api/rooms/<code>/qr.svg")
@@ -327,7 +462,7 @@ def close_room(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = require_instructor(r, code)
-    r.delete(*(rkey(room["code"], part) for part in ("", "viewers", "students", "seen")))
+    r.delete(*(rkey(room["code"], part) for part in ROOM_PARTS))
     return "", 204
 
 

@@ -61,23 +61,49 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 # build a whole lab from a shared link). The widget reads them from /api/meta.
 _JOB = {"sample": "bigbuckbunny"}
 _LONG_JOB = {**_JOB, "duration_s": 600}
+# `predict` (issue 22): what the learner commits to before the run, and how the lab measures it
+# (static/js/widget/predict-model.js): `attempts` of the run's first job, `state:<s>` jobs of the run that
+# end in state s, `counter:<name>` how far a counter moved. `why` is shown when the guess misses, with
+# {setting} filled in from the lab's own settings and {measured} from the measurement.
+_RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "attempts", "measure": "attempts",
+         "question": "How many attempts will this one job get (every delivery counts, duplicates included)?"}
 _CH1_BUTTONS: list[dict[str, Any]] = [
     {"id": "vt-too-short", "label": "VT too short",
      "settings": {"vt_seconds": 300, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
-     "hint": "Lease 300 s, job 600 s. Predict: what happens at t + 300 s while the first worker is still busy?"},
+     "hint": "Lease 300 s, job 600 s. Predict: what happens at t + 300 s while the first worker is still busy?",
+     "predict": {**_RUNS, "id": "ch1-vt-too-short",
+                 "why": "The lease ({vt_seconds} s) ran out before the job ({job_duration} s) was done, so the broker "
+                        "made the message visible again and another worker took it while the first was still "
+                        "busy: every expiry before the job is acked is one more attempt ({measured} here), until "
+                        "the job finishes or its deliveries reach the dead-letter limit."}},
     {"id": "fix-vt", "label": "Fix it: VT 1200 s",
      "settings": {"vt_seconds": 1200, "heartbeat": False, "job_duration": 600}, "enqueue": _LONG_JOB,
-     "hint": "The lease now outlives the job. Predict the attempts and duplicates this job ends with."},
+     "hint": "The lease now outlives the job. Predict the attempts and duplicates this job ends with.",
+     "predict": {**_RUNS, "id": "ch1-fix-vt",
+                 "why": "A {vt_seconds} s lease outlives the {job_duration} s job, so the message stays invisible "
+                        "until the worker acks it: no other worker ever sees it ({measured} attempt(s) measured)."}},
     {"id": "fix-heartbeat", "label": "Fix it: heartbeat",
      "settings": {"vt_seconds": 300, "heartbeat": True, "job_duration": 600}, "enqueue": _LONG_JOB,
-     "hint": "Short lease, extended while the worker lives. Kill the worker and time how soon the job comes back."},
+     "hint": "Short lease, extended while the worker lives. Kill the worker and time how soon the job comes back.",
+     "predict": {"id": "ch1-fix-heartbeat", "kind": "choice", "measure": "attempts",
+                 "question": "The lease is still only 300 s, but with a heartbeat. Will the job run once, or more?",
+                 "choices": [["once", "once"], ["more", "twice or more"]],
+                 "buckets": {"once": [1, 1], "more": [2, 1000]},
+                 "why": "The heartbeat pushes the deadline to now + {heartbeat_extend} s every {heartbeat_interval} s "
+                        "while the worker lives, so a {vt_seconds} s lease never runs out under a live worker "
+                        "(a kill would bring the job back within one window). Attempts measured: {measured}."}},
 ]
 BUTTONS: dict[str, list[dict[str, Any]]] = {
     "ch1": _CH1_BUTTONS,
     "ch1-heartbeat": _CH1_BUTTONS[1:],
     "ch4": [
         {"id": "poison-pill", "label": "Poison pill", "fault": {"type": "poison"},
-         "hint": "An undecodable upload that fails every attempt. Predict the attempts and the waits before the DLQ."},
+         "hint": "An undecodable upload that fails every attempt. Predict the attempts and the waits before the DLQ.",
+         "predict": {"id": "ch4-poison", "kind": "number", "min": 1, "max": 50, "unit": "attempts",
+                     "measure": "attempts", "question": "How many attempts will the poison job make before the DLQ?",
+                     "why": "Every attempt fails with an error the handler sees, so the retry policy decides: at "
+                            "max attempts ({max_attempts}) it moves the job to the dead-letter queue instead of "
+                            "trying again, so it made {measured}."}},
         {"id": "crashing-pill", "label": "Crashing pill", "fault": {"type": "poison_crash"},
          "hint": "A job that kills its worker every time: no handler sees an error, so no retry policy runs. "
                  "Predict what brings it back, and what finally stops it."},
@@ -85,19 +111,34 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
                                                                          "duration_s": 200}, "count": 3,
          "fault": {"type": "storage_outage", "duration_s": 100},
          "hint": "36 upload parts mid-call when storage goes down for 100 s. Watch when their retries reach storage "
-                 "under the policy you chose."},
+                 "under the policy you chose.",
+         "predict": {"id": "ch4-outage", "kind": "number", "min": 0, "max": 3, "unit": "jobs", "measure": "state:dlq",
+                     "question": "Storage is down for 100 s. How many of the 3 jobs will end in the dead-letter queue?",
+                     "why": "Under {retry_policy} retries (base {retry_base} s, cap {retry_cap} s) and {max_attempts} "
+                            "attempts, a job dead-letters only if all its attempts land inside the outage; "
+                            "{measured} did here. Fewer attempts or shorter delays make that likelier."}},
     ],
     "ch5": [
         {"id": "vt-too-short", "label": "VT too short", "settings": {"vt_seconds": 300, "job_duration": 600},
          "enqueue": _LONG_JOB,
          "hint": "Redelivered while still running. Predict the outputs written and emails sent with the claim "
-                 "guard on, then with the guard off."},
+                 "guard on, then with the guard off.",
+         "predict": {"id": "ch5-emails", "kind": "number", "min": 0, "max": 10, "unit": "emails",
+                     "measure": "counter:emails_sent",
+                     "question": "The job is redelivered while it still runs. How many completion emails go out?",
+                     "why": "With the notified guard {notify_guard}, the completion email is a compare-and-swap on a "
+                            "'notified' flag: only the first finisher may send it. Measured: {measured}."}},
     ],
     "ch8": [
         {"id": "load", "label": "Steady load: 3 jobs", "enqueue": _JOB, "count": 3,
          "hint": "Three transcodes. Then try three rapid kills and watch the redelivery rate readout."},
         {"id": "rapid-kills", "label": "Three rapid kills", "kills": 3,
-         "hint": "Every busy worker is SIGKILLed in quick succession. Predict: spike, plateau or smooth rise?"},
+         "hint": "Every busy worker is SIGKILLed in quick succession. Predict: spike, plateau or smooth rise?",
+         "predict": {"id": "ch8-kills-lost", "kind": "number", "min": 0, "max": 10, "unit": "jobs",
+                     "measure": "counter:lost",
+                     "question": "Three workers die mid-job. How many jobs are lost for good?",
+                     "why": "Acks are {ack_mode}: the message is deleted only after success, so a killed worker's job "
+                            "comes back when its lease runs out. Lost: {measured}."}},
     ],
 }
 

@@ -40,6 +40,11 @@ function presenter() {
     'aria-pressed': 'false', onclick: () => setPresent(!document.documentElement.classList.contains('present'), true) },
   'Presenter mode');
   root.querySelector('.lw-head-status').prepend(btn);
+  // the projector covers the page header, so presenter mode carries its own theme switch (theme.js)
+  const theme = h('button', { type: 'button', class: 'lw-btn lw-small cr-theme', testid: 'present-theme-toggle',
+    'data-role': 'theme-toggle', 'aria-pressed': 'false' }, 'Dark theme');
+  btn.after(theme);
+  window.awlThemeSync?.();
 
   function setPresent(on, fromClick) {
     document.documentElement.classList.toggle('present', on);

@@ -7,6 +7,7 @@
 // `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
 
 import { errorText, h, setAttr, setText } from './widget/util.js';
+import { newRace } from './race.js';
 
 const root = document.querySelector('.rooms[data-page]');
 
@@ -97,6 +98,7 @@ async function dashboard() {
     return;
   }
   q('dash').hidden = false;
+  q('dash-more').hidden = false;
   const handoff = q('handoff');
   handoff.value = `${location.origin}${location.pathname}#${new URLSearchParams({ instructor: saved.token, lab_token: saved.lab.token })}`;
   handoff.addEventListener('focus', () => handoff.select());
@@ -142,6 +144,81 @@ async function dashboard() {
     setAttr(tr, 'data-state', state);
   }
 
+  // ---- prediction rounds: ask, then watch the guesses arrive beside the measured answer ----------
+  const askSel = q('ask-q');
+  q('ask').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const res = await call('POST', `/api/rooms/${code}/round`, { prediction: askSel.value }, saved.token);
+    if (!res.ok) setText(q('dash-status'), `Could not ask: ${errorText(res.data, res.status)}`);
+    else renderRound(res.data.round);
+  });
+
+  let racesBuilt = false;
+  function raceButtons(d) {
+    const card = q('races-card');
+    card.hidden = !d.races.length;
+    if (racesBuilt || !d.races.length) return;
+    racesBuilt = true;
+    q('races').replaceChildren(...d.races.map((rc) => h('button', { type: 'button', class: 'rooms-btn', testid: `room-race-${rc.id}`,
+      onclick: async (e) => {
+        const btn = e.currentTarget;
+        btn.disabled = true;
+        const made = await newRace(rc.id, q('race-status'));
+        if (made) {
+          const res = await call('POST', `/api/rooms/${code}/race`, { race_id: made.race_id }, saved.token);
+          if (res.ok) location.assign(`${made.url}?present=1`);
+          else setText(q('race-status'), errorText(res.data, res.status));
+        }
+        btn.disabled = false;
+      } }, `${rc.title} (${rc.variants.length} labs)`)));
+  }
+
+  function predictions(d) {
+    raceButtons(d);
+    const card = q('predict-card');
+    card.hidden = !d.predictions.length;
+    if (askSel.options.length !== d.predictions.length) {
+      askSel.replaceChildren(...d.predictions.map((p) => h('option', { value: p.id }, p.question)));
+    }
+    renderRound(d.round);
+  }
+
+  const label = (spec, v) => (spec.kind === 'choice' ? ((spec.choices.find(([c]) => c === String(v)) || [])[1] ?? String(v))
+    : `${v}${spec.unit ? ` ${Number(v) === 1 ? spec.unit.replace(/s$/, '') : spec.unit}` : ''}`);
+  let lastRound = '';
+  function renderRound(rd) {
+    const box = q('round');
+    const key = JSON.stringify(rd);
+    if (key === lastRound) return;
+    lastRound = key;
+    if (!rd) { box.replaceChildren(h('p', { class: 'rooms-note' }, 'No question asked yet.')); return; }
+    const spec = rd.prediction;
+    const spread = rd.spread || {};
+    const values = spec.kind === 'choice' ? spec.choices.map(([v]) => JSON.stringify(v))
+      : Object.keys(spread).sort((a, b) => Number(a) - Number(b));
+    const measured = rd.measured == null ? null : JSON.stringify(rd.measured);
+    if (measured != null && !values.includes(measured)) values.push(measured);
+    if (spec.kind !== 'choice') values.sort((a, b) => Number(a) - Number(b));
+    const max = Math.max(1, ...Object.values(spread));
+    const total = Object.values(spread).reduce((a, b) => a + b, 0);
+    const right = measured == null ? 0 : spread[measured] || 0;
+    box.replaceChildren(
+      h('p', { class: 'room-round-q' }, h('strong', {}, `Question ${rd.n}: `), spec.question),
+      h('table', { class: 'room-spread', testid: 'room-spread' },
+        h('caption', {}, `${total} guess${total === 1 ? '' : 'es'}${measured == null ? ', waiting for your lab to measure the answer'
+          : `; the lab measured ${label(spec, rd.measured)}: ${right} of ${total} right`}`),
+        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'guess'), h('th', { scope: 'col' }, 'students'), h('th', { scope: 'col' }, h('span', { class: 'rooms-sr' }, 'share')))),
+        h('tbody', {}, values.map((v) => {
+          const n = spread[v] || 0;
+          const isM = measured === v;
+          return h('tr', { 'data-guess': JSON.parse(v), 'data-measured': isM ? 'yes' : null, testid: `room-spread-${JSON.parse(v)}` },
+            h('th', { scope: 'row' }, label(spec, JSON.parse(v)), isM ? ' ← measured' : ''),
+            h('td', { class: 'num', 'data-value': String(n) }, String(n)),
+            h('td', {}, h('span', { class: 'room-bar', style: `width: ${Math.round((n / max) * 100)}%` })));
+        }))),
+      measured != null && rd.why ? h('p', { class: 'room-why' }, h('strong', {}, 'Why: '), rd.why) : null);
+  }
+
   // One request at a time: the next poll waits for this answer (stacked polls hang a busy page).
   async function poll() {
     const res = await call('GET', `/api/rooms/${code}/status`, undefined, saved.token);
@@ -153,6 +230,7 @@ async function dashboard() {
       setAttr(studentsN, 'data-value', String(d.students.length));
       fill(row(d.lab_id, 'Your lab (on the projector)'), d.counts, d.lab_alive ? 'live' : 'expired');
       for (const s of d.students) fill(row(s.lab_id, s.name, s.watch_url), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away');
+      predictions(d);
       setText(q('dash-status'), '');
       root.dataset.state = 'ready';
     } else if (res.status === 404) {

@@ -37,7 +37,7 @@ export function install(W) {
       const warn = h('span', { class: 'lw-lease-warn' });
       // the UX rule "break it by clicking the thing that fails": a lease can be cut short where it is shown
       const cut = canCut ? h('button', { type: 'button', class: 'lw-btn lw-small lw-danger lw-lease-cut',
-        testid: `lease-expire-${jid}`, 'aria-label': `expire the lease on job ${jid} now`,
+        testid: `lease-expire-${jid}`, 'aria-label': `Expire now: the lease on job ${jid}`,
         onclick: () => W.expireLease(jid) }, 'Expire now') : null;
       const li = h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, ring,
         h('span', { class: 'lw-lease-text' }, title, left, warn), cut || '');

@@ -89,44 +89,56 @@ export function install(W) {
     box.hidden = false;
     const hint = h('p', { class: 'lw-hint', testid: 'scenario-hint', 'aria-live': 'polite' },
       'Pick a scenario, predict what will happen, then watch.');
+    // a scenario with a prediction commits the guess typed beside it first (predict.js), then runs
     box.append(h('span', { class: 'lw-scn-label' }, 'Scenarios'),
       ...list.map((s) => h('button', { type: 'button', class: 'lw-btn lw-scn', testid: `scenario-${s.id}`,
-        onclick: (e) => runScenario(s, e.currentTarget, hint) }, s.label)), hint);
+        onclick: (e) => (s.predict ? W.runPredicted(s, e.currentTarget, hint) : runScenario(s, e.currentTarget, hint)) },
+      s.label)), hint);
+    W.buildPredictFirst(list, box);
   }
 
+  /** Run a scenario; returns the job ids it started (a prediction measures them), or null on failure. */
   async function runScenario(s, btn, hint) {
     btn.disabled = true;
     setText(hint, s.hint);
+    const jobs = [];
     try {
       if (s.settings) {
         const res = await W.api('PATCH', W.labPath('/settings'), s.settings);
-        if (!res.ok) { setText(hint, `Could not apply: ${errorText(res.data, res.status)}`); return; }
+        if (!res.ok) { setText(hint, `Could not apply: ${errorText(res.data, res.status)}`); return null; }
         S.settings = res.data.settings;
         W.syncControls();
       }
       if (s.fault) {
         const res = await W.api('POST', W.labPath('/faults'), s.fault);
-        if (!res.ok) { setText(hint, `Could not start the fault: ${errorText(res.data, res.status)}`); return; }
+        if (!res.ok) { setText(hint, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
+        if (res.data.job_id) jobs.push(res.data.job_id);
       }
       for (let i = 0; s.enqueue && i < (s.count || 1); i++) {
         const res = await W.api('POST', W.labPath('/jobs'), s.enqueue);
-        if (!res.ok) { setText(hint, `Could not enqueue: ${errorText(res.data, res.status)}`); return; }
+        if (!res.ok) { setText(hint, `Could not enqueue: ${errorText(res.data, res.status)}`); return null; }
+        jobs.push(res.data.job_id);
       }
-      if (s.kills) await rapidKills(s.kills, hint);
+      if (s.kills) jobs.push(...await rapidKills(s.kills, hint));
     } finally {
       btn.disabled = false;
     }
+    return jobs;
   }
 
   async function rapidKills(n, hint) {
     const busy = [...S.workers.values()].filter((w) => w.state === 'busy').map((w) => w.id);
-    if (!busy.length) { setText(hint, 'No worker is busy: send some jobs first (try “Steady load”).'); return; }
-    const done = [];
+    if (!busy.length) { setText(hint, 'No worker is busy: send some jobs first (try “Steady load”).'); return []; }
+    const done = [], jobs = [];
     for (const id of busy.slice(0, n)) {
       const res = await W.api('POST', W.labPath(`/workers/${id}/kill`), {});
-      if (res.ok) done.push(`${id}${res.data.job_id ? ` (job ${res.data.job_id})` : ''}`);
+      if (res.ok) {
+        done.push(`${id}${res.data.job_id ? ` (job ${res.data.job_id})` : ''}`);
+        if (res.data.job_id) jobs.push(res.data.job_id);
+      }
     }
     setText(hint, `SIGKILLed ${done.join(', ') || 'nobody'}. Now watch the redelivery rate.`);
+    return jobs;
   }
 
   // ---- dead letters: replay them, all or by reason --------------------------------------------
@@ -149,5 +161,5 @@ export function install(W) {
       sel, btn), els.dlqStatus);
   }
 
-  return { buildControls, buildScenarios, killWorker, expireLease, faultText };
+  return { buildControls, buildScenarios, runScenario, killWorker, expireLease, faultText };
 }

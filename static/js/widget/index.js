@@ -17,6 +17,7 @@
 //   readouts.js workers.js broker.js jobs.js                 the panels that show the lab
 //   job-detail.js inspect.js   the open job; a worker's or a lease's internals
 //   log.js        event log and screen-reader announcements  keys.js  keyboard shortcuts
+//   predict.js predict-model.js   commit a guess, see it beside the measurement (and a room's spread)
 //   util.js scrubber.js timeline.js                          helpers, the history bar, the Gantt chart
 //
 // Every part is installed on one object W (the widget): `W.S` is the state, `W.els` the elements
@@ -38,6 +39,7 @@ import * as jobDetail from './job-detail.js';
 import * as jobs from './jobs.js';
 import * as keys from './keys.js';
 import * as lab from './lab.js';
+import * as predict from './predict.js';
 import * as log from './log.js';
 import * as readouts from './readouts.js';
 import * as settings from './settings.js';
@@ -46,7 +48,7 @@ import * as upload from './upload.js';
 import * as workers from './workers.js';
 
 const PARTS = [lab, stream, history, branch, controls, upload, settings, clock, readouts, workers, broker, jobs,
-  jobDetail, inspect, log, keys];
+  jobDetail, inspect, log, keys, predict];
 
 // the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
 for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
@@ -101,6 +103,7 @@ function boot(root) {
     W.connectWs();
     setInterval(tick, 250);
     W.announceLoop();
+    W.startPredictions();
     tick(true);
     W.announceLab(snap);
   }
@@ -213,5 +216,6 @@ function boot(root) {
     W.renderLog();
     if (S.selectedJob) { W.renderDetail(); W.renderCountdown(now); }
     W.renderInspect(now);
+    W.renderPrediction();
   }
 }

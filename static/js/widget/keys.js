@@ -16,17 +16,43 @@ const typing = (t) => Boolean(t.closest('textarea, select, [contenteditable]')
 export function install(W) {
   const { root, S, els } = W;
 
+  // A modal <dialog>: showModal() makes the rest of the page inert and traps Tab inside; Esc closes it
+  // natively (the `close` event), and focus goes back to whatever opened it (a button, or the page
+  // element that had focus when "?" was pressed).
+  let opener = null;
   function buildHelp() {
-    els.help = h('div', { class: 'lw-help', testid: 'shortcut-help', role: 'dialog', 'aria-label': 'Keyboard shortcuts', hidden: true },
-      h('h3', {}, 'Keyboard shortcuts'),
+    const hid = `${root.id}-help-h`;
+    els.help = h('dialog', { class: 'lw-help', testid: 'shortcut-help', 'aria-labelledby': hid },
+      h('h3', { id: hid }, 'Keyboard shortcuts'),
       h('dl', {}, SHORTCUTS.filter(([, , c]) => !c || S.controls.has(c)).map(([k, what]) => [h('dt', {}, h('kbd', {}, k)), h('dd', {}, what)])),
       h('button', { type: 'button', class: 'lw-btn lw-small', onclick: () => toggleHelp(false) }, 'Close'));
+    // Tab and Shift+Tab cycle inside the dialog (a modal dialog alone would let focus leave for the browser)
+    els.help.addEventListener('keydown', (e) => {
+      if (e.key !== 'Tab') return;
+      const f = [...els.help.querySelectorAll('button, [href], input, select, textarea, [tabindex]:not([tabindex="-1"])')];
+      const i = f.indexOf(document.activeElement);
+      e.preventDefault();
+      f[(i + (e.shiftKey ? -1 : 1) + f.length) % f.length].focus();
+    });
+    els.help.addEventListener('close', () => {
+      const back = opener;
+      opener = null;
+      if (back && back.isConnected && back !== document.body) back.focus();
+      else root.focus({ preventScroll: true });
+    });
     root.append(els.help);
   }
 
+  const helpOpen = () => Boolean(els.help && els.help.open);
+
   function toggleHelp(show) {
-    els.help.hidden = !show;
-    if (show) els.help.querySelector('button').focus();
+    if (show && !els.help.open) {
+      opener = document.activeElement;
+      els.help.showModal();
+      els.help.querySelector('button').focus();
+    } else if (!show && els.help.open) {
+      els.help.close();
+    }
   }
 
   function onKey(e) {
@@ -34,9 +60,9 @@ export function install(W) {
     const t = e.target;
     if (!t.closest || typing(t)) return;
     const k = e.key.length === 1 ? e.key.toLowerCase() : e.key;
-    if (k === '?') { e.preventDefault(); toggleHelp(els.help.hidden); return; }
+    if (k === '?') { e.preventDefault(); toggleHelp(!helpOpen()); return; }
     if (k === 'Escape') {
-      if (!els.help.hidden) toggleHelp(false);
+      if (helpOpen()) { e.preventDefault(); toggleHelp(false); }
       else if (S.inspect) W.closeInspect();
       else if (S.selectedJob) W.openJob(S.selectedJob);
       return;
@@ -66,5 +92,5 @@ export function install(W) {
     }
   }
 
-  return { buildHelp, onKey };
+  return { buildHelp, onKey, toggleHelp, helpOpen };
 }

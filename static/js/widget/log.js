@@ -12,6 +12,8 @@ const ANNOUNCE = new Set(['job.enqueued', 'job.claimed', 'lease.expired', 'job.r
   'job.duplicate_blocked', 'job.duplicate_completed', 'job.lost', 'worker.killed', 'worker.died',
   'fault.started', 'fault.ended', 'breaker.opened', 'breaker.closed', 'clock.paused',
   'clock.resumed', 'clock.stepped']);
+// Spoken at once, not held for the next batch: the learner just did it (a kill) or must not miss it.
+export const URGENT = new Set(['worker.killed', 'worker.died', 'job.dead_lettered', 'job.lost']);
 const IMPORTANT = new Set([...ANNOUNCE].filter((t) => !['job.enqueued', 'job.claimed'].includes(t)));
 
 /** Does a log entry pass the filters {type, job, worker}? */
@@ -44,7 +46,7 @@ export function install(W) {
     q('log-more').addEventListener('click', () => { list.scrollTop = 0; S.logRebuild = true; renderLog(true); });
   }
 
-  const panelOpen = () => Boolean(S.selectedJob || S.inspect || (els.help && !els.help.hidden));
+  const panelOpen = () => Boolean(S.selectedJob || S.inspect || (els.help && els.help.open));
 
   function addLog(ev, live) {
     const text = narrate(ev, S.meta, W.labelOf);
@@ -54,7 +56,8 @@ export function install(W) {
       last.types.push(ev.type);
       last.text += `; ${text.replace(new RegExp(`^job ${ev.job_id} `), '')}`;
       if (last.el) setText(last.el.lastChild, last.text);
-      if (live && last.announced) S.announceQueue.push(last);
+      if (live && URGENT.has(ev.type)) urgent(last);
+      else if (live && last.announced) S.announceQueue.push(last);
       return;
     }
     const entry = { id: ev.id, t: ev.t_sim, types: [ev.type], job: ev.job_id ?? (ev.data && ev.data.job_id) ?? null,
@@ -67,7 +70,8 @@ export function install(W) {
     }
     S.log.push(entry);
     if (S.log.length > 5000) S.log.splice(0, 1000);
-    if (entry.announced) S.announceQueue.push(entry);
+    if (live && URGENT.has(ev.type)) urgent(entry);
+    else if (entry.announced) S.announceQueue.push(entry);
     S.logPending++;
   }
 
@@ -146,6 +150,28 @@ export function install(W) {
     }
     S.logPending = 0;
     q('log-empty').hidden = list.children.length > 0;
+  }
+
+  /**
+   * Urgent events go to their own live region at once (a microtask gathers what arrived together, so
+   * three kills in one WebSocket frame are one sentence), and leave the polite batch.
+   */
+  let urgentBatch = null;
+  function urgent(entry) {
+    S.announceQueue = S.announceQueue.filter((e) => e !== entry);
+    if (!urgentBatch) {
+      urgentBatch = [];
+      queueMicrotask(() => {
+        const texts = [...new Set(urgentBatch)].map((e) => e.text);
+        urgentBatch = null;
+        const el = q('announcer-urgent');
+        if (!el) return;
+        // the same words twice in a row would not be re-read: a trailing no-break space makes it new
+        const msg = `${texts.join('. ')}.`;
+        el.textContent = el.textContent === msg ? `${msg}\u00a0` : msg;
+      });
+    }
+    urgentBatch.push(entry);
   }
 
   /**

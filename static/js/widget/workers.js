@@ -44,17 +44,18 @@ export function install(W) {
         const fill = h('span', { class: 'lw-w-fill' });
         const bar = h('span', { class: 'lw-w-bar', role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': '100',
           'aria-label': `${w.id} progress` }, fill);
-        const act = h('span', { class: 'lw-w-act', 'aria-hidden': 'true' });
+        const act = h('span', { class: 'lw-w-act' });
         const stale = h('span', { class: 'lw-w-stale' });
         const card = h(canKill ? 'button' : 'div', { class: 'lw-worker', testid: `worker-${w.id}`,
           type: canKill ? 'button' : null, onclick: canKill ? () => clickWorker(w.id) : null },
-        h('span', { class: 'lw-w-top' }, name, pid), state, bar, stale, act);
+        // spaces between the parts: the text a voice user reads off the card is the start of its name
+        h('span', { class: 'lw-w-top' }, name, ' ', pid), ' ', state, ' ', bar, ' ', stale, ' ', act);
         const wid = w.id;
         const inspect = h('button', { type: 'button', class: 'lw-linkish lw-w-inspect', testid: `worker-inspect-${wid}`,
           'aria-expanded': 'false', 'aria-label': `inspect ${wid}: its jobs, pid and state`,
           onclick: () => W.openInspect('worker', wid) }, 'inspect');
         const li = h('li', {}, card, inspect);
-        e = { li, card, state, pid, bar, fill, act, stale, inspect, fleet: name.lastChild };
+        e = { li, card, name, state, pid, bar, fill, act, stale, inspect, fleet: name.lastChild };
         workerEls.set(w.id, e);
       }
       const label = workerLabel(w, now);
@@ -76,7 +77,11 @@ export function install(W) {
       setText(e.act, killable ? (w.state === 'busy' ? '✕ click to kill (SIGKILL)' : '✕ kill') : '');
       if (canKill) {
         setAttr(e.card, 'aria-disabled', killable ? null : 'true');
-        setAttr(e.card, 'aria-label', `${w.id}, ${label}${w.pid ? `, pid ${w.pid}` : ''}${isStale ? ', a duplicate: its lease ran out' : ''}${killable ? '. Press to kill it with SIGKILL' : ''}`);
+        // WCAG 2.5.3: the name starts with the card's visible text, in its visible order ("w1 pid 19115
+        // idle: waiting for work ✕ kill"), so a voice user can say what they see; the SIGKILL hint follows.
+        const visible = [e.name.textContent, e.pid.textContent, label, e.stale.textContent, e.act.textContent]
+          .filter(Boolean).join(' ');
+        setAttr(e.card, 'aria-label', `${visible}${killable ? '. Press to kill it with SIGKILL' : ''}`);
       }
       setAttr(e.inspect, 'aria-expanded', W.isOpen('worker', w.id) ? 'true' : 'false');
       const at = list.children[idx];

@@ -1,0 +1,75 @@
+// Predictions, measured (issue 22): pure functions over the widget's model, so node tests them.
+//
+// A prediction spec comes from app/scenarios.py (a scenario button's `predict`, served by /api/meta):
+//   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
+//    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
+// A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started}.
+
+const TERMINAL = new Set(['done', 'dlq', 'lost', 'failed']);
+
+/** How many times a job ran: attempts recorded, or the attempt number if that is further on. */
+export function attemptsOf(job) {
+  return Math.max(job.attempts ? job.attempts.length : 0, Number(job.attempt) || 0);
+}
+
+/**
+ * The measured answer once the run has settled, else null. Settled: every job of the run is in a final
+ * state and no worker still runs one of them (a duplicate copy can outlive the job's first "done").
+ */
+export function measure(spec, S, run) {
+  if (!run || !run.jobs.length) return null;
+  const jobs = run.jobs.map((id) => S.jobs.get(String(id)) || S.jobs.get(Number(id)));
+  if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
+  const ids = new Set(run.jobs.map(String));
+  for (const w of S.workers.values()) if (w.state === 'busy' && ids.has(String(w.job_id))) return null;
+  let n;
+  const [kind, arg] = String(spec.measure).split(':');
+  if (kind === 'attempts') n = attemptsOf(jobs[0]);
+  else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
+  else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
+  else return null;
+  return { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
+}
+
+/** The choice a measured number falls in (spec.buckets: value → [lo, hi], inclusive). */
+export function bucketOf(spec, n) {
+  for (const [value, [lo, hi]] of Object.entries(spec.buckets || {})) if (n >= lo && n <= hi) return value;
+  return null;
+}
+
+/** A guess as the learner sees it: the choice's label, or the number with its unit. */
+export function shown(spec, value) {
+  if (value == null || value === '') return '–';
+  if (spec.kind === 'choice') return ((spec.choices || []).find(([v]) => v === String(value)) || [null, String(value)])[1];
+  const n = Number(value);
+  const unit = spec.unit ? ` ${n === 1 ? spec.unit.replace(/s$/, '') : spec.unit}` : '';
+  return `${n.toLocaleString('en')}${unit}`;
+}
+
+/** Is a guess valid for the spec? Returns the clean value or null. */
+export function cleanGuess(spec, raw) {
+  if (spec.kind === 'choice') return (spec.choices || []).some(([v]) => v === raw) ? raw : null;
+  const n = Number(raw);
+  if (raw === '' || raw == null || !Number.isFinite(n)) return null;
+  if (spec.min != null && n < spec.min) return null;
+  if (spec.max != null && n > spec.max) return null;
+  return n;
+}
+
+/** The why, with the lab's own settings and the measurement filled in: "{vt_seconds}" → 300. */
+export function whyText(spec, settings, m) {
+  return String(spec.why || '').replace(/\{(\w+)\}/g, (_, k) => {
+    if (k === 'measured') return m ? String(m.number) : '?';
+    const v = settings ? settings[k] : undefined;
+    return v == null ? `{${k}}` : typeof v === 'number' ? v.toLocaleString('en') : String(v);
+  });
+}
+
+/** Spread of a class's guesses: [[value, count]…] in the spec's order (choices) or numeric order. */
+export function spread(spec, guesses) {
+  const counts = new Map();
+  for (const g of guesses) counts.set(String(g), (counts.get(String(g)) || 0) + 1);
+  const keys = spec.kind === 'choice' ? (spec.choices || []).map(([v]) => v)
+    : [...counts.keys()].sort((a, b) => Number(a) - Number(b));
+  return keys.map((k) => [k, counts.get(k) || 0]);
+}

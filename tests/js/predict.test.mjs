@@ -1,0 +1,61 @@
+// Predictions, measured (static/js/widget/predict-model.js): when a run has settled, and what it measured.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { attemptsOf, bucketOf, cleanGuess, measure, shown, spread, whyText } from '../../static/js/widget/predict-model.js';
+
+const RUNS = { id: 'r', kind: 'number', min: 1, max: 20, unit: 'attempts', measure: 'attempts' };
+const CHOICE = { id: 'c', kind: 'choice', measure: 'attempts', choices: [['once', 'once'], ['more', 'twice or more']],
+  buckets: { once: [1, 1], more: [2, 1000] } };
+
+function model(jobs, workers = [], counts = {}) {
+  return { jobs: new Map(jobs.map((j) => [j.id, j])), workers: new Map(workers.map((w) => [w.id, w])), counts };
+}
+
+test('a run is measured only once every job is final and no worker still runs one', () => {
+  const run = { jobs: ['1'], counts0: {} };
+  const running = model([{ id: '1', state: 'running', attempt: 1, attempts: [{}] }]);
+  assert.equal(measure(RUNS, running, run), null);
+  // done, but a duplicate copy is still on a worker: not settled yet
+  const dup = model([{ id: '1', state: 'done', attempt: 2, attempts: [{}, {}] }], [{ id: 'w2', state: 'busy', job_id: '1' }]);
+  assert.equal(measure(RUNS, dup, run), null);
+  const done = model([{ id: '1', state: 'done', attempt: 2, attempts: [{}, {}] }], [{ id: 'w2', state: 'idle', job_id: null }]);
+  assert.deepEqual(measure(RUNS, done, run), { number: 2, value: 2 });
+  assert.equal(measure(RUNS, done, { jobs: [] }), null);
+});
+
+test('attempts, jobs in a state, and how far a counter moved', () => {
+  assert.equal(attemptsOf({ attempt: 3, attempts: [{}] }), 3);
+  const S = model([{ id: '1', state: 'dlq' }, { id: '2', state: 'done' }, { id: '3', state: 'dlq' }], [], { emails_sent: 5 });
+  const run = { jobs: ['1', '2', '3'], counts0: { emails_sent: 4 } };
+  assert.equal(measure({ kind: 'number', measure: 'state:dlq' }, S, run).value, 2);
+  assert.equal(measure({ kind: 'number', measure: 'counter:emails_sent' }, S, run).value, 1);
+  assert.equal(measure({ kind: 'number', measure: 'nonsense' }, S, run), null);
+});
+
+test('a choice is read off the measured number', () => {
+  assert.equal(bucketOf(CHOICE, 1), 'once');
+  assert.equal(bucketOf(CHOICE, 4), 'more');
+  const S = model([{ id: '1', state: 'done', attempt: 1, attempts: [{}] }]);
+  assert.deepEqual(measure(CHOICE, S, { jobs: ['1'] }), { number: 1, value: 'once' });
+  assert.equal(shown(CHOICE, 'more'), 'twice or more');
+});
+
+test('guesses are checked against the question; the why is filled from the lab', () => {
+  assert.equal(cleanGuess(RUNS, '3'), 3);
+  assert.equal(cleanGuess(RUNS, '0'), null);
+  assert.equal(cleanGuess(RUNS, '99'), null);
+  assert.equal(cleanGuess(RUNS, ''), null);
+  assert.equal(cleanGuess(CHOICE, 'once'), 'once');
+  assert.equal(cleanGuess(CHOICE, 'twice'), null);
+  assert.equal(shown(RUNS, 1), '1 attempt');
+  assert.equal(shown(RUNS, 1200), '1,200 attempts');
+  assert.equal(whyText({ why: 'VT {vt_seconds} s, {measured} runs, {nope}' }, { vt_seconds: 1200 }, { number: 3 }),
+    'VT 1,200 s, 3 runs, {nope}');
+});
+
+test('a class spread lists every choice, or the numbers guessed in order', () => {
+  assert.deepEqual(spread(CHOICE, ['more', 'more', 'once']), [['once', 1], ['more', 2]]);
+  assert.deepEqual(spread(RUNS, [3, 1, 3, 12]), [['1', 1], ['3', 2], ['12', 1]]);
+});
