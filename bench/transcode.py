@@ -8,12 +8,18 @@ duration D should take D/speed real seconds; drift = (job.succeeded t_sim − jo
 needs (D/speed below the floor): the job cannot finish before ffmpeg does, so it drifts by the
 difference — the ratio column shows it is the floor, not the clock, that sets the length.
 RATIO = real attempt time ÷ max(D/speed, ffmpeg floor for both renditions): 1.0 is exact.
+Part 3, CPU per job: CPU-seconds a lab's worker spends per transcode job (the rq worker, its work horse
+and every ffmpeg it runs, from /proc: utime + stime + reaped children), against a bare run of the same
+encode (`media.start_transcodes`, both renditions from one decode) and the old one-ffmpeg-per-rendition run.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import time
+from pathlib import Path
 
 from bench.common import Bench, median, pct, report, rnd, wait
 from workers import media
@@ -50,6 +56,67 @@ def ffmpeg_floor(tmp) -> tuple[list[dict], float]:
                  "max_ms": rnd(max(both) * 1000, 0)})
     shutil.rmtree(tmp, ignore_errors=True)
     return rows, median(both)
+
+
+CPU_JOBS = 6
+CPU_CASE = (20, 40.0)  # 2 real seconds per job: above the ffmpeg floor, so pacing is part of the cost
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _tree_cpu(pid: int) -> float:
+    """utime + stime + cutime + cstime of a process: itself and every child it has reaped (a work horse
+    reaped by its rq worker brings the ffmpeg it reaped along)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def bare_cpu(tmp: Path) -> list[dict]:
+    clip, rows = media.sample_clip(), []
+    one, two = [], []
+    for i in range(REPEATS):
+        c = _children_cpu()
+        p = media.start_transcodes(clip, [(tmp / f"one-{r}-{i}.mp4", media.RENDITIONS[r]) for r in RENDITIONS])
+        if p.wait(120) != 0:
+            raise RuntimeError(f"ffmpeg failed: {p.stderr.read().decode()[:200]}")
+        one.append(_children_cpu() - c)
+        c = _children_cpu()
+        procs = [media.start_transcode(clip, tmp / f"two-{r}-{i}.mp4", media.RENDITIONS[r]) for r in RENDITIONS]
+        if any(p.wait(120) != 0 for p in procs):
+            raise RuntimeError("ffmpeg failed")
+        two.append(_children_cpu() - c)
+    shutil.rmtree(tmp, ignore_errors=True)
+    for what, xs in ((f"bare ffmpeg, {' + '.join(RENDITIONS)} from one decode (the job's encode)", one),
+                     ("bare ffmpeg, one process per rendition", two)):
+        rows.append({"what": what, "runs": REPEATS, "cpu_s_per_job": rnd(median(xs), 3),
+                     "min_cpu_s": rnd(min(xs), 3), "max_cpu_s": rnd(max(xs), 3)})
+    return rows
+
+
+def lab_cpu(b: Bench) -> dict:
+    """CPU-seconds per transcode job in a one-worker lab (the worker process tree), after one warm-up job
+    (source probe cached, imports done)."""
+    speed, duration = CPU_CASE
+    lab = b.lab("ch0", speed=speed, workers=1, vt_seconds=7200, heartbeat=False, retry_policy="none")
+    try:
+        b.workers_ready(lab, 1)
+        job = {"job_type": "transcode", "duration_s": duration}
+        b.enqueue(lab, job)
+        wait(lambda: b.states(lab).get("done", 0) >= 1, 60, "warm-up transcode did not finish")
+        pid = int(b.worker_rows(lab)[0]["pid"])
+        c0 = _tree_cpu(pid)
+        for _ in range(CPU_JOBS):
+            b.enqueue(lab, job)
+        wait(lambda: b.states(lab).get("done", 0) >= 1 + CPU_JOBS, 30 + CPU_JOBS * (duration / speed + 10),
+             "transcodes did not finish")
+        cpu = (_tree_cpu(pid) - c0) / CPU_JOBS
+    finally:
+        b.delete_lab(lab)
+    return {"what": f"lab job D={duration:g} s @{speed:g}× (worker + horse + ffmpeg)", "runs": CPU_JOBS,
+            "cpu_s_per_job": rnd(cpu, 3)}
 
 
 def paced(b: Bench, speed: float, duration: float) -> tuple[dict, list[dict]]:
@@ -92,6 +159,8 @@ def run(b: Bench) -> dict:
     before, floor_a = ffmpeg_floor(b.stack.root / "transcode-floor")
     results = [paced(b, speed, duration) for speed, duration in CASES]
     after, floor_b = ffmpeg_floor(b.stack.root / "transcode-floor")
+    cpu_rows = [*bare_cpu(b.stack.root / "transcode-cpu"), lab_cpu(b)]
+    cpu_rows[-1]["vs_bare"] = rnd(cpu_rows[-1]["cpu_s_per_job"] / cpu_rows[0]["cpu_s_per_job"], 3)
     floor_s = min(floor_a, floor_b)
     rows = list(before if floor_a <= floor_b else after)
     raw = {}
@@ -99,18 +168,21 @@ def run(b: Bench) -> dict:
         row["vs_expected"] = rnd(row["median_ms"] / 1000 / max(duration / speed, floor_s), 3)
         rows.append(row)
         raw[row["what"]] = per
+    rows += cpu_rows
     exact = [r for r in rows if r.get("target_real_s") and r["target_real_s"] >= floor_s]
     worst = max(exact, key=lambda r: abs((r["vs_expected"] or 1) - 1))
     notes = [f"clip {media.sample_clip().name}: 1280×720, 5.3 s; libx264 veryfast crf 28 + aac (media.start_transcode)",
              "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop ticks every "
              "50 real ms (workers.tasks.TICK), so up to one tick of drift is expected",
-             f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)"]
+             f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)",
+             "cpu_s_per_job: CPU-seconds (user + system) from /proc; vs_bare = lab job ÷ bare ffmpeg of the "
+             "job's encode (one decode, both renditions); the rest is the worker's own pacing and bookkeeping"]
     if not all(r.get("outputs_ok", True) for r in rows):
         notes.append("MISSING outputs on a done job")
     return report(
         NAME, "real ffmpeg per rendition; paced-job drift from simulated duration",
         ["what", "runs", "median_ms", "min_ms", "target_real_s", "drift_sim_p50", "drift_sim_max",
-         "drift_real_ms_p50", "drift_real_ms_max", "vs_expected"],
+         "drift_real_ms_p50", "drift_real_ms_max", "vs_expected", "cpu_s_per_job", "vs_bare"],
         rows,
         {"label": f"real attempt ÷ D/speed, worst paced case above the floor ({worst['what']})",
          "value": worst["vs_expected"],

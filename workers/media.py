@@ -109,16 +109,17 @@ def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
 def start_transcodes(src: Path, outputs: list[tuple[Path, int]]) -> subprocess.Popen:
     """Every rendition of one job from ONE decode (`split` filter), each to its own .mp4 temp path:
     measured 0.96 CPU-s for 240p + 144p of the sample against 1.37 for two single-threaded runs
-    (1.49 with ffmpeg's default threading). For workers/tasks.py to adopt (one process for all)."""
+    (1.49 with ffmpeg's default threading). What a transcode attempt runs (workers/tasks.py): one process,
+    one decode, one encode per rendition. Same encode per output as `start_transcode` (first 8 s, size cap)."""
     for dst, _h in outputs:
         dst.parent.mkdir(parents=True, exist_ok=True)
     n = len(outputs)
     graph = f"[0:v]split={n}" + "".join(f"[s{i}]" for i in range(n)) + ";" + ";".join(
         f"[s{i}]scale=-2:{h}[v{i}]" for i, (_dst, h) in enumerate(outputs))
-    args = [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src), "-t", "8",
-            "-filter_complex", graph, "-filter_threads", "1"]
+    args = [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src),
+            "-filter_complex", graph, "-filter_complex_threads", "1"]
     for i, (dst, _h) in enumerate(outputs):
-        args += ["-map", f"[v{i}]", "-map", "0:a?", "-fs", str(LIMITS.max_output_bytes), "-c:v", "libx264",
+        args += ["-map", f"[v{i}]", "-map", "0:a?", "-t", "8", "-fs", str(LIMITS.max_output_bytes), "-c:v", "libx264",
                  "-preset", "veryfast", "-crf", "28", "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac",
                  "-ac", "2", "-b:a", "64k", "-movflags", "+faststart", "-f", "mp4", str(dst)]
     return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

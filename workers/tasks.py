@@ -141,25 +141,24 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     probe_once(r, src)
     idempotent = settings["idempotent_outputs"]
     renditions = payload["resolutions"] if payload["job_type"] == "transcode" else ["thumb"]
-    procs = {}
+    videos = []  # (temp path, height) of every rendition, encoded from ONE decode of the source
+    for rend in renditions:
+        tmp, _final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
+                                   "jpg" if rend == "thumb" else "mp4")
+        if rend == "thumb":
+            media.thumbnail(src, tmp)
+        else:
+            videos.append((tmp, media.RENDITIONS[rend]))
+    proc = media.start_transcodes(src, videos) if videos else None
     try:
-        for rend in renditions:
-            tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
-                                      "jpg" if rend == "thumb" else "mp4")
-            if rend == "thumb":
-                media.thumbnail(src, tmp)
-            else:
-                procs[rend] = (media.start_transcode(src, tmp, media.RENDITIONS[rend]), tmp, final)
-        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]),
-             [proc for proc, _tmp, _final in procs.values()], rng)
-        for rend, (proc, _tmp, _final) in procs.items():
-            if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
-                raise RuntimeError(f"ffmpeg failed on {rend}: {proc.stderr.read().decode()[:200]}")
+        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [proc] if proc else [], rng)
+        if proc is not None and proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
+            failed = ", ".join(rend for rend in renditions if rend != "thumb")
+            raise RuntimeError(f"ffmpeg failed on {failed}: {proc.stderr.read().decode()[:200]}")
     finally:
-        for proc, _tmp, _final in procs.values():  # a failed attempt leaves no ffmpeg running
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        if proc is not None and proc.poll() is None:  # a failed attempt leaves no ffmpeg running
+            proc.kill()
+            proc.wait()
     store_outputs(r, lab, settings, clock.now(r, lab))
     outputs = {}
     for rend in renditions:
