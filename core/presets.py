@@ -119,7 +119,8 @@ def ch4_lab_model() -> dict[str, Any]:
     return {
         "workers": int(s["workers"]), "upload_parts": int(s["upload_parts"]), "callers": callers,
         "retry_base_s": base, "retry_cap_s": cap, "max_attempts": n_max, "max_receives": int(s["max_receives"]),
-        "lesson_schedule_s": [d / base for d in herd_at], "lesson_delays_s": [d / base for d in exp_delays],  # the lesson's 1, 3, 7, 15 s
+        "lesson_schedule_s": [d / base for d in herd_at],
+        "lesson_delays_s": [d / base for d in exp_delays],  # the lesson's 1, 3, 7, 15 s
         "herd_at_s": herd_at, "herd_failing_at_s": herd_at[:-1], "herd_recovered_at_s": herd_at[-1],
         "jitter_window_s": window, "bucket_s": HERD_BUCKET_S,
         "jitter_mean_per_bucket": jitter_peak_per_bucket(callers, window, HERD_BUCKET_S),

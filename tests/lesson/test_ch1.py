@@ -9,8 +9,19 @@ from __future__ import annotations
 import pytest
 
 from core import numbers, presets
-from tests.lesson.helpers import (busy_worker, button, enqueue, events_of, job, kill, of_type, page_text, press,
-                                  settled, wait_event)
+from tests.lesson.helpers import (
+    busy_worker,
+    button,
+    enqueue,
+    events_of,
+    job,
+    kill,
+    of_type,
+    page_text,
+    press,
+    settled,
+    wait_event,
+)
 
 pytestmark = pytest.mark.lesson
 
@@ -129,7 +140,8 @@ def test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_wit
     assert red["t_sim"] - claimed["t_sim"] < hb["job_duration"]
     # check 3 on the page: "Heartbeat: at {expiry} s — one extension after the last beat"
     assert C1["heartbeat_redelivered_at_s"] - C1["heartbeat_crash_at_s"] <= extend
-    measured.update(alive_redelivered=alive["counts"]["redelivered"], leases_extended=alive["counts"]["leases_extended"],
+    measured.update(alive_redelivered=alive["counts"]["redelivered"],
+                    leases_extended=alive["counts"]["leases_extended"],
                     killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
                     redelivered_after_claim_s=round(red["t_sim"] - claimed["t_sim"], 1), extension_s=extend)
 
