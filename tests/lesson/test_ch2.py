@@ -11,7 +11,7 @@ import time
 import pytest
 
 from core import numbers, presets
-from tests.lesson.helpers import events_of, num, page_text, wait_event
+from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 from workers.engines import loadgen
 
 pytestmark = pytest.mark.lesson
@@ -107,8 +107,9 @@ def test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take
     speed = 200
     tol = 0.4 * speed
     lag = PRESET["boot_lag"]
-    lab = api.lab("ch2", speed=speed, autoscale=True)
-    api.workers_ready(lab, PRESET["workers"])
+    lab = api.lab("ch2", speed=speed)
+    api.workers_ready(lab, PRESET["workers"], timeout=180)
+    patch(api, lab, autoscale=True)  # "turn the autoscaler on with the same overload"
     lg(api, lab, action="start", rate=5.0, seed=7)  # the overload of try this 2
     try:
         booting = wait_event(api, lab, "worker.booting", timeout=120)[0]
