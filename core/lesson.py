@@ -42,7 +42,6 @@ class Claim:
         return f"tests/lesson/test_ch{self.chapter}.py::{self.test}" if self.test else ""
 
 
-_T18 = "needs issue 18 (delivery semantics: guard/CAS, heartbeat from the claim, poison pills, retry herd)"
 
 CLAIMS: tuple[Claim, ...] = (
     # --- chapter 0 --------------------------------------------------------------------------------
@@ -68,14 +67,24 @@ CLAIMS: tuple[Claim, ...] = (
           "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page"),
     Claim("ch1.kill_redelivery_after_vt", 1, "Try this 2", "With the VT above the job, a killed worker's job "
           "is picked up again one VT after its claim", "test_try2_a_killed_workers_job_returns_one_vt_after_the_claim"),
-    Claim("ch1.vt_short", 1, "Try this 1 / Check yourself 1", "VT below the job: the job runs twice",
-          status="todo", why=_T18),
-    Claim("ch1.ack_early", 1, "Try this 3 / Check yourself 4", "Ack early + kill: the job is lost", status="todo",
-          why=_T18),
-    Claim("ch1.heartbeat", 1, "Try this 4 / Check yourself 3", "Heartbeat: a crash is found within one reset "
-          "window regardless of job length", status="todo", why=_T18),
-    Claim("ch1.expire_now", 1, "Try this 5", "Expire now: two workers on one job; whose result counts",
-          status="todo", why=_T18),
+    Claim("ch1.vt_short", 1, "Try this 1 / Check yourself 1, 5", "VT 300 s below a 600 s job, guard off: A runs "
+          "0–600, B starts at 300 and runs to 900; done once at 600, B's completion a counted duplicate, 300 s "
+          "of overlap. Guard claim: B backs off at 300 s, nothing transcoded twice",
+          "test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_off"),
+    Claim("ch1.ack_early", 1, "Try this 3 / Check yourself 4", "Ack early + kill: the job is lost (nothing comes "
+          "back); ack late + kill: redelivered, nothing lost",
+          "test_try3_check4_ack_early_loses_a_killed_workers_job_ack_late_does_not"),
+    Claim("ch1.heartbeat", 1, "Try this 4 / Check yourself 3", "Heartbeat: no redelivery while alive; a kill "
+          "before the first beat is back one extension (180 s) after the claim, not the VT or the job's length",
+          "test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_within_one_extension"),
+    Claim("ch1.expire_now", 1, "Try this 5", "Expire now on a busy worker's lease: guard off, two workers and the "
+          "first to finish counts; guard claim, one (chapter 3's first claimer wins)",
+          "test_try5_expire_now_off_two_workers_first_finisher_counts_claim_one_worker"),
+    Claim("ch1.interval_gt_extension", 1, "Check yourself 6", "A heartbeat interval longer than the extension "
+          "lets the lease lapse between beats: a healthy worker's job is redelivered",
+          "test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_healthy_worker"),
+    Claim("ch1.silence", 1, "Check yourself 2", "A dead worker and a busy one both send nothing", status="thought",
+          why="a reasoning question about what a broker can observe; try this 2 and 4 show its consequence"),
     # --- chapter 2 --------------------------------------------------------------------------------
     Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
           "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page"),
@@ -83,14 +92,15 @@ CLAIMS: tuple[Claim, ...] = (
           "arrivals past the lab's bound are shed, counted and still part of the backlog",
           "test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted"),
     Claim("ch2.autoscale_boot", 2, "Try this 3", "The autoscaler's new workers boot for the boot lag before "
-          "they take a job", status="todo", why="not written yet (independent of issue 18); the integration "
-          "suite's autoscaler tests cover the mechanism"),
+          "they take a job", "test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take_a_job",
+          status="todo", why="the test exists and fails (xfail, strict): the supervisor times the boot lag in real "
+          "seconds, not on the lab clock, so under the honest clock a worker booted in 0 simulated s, not 90"),
     Claim("ch2.drain", 2, "Try this 4 / Check yourself 5", "Scale-in drains: busy workers finish first and "
           "nothing is redelivered; killing mid-job redelivers",
           "test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers"),
     Claim("ch2.wait_closer_to_mmc", 2, "Try this 1", "At ρ ≈ 0.8 the measured wait is nearer Erlang C than "
-          "W/(1−ρ)", status="todo", why="needs issue 18's honest clock (jobs finish within 5% of their simulated "
-          "duration at test speeds); at 20× it takes minutes of real time per point"),
+          "W/(1−ρ)", status="todo", why="not written yet: the honest clock makes it possible, but a mean wait "
+          "needs hundreds of jobs per point — minutes of real time on a shared two-core box"),
     Claim("ch2.doubling", 2, "Check yourself 1", "Doubling λ doubles L and the workers needed",
           "test_check1_doubling_traffic_doubles_in_flight_and_workers", status="model"),
     Claim("ch2.peak_rho", 2, "Check yourself 3", "The 1.8× peak on the average pool is past ρ = 1",
@@ -100,22 +110,61 @@ CLAIMS: tuple[Claim, ...] = (
           "with no body", "test_try2_check2_an_unchanged_job_answers_304_to_its_etag"),
     Claim("ch3.long_poll", 3, "Try this 1", "A long-poll returns as soon as the job changes, not at its "
           "timeout", "test_try1_a_long_poll_returns_when_the_job_changes"),
-    Claim("ch3.cas", 3, "Try this 4 / Check yourself 4", "CAS: a late redelivery of a finished job is refused",
-          status="todo", why=_T18),
+    Claim("ch3.cas", 3, "Try this 4 / Check yourself 4", "CAS: a late delivery of a finished job finds it done and "
+          "is refused (done → running)", "test_try4_check4_a_late_delivery_of_a_finished_job_is_refused"),
+    Claim("ch3.stale", 3, "Try this 5 / Check yourself 5", "VT below the job under claim: the copy backs off, done "
+          "once; a crashed holder's record is freed by the stale-job sweeper after stale_after, or by the "
+          "heartbeat within one reset window",
+          "test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed"),
+    Claim("ch3.halve_poll", 3, "Check yourself 1", "Halving the poll interval doubles the requests and halves "
+          "the mean delay", "test_check1_halving_the_poll_interval_doubles_requests_and_halves_the_delay",
+          status="model"),
+    Claim("ch3.watch_panel", 3, "Try this 1–3", "Five watchers side by side; polling's requests per job near W/P; "
+          "a failing webhook receiver gets the same webhook-id three times", status="todo",
+          why="not written yet: the watch panel's five real clients and the receiver's failure switch need their "
+          "own harness (try 1's long-poll and try 2's ETag are proven above)"),
+    Claim("ch3.design", 3, "Check yourself 3, 6", "Webhook outbox; which mechanism to build first",
+          status="thought", why="design judgement, not an outcome the lab produces"),
     # --- chapter 4 --------------------------------------------------------------------------------
     Claim("ch4.poison_note", 4, "Exponential backoff", "Where we differ: five attempts wait four delays (15 s), "
           "not the schedule's 31 s", "test_lesson_note_poison_backoff_is_on_the_page"),
-    Claim("ch4.herd", 4, "Try this 1–2 / Check yourself 1–2", "Synchronised retry waves; full jitter flattens "
-          "the peak", status="todo", why=_T18),
-    Claim("ch4.poison", 4, "Try this 3", "A poison pill makes max_attempts attempts, then the DLQ",
-          status="todo", why=_T18),
-    Claim("ch4.replay", 4, "Try this 4", "DLQ replay with a reason filter", status="todo", why=_T18),
+    Claim("ch4.herd", 4, "Try this 1 / Check yourself 1", "Exponential backoff, storage outage: all 36 storage "
+          "callers come back together at 10, 30, 70 s (the lesson's 1, 3, 7 s ×10)",
+          "test_try1_check1_without_jitter_the_whole_herd_comes_back_together"),
+    Claim("ch4.jitter", 4, "Try this 2 / Check yourself 2", "Full jitter: the tallest 1 s bucket well below "
+          "the 36 of the unjittered herd (the model's 6.6 assumes 36 callers; at the preset jobs that exhaust "
+          "their storage tries retry and add callers, so the lab measures higher)",
+          "test_try2_check2_full_jitter_flattens_the_peak"),
+    Claim("ch4.poison", 4, "Try this 3", "A failing poison pill: max_attempts attempts with the policy's waits "
+          "(10, 20, 40, 80 s), the DLQ about 150 s after the first failure; fixed ≈40 s; none: one attempt",
+          "test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits"),
+    Claim("ch4.crash", 4, "Try this 4 / Check yourself 5", "A crashing pill: the retry policy is never asked; "
+          "the lease brings it back a heartbeat window apart until Max receives",
+          "test_try4_check5_a_crashing_pill_comes_back_by_its_lease_until_max_receives"),
+    Claim("ch4.uncapped", 4, "Check yourself 3", "Uncapped poison pills fill the pool's slots",
+          "test_check3_uncapped_poison_pills_fill_the_pool", status="model"),
+    Claim("ch4.budget", 4, "Check yourself 4", "A retry budget bounds the time to `failed`",
+          "test_check4_a_retry_budget_bounds_the_time_to_failed", status="model"),
+    Claim("ch4.replay", 4, "Try this 5", "DLQ replay with a reason filter", status="todo",
+          why="not written yet: at the ch4 preset (error classification off) an outage job and a poison pill "
+          "end with the same reason, so the step needs a set-up that separates them"),
+    Claim("ch4.breaker", 4, "Check yourself 6", "What a circuit breaker saves that jitter does not",
+          status="thought", why="a design comparison; the breaker is a lab control but the page asks for reasoning"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",
           "test_try4_check1_same_idempotency_key_same_job_new_key_new_job"),
-    Claim("ch5.guards", 5, "Try this 1–3 / Check yourself 2", "Output-path and notified guards keep one file "
-          "per rendition and one email", status="todo", why=_T18),
+    Claim("ch5.claim_guard", 5, "Try this 1", "VT too short under the claim guard: one run, one file per "
+          "rendition, one email", "test_try1_claim_guard_one_run_one_file_per_rendition_one_email"),
+    Claim("ch5.guards_off", 5, "Try this 2", "Every guard off: two runs, a second set of per-attempt files, two "
+          "emails", "test_try2_every_guard_off_files_and_emails_follow_the_runs"),
+    Claim("ch5.guards", 5, "Try this 3 / Check yourself 2", "Record guard off, output-path and notified guards "
+          "on: runs twice, files overwritten, the second email suppressed",
+          "test_try3_check2_output_path_and_notified_guards_hold_when_the_record_guard_is_off"),
+    Claim("ch5.window", 5, "Check yourself 3", "Doubling the VT recomputes the dedup window and key memory",
+          "test_check3_doubling_the_vt_recomputes_the_dedup_window", status="model"),
+    Claim("ch5.judgement", 5, "Check yourself 4, 5", "Fail open or closed; why a separate notified flag",
+          status="thought", why="design judgement about costs the lab does not price (a card charge, racing reads)"),
     # --- chapter 6 --------------------------------------------------------------------------------
     Claim("ch6.shared_fifo", 6, "Try this 1", "Shared FIFO: workers take jobs in arrival order whatever the "
           "tier", "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier"),
@@ -151,10 +200,20 @@ CLAIMS: tuple[Claim, ...] = (
     # --- chapter 8 --------------------------------------------------------------------------------
     Claim("ch8.dashboard", 8, "The dashboard", "Nine rows, one metric per chapter, from the numbers model",
           "test_the_dashboard_has_one_row_per_chapter", status="model"),
-    Claim("ch8.kills", 8, "Try this 2–3 / Check yourself 1, 5", "Rapid kills: redelivery after the lease; "
-          "redelivery rate over a window", status="todo", why=_T18),
-    Claim("ch8.demo_time", 8, "Try this 1", "At 20× a 600 s transcode takes 30 real seconds", status="todo",
-          why="needs issue 18's honest clock (a job finishes within 5% of its simulated duration)"),
+    Claim("ch8.demo_time", 8, "Try this 1", "A transcode takes its simulated duration (the honest clock), so at "
+          "the demo speed it takes duration ÷ speed real seconds",
+          "test_try1_a_transcode_takes_its_simulated_duration_so_real_time_is_duration_over_speed"),
+    Claim("ch8.kill", 8, "Try this 2 / Check yourself 4", "Kill the busy worker: the record is freed one reset "
+          "window after its last beat; one file per rendition, one email",
+          "test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last_beat"),
+    Claim("ch8.kills", 8, "Try this 3 / Check yourself 1, 5", "Three rapid kills: the three jobs come back "
+          "together, a spike in the redelivery rate; every redelivery matches a kill",
+          "test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate"),
+    Claim("ch8.doubled", 8, "Check yourself 3", "Doubled traffic: twice the jobs in flight, the pool doubles",
+          "test_check3_doubled_traffic_doubles_the_pool", status="model"),
+    Claim("ch8.judgement", 8, "Try this 4 / Check yourself 2", "Which dashboard rows move; why a small "
+          "dollar figure is worth fixing", status="thought",
+          why="reading the dashboard and weighing a cost's shape; try 2–3 produce the movements it asks about"),
 )
 
 BY_ID = {c.id: c for c in CLAIMS}

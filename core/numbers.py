@@ -1476,6 +1476,8 @@ def _add_prose_figures(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
                     "mmc_p_wait": c2["mmc_p_wait_at_target"], "mmc_time_in_system_s": None if wq is None else wq + W})
     c2["pooling_table"] = pooling
 
+    _add_prose_units(inputs, fig)
+
     c4 = fig["ch4"]
     waves = []
     for row in c4["retry_schedule"]:
@@ -1487,6 +1489,92 @@ def _add_prose_figures(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     c4["herd_waves"] = waves  # the synchronised retries that really happen, capped by max_attempts
     c4["herd_waves_failing"] = sum(1 for r in waves if r["dependency_down"])
     c4["herd_recovery_wave"] = next((r for r in waves if not r["dependency_down"]), None)
+
+
+def _ceil_workers(in_flight: float, rho: float) -> int:
+    """Workers for `in_flight` jobs at utilisation `rho`, rounded up (a hair under, so an exact fit stays)."""
+    return math.ceil(in_flight / rho - 1e-9)
+
+
+def _add_prose_units(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Unit changes, differences and what-ifs the chapters' prose states: computed here, so no chapter
+    does arithmetic (tests/unit/test_chapter_rules.py)."""
+    c0 = fig["ch0"]
+    tx = next(r for r in fig["ch2"]["job_mix"] if r["job_type"] == "transcode")
+    c0["inline_transcode_min"] = c0["inline_transcode_s"] / 60
+    c0["inline_transcode_ms"] = c0["inline_transcode_s"] * 1000
+    c0["inline_fits_budget"] = c0["inline_transcode_s"] * 1000 <= c0["api_budget_ms"]
+    c0["inline_request_slots"] = tx["rate_per_s"] * c0["inline_transcode_s"]
+    c0["enqueue_request_slots"] = tx["rate_per_s"] * c0["upload_response_ms"] / 1000
+    c0["enqueue_budget_fraction"] = c0["upload_response_ms"] / c0["api_budget_ms"]
+
+    c1 = fig["ch1"]
+    c1["p99_collision_overlap_s"] = c1["transcode_p99_s"] - c1["visibility_timeout_s"]
+
+    c2 = fig["ch2"]
+    W, rho = c2["blended_duration_s"], inputs.target_utilisation
+    c2["transcode_mean_min"] = tx["mean_s"] / 60
+    c2["idle_fraction_at_target"] = 1 - rho
+    c2["pool_capacity_per_s"] = c2["workers_at_target"] / W
+    c2["peak_backlog_growth_per_s"] = c2["peak_arrival_rate"] - c2["workers_at_target"] / W
+    c2["peak_backlog_growth_per_hour"] = c2["peak_backlog_growth_per_s"] * 3600
+    c2["peak_utilisation_on_peak_pool"] = c2["peak_in_flight_jobs"] / c2["peak_workers"]
+    c2["doubled_arrival_rate"] = 2 * c2["arrival_rate"]
+    c2["doubled_in_flight_jobs"] = 2 * c2["in_flight_jobs"]
+    c2["doubled_workers_at_target"] = _ceil_workers(2 * c2["in_flight_jobs"], rho)
+    cheaper = [r for r in c2["wait_curve"] if r["target_rho"] < rho]
+    steps = None
+    if len(cheaper) >= 2:
+        r1, r2 = cheaper[-2], cheaper[-1]
+        steps = {"r1": r1, "r2": r2,
+                 "first_extra_usd": r1["monthly_cost_usd"] - c2["monthly_cost_usd"],
+                 "second_saved_s": r1["approx_wait_s"] - r2["approx_wait_s"],
+                 "second_extra_usd": r2["monthly_cost_usd"] - r1["monthly_cost_usd"],
+                 "mmc_first_saved_s": None if c2["mmc_wait_at_target_s"] is None or r1["mmc_wait_s"] is None
+                 else c2["mmc_wait_at_target_s"] - r1["mmc_wait_s"],
+                 "mmc_second_saved_s": None if r1["mmc_wait_s"] is None or r2["mmc_wait_s"] is None
+                 else r1["mmc_wait_s"] - r2["mmc_wait_s"]}
+    c2["more_workers_steps"] = steps
+
+    c3 = fig["ch3"]
+    saved = c3["etag_bandwidth_saved_bytes_per_s"]
+    c3["etag_bandwidth_saved_kb_per_s"] = saved / 1000
+    c3["etag_bandwidth_saved_gb_per_day"] = saved * 86400 / 1e9
+    c3["halved_poll_interval_s"] = c3["poll_interval_s"] / 2
+    c3["halved_interval_polls_per_s"] = c3["polls_per_s"] * 2
+    c3["halved_interval_mean_delay_s"] = c3["poll_mean_delay_to_learn_s"] / 2
+
+    c4 = fig["ch4"]
+    c4["retries_per_job"] = inputs.max_attempts - 1
+
+    c5 = fig["ch5"]
+    c5["offline_client_retry_min"] = c5["offline_client_retry_s"] / 60
+    c5["dedup_window_min"] = c5["dedup_window_s"] / 60
+    vt2 = c5["fixed_vt_s"] * 2
+    gap2 = vt2 + c5["transcode_p99_s"]
+    win2 = math.ceil(gap2 / inputs.dedup_round_to_s) * inputs.dedup_round_to_s
+    c5["doubled_vt"] = {"vt_s": vt2, "gap_s": gap2, "window_s": win2, "key_count": inputs.arrival_rate * win2,
+                        "key_mb": inputs.arrival_rate * win2 * c5["idempotency_key_bytes"] / 1e6,
+                        "window_unchanged": win2 == c5["dedup_window_s"], "spare_s": win2 - gap2,
+                        "extra_min": (win2 - c5["dedup_window_s"]) / 60}
+
+    c6 = fig["ch6"]
+    c6["pro_pool_share"] = c6["pro_reserved_workers"] / c2["workers_at_target"]
+    c6["free_share"] = 1 - c6["pro_share"]
+    c6["free_pool_share"] = c6["free_workers"] / c2["workers_at_target"]
+    c6["separate_pools_extra_workers"] = c6["separate_pools_total_workers"] - c6["shared_pool_peak_workers"]
+
+    c7 = fig["ch7"]
+    c7["cron_interval_min"] = c7["cron_interval_s"] / 60
+    for row in c7["lock_strategies"]:
+        m = row["margin_s"]
+        row["shortfall_s"] = -m if m is not None and m < 0 else None
+
+    c8 = fig["ch8"]
+    doubled = _ceil_workers(2 * c2["in_flight_jobs"], inputs.target_utilisation)
+    c8["doubled_traffic"] = {"arrival_rate": 2 * inputs.arrival_rate, "in_flight_jobs": 2 * c2["in_flight_jobs"],
+                             "workers": doubled,
+                             "pool_usd_per_month": doubled * inputs.worker_price_per_hour * inputs.hours_per_month}
 
 
 SMALL_POOL_WORKERS = 4  # ch2 compares every pool with a lab-sized one of this many workers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.numbers import Inputs, derive
+from core.numbers import Inputs, derive, jitter_expected_peak, jitter_peak_per_bucket
 from core.settings import DEFAULTS
 
 _MODEL = Inputs()
@@ -96,6 +96,39 @@ def ch7_lab_model() -> dict[str, Any]:
     model["downtime_drill_s"] = DOWNTIME_DRILL_S
     model["downtime_drill_ticks"] = DOWNTIME_DRILL_S / inputs.cron_interval_s
     return model
+
+
+HERD_BUCKET_S = 1.0  # chapter 4's storage-arrivals histogram: 1 simulated second a bar
+
+
+def _delay(n: int, base: float, cap: float) -> float:
+    return min(cap, base * 2 ** (n - 1))  # workers.broker.retry.exponential_delay
+
+
+def ch4_lab_model() -> dict[str, Any]:
+    """What chapter 4's "Try this" says its lab (the ch4 preset) will show, from the preset's settings and
+    the numbers model's jitter formulas: the storage herd's size and waves, full jitter's mean and expected
+    tallest bucket, and the poison pill's attempts and waits per policy. The page and the conformance
+    suite both read it."""
+    s = settings_for("ch4")
+    base, cap, n_max = float(s["retry_base"]), float(s["retry_cap"]), int(s["max_attempts"])
+    callers = int(s["workers"]) * int(s["upload_parts"])
+    exp_delays = [_delay(k, base, cap) for k in range(1, n_max)]
+    herd_at = [sum(exp_delays[:k]) for k in range(1, len(exp_delays) + 1)]
+    window = _delay(1, base, cap)  # full jitter's first-retry window
+    return {
+        "workers": int(s["workers"]), "upload_parts": int(s["upload_parts"]), "callers": callers,
+        "retry_base_s": base, "retry_cap_s": cap, "max_attempts": n_max, "max_receives": int(s["max_receives"]),
+        "lesson_schedule_s": [d / base for d in herd_at],
+        "lesson_delays_s": [d / base for d in exp_delays],  # the lesson's 1, 3, 7, 15 s
+        "herd_at_s": herd_at, "herd_failing_at_s": herd_at[:-1], "herd_recovered_at_s": herd_at[-1],
+        "jitter_window_s": window, "bucket_s": HERD_BUCKET_S,
+        "jitter_mean_per_bucket": jitter_peak_per_bucket(callers, window, HERD_BUCKET_S),
+        "jitter_expected_peak": jitter_expected_peak(callers, window, HERD_BUCKET_S),
+        "poison_exponential_delays_s": exp_delays, "poison_exponential_to_dlq_s": sum(exp_delays),
+        "poison_fixed_to_dlq_s": base * (n_max - 1), "poison_jitter_max_s": sum(exp_delays),
+        "crash_redelivery_s": float(s["heartbeat_extend"]),
+    }
 
 
 DOWNTIME_DRILL_S = 330  # chapter 7's "All replicas down" button: long enough to miss more than two ticks

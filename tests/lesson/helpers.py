@@ -41,3 +41,65 @@ def page_html(api, number: int) -> str:
 def num(x: float, digits: int = 0) -> str:
     """The pages' number format (app.filters.num)."""
     return f"{x:,.{digits}f}"
+
+
+def enqueue(api, lab: dict, **body) -> str:
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body or {"sample": "bigbuckbunny"}, lab["token"])
+    assert res.status == 202, res.body
+    return res.json()["job_id"]
+
+
+def patch(api, lab: dict, **settings) -> None:
+    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", settings, lab["token"])
+    assert res.status == 200, res.body
+
+
+def fault(api, lab: dict, **body) -> dict:
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", body, lab["token"])
+    assert res.status == 202, res.body
+    return res.json()
+
+
+def kill(api, lab: dict, worker: str) -> dict:
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{worker}/kill", {}, lab["token"])
+    assert res.status == 200, res.body
+    return res.json()
+
+
+def job(api, lab: dict, job_id: str) -> dict:
+    return api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job_id}", token=lab["token"]).json()
+
+
+def button(preset: str, button_id: str) -> dict:
+    """A widget scenario button, as the widget reads it from /api/meta (app.scenarios.BUTTONS)."""
+    from app import scenarios
+    return next(b for b in scenarios.BUTTONS[preset] if b["id"] == button_id)
+
+
+def press(api, lab: dict, preset: str, button_id: str, **extra_settings) -> list[str]:
+    """Click a scenario button as the widget does: its settings, its fault, then its jobs. Returns job ids."""
+    b = button(preset, button_id)
+    if b.get("settings") or extra_settings:
+        patch(api, lab, **{**b.get("settings", {}), **extra_settings})
+    out = []
+    if b.get("fault"):
+        f = fault(api, lab, **b["fault"])
+        if f.get("job_id"):
+            out.append(f["job_id"])
+    for _ in range(b.get("count", 1) if b.get("enqueue") else 0):
+        out.append(enqueue(api, lab, **b["enqueue"]))
+    return out
+
+
+def busy_worker(api, lab: dict, job_id: str, timeout: float = 60) -> dict:
+    snap = api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and w["state"] == "busy"
+                                           for w in s["workers"]), timeout=timeout, every=0.01)
+    return next(w for w in snap["workers"] if w.get("job_id") == job_id)
+
+
+def settled(s: dict) -> bool:
+    return s["counts"]["running"] == 0 and all(w["state"] in ("idle", "dead", "respawning") for w in s["workers"])
+
+
+def of_type(events: list[dict], type_: str) -> list[dict]:
+    return [e for e in events if e["type"] == type_]

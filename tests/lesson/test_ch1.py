@@ -1,27 +1,35 @@
-"""Chapter 1, Task Queue Anatomy: what the lab shows today that the delivery-semantics rebuild (issue 18)
-does not change — a killed worker's job comes back one VT after its claim — and the lesson note.
-
-TODO, provable once issue 18 lands (not skipped tests; the lead extends this file):
-- Try this 1 / Check yourself 1: VT 300 s below a 600 s job, guard off — the job runs twice (A 0–600,
-  B 300–900), done once, 300 s of duplicated work.
-- Try this 3 / Check yourself 4: ack early + kill — the lost counter moves; ack late — it does not.
-- Try this 4 / Check yourself 3: heartbeat on, short VT — no redelivery while alive; a kill at any
-  moment (before the first beat too) is redelivered within one reset window (180 s), whatever the job.
-- Try this 5: "Expire now" on a busy worker's lease — two workers on one job; which result counts
-  (chapter 3's first-claimer-wins CAS) — the answer must be written on the page too.
-- Check yourself 2, 5 are reasoning questions (silence is ambiguous; interval > extension) — model rows.
+"""Chapter 1, Task Queue Anatomy, on the running lab: every "Try this" step and the self-check answers
+the lab can show. Times are the lab's own simulated event times (`t_sim`); tolerances are real hand-off
+slack (an RQ pick-up, a reaper scan) times the clock speed. Durations come from the ch1 preset's buttons
+(app.scenarios) and the numbers model, the sources the page renders.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from core import numbers
-from tests.lesson.helpers import events_of, page_text, wait_event
+from core import numbers, presets
+from tests.lesson.helpers import (
+    busy_worker,
+    button,
+    enqueue,
+    events_of,
+    job,
+    kill,
+    of_type,
+    page_text,
+    press,
+    settled,
+    wait_event,
+)
 
 pytestmark = pytest.mark.lesson
 
 C1 = numbers.derive()["ch1"]
+PRESET = presets.settings_for("ch1")
+SPEED = 200
+TOL = 0.4 * SPEED  # 0.4 real s of hand-off slack, in simulated seconds
+SHORT = button("ch1", "vt-too-short")["settings"]  # "VT too short": lease 300 s, job 600 s
 
 
 def test_lesson_note_fixed_vt_ratio_is_on_the_page(api, measured):
@@ -31,16 +39,56 @@ def test_lesson_note_fixed_vt_ratio_is_on_the_page(api, measured):
     measured.update(lesson=note["values"]["lesson"], ours=round(note["values"]["ours"], 3))
 
 
+def test_the_buttons_are_the_lessons_numbers():
+    assert SHORT["vt_seconds"] == C1["visibility_timeout_s"] and SHORT["job_duration"] == C1["transcode_mean_s"]
+    assert PRESET["guard"] == "off"  # chapter 1's world: no job-record guard
+
+
+def test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_off(api, measured):
+    vt, dur = SHORT["vt_seconds"], SHORT["job_duration"]
+    lab = api.lab("ch1", speed=SPEED)
+    api.workers_ready(lab, PRESET["workers"])
+    job_id = press(api, lab, "ch1", "vt-too-short")[0]
+    snap = api.wait_for(lab, lambda s: s["counts"]["duplicate_completions"] == 1 and settled(s), timeout=120)
+    ev = api.events(lab)
+    a, b = of_type(ev, "job.claimed")[:2]
+    assert a["worker_id"] != b["worker_id"]
+    assert b["t_sim"] - a["t_sim"] == pytest.approx(vt, abs=TOL)  # B starts at the VT while A is busy
+    done = of_type(ev, "job.succeeded")
+    assert len(done) == 1 and done[0]["attempt"] == 1  # done once, by A
+    assert done[0]["t_sim"] - a["t_sim"] == pytest.approx(dur, abs=TOL / 4)  # at 600 s
+    dup = of_type(ev, "job.duplicate_completed")[0]
+    assert dup["t_sim"] - a["t_sim"] == pytest.approx(vt + dur, abs=TOL)  # B's completion at 900 s
+    overlap = done[0]["t_sim"] - b["t_sim"]
+    assert overlap == pytest.approx(C1["collision_overlap_s"], abs=TOL)  # the page's overlap figure
+    assert snap["counts"]["done"] == 1 and snap["counts"]["duplicates_blocked"] == 0
+    b_ran = dup["t_sim"] - b["t_sim"]
+    # then guard claim and press it again: B's copy backs off at the VT; nothing is transcoded twice
+    lab2 = api.lab("ch1", speed=SPEED, guard="claim")
+    api.workers_ready(lab2, PRESET["workers"])
+    job2 = press(api, lab2, "ch1", "vt-too-short")[0]
+    snap2 = api.wait_for(lab2, lambda s: s["counts"]["done"] == 1 and settled(s), timeout=120)
+    ev2 = api.events(lab2)
+    claimed = of_type(ev2, "job.claimed")
+    blocked = of_type(ev2, "job.duplicate_blocked")
+    assert len(claimed) == 1 and blocked and blocked[0]["t_sim"] - claimed[0]["t_sim"] == pytest.approx(vt, abs=TOL)
+    assert snap2["counts"]["duplicate_completions"] == 0 and snap2["counts"]["duplicates_blocked"] >= 1
+    assert job(api, lab2, job2)["message"]["state"] == "deleted"  # A deleted it; B left it in flight
+    measured.update(off={"done": snap["counts"]["done"], "second_start_s": round(b["t_sim"] - a["t_sim"], 1),
+                         "done_at_s": round(done[0]["t_sim"] - a["t_sim"], 1), "overlap_s": round(overlap, 1),
+                         "second_ran_s": round(b_ran, 1), "model_overlap_s": C1["collision_overlap_s"]},
+                    claim={"done": snap2["counts"]["done"], "duplicates_blocked": snap2["counts"]["duplicates_blocked"],
+                           "transcodes": len(claimed)}, job=job_id)
+
+
 def test_try2_a_killed_workers_job_returns_one_vt_after_the_claim(api, measured):
     vt = C1["fixed_vt_s"]  # "move the VT above the job's duration": the page's static fix
     assert vt > C1["transcode_mean_s"]
-    lab = api.lab("ch1", speed=200, vt_seconds=vt, heartbeat=False)
+    lab = api.lab("ch1", speed=SPEED, vt_seconds=vt, heartbeat=False)
     api.workers_ready(lab, 2)
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
-    assert res.status == 202
+    enqueue(api, lab)
     claimed = wait_event(api, lab, "job.claimed")[0]
-    killed = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{claimed['worker_id']}/kill", token=lab["token"])
-    assert killed.status == 200, killed.body
+    kill(api, lab, claimed["worker_id"])
     expired = wait_event(api, lab, "lease.expired", timeout=120)[0]
     redelivered = wait_event(api, lab, "job.redelivered", timeout=60)[0]
     # nothing happens at the kill: the job comes back when the lease runs out, claim + VT
@@ -49,3 +97,93 @@ def test_try2_a_killed_workers_job_returns_one_vt_after_the_claim(api, measured)
     kill_t = next(e["t_sim"] for e in events_of(api, lab, "worker.killed"))
     measured.update(vt_s=vt, killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
                     redelivered_after_claim_s=round(redelivered["t_sim"] - claimed["t_sim"], 1))
+
+
+def test_try3_check4_ack_early_loses_a_killed_workers_job_ack_late_does_not(api, measured):
+    out = {}
+    for mode in ("early", "late"):
+        lab = api.lab("ch1", speed=SPEED, ack_mode=mode, vt_seconds=SHORT["vt_seconds"], heartbeat=False,
+                      job_duration=SHORT["job_duration"])
+        api.workers_ready(lab, PRESET["workers"])
+        job_id = enqueue(api, lab)
+        kill(api, lab, busy_worker(api, lab, job_id)["id"])
+        if mode == "early":
+            snap = api.wait_for(lab, lambda s: s["counts"]["lost"] == 1, timeout=60)
+            assert snap["counts"]["redelivered"] == 0  # the broker recorded a delete: nothing comes back
+        else:
+            snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1, timeout=120)
+            assert snap["counts"]["lost"] == 0 and snap["counts"]["redelivered"] >= 1
+        out[mode] = {"lost": snap["counts"]["lost"], "redelivered": snap["counts"]["redelivered"]}
+    assert C1["ack_early_lost_per_day"] > 0  # check 4's figure: the page prices what the lab just lost
+    measured.update(out, model_lost_per_day=C1["ack_early_lost_per_day"])
+
+
+def test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_within_one_extension(api, measured):
+    extend = C1["heartbeat_extend_s"]
+    hb = button("ch1", "fix-heartbeat")["settings"]
+    assert hb["vt_seconds"] < hb["job_duration"]  # the short VT, a long job
+    lab = api.lab("ch1", speed=SPEED, heartbeat_interval=C1["heartbeat_interval_s"], heartbeat_extend=extend)
+    api.workers_ready(lab, PRESET["workers"])
+    press(api, lab, "ch1", "fix-heartbeat")
+    alive = api.wait_for(lab, lambda s: s["counts"]["done"] == 1, timeout=120)
+    assert alive["counts"]["redelivered"] == 0 and alive["counts"]["leases_extended"] >= 1
+    # now kill it a moment after its claim, before its first beat
+    job_id = enqueue(api, lab, sample="bigbuckbunny", duration_s=hb["job_duration"])
+    w = busy_worker(api, lab, job_id)
+    kill(api, lab, w["id"])
+    red = wait_event(api, lab, "job.redelivered", timeout=60, where=lambda e: e.get("job_id") == job_id)[0]
+    ev = [e for e in api.events(lab) if e.get("job_id") == job_id or e["type"] == "worker.killed"]
+    claimed = [e for e in of_type(ev, "job.claimed") if e.get("job_id") == job_id][0]
+    kill_t = [e for e in of_type(ev, "worker.killed") if e["t_sim"] >= claimed["t_sim"]][0]["t_sim"]
+    assert claimed["data"]["lease_deadline"] == pytest.approx(claimed["t_sim"] + extend, abs=0.01)
+    assert red["t_sim"] - claimed["t_sim"] == pytest.approx(extend, abs=TOL)  # one extension, not VT or job
+    assert red["t_sim"] - claimed["t_sim"] < hb["job_duration"]
+    # check 3 on the page: "Heartbeat: at {expiry} s — one extension after the last beat"
+    assert C1["heartbeat_redelivered_at_s"] - C1["heartbeat_crash_at_s"] <= extend
+    measured.update(alive_redelivered=alive["counts"]["redelivered"],
+                    leases_extended=alive["counts"]["leases_extended"],
+                    killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
+                    redelivered_after_claim_s=round(red["t_sim"] - claimed["t_sim"], 1), extension_s=extend)
+
+
+def _expire_now(api, guard: str) -> tuple[dict, list[dict], str]:
+    lab = api.lab("ch1", speed=SPEED, vt_seconds=C1["fixed_vt_s"], heartbeat=False, guard=guard,
+                  job_duration=C1["transcode_mean_s"])
+    api.workers_ready(lab, PRESET["workers"])
+    job_id = enqueue(api, lab)
+    busy_worker(api, lab, job_id)
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/{job_id}/lease/expire", {}, lab["token"])
+    assert res.status == 200, res.body
+    key = "duplicate_completions" if guard == "off" else "duplicates_blocked"
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and s["counts"][key] >= 1 and settled(s),
+                        timeout=120)
+    return snap, api.events(lab), job_id
+
+
+def test_try5_expire_now_off_two_workers_first_finisher_counts_claim_one_worker(api, measured):
+    snap, ev, _ = _expire_now(api, "off")
+    claims = of_type(ev, "job.claimed")
+    assert len(claims) == 2 and claims[0]["worker_id"] != claims[1]["worker_id"]  # two workers on one job
+    done = of_type(ev, "job.succeeded")
+    assert len(done) == 1 and done[0]["attempt"] == 1  # the first to finish counts
+    assert of_type(ev, "job.duplicate_completed")[0]["attempt"] == 2  # the second is "completed again"
+    snap2, ev2, _ = _expire_now(api, "claim")
+    assert len(of_type(ev2, "job.claimed")) == 1  # one worker: the second copy backed off
+    assert of_type(ev2, "job.duplicate_blocked") and snap2["counts"]["duplicate_completions"] == 0
+    text = page_text(api, 1)
+    assert "Guard off : two, and the first to finish counts" in text
+    assert "guard claim : one — the second copy finds the record running and backs off" in text
+    measured.update(off={"workers_on_job": len(claims), "winner_attempt": done[0]["attempt"]},
+                    claim={"workers_on_job": 1, "duplicates_blocked": snap2["counts"]["duplicates_blocked"]})
+
+
+def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_healthy_worker(api, measured):
+    extend = C1["heartbeat_extend_s"]
+    hb = button("ch1", "fix-heartbeat")["settings"]
+    lab = api.lab("ch1", speed=SPEED, heartbeat_extend=extend, heartbeat_interval=extend * 1.5)
+    api.workers_ready(lab, PRESET["workers"])
+    press(api, lab, "ch1", "fix-heartbeat")
+    snap = api.wait_for(lab, lambda s: s["counts"]["redelivered"] >= 1, timeout=120)
+    assert snap["counts"]["lost"] == 0 and not events_of(api, lab, "worker.killed")  # nobody crashed
+    measured.update(interval_s=extend * 1.5, extension_s=extend, redelivered=snap["counts"]["redelivered"],
+                    job_s=hb["job_duration"])

@@ -1,18 +1,74 @@
-"""Chapter 5, Idempotency: the client-side Idempotency-Key, on the real API.
-
-TODO, provable once issue 18 lands (not skipped tests):
-- Try this 1–3 / Check yourself 2: VT below the job with guard `claim` — one file per rendition under
-  transcoded/{job_id}/, one email in the outbox, `duplicates_blocked` counting the refused copies; with
-  the output-path and notified guards off, files and emails follow the attempt count.
-- Check yourself 3–5 are reasoning questions (dedup window sizing, fail open/closed, why a separate
-  flag) — model rows.
+"""Chapter 5, Idempotency, on the running lab: the claim guard stops the duplicate before it runs; with the
+guard off the output-path and "notified" guards are the layer that still holds; the Idempotency-Key.
+The "VT too short" button (app.scenarios) and the ch5 preset set the lab up exactly as the page says.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from core import numbers, presets
+from tests.lesson.helpers import num, of_type, page_text, press, settled
+
 pytestmark = pytest.mark.lesson
+
+C5 = numbers.derive()["ch5"]
+PRESET = presets.settings_for("ch5")
+SPEED = 200
+
+
+def outbox(api, lab) -> list[dict]:
+    return api.call("GET", f"/api/labs/{lab['lab_id']}/outbox", token=lab["token"]).json()["emails"]
+
+
+def files(api, lab, job_id) -> list[str]:
+    """The output paths the lab wrote for a job (`output.written` events; outputs are blobs in the server)."""
+    return sorted({e["data"]["path"] for e in api.events(lab)
+                   if e["type"] == "output.written" and e.get("job_id") == job_id})
+
+
+def vt_too_short(api, **settings) -> tuple[dict, str, dict]:
+    lab = api.lab("ch5", speed=SPEED, **settings)
+    api.workers_ready(lab, PRESET["workers"])
+    job_id = press(api, lab, "ch5", "vt-too-short")[0]
+    return lab, job_id, PRESET
+
+
+def test_try1_claim_guard_one_run_one_file_per_rendition_one_email(api, stack, measured):
+    assert PRESET["guard"] == "claim"  # this chapter's default
+    lab, job_id, _ = vt_too_short(api)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and settled(s)
+                        and s["counts"]["duplicates_blocked"] >= 1,
+                        timeout=120)
+    ev = api.events(lab)
+    assert len(of_type(ev, "job.claimed")) == 1  # one worker transcoded it
+    got = files(api, lab, job_id)
+    assert len(got) == 2  # one file per rendition
+    assert len(outbox(api, lab)) == 1
+    measured.update(duplicates_blocked=snap["counts"]["duplicates_blocked"], files=got, emails=1)
+
+
+def test_try2_every_guard_off_files_and_emails_follow_the_runs(api, stack, measured):
+    lab, job_id, _ = vt_too_short(api, guard="off", idempotent_outputs=False, notify_guard=False)
+    snap = api.wait_for(lab, lambda s: s["counts"]["duplicate_completions"] >= 1 and settled(s), timeout=120)
+    runs = len(of_type(api.events(lab), "job.claimed"))
+    assert runs == 2
+    emails = [e for e in outbox(api, lab) if e["job_id"] == job_id]
+    got = files(api, lab, job_id)
+    assert len(emails) == runs  # two runs, two emails
+    assert len(got) == 2 * runs  # a second set of per-attempt files
+    measured.update(runs=runs, emails=len(emails), files=got, completed_again=snap["counts"]["duplicate_completions"])
+
+
+def test_try3_check2_output_path_and_notified_guards_hold_when_the_record_guard_is_off(api, stack, measured):
+    lab, job_id, _ = vt_too_short(api, guard="off", idempotent_outputs=True, notify_guard=True)
+    snap = api.wait_for(lab, lambda s: s["counts"]["duplicate_completions"] >= 1 and settled(s), timeout=120)
+    runs = len(of_type(api.events(lab), "job.claimed"))
+    assert runs == 2 and snap["counts"]["done"] == 1  # runs twice; the second is "completed again"
+    assert len(files(api, lab, job_id)) == 2  # the same two paths, overwritten, not added
+    assert len([e for e in outbox(api, lab) if e["job_id"] == job_id]) == 1
+    assert snap["counts"]["emails_suppressed"] == 1
+    measured.update(runs=runs, emails=1, emails_suppressed=snap["counts"]["emails_suppressed"])
 
 
 def test_try4_check1_same_idempotency_key_same_job_new_key_new_job(api, measured):
@@ -29,3 +85,10 @@ def test_try4_check1_same_idempotency_key_same_job_new_key_new_job(api, measured
     assert again == first and other != first
     assert api.snapshot(lab)["counts"]["queued"] == 2  # the resend did not grow the queue
     measured.update(first=first, resend=again, new_key=other, queued=2)
+
+
+def test_check3_doubling_the_vt_recomputes_the_dedup_window(api, measured):
+    d2 = C5["doubled_vt"]
+    assert d2["gap_s"] == 2 * C5["fixed_vt_s"] + C5["transcode_p99_s"] and d2["window_s"] >= d2["gap_s"]
+    assert f"{num(d2['key_count'])} keys" in page_text(api, 5)
+    measured.update(window_s=d2["window_s"], keys=d2["key_count"], key_mb=d2["key_mb"])

@@ -1,28 +1,97 @@
-"""Chapter 8, Assembling the Pipeline: the dashboard the page builds from the numbers model.
-
-TODO, provable once issue 18 lands (not skipped tests):
-- Try this 1: at 20× a 600 s transcode finishes in 30 real seconds — needs the honest clock (a job
-  finishes within 5% of its simulated duration, or the widget says the clock slowed).
-- Try this 2 / Check yourself 1: kill the busy worker — with the heartbeat on the job returns within one
-  reset window of the kill; one output per rendition and one email (guard `claim`).
-- Try this 3 / Check yourself 5: rapid successive kills — the redelivery rate over a window shows a spike
-  that decays, beside the ever-rising total.
-- Try this 4 / Check yourself 2–4: which dashboard rows move — with the kills above.
+"""Chapter 8, Assembling the Pipeline, on the running lab with everything on (the ch8 preset: late acks,
+heartbeat, claim guard, both idempotency guards): the demo's transcode time, a killed worker's job back one
+reset window after its last beat with one output per rendition and one email, and rapid kills as a spike in
+the redelivery rate. Times are the lab's simulated event times; figures come from the numbers model.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from core import numbers
-from tests.lesson.helpers import page_text
+from core import numbers, presets
+from tests.lesson.helpers import busy_worker, enqueue, job, kill, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
+FIG = numbers.derive()
+C1, C8 = FIG["ch1"], FIG["ch8"]
+PRESET = presets.settings_for("ch8")
+SPEED = 200
+TOL = 0.4 * SPEED
+RATE_WINDOW_S = 600  # the widget's redelivery-rate readout (static/js/widget/readouts.js), 10 buckets
+
 
 def test_the_dashboard_has_one_row_per_chapter(api, measured):
-    rows = numbers.derive()["ch8"]["dashboard"]
+    rows = FIG["ch8"]["dashboard"]
     assert [r["chapter"] for r in rows] == list(range(9))
     text = page_text(api, 8)
     assert all(r["metric"] in text for r in rows)
     measured.update(rows=len(rows))
+
+
+def test_try1_a_transcode_takes_its_simulated_duration_so_real_time_is_duration_over_speed(api, measured):
+    dur = C1["transcode_mean_s"]
+    assert C8["demo_transcode_real_s"] == pytest.approx(dur / C8["demo_speed"])  # the page's prediction
+    lab = api.lab("ch8", speed=SPEED, job_duration=dur)
+    api.workers_ready(lab, PRESET["workers"])
+    job_id = enqueue(api, lab)
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 1, timeout=120)
+    a = job(api, lab, job_id)["attempts"][0]
+    took = a["end"] - a["start"]
+    assert took == pytest.approx(dur, rel=0.05)  # the honest clock: simulated duration holds, so real = dur/speed
+    measured.update(simulated_s=round(took, 1), model_real_s_at_demo_speed=C8["demo_transcode_real_s"])
+
+
+def test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last_beat(api, stack, measured):
+    extend = C1["heartbeat_extend_s"]
+    assert PRESET["heartbeat"] and PRESET["guard"] == "claim" and PRESET["heartbeat_extend"] == extend
+    lab = api.lab("ch8", speed=SPEED, respawn_delay=5, job_duration=C1["transcode_mean_s"])
+    api.workers_ready(lab, PRESET["workers"])
+    job_id = enqueue(api, lab)
+    w = busy_worker(api, lab, job_id)
+    api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= 1, every=0.01)
+    kill(api, lab, w["id"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and settled(s), timeout=120)
+    ev = api.events(lab)
+    kill_t = of_type(ev, "worker.killed")[0]["t_sim"]
+    beats = [e["t_sim"] for e in of_type(ev, "lease.extended") if e["t_sim"] <= kill_t]
+    freed = of_type(ev, "job.stale_freed")[0]
+    assert "heartbeat" in freed["data"]["reason"]
+    assert freed["t_sim"] - beats[-1] == pytest.approx(extend, abs=TOL)  # one reset window after the last beat
+    paths = {e["data"]["path"] for e in ev if e["type"] == "output.written" and e.get("job_id") == job_id}
+    assert len(paths) == 2  # one output per rendition
+    emails = api.call("GET", f"/api/labs/{lab['lab_id']}/outbox", token=lab["token"]).json()["emails"]
+    assert len(emails) == 1 and snap["counts"]["succeeded"] == 1
+    measured.update(last_beat_to_freed_s=round(freed["t_sim"] - beats[-1], 1),
+                    kill_to_freed_s=round(freed["t_sim"] - kill_t, 1),
+                    outputs=2, emails=len(emails))
+
+
+def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, measured):
+    lab = api.lab("ch8", speed=SPEED, respawn_delay=5, job_duration=C1["transcode_mean_s"])
+    n = PRESET["workers"]
+    api.workers_ready(lab, n)
+    jobs = press(api, lab, "ch8", "load")
+    assert len(jobs) == n
+    api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= n, timeout=60, every=0.02)
+    for job_id in jobs:  # "Three rapid kills": every busy worker, in quick succession
+        kill(api, lab, busy_worker(api, lab, job_id)["id"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["redelivered"] >= n, timeout=120)
+    ev = api.events(lab)
+    kills = [e["t_sim"] for e in of_type(ev, "worker.killed")]
+    red = [e["t_sim"] for e in of_type(ev, "job.redelivered")][:n]
+    assert len(kills) == n == len(red)  # every redelivery matches a kill (check 5)
+    # they come back together, within about one reset window of the kills: one bucket of the rate's window
+    # each comes back about one reset window after its own kill: all three inside one rate window, a spike
+    assert max(red) - min(red) <= max(kills) - min(kills) + TOL and max(red) - min(kills) <= RATE_WINDOW_S
+    assert all(0 < r - k <= C1["heartbeat_extend_s"] + TOL for r, k in zip(red, sorted(kills), strict=True))
+    measured.update(redelivered=snap["counts"]["redelivered"], kills_spread_s=round(max(kills) - min(kills), 1),
+                    redeliveries_spread_s=round(max(red) - min(red), 1), rate_window_s=RATE_WINDOW_S)
+
+
+def test_check3_doubled_traffic_doubles_the_pool(api, measured):
+    d = C8["doubled_traffic"]
+    assert d["workers"] == numbers.derive(numbers.Inputs(arrival_rate=2 * numbers.Inputs().arrival_rate))["ch2"][
+        "workers_at_target"]
+    assert f"{d['workers']:,} workers (twice the jobs in flight" in page_text(api, 8)
+    measured.update(workers=d["workers"], pool_usd_per_month=d["pool_usd_per_month"])

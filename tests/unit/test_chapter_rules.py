@@ -16,15 +16,6 @@ from core import numbers
 
 _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Neg)
 
-# Prose lines that still do a unit change or a difference inline. They sit in paragraphs other
-# branches are editing; each is to become a figure in core/numbers.py (`_add_prose_figures`).
-# This list may only shrink.
-PROSE_ARITHMETIC_LEFT = {
-    "00-the-hand-off.md": 7, "01-task-queue-anatomy.md": 1, "02-sizing-the-worker-pool.md": 17,
-    "03-status-delivery.md": 4, "04-retries-and-backoff.md": 1, "05-idempotency.md": 10,
-    "06-priorities-and-fairness.md": 3, "07-scheduled-and-recurring-work.md": 2,
-    "08-assembling-the-pipeline.md": 4,
-}
 
 
 def _parsed(ch):
@@ -46,8 +37,7 @@ def test_a_chapter_defines_no_macro_and_draws_no_svg(ch):
 def test_a_chapter_does_no_arithmetic(ch):
     name, tree, offset = _parsed(ch)
     lines = sorted({n.lineno + offset for n in tree.find_all(_ARITHMETIC)})
-    allowed = PROSE_ARITHMETIC_LEFT.get(name, 0)
-    assert len(lines) <= allowed, f"arithmetic in {name} at lines {lines}: make it a figure in core/numbers.py"
+    assert not lines, f"arithmetic in {name} at lines {lines}: make it a figure in core/numbers.py"
 
 
 def test_the_scanner_catches_what_it_should():
