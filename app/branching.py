@@ -56,7 +56,7 @@ def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
             elif kind == "job.enqueued":
                 jobs[ev["job_id"]] = {"job_id": ev["job_id"], "state": "queued", "job_type": data.get("job_type"),
                                       "video_id": data.get("video_id"), "duration_s": data.get("duration_s"),
-                                      "poison": bool(data.get("poison"))}
+                                      "poison": _poison(data.get("poison"))}
             elif kind in _MOVES and ev.get("job_id") in jobs:
                 jobs[ev["job_id"]]["state"] = _MOVES[kind]
             if ev["id"] == at_event:
@@ -65,6 +65,11 @@ def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
     if found is None:
         raise LookupError(at_event)
     return {"event": found, "t": found["t_sim"], "settings": at_settings, "jobs": list(jobs.values())}
+
+
+def _poison(value: Any) -> str:
+    """The job record's poison mode ("" or "crash"): the enqueued event writes False for none."""
+    return value if isinstance(value, str) else ""
 
 
 def unfinished(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,8 +83,9 @@ def _source(r: redis.Redis, parent: str, branch: str, j: dict[str, Any], var_dir
     payload = json.loads(rec.get("payload", "{}"))
     resolutions = payload.get("resolutions") or ["240p", "144p"]
     src = rec.get("source") or str(media.sample_clip(j["video_id"]) or media.sample_clip())
-    if blobs.is_blob(src):
-        blobs.copy(r, parent, branch, src[len(blobs.PREFIX):])
+    if blobs.is_blob(src) and not blobs.copy(r, parent, branch, src[len(blobs.PREFIX):]):
+        # the parent's upload is gone (the parent ended and was swept): run the sample clip instead
+        src = str(media.sample_clip(j["video_id"]) or media.sample_clip())
     return src, resolutions
 
 
@@ -99,9 +105,13 @@ def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: s
     # held still until its workers are up (the supervisor resumes it), so a seeded job does not
     # seem to wait in the queue for the seconds worker processes take to start
     clock.pause(r, lab)
+    try:
+        sources = [_source(r, parent, lab, j, var_dir) for j in seed]
+    except blobs.BlobFull:
+        registry.teardown(r, lab, var_dir)  # nothing seeded yet: no half-made branch is left behind
+        raise
     seeded = []
-    for j in seed:
-        source, resolutions = _source(r, parent, lab, j, var_dir)
+    for j, (source, resolutions) in zip(seed, sources, strict=True):
         payload = producer.enqueue_job(r, rq_conn, lab, job_type=j["job_type"] or "transcode",
                                        video_id=j["video_id"] or "bigbuckbunny", source=source,
                                        duration_s=j["duration_s"] or new_settings["job_duration"],
@@ -150,4 +160,7 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
                                                          "written, or trimmed from the capped stream)"}) from None
     except registry.LabFull:
         raise limits.labs_full(cfg.max_labs) from None
+    except blobs.BlobFull as e:
+        raise ApiError(507, "server_storage_full", f"copying the parent's uploads into the branch would pass "
+                       f"the {e.scope} storage cap of {e.cap} bytes; try again when other labs have ended") from None
     return created, 201

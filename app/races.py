@@ -84,12 +84,12 @@ RACES: dict[str, dict[str, Any]] = {
                   ["leases_extended", "lease extensions"], ["done", "done"]],
     },
     "guard": {
-        "title": "Claim guard off vs on", "preset": "ch5", "vary": ["cas_guard"],
+        "title": "Claim guard off vs on", "preset": "ch5", "vary": ["guard"],
         "summary": "A 300 s lease on 600 s jobs: each is redelivered while its first worker still runs. "
                    "Without the compare-and-swap claim both copies run; with it the second backs off.",
         "base": {"workers": 2, "job_duration": 600, "vt_seconds": 300, "heartbeat": False},
-        "variants": [{"label": "Guard off", "settings": {"cas_guard": False}},
-                     {"label": "Claim guard on", "settings": {"cas_guard": True}}],
+        "variants": [{"label": "Guard off", "settings": {"guard": "off"}},
+                     {"label": "Claim guard on", "settings": {"guard": "claim"}}],
         "enqueue": _LONG, "count": 2,
         "watch": [["duplicate_completions", "duplicate runs finished"], ["claims_refused", "claims refused"],
                   ["emails_sent", "emails sent"], ["done", "done"]],
@@ -186,7 +186,7 @@ def _enqueue_same(r: redis.Redis, lab_id: str, rc: dict[str, Any], now: float) -
         clip = media.sample_clip(job["sample"])
         payload = producer.enqueue_job(
             r, get_rq(), lab_id, job_type=job["job_type"], video_id=job["sample"], source=str(clip),
-            duration_s=job["duration_s"], resolutions=["240p", "144p"], idempotency_key=None, poison=False)
+            duration_s=job["duration_s"], resolutions=["240p", "144p"], idempotency_key=None, poison="")
         ids.append(payload["job_id"])
     return ids
 
