@@ -43,7 +43,7 @@ class Slot:
     id: str
     proc: subprocess.Popen | None = None
     state: str = "idle"  # idle|busy (from the worker) · booting · dead · respawning · draining · rewiring
-    respawn_at: float = 0.0
+    respawn_at: float = 0.0  # simulated time (the lab's clock) a dead worker respawns or a booting one starts
     generation: int = 0
     fleet: str | None = None  # the tier this worker alone serves (chapter 6's full separation)
 
@@ -231,18 +231,21 @@ class Supervisor:
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
         slot.state = "dead"
-        speed = max(float(settings.get("speed", 20)), 1e-9)
-        slot.respawn_at = time.time() + settings["respawn_delay"] / speed
+        slot.respawn_at = now + float(settings["respawn_delay"])  # on the lab's clock, as every delay
         self.write_row(pool, slot, job_id=None, attempt=None, horse_pid=None, progress=None)
 
     def boot_later(self, pool: LabPool, slot: Slot, settings: dict) -> None:
         """A worker added to a running pool is useful only after its boot lag (image pull, start-up,
-        health check): hold it in `booting` and start the real process when the lag is over."""
+        health check): hold it in `booting` and start the real process when the lag is over.
+
+        The lag is simulated seconds on the lab's clock, never real seconds over the speed: a clock held
+        at a barrier (real work that cannot keep up) or paused holds the boot too, so the new worker
+        always misses `boot_lag` seconds of the lab's timeline."""
+        now = clock.now(self.r, pool.lab)
         slot.state = "booting"
-        slot.respawn_at = time.time() + settings["boot_lag"] / max(float(settings.get("speed", 20)), 1e-9)
+        slot.respawn_at = now + float(settings["boot_lag"])
         self.write_row(pool, slot, job_id=None)
-        stream.emit(self.r, pool.lab, "worker.booting", clock.now(self.r, pool.lab), worker_id=slot.id,
-                    lag=settings["boot_lag"])
+        stream.emit(self.r, pool.lab, "worker.booting", now, worker_id=slot.id, lag=settings["boot_lag"])
 
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self, pool: LabPool, settings: dict) -> None:
@@ -308,11 +311,11 @@ class Supervisor:
                             worker_id=slot.id)
             return
         if slot.state == "booting":
-            if time.time() >= slot.respawn_at:
+            if clock.now(self.r, pool.lab) >= slot.respawn_at:
                 self.spawn(pool, slot)
             return
         if slot.state in ("dead", "respawning"):
-            if slot.state == "dead" and time.time() >= slot.respawn_at:
+            if slot.state == "dead" and clock.now(self.r, pool.lab) >= slot.respawn_at:
                 slot.state = "respawning"
                 self.write_row(pool, slot)
                 stream.emit(self.r, pool.lab, "worker.respawning", clock.now(self.r, pool.lab),
@@ -622,10 +625,29 @@ class Supervisor:
         self.shutdown()
 
     def slot_timers(self) -> list[float]:
-        """Real times a worker is due to respawn or finish booting."""
-        return [0.0 if slot.state == "respawning" else slot.respawn_at
-                for pool in self.pools.values() for slot in pool.slots.values()
-                if slot.state in ("dead", "booting", "respawning")]
+        """Real times a worker is due to respawn or finish booting.
+
+        Those moments are simulated (Slot.respawn_at), so each is turned into real time through its lab's
+        clock. One the clock cannot reach yet (paused, or held at a barrier before it) has no real time:
+        the resume or the barrier's lift changes the clock, whose notification wakes the loop."""
+        out: list[float] = []
+        for pool in self.pools.values():
+            waiting = [s for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
+            if not waiting:
+                continue
+            state = self.r.hgetall(key(pool.lab, "clock"))
+            t = clock._now(state)
+            barrier = state.get("barrier")
+            speed = max(float(state.get("speed", 20)), 1e-9)
+            for slot in waiting:
+                if slot.state == "respawning" or t >= slot.respawn_at:
+                    out.append(0.0)
+                elif state.get("paused") == "1" or (barrier not in (None, "") and slot.respawn_at > float(barrier)):
+                    continue
+                else:
+                    out.append(float(state.get("base_real", time.time()))
+                               + (slot.respawn_at - float(state.get("base_sim", 0))) / speed)
+        return out
 
     def shutdown(self) -> None:
         """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live
