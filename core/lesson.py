@@ -92,9 +92,7 @@ CLAIMS: tuple[Claim, ...] = (
           "arrivals past the lab's bound are shed, counted and still part of the backlog",
           "test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted"),
     Claim("ch2.autoscale_boot", 2, "Try this 3", "The autoscaler's new workers boot for the boot lag before "
-          "they take a job", "test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take_a_job",
-          status="todo", why="the test exists and fails (xfail, strict): the supervisor times the boot lag in real "
-          "seconds, not on the lab clock, so under the honest clock a worker booted in 0 simulated s, not 90"),
+          "they take a job", "test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take_a_job"),
     Claim("ch2.drain", 2, "Try this 4 / Check yourself 5", "Scale-in drains: busy workers finish first and "
           "nothing is redelivered; killing mid-job redelivers",
           "test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers"),

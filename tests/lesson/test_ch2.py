@@ -103,9 +103,6 @@ def test_check3_the_peak_on_the_average_pool_is_past_rho_1(api, measured):
     measured.update(peak_rho=rho)
 
 
-@pytest.mark.xfail(strict=True, reason="lab bug: the supervisor times the boot lag in real seconds (boot_later: "
-                   "time.time() + lag / speed), not on the lab clock; while the honest clock is held at a job's "
-                   "barrier, the booting worker starts after 0 simulated s instead of the preset's 90 s")
 def test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take_a_job(api, measured):
     speed = 200
     tol = 0.4 * speed
