@@ -351,8 +351,9 @@ def test_the_herd_shows_when_the_outage_starts_before_the_jobs_are_sent(api):
 def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_says_it_slowed(api):
     lab = api.lab("ch1", speed=1000, vt_seconds=1200, job_duration=60, workers=2, guard="claim")
     api.workers_ready(lab, 2)
-    jobs = [enqueue(api, lab) for _ in range(2)]
-    api.wait_for(lab, lambda s: s["counts"]["done"] == 2, timeout=60)
+    # enough rounds that real work holds the clock for longer than the pacing window (a few real seconds)
+    jobs = [enqueue(api, lab) for _ in range(8)]
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 8, timeout=120)
     for job_id in jobs:
         a = job(api, lab, job_id)["attempts"][0]
         assert a["end"] - a["start"] == pytest.approx(60, rel=0.05)  # real ffmpeg needs ~1 s: 1,000 sim s
