@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from core import blobs
+from tests.helpers import enqueue, types
 from workers import media
 
 pytestmark = pytest.mark.integration
@@ -25,16 +26,6 @@ def output_file(stack, lab, job, name):
     r = redis.Redis.from_url(stack.redis_url)
     return blobs.save(r, lab["lab_id"], f"transcoded/{job}/{name}",
                       stack.var_dir / "probe" / lab["lab_id"] / job / name)
-
-
-def types(events, t):
-    return [e for e in events if e["type"] == t]
-
-
-def enqueue(api, lab, **body):
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"])
-    assert res.status == 202, res.body
-    return res.json()["job_id"]
 
 
 def kill(api, lab, worker):

@@ -9,13 +9,10 @@ import time
 
 import pytest
 
+from tests.helpers import types
 from workers.engines import loadgen
 
 pytestmark = pytest.mark.integration
-
-
-def types(events, t):
-    return [e for e in events if e["type"] == t]
 
 
 def control(api, lab, **body):

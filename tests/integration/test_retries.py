@@ -6,14 +6,9 @@ seed (jitter_seed) and the lab's sequential job ids, so every run draws the same
 
 import pytest
 
+from tests.helpers import enqueue
+
 pytestmark = pytest.mark.integration
-
-
-
-def enqueue(api, lab, **body):
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"])
-    assert res.status == 202, res.body
-    return res.json()["job_id"]
 
 
 # The outage's retry herd at the storage dependency, no jitter vs full jitter, in either order of

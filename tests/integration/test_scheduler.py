@@ -15,35 +15,12 @@ import time
 
 import pytest
 
+from tests.helpers import control, sched, wait_sched
 from workers.engines import shards
 
 pytestmark = pytest.mark.integration
 
 SPEED = 200
-
-
-def sched(api, lab) -> dict:
-    res = api.call("GET", f"/api/labs/{lab['lab_id']}/schedule", token=lab["token"])
-    assert res.status == 200, res.body
-    return res.json()
-
-
-def control(api, lab, **body) -> dict:
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/schedule", body, lab["token"])
-    assert res.status == 200, res.body
-    return res.json()
-
-
-def wait_sched(api, lab, predicate, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    rep = sched(api, lab)
-    while not predicate(rep):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met: totals={rep['totals']} ticks={rep['ticks'][-5:]} "
-                                 f"replicas={rep['replicas']}")
-        time.sleep(0.1)
-        rep = sched(api, lab)
-    return rep
 
 
 def start(api, n: int = 3, **settings) -> dict:

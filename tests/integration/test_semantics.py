@@ -12,21 +12,12 @@ from __future__ import annotations
 import pytest
 
 from core import blobs
+from tests.helpers import enqueue, types
 
 pytestmark = pytest.mark.integration
 
 TOL_REAL = 0.4  # real seconds of hand-off slack per step (RQ pick-up, reaper scan, HTTP)
 MEASURED: dict[str, object] = {}  # printed at the end of the session (the closing figures)
-
-
-def types(events, t):
-    return [e for e in events if e["type"] == t]
-
-
-def enqueue(api, lab, **body):
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"])
-    assert res.status == 202, res.body
-    return res.json()["job_id"]
 
 
 def fault(api, lab, **body):
@@ -223,7 +214,6 @@ def test_with_a_heartbeat_a_crash_before_the_first_beat_is_found_within_one_rese
     MEASURED[f"crash_before_first_beat_{guard}_s"] = round(redelivered["t_sim"] - kill_t, 1)
     print(f"guard={guard}: crash {kill_t - claimed['t_sim']:.1f}s after the claim found "
           f"{redelivered['t_sim'] - kill_t:.1f}s later (VT 1200, window 180)")
-
 
 
 # --- failures vs crashes: the poison pill -------------------------------------------------------

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from core import numbers, presets
+from tests.helpers import control, sched, wait_sched
 from tests.lesson.helpers import events_of, num, page_text
 
 pytestmark = pytest.mark.lesson
@@ -23,29 +24,6 @@ LM = presets.ch7_lab_model()
 PRESET = presets.settings_for("ch7")
 SCENARIOS = presets.CH7_SCENARIOS
 TICKS = 3
-
-
-def sched(api, lab) -> dict:
-    res = api.call("GET", f"/api/labs/{lab['lab_id']}/schedule", token=lab["token"])
-    assert res.status == 200, res.body
-    return res.json()
-
-
-def control(api, lab, **body) -> dict:
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/schedule", body, lab["token"])
-    assert res.status == 200, res.body
-    return res.json()
-
-
-def wait_sched(api, lab, predicate, timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    rep = sched(api, lab)
-    while not predicate(rep):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met: totals={rep['totals']} ticks={rep['ticks'][-5:]}")
-        time.sleep(0.1)
-        rep = sched(api, lab)
-    return rep
 
 
 def complete(rep: dict) -> list[dict]:
