@@ -8,12 +8,18 @@ import csv
 import io
 import json
 import re
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app import scenarios
+from app.rooms import ALPHABET, CODE_LENGTH, pretty
+from core.presets import settings_for
 from tests.conftest import ARTIFACTS
+
+ROOM_URL = re.compile(rf"/rooms/[{ALPHABET}]{{{CODE_LENGTH}}}$")
+"""A room's page: its join code as app/rooms.py makes them (CODE_LENGTH letters of ALPHABET)."""
 
 pytestmark = pytest.mark.e2e
 
@@ -48,14 +54,14 @@ def create_room(page: Page, base: str, start: str = "preset:ch1", speed: int = 2
     page.get_by_test_id("room-start").select_option(start)
     page.get_by_test_id("room-speed").fill(str(speed))
     page.get_by_test_id("room-create").click()
-    page.wait_for_url(re.compile(r"/rooms/[A-Z2-9]{6}$"), timeout=30_000)
+    page.wait_for_url(ROOM_URL, timeout=30_000)
     return page.url.rsplit("/", 1)[1]
 
 
 def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: Browser, stack, api, watch_errors):
     teacher = watch_errors(browser.new_context(viewport={"width": 1280, "height": 900}).new_page())
     code = create_room(teacher, stack.url)
-    expect(teacher.get_by_test_id("room-code")).to_have_text(f"{code[:3]}-{code[3:]}")
+    expect(teacher.get_by_test_id("room-code")).to_have_text(pretty(code))
     expect(teacher.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
     lab = saved_lab(teacher, "ch1")
     api.created.append({"lab_id": lab["id"], "token": lab["token"]})
@@ -69,9 +75,9 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     # a second browser (no shared storage) types the code the way it reads it off the screen
     student = watch_errors(browser.new_context(viewport={"width": 1100, "height": 900}).new_page())
     student.goto(f"{stack.url}/rooms")
-    student.get_by_test_id("join-code").fill(f"{code[:3].lower()}-{code[3:].lower()}")
+    student.get_by_test_id("join-code").fill(pretty(code).lower())
     student.get_by_test_id("join-submit").click()
-    expect(student.get_by_test_id("join-room-code")).to_have_text(f"{code[:3]}-{code[3:]}")
+    expect(student.get_by_test_id("join-room-code")).to_have_text(pretty(code))
     student.screenshot(path=str(ARTIFACTS / "rooms-join.png"), full_page=True)
     student.get_by_test_id("join-watch").click()
     widget_ready(student)
@@ -180,12 +186,28 @@ def test_a_scenario_link_applies_every_setting_and_runs(page: Page, stack, api, 
     assert saved_lab(page, "ch4")["id"] == lab["id"]
     again = [e for e in api.events({"lab_id": lab["id"], "token": lab["token"]}) if e["type"] == "settings.changed"]
     assert again == changed
-    # the set-up link names every setting that differs from the chapter's preset (ch4 already has 4 attempts)
-    expect(page.get_by_test_id("setup-url")).to_have_value(re.compile(r"\?scenario=poison-pill&.*retry_cap=60"))
-    assert "max_attempts" not in page.get_by_test_id("setup-url").input_value()
+    # the set-up link names every setting that differs from the chapter's preset, and none that the preset
+    # already has (read from app/scenarios.py and core/presets.py, so a retuned preset keeps this honest)
+    preset = settings_for(scenarios.SCENARIOS["poison-pill"]["preset"])
+    differs = {k: _url_value(v) for k, v in want.items() if preset[k] != v}
+    same = [k for k in want if preset[k] == want[k]]
+    assert differs, "the scenario should change at least one of its preset's settings"
+    in_any_order = "".join(rf"(?=.*[?&]{re.escape(k)}={re.escape(v)}(&|$))" for k, v in differs.items())
+    expect(page.get_by_test_id("setup-url")).to_have_value(re.compile(rf"\?scenario=poison-pill{in_any_order}"))
+    query = dict(parse_qsl(urlsplit(page.get_by_test_id("setup-url").input_value()).query))
+    assert query == {"scenario": "poison-pill", **differs}, (query, same)
     page.get_by_test_id("url-scenario-run").click()
     expect(page.get_by_test_id("event-log")).to_contain_text("fault: poison", timeout=LONG)
     page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "rooms-scenario.png"))
+
+
+def _url_value(v) -> str:
+    """A setting as the set-up link writes it (JavaScript's String(value))."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
 
 
 def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, watch_errors):
@@ -209,7 +231,7 @@ def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, w
 
     # the lab as it is now (its job, its settings) becomes a classroom room
     page.get_by_test_id("room-from-lab").click()
-    page.wait_for_url(re.compile(r"/rooms/[A-Z2-9]{6}$"), timeout=30_000)
+    page.wait_for_url(ROOM_URL, timeout=30_000)
     expect(page.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
     code = page.url.rsplit("/", 1)[1]
     assert api.call("GET", f"/api/rooms/{code}").json()["lab_id"] == lab["id"]
