@@ -34,6 +34,7 @@ REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # process checks and the chapter engines (load generator, fairness, autoscale)
 IDLE_S = 1.0  # with no lab at all, nothing is due: wake only for a command or a new lab
+STOP_GRACE_S = 2.0  # real seconds a warm-stopped worker holding no job may take to exit before it is killed
 WATCHED = ("leases", "scheduled", "clock", "settings")  # per-lab keys whose change can move a deadline
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
@@ -46,6 +47,7 @@ class Slot:
     respawn_at: float = 0.0  # simulated time (the lab's clock) a dead worker respawns or a booting one starts
     generation: int = 0
     fleet: str | None = None  # the tier this worker alone serves (chapter 6's full separation)
+    quiet_since: float | None = None  # real time a warm-stopped worker was first seen holding no job
 
 
 @dataclass
@@ -181,6 +183,7 @@ class Supervisor:
              "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)],
             env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
         slot.state = "idle"
+        slot.quiet_since = None
         self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
                     pid=slot.proc.pid, fleet=slot.fleet or "")
@@ -298,7 +301,30 @@ class Supervisor:
                 stream.emit(self.r, pool.lab, "worker.rewiring", clock.now(self.r, pool.lab), worker_id=slot.id,
                             fleet=f"{fleet} only" if fleet else "every tier")
 
+    def hurry_warm_stop(self, pool: LabPool, slot: Slot) -> None:
+        """Kill a warm-stopped (rewiring or draining) worker that holds no job yet has not exited.
+
+        SIGTERM makes RQ leave its loop at once when idle, or after the current job, and register its
+        death; its teardown then stops its pub/sub thread, which can sit out a 60 s wait for a
+        subscription the unsubscribe just removed (RQ's `sleep_time=60`), most often when the stop comes
+        right after start-up, as a settings change now does the moment it lands. With no job and no
+        horse there is nothing left to finish, so after STOP_GRACE_S the process is killed."""
+        if slot.proc is None or slot.proc.poll() is not None:
+            return
+        row = self.row(pool, slot)
+        if row.get("job_id") or row.get("horse_pid"):
+            slot.quiet_since = None  # still finishing its job: that is what a warm stop waits for
+            return
+        now = time.monotonic()
+        if slot.quiet_since is None:
+            slot.quiet_since = now
+        elif now - slot.quiet_since >= STOP_GRACE_S:
+            slot.proc.kill()
+            slot.proc.wait()
+
     def check_process(self, pool: LabPool, slot: Slot) -> None:
+        if slot.state in ("rewiring", "draining"):
+            self.hurry_warm_stop(pool, slot)
         if slot.state == "rewiring":
             if slot.proc is None or slot.proc.poll() is not None:
                 self.spawn(pool, slot)
