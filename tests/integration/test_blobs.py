@@ -21,7 +21,19 @@ def tight_caps(monkeypatch):
     blobs.caps.cache_clear()
 
 
-def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_back(r, tight_caps, tmp_path):
+@pytest.fixture
+def own_db(redis_server):
+    """A database of the session's server no other test's lab writes to: the server-wide blob total is
+    this test's alone."""
+    client = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_back(own_db, tight_caps, tmp_path):
+    r = own_db
     before = blobs.server_usage(r)
     assert blobs.put(r, "bA", "uploads/a.bin", b"x" * 600) == 600
     with pytest.raises(blobs.BlobFull) as full:
