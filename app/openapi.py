@@ -79,6 +79,7 @@ SUCCESS: dict[str, dict[str, Any]] = {
     "rooms.follow_room": {"201": _json("the student's own lab, a copy of the room's")},
     "rooms.close_room": {"204": {"description": "the room is gone; its labs stay until they idle out"}},
     "webhooks.unregister": {"204": {"description": "no webhook any more"}},
+    "races.create_race": {"201": _json("the race: one lab per variant, paused at t = 0, and the token to start it")},
 }
 ERRORS = {"4XX": _json("bad input, unknown thing, or not allowed", ERROR),
           "503": _json("a dependency (Redis, the worker pool) is unavailable", ERROR)}

@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import (
 from app import create_app
 from app.openapi import document
 from core.config import Config
+from core.settings import DEFAULTS
 from tests.conftest import Api
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,10 @@ def fuzz_lab(stack):
 # The document as the app builds it (the same code serves /api/openapi.json; checked below). Loaded
 # at import, because schemathesis' lazy fixture loader does not run under this pytest.
 DOC = document(create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")))
-schema = schemathesis.openapi.from_dict(DOC)
+# Chapter 0's inline transcode holds its request for the job's simulated duration by design (up to a real
+# cap of minutes at a slow clock): its bad inputs are fuzzed below with the other JSON endpoints, and its
+# timing is the lesson suite's (tests/lesson/test_ch0.py).
+schema = schemathesis.openapi.from_dict(DOC).exclude(path_regex=r".*/inline$")
 
 
 def test_the_served_document_is_the_one_fuzzed(api):
@@ -76,7 +80,12 @@ def test_the_api_holds_to_its_document_under_generated_requests(case, fuzz_lab, 
     if case.method == "POST" and case.path == "/api/labs" and response.status_code == 201:
         made = response.json()  # delete labs as fast as the fuzzer makes them: each would start workers
         Api(stack.url).call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
-    case.validate_response(response, checks=CHECKS)
+    checks = CHECKS
+    if (case.path.endswith("/inline") and response.status_code == 504
+            and response.json().get("error") == "gateway_timeout"):
+        # chapter 0's lesson, documented: the gateway gives up on a request held past `gateway_timeout`
+        checks = [c for c in CHECKS if c is not not_a_server_error]
+    case.validate_response(response, checks=checks)
 
 
 # --- hostile classes over every JSON endpoint (issue 23): nested JSON, huge integers, lone surrogates ----
@@ -126,10 +135,15 @@ FIXED_BODIES = {
 def test_no_json_endpoint_answers_500_to_hostile_bodies(method, path, fuzz_lab, stack):
     api = Api(stack.url)
     url = fill(path, fuzz_lab)
+    if path.endswith("/inline"):  # held for simulated time: a running fast clock and the default gateway keep it short
+        api.call("PATCH", f"/api/labs/{fuzz_lab['lab_id']}/settings",
+                 {"speed": 1000, "gateway_timeout": DEFAULTS["gateway_timeout"]}, fuzz_lab["token"])
+        api.call("POST", f"/api/labs/{fuzz_lab['lab_id']}/clock", {"action": "resume"}, fuzz_lab["token"])
     for label, raw in FIXED_BODIES.items():
         res = api.call(method, url, raw=raw, token=fuzz_lab["token"],
                        headers={"Content-Type": "application/json"})
-        assert res.status < 500, f"{method} {url} with {label} → {res.status} {res.body[:200]!r}"
+        assert res.status < 500 or gateway_gave_up(path, res), \
+            f"{method} {url} with {label} → {res.status} {res.body[:200]!r}"
         if res.status == 201 and path == "/api/labs":
             made = res.json()
             api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
@@ -140,11 +154,18 @@ def test_no_json_endpoint_answers_500_to_hostile_bodies(method, path, fuzz_lab, 
     def generated(body):
         raw = json.dumps(body).encode()  # ensure_ascii: a lone surrogate travels as \ud800, as a browser sends it
         res = api.call(method, url, raw=raw, token=fuzz_lab["token"], headers={"Content-Type": "application/json"})
-        assert res.status < 500, f"{method} {url} with {raw[:200]!r} → {res.status} {res.body[:200]!r}"
+        assert res.status < 500 or gateway_gave_up(path, res), \
+            f"{method} {url} with {raw[:200]!r} → {res.status} {res.body[:200]!r}"
         if res.status == 201 and path == "/api/labs":
             made = res.json()
             api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
     generated()
+
+
+def gateway_gave_up(path: str, res) -> bool:
+    """Chapter 0's inline transcode held past the lab's gateway timeout: a documented 504, the lesson itself.
+    (Hostile keys are ignored, so a body of them is a valid inline request.)"""
+    return path.endswith("/inline") and res.status == 504 and res.json().get("error") == "gateway_timeout"
 
 
 HOSTILE_IDS = ["%ED%A0%80", "%F0%28%8C%28", "%00", "a" * 300, "..%2F..", "%FF"]
