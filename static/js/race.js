@@ -5,22 +5,10 @@
 // time (the next waits for the answer); each cell that differs from the first lab says so with ▲/▼
 // and the signed difference, never by colour alone.
 
-import { errorText, setAttr, setText } from './widget/util.js';
+import { call, errorText, setAttr, setText } from './widget/util.js';
 
 const page = document.querySelector('[data-page="races"], [data-page="race"]');
 const store = (id) => `awl:race:${id}`;
-
-async function call(method, path, body, token) {
-  const headers = {};
-  if (token) headers.Authorization = `Bearer ${token}`;
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  try {
-    const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    return { ok: res.ok, status: res.status, data: await res.json().catch(() => null) };
-  } catch {
-    return { ok: false, status: 0, data: null };
-  }
-}
 
 /** Open a race's labs (paused at t = 0) and go to its page; the creator keeps its token. */
 export async function newRace(raceId, statusEl, extra = {}) {

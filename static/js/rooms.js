@@ -6,26 +6,13 @@
 // the room); a lab's own token goes where the widget resumes labs from: sessionStorage
 // `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
 
-import { errorText, h, setAttr, setText } from './widget/util.js';
+import { call, errorText, h, setAttr, setText } from './widget/util.js';
 import { newRace } from './race.js';
 
 const root = document.querySelector('.rooms[data-page]');
 
 const q = (role) => root.querySelector(`[data-role="${role}"]`);
 const roomStore = (code) => `awl:room:${code}`;
-
-async function call(method, path, body, token) {
-  const headers = {};
-  if (token) headers.Authorization = `Bearer ${token}`;
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  try {
-    const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    const data = (res.headers.get('content-type') || '').includes('json') ? await res.json().catch(() => null) : null;
-    return { ok: res.ok, status: res.status, data };
-  } catch {
-    return { ok: false, status: 0, data: null };
-  }
-}
 
 /** Hand a lab to the widget: it resumes `awl:lab:<preset>` from sessionStorage instead of creating one. */
 function adoptLab(preset, lab) {

@@ -177,3 +177,18 @@ export const videoLabel = (v) => (/^[0-9a-f]{12}$/.test(v || '') ? 'uploaded fil
 
 export const stateWord = (st) => ({ queued: 'queued', running: 'running', retrying: 'waiting to retry', done: 'done',
   dlq: 'dead-lettered', lost: 'lost' }[st] || st || '…');
+
+/** One JSON call of the API outside the widget (rooms, races): {ok, status, data}; a network failure
+ * is status 0, a body that is not JSON is data null. */
+export async function call(method, path, body, token) {
+  const headers = {};
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  try {
+    const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const data = (res.headers.get('content-type') || '').includes('json') ? await res.json().catch(() => null) : null;
+    return { ok: res.ok, status: res.status, data };
+  } catch {
+    return { ok: false, status: 0, data: null };
+  }
+}
