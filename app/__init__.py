@@ -9,6 +9,7 @@ from __future__ import annotations
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from app.http import finish_reading_body
 from core.config import Config
 
 
@@ -67,6 +68,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(races.bp)  # one input through 2–4 variant labs (issue 22)
     app.register_blueprint(export.bp)
     app.after_request(security_headers)
+    app.after_request(finish_reading_body)
     return app
 
 

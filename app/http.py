@@ -160,3 +160,14 @@ def parse(body: dict, spec: Body, **defaults) -> dict:
         error, status = first or (spec.error, 422)
         raise ApiError(status, error, errors)
     return clean
+
+
+def finish_reading_body(resp):
+    """Read what is left of a request body the route refused without reading (a 403 before an upload):
+    a server that answers and closes with the body unread resets the connection, and a client still
+    sending sees a broken pipe instead of our clear error. Bodies over the upload cap are not read
+    (the 413 already ends them)."""
+    length = request.content_length
+    if length and length <= (current_app.config.get("MAX_CONTENT_LENGTH") or 0):
+        request.stream.exhaust()
+    return resp

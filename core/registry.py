@@ -104,16 +104,29 @@ def next_job_number(r: redis.Redis, lab: str) -> int:
 
 
 def workers(r: redis.Redis, lab: str) -> list[dict]:
-    rows = [json.loads(v) for v in r.hgetall(key(lab, "workers")).values()]
-    return sorted(rows, key=lambda w: int(w["id"].lstrip("w") or 0))
+    return _sorted_workers(r.hgetall(key(lab, "workers")))
+
+
+def _sorted_workers(rows: dict[str, str]) -> list[dict]:
+    return sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
 
 
 def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
-    raw = r.hgetall(job(lab, job_id))
+    found = read_jobs(r, lab, [job_id])
+    return found[0] if found else None
+
+
+def _queue_job_reads(pipe: redis.client.Pipeline, lab: str, job_id: str) -> None:
+    """The three hashes a job view folds (record, attempts, broker message), queued on `pipe`."""
+    pipe.hgetall(job(lab, job_id))
+    pipe.hgetall(job(lab, job_id) + ":attempts")
+    pipe.hgetall(msg(lab, job_id))
+
+
+def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict) -> dict | None:
     if not raw:
         return None
-    attempts = [json.loads(v) for v in r.hgetall(job(lab, job_id) + ":attempts").values()]
-    attempts.sort(key=lambda a: a["attempt"])
+    attempts = sorted((json.loads(v) for v in attempt_rows.values()), key=lambda a: a["attempt"])
     out = {k: v for k, v in raw.items() if k not in ("payload", "outputs", "source")}
     out["payload"] = json.loads(raw.get("payload", "{}"))
     out["attempt"] = int(raw.get("attempt", 0))
@@ -123,7 +136,6 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
         if f in out:
             out[f] = float(out[f])
     # the broker's message, kept apart from the record: visibility and receive count
-    m = r.hgetall(msg(lab, job_id))
     out["message"] = {"state": m.get("state", "deleted"), "receives": int(m.get("receives", 0)),
                       "deadline": float(m["deadline"]) if m.get("deadline") else None}
     if out["message"]["state"] == "inflight" and out["message"]["deadline"] is not None:
@@ -131,10 +143,18 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
     return out
 
 
+def read_jobs(r: redis.Redis, lab: str, ids: list[str]) -> list[dict]:
+    """The jobs `ids` in that order (gone ones left out), read in one atomic round trip."""
+    with r.pipeline(transaction=True) as pipe:
+        for i in ids:
+            _queue_job_reads(pipe, lab, i)
+        raw = pipe.execute()
+    return [j for j in (_fold_job(i, *raw[3 * n:3 * n + 3]) for n, i in enumerate(ids)) if j]
+
+
 def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
     """Newest first."""
-    ids = r.zrevrange(key(lab, "jobs"), 0, limit - 1)
-    return [j for j in (read_job(r, lab, i) for i in ids) if j]
+    return read_jobs(r, lab, r.zrevrange(key(lab, "jobs"), 0, limit - 1))
 
 
 def jobs_with_prefix(r: redis.Redis, lab: str, prefix: str, limit: int = 25) -> list[dict]:
@@ -154,7 +174,7 @@ def jobs_with_prefix(r: redis.Redis, lab: str, prefix: str, limit: int = 25) -> 
         ids += r.zrevrangebyscore(key(lab, "jobs"), hi, lo, start=0, num=limit - len(ids))
         if len(ids) >= limit:
             break
-    return [j for j in (read_job(r, lab, i) for i in ids) if j]
+    return read_jobs(r, lab, ids)
 
 
 def counts(r: redis.Redis, lab: str) -> dict[str, int]:
@@ -192,23 +212,38 @@ def _fold_counts(state_rows: dict[str, str], counter_rows: dict[str, str]) -> di
     return out
 
 
-def snapshot(r: redis.Redis, lab: str) -> dict[str, Any]:
-    leases = dict(r.zrange(key(lab, "leases"), 0, -1, withscores=True))
-    jobs = list_jobs(r, lab)
+def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
+    """The lab at one instant: jobs, counts, workers and faults read in one MULTI/EXEC, so a
+    count never disagrees with the job list beside it (a job that finishes between two reads
+    would otherwise be counted done while listed as running)."""
+    ids = r.zrevrange(key(lab, "jobs"), 0, limit - 1)
+    with r.pipeline(transaction=True) as pipe:
+        for i in ids:
+            _queue_job_reads(pipe, lab, i)
+        pipe.hgetall(key(lab, "states"))
+        pipe.hgetall(key(lab, "counts"))
+        pipe.hgetall(key(lab, "workers"))
+        pipe.hgetall(key(lab, "faults"))
+        pipe.hgetall(key(lab, "breaker"))
+        pipe.xrevrange(key(lab, "events"), count=1)
+        pipe.zrange(key(lab, "leases"), 0, -1, withscores=True)
+        raw = pipe.execute()
+    state_rows, counter_rows, worker_rows, faults, breaker, last, leases = raw[3 * len(ids):]
+    leases = dict(leases)
+    jobs = [j for j in (_fold_job(i, *raw[3 * n:3 * n + 3]) for n, i in enumerate(ids)) if j]
     for j in jobs:
         if j["id"] in leases:
             j["lease_deadline"] = leases[j["id"]]
-    last = r.xrevrange(key(lab, "events"), count=1)
     return {
         "lab_id": lab,
         "preset": r.hget(key(lab, "meta"), "preset"),
         "settings": settings(r, lab),
         "clock": clock.read(r, lab),
-        "counts": counts(r, lab),
-        "workers": workers(r, lab),
+        "counts": _fold_counts(state_rows, counter_rows),
+        "workers": _sorted_workers(worker_rows),
         "jobs": jobs,
-        "faults": r.hgetall(key(lab, "faults")),
-        "breaker": r.hgetall(key(lab, "breaker")) or {"state": "closed"},
+        "faults": faults,
+        "breaker": breaker or {"state": "closed"},
         "last_event_id": last[0][0] if last else "0",
         "events_trimmed": events_trimmed(r, lab),
     }

@@ -14,7 +14,10 @@ import { h, setAttr, setText } from './widget/util.js';
 export function onLab(hooks) {
   const root = document.getElementById('lab-widget');
   if (!root) return false;
-  if (hooks.ready) root.addEventListener('lab:ready', (e) => hooks.ready(e.detail));
+  if (hooks.ready) {
+    root.addEventListener('lab:ready', (e) => hooks.ready(e.detail));
+    if (root.labReady) hooks.ready(root.labReady); // the lab opened before this module ran
+  }
   if (hooks.event) root.addEventListener('lab:event', (e) => hooks.event(e.detail));
   if (hooks.snapshot) root.addEventListener('lab:snapshot', (e) => hooks.snapshot(e.detail));
   return true;

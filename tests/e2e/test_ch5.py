@@ -5,6 +5,7 @@ without."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -48,3 +49,19 @@ def test_ch5_guards_send_one_email_and_a_keyed_client_makes_one_job(ch5: Page, s
     page.get_by_test_id("ch5-send-nokey").click()
     expect(result).to_have_attribute("data-jobs", "3", timeout=20_000)
     page.get_by_test_id("ch5-panel").screenshot(path=str(shot("nokey").with_name("ch5-panel.png")))
+
+
+def test_an_add_on_that_loads_after_the_lab_opened_still_starts(page: Page, stack, api):
+    """A slow script fetch must not leave the add-on waiting for a `lab:ready` that has passed."""
+    held = []
+    page.route(re.compile(r"/js/lab-ch5[^/]*\.js"), lambda route: held.append(route))
+    page.goto(f"{stack.url}/chapters/5?speed=200", wait_until="commit")  # "load" would wait for the held script
+    expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+    assert held, "the add-on's script was not requested"
+    expect(page.get_by_test_id("ch5-panel")).not_to_have_attribute("data-state", "ready")
+    for route in held:
+        route.continue_()
+    expect(page.get_by_test_id("ch5-panel")).to_have_attribute("data-state", "ready", timeout=10_000)
+    expect(page.get_by_test_id("ch5-redeliver")).to_be_enabled()
+    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch5')"))
+    api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

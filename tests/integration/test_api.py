@@ -180,6 +180,25 @@ def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(a
     assert kept < before + added and snap["events_trimmed"] == before + added - kept, (before, kept)
 
 
+def test_every_snapshot_counts_exactly_the_jobs_it_lists_in_each_state(api):
+    """One snapshot is one instant: a job that finishes while the snapshot is read is either listed
+    running and counted running, or listed done and counted done, never one of each."""
+    lab = api.lab("ch1", speed=1000, workers=3, job_duration=30, vt_seconds=600)
+    api.workers_ready(lab, 3)
+    for _ in range(12):
+        assert api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"},
+                        lab["token"]).status == 202
+    seen, deadline = 0, time.monotonic() + 120
+    while time.monotonic() < deadline:
+        snap = api.snapshot(lab)
+        seen += 1
+        listed = {state: sum(1 for j in snap["jobs"] if j["state"] == state) for state in ("running", "done", "dlq")}
+        assert {state: snap["counts"][state] for state in listed} == listed, (seen, snap["counts"])
+        if listed["done"] + listed["dlq"] == 12:
+            break
+    assert listed["done"] + listed["dlq"] == 12 and seen > 10
+
+
 def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
     import redis
 

@@ -4,6 +4,8 @@ and the headers every response carries. Against the real stack."""
 from __future__ import annotations
 
 import re
+import socket
+import time
 import urllib.parse
 
 import pytest
@@ -80,6 +82,29 @@ def test_a_change_authorised_by_the_cookie_must_come_from_our_own_pages(api, sta
     # reads by cookie are fine from anywhere: a foreign page cannot read the answer (no CORS)
     res = api.call("GET", f"/api/labs/{lab['lab_id']}", headers=cookie_headers(lab, EVIL))
     assert res.status == 200 and "Access-Control-Allow-Origin" not in res.headers
+
+
+def test_a_refused_upload_still_reads_as_a_clear_403_while_the_client_is_still_sending(api, stack):
+    """The server refuses before reading the body; it must still take the rest of it, or it closes on
+    unread data, the kernel resets the connection and a client still sending sees a broken pipe."""
+    lab = api.lab("ch0", speed=20, workers=0)
+    clip = media.sample_clip("carphone_pristine").read_bytes()
+    body, hdrs = multipart("file", "clip.mp4", clip * 3)  # 1.8 MB: under the test stack's 2 MiB upload cap
+    head = "".join(f"{k}: {v}\r\n" for k, v in {**hdrs, **cookie_headers(lab, EVIL)}.items())
+    host, port = urllib.parse.urlsplit(stack.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(f"POST /api/labs/{lab['lab_id']}/jobs HTTP/1.1\r\nHost: {host}:{port}\r\n{head}"
+                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+        step = 64 * 1024
+        for i in range(0, len(body), step):
+            s.sendall(body[i:i + step])
+            time.sleep(0.05)  # a slow uplink: the server has long since decided by the last chunk
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    assert b'"cross_site"' in answer
+    assert api.snapshot(lab)["counts"]["enqueued"] == 0
 
 
 def ws_url(stack, lab: dict, token: str | None = None) -> str:

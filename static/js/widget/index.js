@@ -113,8 +113,11 @@ function boot(root) {
    * `lab:ready` {lab, api, meta, snapshot} whenever the widget opens a lab (start, reset, expiry),
    * `lab:event` for every event in stream order, `lab:snapshot` for every snapshot applied. They reuse
    * the widget's lab and token instead of opening their own, so the page drives one real lab.
+   * The latest `lab:ready` is also kept on the root (`labReady`): an add-on module that loads after
+   * the lab opened (a slow script fetch) starts from it instead of waiting for a ready that has passed.
    */
   function emit(name, detail) {
+    if (name === 'lab:ready') root.labReady = detail;
     root.dispatchEvent(new CustomEvent(name, { detail }));
   }
 
