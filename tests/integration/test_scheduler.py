@@ -170,6 +170,36 @@ def test_idempotent_digests_make_a_double_run_cost_one_wasted_run(api):
     assert all(t["wasted"] == t["emails"] for t in ticks)
 
 
+@pytest.mark.parametrize("speed", [50, 400])
+def test_a_killed_replica_respawns_one_respawn_delay_later_on_the_lab_clock(api, speed):
+    """The respawn delay is simulated seconds, like every delay in the lab: the same gap at any speed,
+    and no time passes for it while the clock is paused."""
+    delay = 120
+    lab = api.lab("ch7", speed=speed, scheduler_replicas=2, respawn_delay=delay)
+    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == 2 and all(x["state"] == "running"
+                                                                       for x in rep["replicas"]))
+    control(api, lab, action="kill", replica="r2")
+    clock = f"/api/labs/{lab['lab_id']}/clock"
+    assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
+    time.sleep(2 * delay / speed + 0.5)  # twice the delay in real time: paused, none of it counts
+    assert [x["state"] for x in sched(api, lab)["replicas"] if x["id"] == "r2"] == ["dead"]
+    assert api.call("POST", clock, {"action": "resume"}, lab["token"]).status == 200
+
+    def restarts() -> tuple[float, list[float]]:
+        evs = api.events(lab)
+        killed = next((e["t_sim"] for e in evs if e["type"] == "replica.killed"), None)
+        return killed, [e["t_sim"] for e in evs if e["type"] == "replica.started" and e["data"]["replica"] == "r2"
+                        and killed is not None and e["t_sim"] > killed]
+
+    deadline = time.monotonic() + 60
+    while not (found := restarts())[1]:
+        assert time.monotonic() < deadline, "r2 never came back"
+        time.sleep(0.1)
+    killed, (back, *_) = found
+    # not before the delay; after it by at most a few housekeeping ticks (0.1 s real each) of lab time
+    assert delay - 1e-3 <= back - killed <= delay + 1.0 * speed, (killed, back)
+
+
 def test_replicas_die_with_their_lab(api):
     lab = start(api, 2)
     pids = [x["pid"] for x in sched(api, lab)["replicas"]]

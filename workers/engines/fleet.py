@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 
 import redis
@@ -28,7 +27,7 @@ class ReplicaSlot:
     id: str
     proc: subprocess.Popen | None = None
     state: str = "running"  # running · dead (respawns after the delay) · down (fleet downtime)
-    respawn_at: float = 0.0
+    respawn_at: float = 0.0  # the lab's simulated time a dead replica is started again
 
 
 @dataclass
@@ -82,8 +81,7 @@ class SchedulerFleet:
             pipe.hset(cron_key(lab, "killed"), replica, clock.now(self.r, lab))  # failovers are timed from it
             pipe.execute()
         slot.state = state
-        speed = max(float(settings.get("speed", 20)), 1e-9)
-        slot.respawn_at = time.time() + float(settings["respawn_delay"]) / speed
+        slot.respawn_at = clock.now(self.r, lab) + float(settings["respawn_delay"])  # on the lab clock
         self.write_row(fleet, slot)
         stream.emit(self.r, lab, "replica.killed", clock.now(self.r, lab), replica=replica, pid=pid)
         return {"ok": True, "replica": replica, "pid": pid}
@@ -122,9 +120,9 @@ class SchedulerFleet:
                 slot.state, slot.respawn_at = "dead", 0.0
             if slot.state == "running" and slot.proc is not None and slot.proc.poll() is not None:
                 self.r.hdel(cron_key(lab, "running"), rid)
-                slot.state, slot.respawn_at = "dead", time.time()
+                slot.state, slot.respawn_at = "dead", now
                 stream.emit(self.r, lab, "replica.died", now, replica=rid)
-            if slot.state == "dead" and time.time() >= slot.respawn_at:
+            if slot.state == "dead" and now >= slot.respawn_at:
                 self.spawn(fleet, slot, settings)
 
     def renice(self, lab: str, nice: int) -> None:
