@@ -25,7 +25,7 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import bodies, chapters, limits, races, scenarios
+from app import bodies, chapters, limits, racing, scenarios
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
@@ -312,7 +312,7 @@ def room_status(code: str):
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
                    students=students, expires_in=ROOM_TTL, join_url=join_url(code),
                    round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),
-                   races=races.for_preset(room["preset"]),
+                   races=racing.for_preset(room["preset"]),
                    race_url=f"/race/{room['race']}" if room.get("race") else None)
 
 

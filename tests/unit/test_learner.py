@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app import chapters, races, scenarios
+from app import chapters, races, racing, scenarios
 from core import presets, settings
 from core.events import COUNTERS
 
 
-@pytest.mark.parametrize("race_id", list(races.RACES))
+@pytest.mark.parametrize("race_id", list(racing.RACES))
 def test_every_race_varies_only_its_named_settings_across_two_to_four_valid_labs(race_id):
-    rc = races.RACES[race_id]
+    rc = racing.RACES[race_id]
     assert 2 <= len(rc["variants"]) <= 4 and rc["preset"] in presets.PRESETS
     labs = [races._lab_settings(race_id, v) for v in rc["variants"]]
     for lab in labs[1:]:
