@@ -32,7 +32,8 @@ _KIND = {"int": "integer", "float": "number", "bool": "boolean", "choice": "stri
 class Field:
     name: str
     kind: str = "string"
-    """int (a JSON integer, not 3.0), number, string, choice, object (a nested Body), or setting."""
+    """int (a JSON integer, not 3.0), number, string, choice, object (a nested Body), json (any JSON value,
+    checked by the route against what only it knows: a room question's own range or choices), or setting."""
     doc: str = ""
     default: Any = ABSENT
     min: float | None = None
@@ -78,6 +79,8 @@ class Field:
         return value
 
     def _fits(self, value: Any) -> bool:
+        if self.kind == "json":
+            return True
         if self.kind == "choice":
             return isinstance(value, str) and value in self.choices
         if self.kind == "string":
@@ -111,6 +114,8 @@ class Field:
         elif self.kind == "object":
             assert self.body is not None
             prop = dict(self.body.schema(), description=self.doc) if self.doc else self.body.schema()
+        elif self.kind == "json":
+            prop = {"description": self.doc} if self.doc else {}
         else:
             prop = {"type": "string" if self.kind == "choice" else _TYPES[self.kind]}
             for key, value in (("enum", list(self.choices) or None), ("minimum", self.min), ("maximum", self.max),
@@ -352,4 +357,28 @@ PRESENCE = Body("rooms.room_presence", (
           error="invalid_client", message="must be 8–40 letters, digits, - or _"),
     Field("lab_id", "string", "the lab this page shows, if it is the room's or a student's", nullable=True,
           error="invalid_lab", message="must be a lab id"),
+))
+_ROUND_N = Field("n", "int", "the open question's number (GET /api/rooms/{code}/round)", required=True, min=1,
+                 max=2**31, error="no_round", status=409, message="that question is no longer open; reload the page")
+ROUND = Body("rooms.open_round", (
+    Field("prediction", "string", "one of the prediction questions of the room's chapter (GET /api/meta)",
+          required=True, max_length=64, error="invalid_prediction", message="must be a prediction of this chapter"),
+))
+GUESS = Body("rooms.round_guess", (
+    Field("client", "string", "this page's own random id (one guess per id)", required=True, pattern=ROOM_CLIENT,
+          error="invalid_client", message="must be 8–40 letters, digits, - or _"),
+    _ROUND_N,
+    Field("value", "json", "the guess: a whole number in the question's range, or one of its choices",
+          required=True, error="invalid_guess", message="must be a whole number or one of the question's choices"),
+))
+ROUND_RESULT = Body("rooms.round_result", (
+    _ROUND_N,
+    Field("measured", "json", "what the instructor's lab measured: a whole number, or one of the choices",
+          required=True, error="invalid_result", message="must be a whole number or one of the question's choices"),
+    Field("why", "string", "a sentence on why it came out so (shown beside the class's guesses)", default="",
+          max_length=600, error="invalid_result", message="must be text of at most 600 characters"),
+))
+ROOM_RACE = Body("rooms.room_race", (
+    Field("race_id", "string", "a race that is still running (POST /api/races)", required=True,
+          pattern=r"^[A-Za-z0-9_-]{16}$", error="invalid_race", message="must be a race that is still running"),
 ))

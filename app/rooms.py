@@ -50,7 +50,7 @@ MAX_STUDENTS = 100
 ROOM_PARTS = ("", "viewers", "students", "seen", "round", "guesses")
 MAX_GUESSES = MAX_VIEWERS + MAX_STUDENTS
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
-_CLIENT = re.compile(r"^[A-Za-z0-9_-]{8,40}$")
+_CLIENT = re.compile(bodies.ROOM_CLIENT)
 
 
 def rkey(code: str, part: str = "") -> str:
@@ -360,8 +360,8 @@ def open_round(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = require_instructor(r, code)
-    pid = json_body().get("prediction")
-    if not isinstance(pid, str) or pid not in predictions_for(room["preset"]):
+    pid = parse(json_body(), bodies.ROUND)["prediction"]
+    if pid not in predictions_for(room["preset"]):
         raise ApiError(422, "invalid_prediction",
                        {"prediction": f"must be one of {', '.join(predictions_for(room['preset'])) or '(none)'}"})
     n = int(r.hget(rkey(room["code"], "round"), "n") or 0) + 1
@@ -391,16 +391,14 @@ def round_guess(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = load(r, code)
-    body = json_body()
-    client = body.get("client")
-    if not isinstance(client, str) or not _CLIENT.match(client):
-        raise ApiError(422, "invalid_client", {"client": "must be 8–40 letters, digits, - or _"})
+    body = parse(json_body(), bodies.GUESS)
+    client = body["client"]
     rnd = _round(r, room)
-    if rnd is None or body.get("n") != rnd["n"]:
+    if rnd is None or body["n"] != rnd["n"]:
         raise ApiError(409, "no_round", "that question is no longer open; reload the page to see the current one")
     if rnd["measured"] is not None:
         raise ApiError(409, "round_closed", "the answer is already in: guesses are closed for this question")
-    value = _clean_guess(rnd["prediction"], body.get("value"))
+    value = _clean_guess(rnd["prediction"], body["value"])
     k = rkey(room["code"], "guesses")
     if not r.hexists(k, client) and r.hlen(k) >= MAX_GUESSES:
         raise ApiError(429, "room_full", f"this question already has {MAX_GUESSES} guesses", {"Retry-After": "30"})
@@ -415,19 +413,16 @@ def round_result(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = require_instructor(r, code)
-    body = json_body()
+    body = parse(json_body(), bodies.ROUND_RESULT)
     rnd = _round(r, room)
-    if rnd is None or body.get("n") != rnd["n"]:
+    if rnd is None or body["n"] != rnd["n"]:
         raise ApiError(409, "no_round", "no such open question")
     spec = rnd["prediction"]
-    measured = body.get("measured")
+    measured, why = body["measured"], body["why"]
     if spec["kind"] == "choice":
         measured = _clean_guess(spec, measured)
     elif isinstance(measured, bool) or not isinstance(measured, int) or not -10**6 <= measured <= 10**6:
         raise ApiError(422, "invalid_result", {"measured": "must be a whole number"})
-    why = body.get("why", "")
-    if not isinstance(why, str) or len(why) > 600:
-        raise ApiError(422, "invalid_result", {"why": "must be text of at most 600 characters"})
     r.hset(rkey(room["code"], "round"), mapping={"measured": json.dumps(measured), "why": why})
     return jsonify(round=_round(r, room, True))
 
@@ -438,8 +433,8 @@ def room_race(code: str):
     refuse_foreign_origin()
     r = get_redis()
     room = require_instructor(r, code)
-    rid = json_body().get("race_id")
-    if not isinstance(rid, str) or not re.match(r"^[A-Za-z0-9_-]{16}$", rid) or not r.exists(f"race:{rid}"):
+    rid = parse(json_body(), bodies.ROOM_RACE)["race_id"]
+    if not r.exists(f"race:{rid}"):
         raise ApiError(422, "invalid_race", {"race_id": "must be a race that is still running"})
     r.hset(rkey(room["code"]), "race", rid)
     return jsonify(race_url=f"/race/{rid}")
