@@ -260,6 +260,8 @@ def test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_
     for k, (r, window) in enumerate(zip(retries, LM3["jitter_windows_s"], strict=True)):
         assert 0 <= r["data"]["delay"] <= window  # full jitter: uniform in [0, base·2^(n−1)]
         assert got[k + 1]["t_sim"] - r["t_sim"] >= r["data"]["delay"] - 0.001  # the retry waited its delay
+    text = page_text(api, 3)  # the step as the page gives it
+    assert f"fail the next {fails} deliveries" in text and f"arrives {LM3['webhook_arrivals']} times" in text
     measured.update(jobs=n, poll_interval_s=POLL_P, mean_lifetime_real_s=round(W, 2),
                     w_over_p=round(W / POLL_P, 2), poll_requests_per_job=round(per_job, 2),
                     etag_requests=t["etag"]["requests"], etag_304=t["etag"]["not_modified"],
