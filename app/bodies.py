@@ -19,7 +19,7 @@ from app import scenarios
 from core import presets, settings
 from core.events import FAULTS, SAMPLES
 from workers.broker import producer
-from workers.engines import fairness
+from workers.engines import fairness, loadgen
 
 ABSENT: Any = object()
 """A field with this default is left out of the clean values when the body leaves it out."""
@@ -318,6 +318,8 @@ LOADGEN = Body("loadgen.control_loadgen", (
           message=f"must be a number of jobs/s in (0, {MAX_RATE:g}]"),
     Field("seed", "int", "seed of the arrival draws, so a run can be repeated", default=1, min=0, max=2**31 - 1,
           error="invalid_seed", message="must be a whole number in [0, 2^31)"),
+    Field("mix", "choice", "job times on start: lesson (the lesson's blend, W = 30 s) or even (every job W)",
+          choices=tuple(loadgen.MIXES), default="lesson", error="invalid_mix"),
 ))
 SCHEDULE = Body("schedule.control_schedule", (
     Field("action", "choice", "kill a replica, take every replica down, make the next run slow, or reset",

@@ -46,7 +46,7 @@ def report(lab_id: str, window_s: float = 600.0) -> dict:
                 "booting": sum(1 for w in workers if w.get("state") == "booting"),
                 "draining": sum(1 for w in workers if w.get("state") == "draining")},
         "measured": measured,
-        "model": loadgen.model(loadgen.effective_rate(state), int(settings["workers"])),
+        "model": loadgen.model(loadgen.effective_rate(state), int(settings["workers"]), state["mix"]),
         "ordering": loadgen.timeout_ordering(settings),
         "autoscale": {"on": settings["autoscale"], "target_wait": settings["autoscale_target_wait"],
                       "floor": settings["autoscale_min"], "boot_lag": settings["boot_lag"]},
@@ -70,13 +70,13 @@ def get_loadgen(lab_id: str):
 @bp.post("/api/labs/<lab_id>/loadgen")
 @lab_access(write=True)
 def control_loadgen(lab_id: str):
-    """Start (rate, seed), stop, change rate, or step to the 1.8× peak and back."""
+    """Start (rate, seed, mix), stop, change rate, or step to the 1.8× peak and back."""
     body = parse(json_body(), bodies.LOADGEN)
     action, rate = body["action"], body.get("rate")  # rate left out or null: none
     r = get_redis()
     now = clock.now(r, lab_id)
     if action == "start":
-        loadgen.start(r, lab_id, now, 0.1 if rate is None else float(rate), body["seed"])
+        loadgen.start(r, lab_id, now, 0.1 if rate is None else float(rate), body["seed"], body["mix"])
     elif not loadgen.read_state(r, lab_id)["on"] and action != "stop":
         raise ApiError(409, "not_running", "start the load generator first")
     elif action == "stop":

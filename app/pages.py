@@ -44,7 +44,7 @@ def lab_facts() -> dict:
     return {"preset": {name: presets.settings_for(name) for name in presets.PRESETS},
             "max_in_flight": loadgen.MAX_IN_FLIGHT, "ch7_scenarios": presets.CH7_SCENARIOS,
             "ch7_model": presets.ch7_lab_model(),
-            "ch4_model": presets.ch4_lab_model()}
+            "ch4_model": presets.ch4_lab_model(), "ch3_model": presets.ch3_lab_model()}
 
 
 @bp.get("/")

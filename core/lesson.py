@@ -96,9 +96,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch2.drain", 2, "Try this 4 / Check yourself 5", "Scale-in drains: busy workers finish first and "
           "nothing is redelivered; killing mid-job redelivers",
           "test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers"),
-    Claim("ch2.wait_closer_to_mmc", 2, "Try this 1", "At ρ ≈ 0.8 the measured wait is nearer Erlang C than "
-          "W/(1−ρ)", status="todo", why="not written yet: the honest clock makes it possible, but a mean wait "
-          "needs hundreds of jobs per point — minutes of real time on a shared two-core box"),
+    Claim("ch2.wait_closer_to_mmc", 2, "Try this 1", "At ρ ≈ 0.8 on the lab's four workers, with every job "
+          "W long (the even mix), the measured mean wait is nearer Erlang C than W/(1−ρ)",
+          "test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximation"),
     Claim("ch2.doubling", 2, "Check yourself 1", "Doubling λ doubles L and the workers needed",
           "test_check1_doubling_traffic_doubles_in_flight_and_workers", status="model"),
     Claim("ch2.peak_rho", 2, "Check yourself 3", "The 1.8× peak on the average pool is past ρ = 1",
@@ -118,9 +118,9 @@ CLAIMS: tuple[Claim, ...] = (
           "the mean delay", "test_check1_halving_the_poll_interval_doubles_requests_and_halves_the_delay",
           status="model"),
     Claim("ch3.watch_panel", 3, "Try this 1–3", "Five watchers side by side; polling's requests per job near W/P; "
-          "a failing webhook receiver gets the same webhook-id three times", status="todo",
-          why="not written yet: the watch panel's five real clients and the receiver's failure switch need their "
-          "own harness (try 1's long-poll and try 2's ETag are proven above)"),
+          "with the receiver failing the next N deliveries, one job's webhook-id arrives N + 1 times (N = 2: "
+          "three), full-jitter delays apart, and is delivered once",
+          "test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_one_id_n_plus_1_times"),
     Claim("ch3.design", 3, "Check yourself 3, 6", "Webhook outbox; which mechanism to build first",
           status="thought", why="design judgement, not an outcome the lab produces"),
     # --- chapter 4 --------------------------------------------------------------------------------
@@ -143,9 +143,10 @@ CLAIMS: tuple[Claim, ...] = (
           "test_check3_uncapped_poison_pills_fill_the_pool", status="model"),
     Claim("ch4.budget", 4, "Check yourself 4", "A retry budget bounds the time to `failed`",
           "test_check4_a_retry_budget_bounds_the_time_to_failed", status="model"),
-    Claim("ch4.replay", 4, "Try this 5", "DLQ replay with a reason filter", status="todo",
-          why="not written yet: at the ch4 preset (error classification off) an outage job and a poison pill "
-          "end with the same reason, so the step needs a set-up that separates them"),
+    Claim("ch4.replay", 4, "Try this 5", "DLQ replay with a reason filter: with non-retryable errors "
+          "classified, outage jobs and a poison pill reach the DLQ with different reasons; replaying "
+          "max_attempts brings back exactly the outage jobs, which finish; the replayed pill fails once and "
+          "goes straight back", "test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish"),
     Claim("ch4.breaker", 4, "Check yourself 6", "What a circuit breaker saves that jitter does not",
           status="thought", why="a design comparison; the breaker is a lab control but the page asks for reasoning"),
     # --- chapter 5 --------------------------------------------------------------------------------

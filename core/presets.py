@@ -128,7 +128,29 @@ def ch4_lab_model() -> dict[str, Any]:
         "poison_exponential_delays_s": exp_delays, "poison_exponential_to_dlq_s": sum(exp_delays),
         "poison_fixed_to_dlq_s": base * (n_max - 1), "poison_jitter_max_s": sum(exp_delays),
         "crash_redelivery_s": float(s["heartbeat_extend"]),
+        # try this 5: a job that starts under a storage outage spends each attempt's storage tries (the
+        # schedule's sum) and waits the job-level delays between attempts, so an outage longer than this
+        # sends it to the DLQ for max_attempts; the step's outage adds one cap of margin
+        "outage_to_dlq_s": n_max * sum(exp_delays) + sum(exp_delays),
+        "replay_outage_s": n_max * sum(exp_delays) + sum(exp_delays) + cap,
+        "replay_reason": f"max_attempts ({n_max}) exhausted",
     }
+
+
+CH3_RECEIVER_FAILS = 2  # chapter 3's try this 3: the built-in receiver fails the next two deliveries
+
+
+def ch3_lab_model() -> dict[str, Any]:
+    """What chapter 3's "Try this" 3 says the ch3 lab shows: with the receiver failing the next N deliveries,
+    one job's webhook-id arrives N + 1 times, retried with full jitter on the preset's retry settings (the
+    deliverer gives a message max_attempts tries, so N + 1 must fit). The page and the suite both read it."""
+    s = settings_for("ch3")
+    fails = CH3_RECEIVER_FAILS
+    assert fails + 1 <= int(s["max_attempts"]), "the ch3 preset gives a webhook too few tries for try this 3"
+    return {"receiver_fails": fails, "webhook_arrivals": fails + 1, "max_attempts": int(s["max_attempts"]),
+            "retry_base_s": float(s["retry_base"]), "retry_cap_s": float(s["retry_cap"]),
+            "jitter_windows_s": [_delay(k, float(s["retry_base"]), float(s["retry_cap"]))
+                                 for k in range(1, fails + 1)]}
 
 
 DOWNTIME_DRILL_S = 330  # chapter 7's "All replicas down" button: long enough to miss more than two ticks

@@ -70,6 +70,8 @@ function render(d) {
   q('start').textContent = state.on ? 'Apply λ' : 'Start load';
   q('start').disabled = ro;
   q('stop').disabled = ro || !state.on;
+  q('mix').disabled = ro || state.on;  // the mix is chosen on start
+  if (state.on) q('mix').value = state.mix;
   q('peak').disabled = ro || !state.on;
   setAttr(q('peak'), 'aria-pressed', state.peak ? 'true' : 'false');
   setText(q('rate-hint'), state.on
@@ -152,7 +154,7 @@ q('form').addEventListener('submit', async (e) => {
   e.preventDefault();
   const rate = Number(root.querySelector('#ch2-rate').value);
   const on = root.dataset.state === 'running';
-  const data = await call('POST', on ? { action: 'rate', rate } : { action: 'start', rate, seed: 1 });
+  const data = await call('POST', on ? { action: 'rate', rate } : { action: 'start', rate, seed: 1, mix: q('mix').value });
   if (data) {
     if (!on) reset();
     render(data);

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from core import numbers, presets
-from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, press, settled
+from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
 pytestmark = pytest.mark.lesson
 
@@ -147,3 +147,65 @@ def test_check4_a_retry_budget_bounds_the_time_to_failed(api, measured):
     assert C4["hang_time_to_dlq_with_budget_s"] < C4["hang_time_to_dlq_count_only_s"]
     assert f"Cap only: {num(C4['hang_time_to_dlq_count_only_s'])} s" in page_text(api, 4)
     measured.update(cap_only_s=C4["hang_time_to_dlq_count_only_s"], with_budget_s=C4["hang_time_to_dlq_with_budget_s"])
+
+
+def dead_letters(api, lab) -> list[dict]:
+    res = api.call("GET", f"/api/labs/{lab['lab_id']}/dlq", token=lab["token"])
+    assert res.status == 200, res.body
+    return res.json()["dead_letters"]
+
+
+def replay(api, lab, reason: str) -> list[str]:
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": reason}, lab["token"])
+    assert res.status == 200, res.body
+    return res.json()["replayed"]
+
+
+def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(api, measured):
+    lab = api.lab("ch4", speed=500)
+    api.workers_ready(lab, LM["workers"])
+    patch(api, lab, classify_errors=True)  # "turn Non-retryable errors skip retries on"
+    outage = fault(api, lab, type="storage_outage", duration_s=LM["replay_outage_s"])
+    b = button("ch4", "outage")
+    outage_jobs = [enqueue(api, lab, **b["enqueue"]) for _ in range(LM["workers"])]
+    pill = press(api, lab, "ch4", "poison-pill")[0]
+    api.wait_for(lab, lambda s: s["counts"]["dlq"] == len(outage_jobs) + 1 and settled(s), timeout=240,
+                 what="the outage jobs and the pill in the DLQ")
+    dead = {d["job_id"]: d["reason"] for d in dead_letters(api, lab)}
+    assert {j: dead[j] for j in outage_jobs} == dict.fromkeys(outage_jobs, LM["replay_reason"])
+    assert dead[pill].startswith("non_retryable")  # one attempt, straight to the DLQ
+    ev = api.events(lab)
+    assert len([e for e in of_type(ev, "job.claimed") if e["job_id"] == pill]) == 1
+    dlq_after_first_claim = []
+    for j in outage_jobs:  # every attempt spent under the outage, dead-lettered before it ended
+        assert len([e for e in of_type(ev, "job.failed") if e["job_id"] == j]) == LM["max_attempts"]
+        first = next(e for e in of_type(ev, "job.claimed") if e["job_id"] == j)["t_sim"]
+        dead_at = next(e for e in of_type(ev, "job.dead_lettered") if e["job_id"] == j)["t_sim"]
+        assert dead_at - first >= LM["outage_to_dlq_s"] - 0.001 and dead_at <= outage["until"]
+        dlq_after_first_claim.append(round(dead_at - first, 1))
+    text = page_text(api, 4)  # the step's set-up as the page gives it
+    assert f"storage outage of {num(LM['replay_outage_s'])} s" in text and LM["replay_reason"] in text
+    # the outage is over before the replay (the step says so)
+    api.wait_for(lab, lambda s: s["clock"]["t"] >= outage["until"], timeout=120, every=0.2)
+
+    back = replay(api, lab, LM["replay_reason"])
+    assert sorted(back) == sorted(outage_jobs)  # exactly the jobs with that reason
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == len(outage_jobs) and settled(s), timeout=240,
+                        what="the replayed outage jobs finished")
+    assert snap["counts"]["dlq"] == 1 and [d["job_id"] for d in dead_letters(api, lab)] == [pill]
+    for j in outage_jobs:
+        assert job(api, lab, j)["state"] == "done"
+    # replay the poison pill anyway: it fails once more and goes straight back
+    after = api.events(lab)[-1]["id"]
+    assert replay(api, lab, "non_retryable") == [pill]
+    api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and settled(s)
+                 and any(e["type"] == "job.dead_lettered" for e in api.events(lab, after)), timeout=120,
+                 what="the replayed pill dead-lettered again")
+    again = [e for e in api.events(lab, after) if e.get("job_id") == pill]
+    assert len(of_type(again, "job.failed")) == 1 and of_type(again, "job.retry_scheduled") == []
+    assert of_type(again, "job.dead_lettered")[0]["data"]["reason"].startswith("non_retryable")
+    assert api.snapshot(lab)["counts"]["done"] == len(outage_jobs)
+    measured.update(outage_s=LM["replay_outage_s"], outage_to_dlq_s=LM["outage_to_dlq_s"], dlq_before=len(dead),
+                    dlq_after_first_claim_s=dlq_after_first_claim,
+                    reasons=sorted(set(dead.values())), replayed_by_reason=len(back), replayed_done=len(outage_jobs),
+                    pill_replay_attempts=len(of_type(again, "job.claimed")), dlq_after=1)

@@ -66,3 +66,13 @@ def test_timeout_ordering_flags_each_violation():
     short = loadgen.timeout_ordering({**DEFAULTS, "exec_timeout": 300})
     assert [c["rule"] for c in short["checks"] if not c["ok"]] == ["exec_timeout ≥ slowest job's p99"]
     assert not loadgen.timeout_ordering({**DEFAULTS, "exec_timeout": 0})["ok"]
+
+
+def test_the_even_mix_has_the_lessons_w_and_no_spread():
+    even = loadgen.MIXES["even"]
+    assert [jt.mean_s for jt in even] == [loadgen.MIX_W]
+    draws = [loadgen.draw(3, k, 0.1, even) for k in range(200)]
+    assert {jt.mean_s for _, jt in draws} == {loadgen.MIX_W}
+    # the same arrival times as the lesson's mix from the same seed: only the job times differ
+    assert [g for g, _ in draws] == [loadgen.draw(3, k, 0.1)[0] for k in range(200)]
+    assert loadgen.model(0.1, 4, "even")["mmc_wait"] == loadgen.model(0.1, 4)["mmc_wait"]

@@ -7,6 +7,10 @@ and changing λ mid-run only redraws the next gap (exponential gaps are memoryle
 still a Poisson process). Each job is sized to what two cores can run: the mix's simulated
 durations are the lesson's (5 s thumbnails … 600 s transcodes), the real work behind them is a
 thumbnail or a 144p transcode of the smallest sample clip.
+
+Two mixes share that W: `lesson` (the lesson's blend above) and `even` (every job the blend's mean W,
+so λ, W and ρ are the same and only the spread of job times differs). Erlang C assumes exponential job
+times; the even mix has none of that spread and the lesson's blend far more, so the two bracket it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from workers.broker import producer
 
 MIX: tuple[numbers.JobType, ...] = numbers.DEFAULT_JOB_MIX
 MIX_W = numbers.blended_duration(MIX)
+# The same mean job time with no spread: every arrival a W-second job (real work: a thumbnail).
+EVEN_MIX: tuple[numbers.JobType, ...] = (numbers.JobType("even", "Every job the blend's mean", 100.0, MIX_W, MIX_W),)
+MIXES: dict[str, tuple[numbers.JobType, ...]] = {"lesson": MIX, "even": EVEN_MIX}
 MAX_IN_FLIGHT = 150  # the lab's bound: arrivals past it are shed (counted), never half-created
 MAX_PER_TICK = 50
 PEAK_FACTOR = numbers.Inputs().peak_multiplier  # the lesson's 1.8× daytime step
@@ -40,16 +47,16 @@ def arrivals_key(lab: str) -> str:
     return key(lab, "loadgen", "arrivals")
 
 
-def draw(seed: int, k: int, lam: float) -> tuple[float, numbers.JobType]:
+def draw(seed: int, k: int, lam: float, mix: tuple[numbers.JobType, ...] = MIX) -> tuple[float, numbers.JobType]:
     """The k-th inter-arrival gap (exponential with rate λ) and job type (by the mix's shares)."""
     rng = random.Random(f"{seed}:{k}")
     gap = rng.expovariate(lam)
-    pick = rng.random() * sum(jt.share_pct for jt in MIX)
-    for jt in MIX:
+    pick = rng.random() * sum(jt.share_pct for jt in mix)
+    for jt in mix:
         pick -= jt.share_pct
         if pick < 0:
             return gap, jt
-    return gap, MIX[-1]
+    return gap, mix[-1]
 
 
 def read_state(r: redis.Redis, lab: str) -> dict[str, Any]:
@@ -57,20 +64,20 @@ def read_state(r: redis.Redis, lab: str) -> dict[str, Any]:
     return {"on": raw.get("on") == "1", "rate": float(raw.get("rate", 0)), "factor": float(raw.get("factor", 1)),
             "seed": int(raw.get("seed", 0)), "k": int(raw.get("k", 0)), "next_t": float(raw.get("next_t", 0)),
             "started_t": float(raw.get("started_t", 0)), "shed": int(raw.get("shed", 0)),
-            "generated": int(raw.get("generated", 0))}
+            "generated": int(raw.get("generated", 0)), "mix": raw.get("mix") if raw.get("mix") in MIXES else "lesson"}
 
 
 def effective_rate(state: dict[str, Any]) -> float:
     return state["rate"] * state["factor"]
 
 
-def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int) -> dict[str, Any]:
-    """Start (or restart) generation at `rate`; measurements restart with it."""
+def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str = "lesson") -> dict[str, Any]:
+    """Start (or restart) generation at `rate` with `mix` (lesson | even); measurements restart with it."""
     gap, _ = draw(seed, 0, rate)
     r.delete(arrivals_key(lab))
-    r.hset(state_key(lab), mapping={"on": 1, "rate": rate, "factor": 1, "seed": seed, "k": 0,
+    r.hset(state_key(lab), mapping={"on": 1, "rate": rate, "factor": 1, "seed": seed, "k": 0, "mix": mix,
                                     "next_t": now + gap, "started_t": now, "shed": 0, "generated": 0})
-    stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed)
+    stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed, mix=mix)
     return read_state(r, lab)
 
 
@@ -119,13 +126,14 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
     k, t, made, shed = state["k"], state["next_t"], 0, 0
     budget = real_budget(lab, real_rate)
     src = str(media.sample_clip(SAMPLE))
+    mix = MIXES[state["mix"]]
     states = r.hgetall(key(lab, "states"))
     in_flight = sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running"))
     while t <= now and made + shed < MAX_PER_TICK:
         # A lagging loop can owe a long batch; a stop that lands during it ends it here, not after.
         if made and r.hget(state_key(lab), "on") != "1":
             break
-        _, jt = draw(state["seed"], k, lam)
+        _, jt = draw(state["seed"], k, lam, mix)
         if in_flight >= MAX_IN_FLIGHT or made >= budget:
             shed += 1
         else:
@@ -215,17 +223,18 @@ def measure(r: redis.Redis, lab: str, now: float, window_s: float = 600.0) -> di
             "queue_wait": _mean(waits), "busy_s": busy}
 
 
-def model(lam: float, workers: int) -> dict[str, Any]:
-    """The numbers model's figures for this λ and pool (app/numbers.py is the one source)."""
+def model(lam: float, workers: int, mix: str = "lesson") -> dict[str, Any]:
+    """The numbers model's figures for this λ and pool (app/numbers.py is the one source). Both mixes
+    have the same W, so the same figures; `mix` names the one running and lists its job types."""
     L = numbers.littles_law_L(lam, MIX_W)
     rho = L / workers if workers > 0 else math.inf
-    return {"W": MIX_W, "lambda": lam, "workers": workers, "L": L, "rho": _finite(rho),
+    return {"W": MIX_W, "lambda": lam, "workers": workers, "L": L, "rho": _finite(rho), "mix_name": mix,
             "approx_wait": _finite(numbers.approx_wait(MIX_W, rho)) if workers > 0 else None,
             "mmc_wait": _finite(numbers.erlang_c_wait(lam, MIX_W, workers)),
             "workers_for_target": numbers.workers_for_utilisation(lam, MIX_W, numbers.Inputs().target_utilisation)
             if lam > 0 else 0,
             "mix": [{"name": jt.name, "label": jt.label, "share_pct": jt.share_pct, "mean_s": jt.mean_s,
-                     "p99_s": jt.p99_s} for jt in MIX]}
+                     "p99_s": jt.p99_s} for jt in MIXES[mix]]}
 
 
 def timeout_ordering(settings: dict[str, Any]) -> dict[str, Any]:
