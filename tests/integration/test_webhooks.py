@@ -144,19 +144,22 @@ def test_a_failing_receiver_gets_the_same_message_again_after_jittered_delays(ap
 
 
 def test_a_paused_lab_holds_its_webhook_retries_until_it_resumes(api, hook_server):
-    # retries wait on the lab's clock: 200 sim s at 200x is a real second, so a paused lab that still
-    # retried would show it many times over in the real seconds it stays paused
-    lab = api.lab("ch3", speed=200, workers=1, job_duration=20, retry_base=200, retry_cap=200, max_attempts=6)
+    # retries wait on the lab's clock: each full-jitter delay is at most 1,000 sim s (5 real s at 200x), so
+    # a paused lab that still retried would send every remaining try in the 5 real s it stays paused
+    lab = api.lab("ch3", speed=200, workers=1, job_duration=20, retry_base=1000, retry_cap=1000, max_attempts=6)
     hook_server.fail_next = 3
     register(api, lab, hook_url())
     run_job(api, lab)
     wait_until(lambda: hook_server.requests)
     clock = f"/api/labs/{lab['lab_id']}/clock"
     assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
+    # a try already on the wire, or due before the pause (a full-jitter delay can be near 0), still lands:
+    # count from once those have settled
+    time.sleep(1.5)
     held = len(hook_server.requests)
     if held >= 4:
         pytest.fail("every try went out before the pause: nothing left to hold")
-    time.sleep(3)  # 600 sim s at 200x if the clock ran: every remaining try would be due three times over
+    time.sleep(5)  # 1,000 sim s at 200x if the clock ran: every remaining try would be due
     assert len(hook_server.requests) == held, "a retry went out while the lab's clock was paused"
     assert api.call("POST", clock, {"action": "resume"}, lab["token"]).status == 200
     msg = wait_until(lambda: [m for m in webhook_state(api, lab)["messages"] if m["state"] == "delivered"])[0]
