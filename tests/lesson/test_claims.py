@@ -4,11 +4,13 @@ chapter's file, the docs table is the list's own rendering, and the /lesson page
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from core import lesson
+from tests.lesson.helpers import page_text
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -43,3 +45,15 @@ def test_the_lesson_page_lists_every_claim(api):
     assert res.status == 200
     html = res.body.decode()
     assert all(f'data-claim="{c.id}"' in html for c in lesson.CLAIMS)
+
+
+@pytest.mark.parametrize("claim", [c for c in lesson.CLAIMS if c.status == "thought"
+                                   and "Check yourself" in c.section], ids=lambda c: c.id)
+def test_a_question_the_lab_cannot_answer_says_so_on_its_page(api, claim):
+    """A thought question is marked on the page right under it, so no learner goes looking for a switch."""
+    text = page_text(api, claim.chapter)
+    for n in re.findall(r"\d+", claim.section.split("Check yourself", 1)[1]):
+        question = re.search(rf"\b{n}\. [^?]*\?", text[text.index("Check yourself"):])
+        assert question, f"{claim.id}: no question {n}"
+        after = text[text.index(question.group(0)) + len(question.group(0)):][:200]
+        assert "reason" in after.lower() and "Show answer" in after, (claim.id, n, after)
