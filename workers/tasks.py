@@ -114,6 +114,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first,
                            record, rng)
     finally:
+        handoff.hold_for_next(r, lab, clock.now(r, lab))
         clock.lift(r, lab, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
 

@@ -355,6 +355,21 @@ def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_s
     MEASURED["clock_at_1000x"] = slowed[0]["data"]
 
 
+def test_a_queued_job_waits_exactly_as_long_as_the_jobs_ahead_of_it_took(api):
+    """One busy worker, three jobs queued: the next job starts at the lab time the one before it ended.
+    The real hand-off between them (the horse exits, RQ dequeues, forks the next) adds no simulated wait."""
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=30, workers=1, guard="claim")
+    api.workers_ready(lab, 1)
+    jobs = [enqueue(api, lab) for _ in range(3)]
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 3, timeout=120)
+    ev = api.events(lab)
+    claimed = {e["job_id"]: e["t_sim"] for e in types(ev, "job.claimed")}
+    ended = {e["job_id"]: e["t_sim"] for e in types(ev, "job.succeeded")}
+    gaps = [round(claimed[nxt] - ended[prev], 3) for prev, nxt in zip(jobs, jobs[1:], strict=False)]
+    assert all(abs(g) <= 1e-3 for g in gaps), gaps  # without the hold: speed × a real hand-off (≈4 s each)
+    MEASURED["queued_handoff_gaps_s"] = gaps
+
+
 def test_zz_report_measured_figures():
     print("\nMEASURED (issue 18):")
     for k, v in MEASURED.items():

@@ -18,7 +18,7 @@ import time
 import redis
 
 from core import clock, stream
-from core.keys import key, msg
+from core.keys import key, msg, queue_name
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 TRANSIT_S = 1.0  # real seconds the clock waits for an idle worker to receive a delivery
@@ -31,6 +31,18 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float) 
     no idle worker the message waits in the queue on the simulated clock, as it should."""
     if any(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers")))):
         clock.hold(r, lab, transit_holder(job_id, n), now, ttl=TRANSIT_S)
+
+
+def hold_for_next(r: redis.Redis, lab: str, now: float) -> None:
+    """A worker that finishes while jobs wait takes the next one only after a real hand-off (its horse
+    exits, RQ dequeues, forks a new horse): the clock waits for that delivery (up to TRANSIT_S real
+    seconds) as it does for one sent to an idle worker, so a queued job's wait is the simulated time
+    the jobs ahead of it took, not that plus speed × the hand-off. Called before the finishing attempt
+    lifts its own barrier, so no simulated time slips between the two."""
+    head = r.lindex(f"rq:queue:{queue_name(lab)}", 0)
+    parts = head.split("-") if head else []
+    if len(parts) == 4 and parts[0] == lab and parts[2].isdigit():  # producer/reaper ids: lab-job-n-ns
+        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=TRANSIT_S)
 
 
 def transit_holder(job_id: str, n: int) -> str:
