@@ -36,9 +36,12 @@ QUIET = {"learner": ({"preset": "ch8", "speed": DEFAULTS.speed, "workers": 3, "j
 """name → (the lab's settings, jobs kept queued or running)."""
 
 
-def throughput(api: Api, lab: dict, seconds: float, in_flight: int = 4) -> float:
-    """Jobs done per real second over `seconds`, keeping `in_flight` jobs queued or running."""
-    start = api.snapshot(lab)["counts"]["done"]
+def throughput(api: Api, lab: dict, seconds: float, in_flight: int = 4, clock: dict | None = None) -> float:
+    """Jobs done per real second over `seconds`, keeping `in_flight` jobs queued or running. `clock`, if
+    given, gets the simulated seconds the lab's clock ran per real second meanwhile (its asked speed
+    unless real work held it back)."""
+    first = api.snapshot(lab)
+    start, sim0 = first["counts"]["done"], first["clock"]["t_raw"]
     t0 = time.monotonic()
     sent = done = start
     while time.monotonic() - t0 < seconds:
@@ -47,8 +50,11 @@ def throughput(api: Api, lab: dict, seconds: float, in_flight: int = 4) -> float
             if api.enqueue(lab, {"sample": "carphone_pristine"}).status == 202:
                 sent += 1
         time.sleep(0.1)
-    done = api.snapshot(lab)["counts"]["done"]
-    return (done - start) / (time.monotonic() - t0)
+    last = api.snapshot(lab)
+    elapsed = time.monotonic() - t0
+    if clock is not None:
+        clock["rate"] = (last["clock"]["t_raw"] - sim0) / elapsed
+    return (last["counts"]["done"] - start) / elapsed
 
 
 def run(seconds: float = 40.0) -> Result:
@@ -61,10 +67,11 @@ def run(seconds: float = 40.0) -> Result:
             preset, rest = settings["preset"], {k: v for k, v in settings.items() if k != "preset"}
             labs[name] = api.lab(preset, **rest)
             wait(lambda lab=labs[name], n=rest["workers"]: workers_registered(r, lab) >= n, 60, f"{name}'s workers")
-        alone = {}
+        alone: dict[str, float] = {}
+        clocks: dict[str, dict] = {}
         for name, lab in labs.items():
             throughput(api, lab, 8, QUIET[name][1])  # warm-up: first decodes, probe caches
-            alone[name] = throughput(api, lab, seconds, QUIET[name][1])
+            alone[name] = throughput(api, lab, seconds, QUIET[name][1], clocks.setdefault(f"{name}_alone", {}))
 
         flood = api.lab("ch6", speed=1000, workers=8, vt_seconds=10)
         wait(lambda: workers_registered(r, flood) >= 8, 60, "the flooding lab's workers")
@@ -88,7 +95,8 @@ def run(seconds: float = 40.0) -> Result:
         flooder = threading.Thread(target=flood_it, daemon=True)
         flooder.start()
         time.sleep(5)
-        beside = {name: throughput(api, lab, seconds, QUIET[name][1]) for name, lab in labs.items()}
+        beside = {name: throughput(api, lab, seconds, QUIET[name][1], clocks.setdefault(f"{name}_beside", {}))
+                  for name, lab in labs.items()}
         stop.set()
         flooder.join(10)
         ratio = {name: beside[name] / alone[name] if alone[name] else 0.0 for name in labs}
@@ -99,6 +107,7 @@ def run(seconds: float = 40.0) -> Result:
         res.counts = {**{f"{name}_{k}": round(v[name], 3) for name in labs
                          for k, v in (("alone_jobs_per_s", alone), ("beside_flood_jobs_per_s", beside),
                                       ("ratio", ratio))},
+                      **{f"{k}_clock_x": round(v["rate"], 1) for k, v in clocks.items()},
                       "flood_done": snap["counts"]["done"], **{f"refused_{k}": v for k, v in refused.items()}}
         r.close()
     res.seconds = time.monotonic() - t0
