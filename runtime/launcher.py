@@ -99,11 +99,22 @@ def write_status(config: Config, status: dict) -> None:
         pass
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Start everything, then keep it running: a process that dies (the embedded server, the supervisor,
     gunicorn) is restarted with backoff and the restart logged; labs and workers resume, because every
     lab lives in the server (AOF on) and the supervisor rebuilds its pools from it. Only Ctrl-C/SIGTERM
-    tears the stack down."""
+    tears the stack down.
+
+    `python -m runtime.launcher pool` is a pool host on a machine of its own: only the supervisor, kept
+    running the same way, against the shared server named by REDIS_URL (required: no embedded server)."""
+    roles = (argv if argv is not None else sys.argv[1:]) or ["all"]
+    if roles not in (["all"], ["pool"]):
+        print("usage: python -m runtime.launcher [pool]", file=sys.stderr)
+        return 2
+    pool_only = roles == ["pool"]
+    if pool_only and not os.environ.get("REDIS_URL"):
+        print("lab: a pool host needs REDIS_URL (the shared Redis-protocol server)", file=sys.stderr)
+        return 2
     config = Config.from_env()
     server = None
     if not os.environ.get("REDIS_URL"):
@@ -112,7 +123,9 @@ def main() -> int:
         config.redis_url = server.url
         print(f"lab: embedded Redis-protocol server (valkey) on {server.url}", flush=True)
     env = dict(os.environ, REDIS_URL=config.redis_url)
-    commands = {"supervisor": [sys.executable, "-m", "workers.supervisor"], "web": gunicorn_command(config)}
+    commands = {"supervisor": [sys.executable, "-m", "workers.supervisor"]}
+    if not pool_only:
+        commands["web"] = gunicorn_command(config)
     procs: dict[str, subprocess.Popen] = {}
     backoff = {name: Backoff() for name in ("redis", *commands)}
     due: dict[str, float] = {}  # name → monotonic time its restart is due
@@ -133,10 +146,14 @@ def main() -> int:
     try:
         for name, cmd in commands.items():
             procs[name] = subprocess.Popen(cmd, env=env)
-        url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '') else config.host}:{config.port}"
-        wait_healthy(url, list(procs.values()))
         status()
-        print(f"\n  Async Work Lab is running: open {url}\n  (Ctrl-C stops everything)\n", flush=True)
+        if pool_only:
+            print(f"lab: pool host running against {config.redis_url} (Ctrl-C stops it)", flush=True)
+        else:
+            url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '') else config.host}:{config.port}"
+            wait_healthy(url, list(procs.values()))
+            status()
+            print(f"\n  Async Work Lab is running: open {url}\n  (Ctrl-C stops everything)\n", flush=True)
         while not stopping:
             time.sleep(0.2)
             changed = False

@@ -69,3 +69,49 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     while processes_mentioning(*needles) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_mentioning(*needles) == []
+
+
+def test_a_pool_host_on_its_own_machine_restarts_its_supervisor(tmp_path):
+    """`python -m runtime.launcher pool`: only the supervisor, against a shared server, healed the same way."""
+    from runtime import embedded_redis
+
+    server = embedded_redis.start(tmp_path / "redis")
+    var = tmp_path / "pool-var"
+    env = dict(os.environ, REDIS_URL=server.url, VAR_DIR=str(var))
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher", "pool"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        status_file = var / "launcher.json"
+
+        def status() -> dict:
+            try:
+                return json.loads(status_file.read_text())
+            except (OSError, ValueError):
+                return {}
+
+        deadline = time.monotonic() + 60
+        while not status().get("supervisor") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first = status()
+        assert first.get("supervisor") and "web" not in first and first["redis"] is None, first
+        os.kill(first["supervisor"], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (status().get("supervisor") not in (None, first["supervisor"])
+                                                     and status()["restarts"]["supervisor"] == 1):
+            time.sleep(0.2)
+        healed = status()
+        assert healed["supervisor"] not in (None, first["supervisor"]), healed
+        assert healed["restarts"]["supervisor"] == 1 and os.path.exists(f"/proc/{healed['supervisor']}")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+        server.stop()
+    assert "supervisor exited" in out and "supervisor restarted" in out, out
+    assert not os.path.exists(f"/proc/{healed['supervisor']}"), "the supervisor outlived its launcher"
+
+
+def test_a_pool_host_without_a_shared_server_says_so():
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    res = subprocess.run([sys.executable, "-m", "runtime.launcher", "pool"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "REDIS_URL" in res.stderr
