@@ -103,7 +103,7 @@ def run(labs: int = 4, workers: int = 2, speed: float = 100, duration: float = 3
                     reply = api.enqueue(lab, {"sample": "carphone_pristine" if i % 2 else "bikes",
                                               "duration_s": duration})
                     if res.check(reply.status == 202, f"enqueue → {reply.status} {reply.body}"):
-                        accepted[lab["lab_id"]].append(reply.body["job_id"])
+                        accepted[lab["lab_id"]].append(reply.json()["job_id"])
                 i += 1
                 stop.wait(0.6)
 

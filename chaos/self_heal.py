@@ -98,7 +98,7 @@ def run(speed: float = 200, workers: int = 3) -> Result:
     root = Path(tempfile.mkdtemp(prefix="chaos-self-heal-", dir=_scratch()))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(PORT=str(port), VAR_DIR=str(root / "var"), HOST="127.0.0.1", MAX_WORKERS="1000",
+    env.update(PORT=str(port), VAR_DIR=str(root / "var"), HOST="127.0.0.1",
                **UNLIMITED,
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = open(root / "launcher.log", "w")

@@ -16,7 +16,16 @@ from __future__ import annotations
 import pytest
 import redis
 
-from chaos import dequeue_crash, kill_storm, redis_restart, slow_consumer, supervisor_killed, web_restart
+from chaos import (
+    dequeue_crash,
+    kill_storm,
+    pool_host_killed,
+    redis_restart,
+    self_heal,
+    slow_consumer,
+    supervisor_killed,
+    web_restart,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +90,22 @@ def test_a_redis_restart_keeps_every_accepted_job_and_finishes_it(tmp_path):
     c = res.counts
     assert c["before"] == 3 and c["after"] >= 2, explain(res)
     assert c["done"] == c["accepted"] and c["lost"] == 0, explain(res)
+    assert res.ok, explain(res)
+
+
+def test_the_launcher_heals_the_server_the_supervisor_and_gunicorn_each_killed_under_load():
+    """issue 23: the stack started as the README says loses nothing and answers no 500 while it heals."""
+    res = self_heal.run()
+    c = res.counts
+    assert c["lost"] == 0 and c["http_500"] == 0 and c["accepted"] > 0, explain(res)
+    assert res.ok, explain(res)
+
+
+def test_a_killed_pool_hosts_labs_move_and_every_job_ends_done():
+    """issue 20: SIGKILL of one of two pool hosts under load; its labs are adopted, nothing is lost."""
+    res = pool_host_killed.run(labs=2)
+    c = res.counts
+    assert c["moved"] >= 1 and c["lost"] == 0 and c["done"] == c["jobs"] and c["bad_files"] == 0, explain(res)
     assert res.ok, explain(res)
 
 
