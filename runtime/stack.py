@@ -199,13 +199,18 @@ class Stack:
         self.stop_web(sig)
         self.start_web()
 
+    @property
+    def server_pid(self) -> int | None:
+        """The embedded Redis-protocol server's pid (None with an external server or before start)."""
+        return self.server.process.pid if self.server else None
+
     def infra_cpu_s(self) -> dict[str, float]:
         """CPU seconds so far of the server, the supervisor (own, not its workers) and the web worker."""
         assert self.supervisor is not None
         out = {"supervisor": cpu_s(self.supervisor.pid, with_children=False),
                "web": cpu_s(self.web_pid(), with_children=False)}
-        if self.server:
-            out["valkey"] = cpu_s(self.server.process.pid, with_children=False)
+        if self.server_pid:
+            out["valkey"] = cpu_s(self.server_pid, with_children=False)
         return out
 
     # --- teardown ----------------------------------------------------------------------------
