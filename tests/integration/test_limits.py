@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
 MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
 ROOM_MISSES, METRICS_TOKEN = 3, "metrics-secret-for-tests"
+WS_PER_CLIENT, CONN_PER_CLIENT, HEADER_TIMEOUT = 8, 24, 2
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,8 @@ def tight(redis_server, tmp_path_factory):
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
                     "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "METRICS_TOKEN": METRICS_TOKEN,
-                    "MAX_CLIENT_LABS": "4", "RATE_LABS": "200"}) as s:
+                    "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
+                    "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
         yield s
 
 
@@ -283,3 +286,62 @@ def post_raw_from(stack, source_ip: str, path: str, body: bytes, headers: dict, 
     res.read()
     conn.close()
     return res.status
+
+
+def close_code(ws: websocket.WebSocket) -> int | None:
+    """The close code the server sends, reading past any events; None if it keeps the socket open."""
+    ws.settimeout(5)
+    try:
+        for _ in range(200):
+            op, data = ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_CLOSE:
+                return int.from_bytes(data[:2], "big")
+    except websocket.WebSocketTimeoutException:
+        return None
+    return None
+
+
+def test_a_client_holding_its_maximum_of_sockets_is_refused_more_and_nobody_else_waits(tight, tapi):
+    """issue 23: 257 WebSockets on a view token froze the web tier. Now one client gets WS_PER_CLIENT; the
+    next is closed with 4429 and a reason, and /healthz, pages and the owner's own calls from elsewhere answer."""
+    lab = tapi.lab("ch1", workers=0)
+    url = tight.url.replace("http", "ws") + f"/ws/labs/{lab['lab_id']}?token={lab['view_token']}"
+    held = [websocket.create_connection(url, timeout=10) for _ in range(WS_PER_CLIENT)]
+    try:
+        extra = websocket.create_connection(url, timeout=10)
+        assert close_code(extra) == 4429
+        extra.close()
+        assert all(close_code(ws) is None for ws in held[:2])  # the held ones stay open
+        assert get_from(tight, "127.0.0.2", "/healthz")[0] == 200
+        assert get_from(tight, "127.0.0.2", "/chapters/1")[0] == 200
+        owner = {"Authorization": f"Bearer {lab['token']}"}
+        assert get_from(tight, "127.0.0.2", f"/api/labs/{lab['lab_id']}", owner)[0] == 200
+    finally:
+        for ws in held:
+            ws.close()
+
+
+def test_slow_headers_are_cut_and_past_its_connection_cap_a_client_is_closed_at_once(tight, tapi):
+    """issue 23: 260 slowloris connections froze the web tier. Now a client's connections past CONN_PER_CLIENT
+    are closed on accept, the rest once HEADER_TIMEOUT passes without a whole request, and others are served."""
+    host, port = tight.url.split("//")[1].split(":")
+    socks = []
+    for _ in range(CONN_PER_CLIENT + 6):
+        s = socket.create_connection((host, int(port)), timeout=15, source_address=("127.0.0.3", 0))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        socks.append(s)
+    try:
+        assert get_from(tight, "127.0.0.2", "/healthz")[0] == 200
+        t0 = time.monotonic()
+        closed = []
+        for s in socks:
+            try:
+                closed.append(s.recv(1024) == b"")
+            except ConnectionResetError:
+                closed.append(True)
+        assert all(closed)  # every one cut: the cap's extras at once, the rest by the header timeout
+        assert time.monotonic() - t0 < 15  # not left to the client's own 15 s socket timeout
+        assert get_from(tight, "127.0.0.3", "/healthz")[0] == 200  # the same client, well-behaved, is served
+    finally:
+        for s in socks:
+            s.close()
