@@ -159,7 +159,8 @@ def test_no_json_endpoint_answers_500_to_hostile_bodies(method, path, fuzz_lab, 
         if res.status == 201 and path == "/api/labs":
             made = res.json()
             api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
-    generated()
+    if not path.endswith("/inline"):  # most generated bodies are valid there and each holds a real transcode:
+        generated()                   # its bad inputs are the fixed ones above, its timing the lesson suite's
 
 
 def gateway_gave_up(path: str, res) -> bool:
