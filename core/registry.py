@@ -149,6 +149,11 @@ def read_jobs(r: redis.Redis, lab: str, ids: list[str]) -> list[dict]:
         for i in ids:
             _queue_job_reads(pipe, lab, i)
         raw = pipe.execute()
+    return _fold_jobs(ids, raw)
+
+
+def _fold_jobs(ids: list[str], raw: list) -> list[dict]:
+    """The jobs from the replies of `_queue_job_reads` for each id in turn (gone ones left out)."""
     return [j for j in (_fold_job(i, *raw[3 * n:3 * n + 3]) for n, i in enumerate(ids)) if j]
 
 
@@ -230,7 +235,7 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         raw = pipe.execute()
     state_rows, counter_rows, worker_rows, faults, breaker, last, leases = raw[3 * len(ids):]
     leases = dict(leases)
-    jobs = [j for j in (_fold_job(i, *raw[3 * n:3 * n + 3]) for n, i in enumerate(ids)) if j]
+    jobs = _fold_jobs(ids, raw)
     for j in jobs:
         if j["id"] in leases:
             j["lease_deadline"] = leases[j["id"]]
