@@ -98,12 +98,16 @@ def metrics():
 def meta():
     """Settings schema, presets, event vocabulary, scenario buttons, sample clips, fault labels and
     the event stream's cap: the widget builds itself from these and repeats none of them."""
-    return jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
+    resp = jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
                    faults=list(FAULTS), scenario_buttons=scenarios.BUTTONS,
                    fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
                    samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
                    stream_cap=stream.MAXLEN)
+    # the same for every visitor until a deploy: a reload revalidates it (304, no body), never re-reads it
+    resp.add_etag()
+    resp.cache_control.no_cache = True
+    return resp.make_conditional(request)
 
 
 # --- labs -----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class Assets:
         self.by_plain: dict[str, Asset] = {}
         self.by_print: dict[str, Asset] = {}
         self.url: dict[str, str] = {}  # plain path → fingerprinted path
+        self.closure: dict[str, list[str]] = {}  # a module → every module it imports, transitively
         self.load()
 
     def load(self) -> None:
@@ -66,6 +67,8 @@ class Assets:
 
         for path in raw:
             h = hashlib.sha256()
+            if path in deps:
+                self.closure[path] = [p for p in closure(path) if p != path]
             for p in closure(path):
                 h.update(p.encode() + b"\0" + raw[p])
             self.url[path] = _fingerprinted(path, h.hexdigest()[:12])
@@ -99,6 +102,11 @@ class Assets:
             return f"{m.group(1)}./{rel}{m.group(3)}"
         return _IMPORT.sub(sub, body.decode("utf-8")).encode()
 
+    def preloads(self, *modules: str) -> list[str]:
+        """Every module these import, transitively, once each (plain paths for `url_for`): as
+        `<link rel="modulepreload">` they are fetched at once, not one import level after another."""
+        return list(dict.fromkeys(p for m in modules for p in self.closure.get(m, ()) if p not in modules))
+
     def serve(self, filename: str) -> Response:
         asset, immutable = self.by_print.get(filename), True
         if asset is None:
@@ -122,6 +130,7 @@ def init_app(app: Flask) -> None:
     assets = Assets(Path(app.static_folder))
     app.extensions["assets"] = assets
     app.view_functions["static"] = assets.serve
+    app.add_template_global(assets.preloads, "module_preloads")
 
     @app.url_defaults
     def fingerprint(endpoint: str, values: dict) -> None:

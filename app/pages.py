@@ -7,7 +7,9 @@ shareable link to that what-if.
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, current_app, render_template, request
+import time
+
+from flask import Blueprint, Flask, abort, current_app, render_template, request
 
 from app import chapters
 from core import lesson, numbers, presets, series
@@ -47,6 +49,20 @@ def lab_facts() -> dict:
             "ch4_model": presets.ch4_lab_model(), "ch3_model": presets.ch3_lab_model()}
 
 
+def warm(app: Flask) -> None:
+    """Render the home page and every chapter once (the web worker calls this at start-up, in the
+    background): compiled templates and the chapter bodies are then cached, so the first learner to
+    open a chapter gets it as fast as the hundredth. A page that fails here fails again, visibly, when
+    asked for."""
+    client = app.test_client()
+    for path in ["/", *(f"/chapters/{c.number}" for c in chapters.all_chapters())]:
+        try:
+            client.get(path, headers={"Accept-Encoding": "gzip"})
+        except Exception:  # noqa: BLE001 — a warm-up never takes the worker down
+            app.logger.debug("warm-up of %s failed", path, exc_info=True)
+        time.sleep(0)  # yield to requests already being served (the worker's sleep is gevent's)
+
+
 @bp.get("/")
 def home():
     return render_template("home.html", chapters=chapters.all_chapters())
@@ -69,6 +85,7 @@ def chapter(number: int, slug: str | None = None):
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
     fig = numbers.derive(inputs)
+    lesson_fig = fig if inputs == numbers.Inputs() else numbers.derive(numbers.Inputs())  # a lab panel's model line
     body = chapters.render_body(ch, current_app.jinja_env, {
         "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})
@@ -79,6 +96,7 @@ def chapter(number: int, slug: str | None = None):
         chapters=all_ch,
         model_inputs=chapter_inputs(ch, inputs),
         input_errors=input_errors,
+        lesson_fig=lesson_fig,
         prev=all_ch[idx - 1] if idx > 0 else None,
         next=all_ch[idx + 1] if idx + 1 < len(all_ch) else None,
     )

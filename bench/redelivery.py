@@ -132,6 +132,7 @@ def sample_speed(b: Bench, speed: float, mode: str) -> tuple[dict, list[dict]]:
             deadline_real = claimed["t_real"] + (deadline_sim - claimed["t_sim"]) / speed
             samples.append({
                 "job_id": job_id, "worker": row["id"], "late_ms": redelivered["data"]["late_ms"],
+                "late_real_ms": redelivered["data"].get("late_real_ms"),
                 "late_ms_check": round((redelivered["t_real"] - deadline_real) * 1000, 1),
                 "kill_before_deadline_ms": round((deadline_real - t_kill) * 1000, 1),
                 "kill_to_redelivered_ms": round((redelivered["t_real"] - t_kill) * 1000, 1),
@@ -150,11 +151,14 @@ def sample_speed(b: Bench, speed: float, mode: str) -> tuple[dict, list[dict]]:
     finally:
         b.delete_lab(lab)
     late = [s["late_ms"] for s in samples]
+    real = [s["late_real_ms"] for s in samples if s["late_real_ms"] is not None]
     check = [s["late_ms_check"] for s in samples]
     row = {"speed": speed, "mode": mode, "vt_s_sim": vt, "samples": len(samples),
            "late_ms_p50": rnd(pct(late, 50), 1), "late_ms_p99": rnd(pct(late, 99), 1),
            "late_ms_max": rnd(max(late, default=float("nan")), 1),
            "late_sim_s_p99": rnd(pct(late, 99) * speed / 1000, 2),
+           "real_ms_p50": rnd(pct(real, 50), 2), "real_ms_p99": rnd(pct(real, 99), 2),
+           "real_ms_max": rnd(max(real, default=float("nan")), 2),
            "check_p50": rnd(pct(check, 50), 1), "check_p99": rnd(pct(check, 99), 1),
            "kill_to_redelivered_ms_p50": rnd(pct([s["kill_to_redelivered_ms"] for s in samples], 50), 0),
            "p99_minus_5ms": rnd(pct(late, 99) - 5, 1),
@@ -187,16 +191,20 @@ def run(b: Bench) -> dict:
     floor = floor_before + timer_floor()
     floor_p99 = pct(floor, 99)
     for r in rows:
-        r["p99_vs_floor"] = rnd(r["late_ms_p99"] / max(floor_p99, 1e-3), 1) if r["late_ms_p99"] is not None else None
+        r["p99_vs_floor"] = rnd(r["real_ms_p99"] / max(floor_p99, 1e-3), 1) if r["real_ms_p99"] is not None else None
     busy = [r for r in rows if r["mode"] == "busy"]
-    worst = max(busy, key=lambda r: r["late_ms_p99"] or 0)
-    quiet_worst = max((r for r in rows if r["mode"] == "quiet"), key=lambda r: r["late_ms_p99"] or 0)
+    worst = max(busy, key=lambda r: r["real_ms_p99"] or 0)
+    quiet_worst = max((r for r in rows if r["mode"] == "quiet"), key=lambda r: r["real_ms_p99"] or 0)
     notes = [f"ack late, heartbeat on, lease = {LEASE_REAL_S} real s; SIGKILL of worker + horse right after "
              "the claim; late_ms from job.redelivered data, check_* recomputed from event t_real",
              f"timer floor (bare sleep-until-deadline in this process, {len(floor)} samples, before and after "
              f"the runs): p50 {pct(floor, 50):.2f} ms, p99 {floor_p99:.2f} ms",
-             f"goal: busy p99 ≤ 5 ms → worst busy p99 {worst['late_ms_p99']} ms "
-             f"({'met' if worst['late_ms_p99'] is not None and worst['late_ms_p99'] <= 5 else 'MISSED'})",
+             f"goal: busy p99 ≤ 5 ms → worst busy p99 {worst['real_ms_p99']} ms real after the clock reached the "
+             f"deadline ({'met' if worst['real_ms_p99'] is not None and worst['real_ms_p99'] <= 5 else 'MISSED'}); "
+             f"in simulated time every redelivery is late by late_ms (the clock waits at the reaper's barrier)",
+             "real_ms: real time from the lab clock reaching the lease deadline (from its base point, read by the "
+             "reaper) to the scan that redelivered; check_*: against the deadline projected at the claim, which "
+             "also counts any time the clock was held between claim and deadline",
              f"supervisor CPU (own, not workers'), % of one core over {IDLE_CPU_S:g} s: no lab {cpu_no_lab:.2f} %, "
              f"one idle lab with 3 workers {cpu_idle_lab:.2f} %",
              "done/lost: every sampled job must end done (its redelivered attempt succeeds), none lost"]
@@ -209,13 +217,14 @@ def run(b: Bench) -> dict:
                          "(not samples)")
     return report(
         NAME, "killed worker → redelivery, ms past the lease deadline",
-        ["speed", "mode", "samples", "late_ms_p50", "late_ms_p99", "late_ms_max", "late_sim_s_p99",
+        ["speed", "mode", "samples", "real_ms_p50", "real_ms_p99", "real_ms_max", "late_ms_p99", "late_sim_s_p99",
          "check_p50", "check_p99", "kill_to_redelivered_ms_p50", "p99_vs_floor", "done", "lost"],
         rows,
-        {"label": f"busy late_ms p99 ÷ timer floor p99 (worst: speed {worst['speed']})",
+        {"label": f"busy redelivery p99 (real ms after the clock reached the deadline) ÷ timer floor p99 "
+                  f"(worst: speed {worst['speed']})",
          "value": worst["p99_vs_floor"],
          "baseline": f"bare sleep-until-deadline in the bench process, same run: p99 {floor_p99:.2f} ms",
-         "worst_busy_p99_ms": worst["late_ms_p99"], "worst_quiet_p99_ms": quiet_worst["late_ms_p99"],
+         "worst_busy_p99_ms": worst["real_ms_p99"], "worst_quiet_p99_ms": quiet_worst["real_ms_p99"],
          "supervisor_idle_cpu_pct": rnd(cpu_idle_lab, 2), "supervisor_no_lab_cpu_pct": rnd(cpu_no_lab, 2)},
         {"speeds": SPEEDS, "samples": SAMPLES, "lease_real_s": LEASE_REAL_S, "job_real_s": JOB_REAL_S},
         notes, {"samples": raw, "timer_floor_ms": floor})

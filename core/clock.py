@@ -35,6 +35,16 @@ def _now(state: dict, real: float | None = None) -> float:
     return min(t, float(barrier)) if barrier not in (None, "") else t
 
 
+def reached_at(state: dict, t: float) -> float | None:
+    """The real time (time.time()) at which this clock reached simulated moment `t` since its last
+    rebase (a barrier at `t` holds it there, so that is when it arrived); None if it had already
+    passed `t` before the rebase, or is paused short of it."""
+    base_sim = float(state.get("base_sim", 0))
+    if t < base_sim or (state.get("paused") == "1" and t > base_sim):
+        return None
+    return float(state.get("base_real", 0)) + (t - base_sim) / max(float(state.get("speed", 20)), 1e-9)
+
+
 def read(r: redis.Redis, lab: str) -> dict:
     """Clock state plus the current simulated time `t`; `asked` is the learner's speed and
     `effective` what the lab is really achieving (lower when real work holds the clock back)."""

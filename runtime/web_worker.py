@@ -31,6 +31,12 @@ class LabGeventWorker(GeventWorker):
         self.held: Counter[str] = Counter()
         super().init_process()
 
+    def load_wsgi(self):
+        super().load_wsgi()
+        from app.pages import warm
+
+        gevent.spawn(warm, self.wsgi)  # every chapter rendered once, in the background
+
     def timeout_ctx(self):
         """Wraps reading each request's headers (the keep-alive loop): too slow → close, silently."""
         return gevent.Timeout(self.header_timeout, False)

@@ -24,7 +24,8 @@ const enc = new TextEncoder();
 
 let ctx = null; // {lab, api}
 let round = null; // the jobs being watched now, and what each method has spent and learned
-let model = null; // /api/model figures.ch3 at the lesson's inputs
+// the numbers model's chapter 3 figures at the lesson's inputs, rendered into the page by the server
+const model = JSON.parse(q('lesson-model').textContent);
 let recent = []; // events since the lab opened, so a round created after its uploads still sees them
 let offset = { ms: 0, rtt: Infinity }; // server clock − this page's clock, from the smallest-RTT answer
 const serverNow = () => Date.now() + offset.ms;
@@ -258,7 +259,6 @@ const pct = (x) => `${fmt(Math.max(0, x) * 100, 0)}%`;
 
 /** [the lesson's figures, the same formula on this run's W and P] for one method. */
 function modelCells(m, W) {
-  if (!model) return ['–', '–'];
   const P = round.interval;
   const lesson = {
     poll: `L/P = ${fmt(model.watched_jobs, 0)}/${fmt(model.poll_interval_s)} s = ${fmt(model.polls_per_s, 0)}/s: `
@@ -337,12 +337,8 @@ function renderMachine(r) {
       `Server history: ${j.refusals.map((c) => c.reason).join('; ')}`) : null)));
 }
 
-async function loadModel() {
-  const res = await fetch('/api/model', { credentials: 'same-origin' });
-  if (res.ok) model = (await res.json()).figures.ch3;
-  setText(q('model-line'), model ? `Lesson model: ${fmt(model.watched_jobs, 0)} watched jobs, ${fmt(model.completions_per_s, 0)} `
-    + `completions/s, polling every ${fmt(model.poll_interval_s)} s.` : '');
-}
+setText(q('model-line'), `Lesson model: ${fmt(model.watched_jobs, 0)} watched jobs, ${fmt(model.completions_per_s, 0)} `
+  + `completions/s, polling every ${fmt(model.poll_interval_s)} s.`);
 
 q('start').addEventListener('click', startRound);
 q('late').addEventListener('click', lateDelivery);
@@ -362,7 +358,6 @@ onLab({
     for (const b of root.querySelectorAll('button')) b.disabled = Boolean(lab.viewer);
     if (lab.viewer) setText(q('hook-state'), 'view only: the lab owner uploads, registers and switches');
     else registerHook(0);
-    loadModel();
     setAttr(root, 'data-state', 'ready');
   },
   event: onEvent,

@@ -39,3 +39,34 @@ def test_a_changed_dependency_changes_its_importers_url(tmp_path):
     after = Assets(tmp_path)
     assert after.url["js/main.js"] != before
     assert "./sub/dep." in after.by_plain["js/main.js"].body.decode()
+
+
+def test_a_page_preloads_every_module_its_scripts_import_transitively_and_nothing_else(tmp_path):
+    (tmp_path / "js" / "sub").mkdir(parents=True)
+    (tmp_path / "js" / "sub" / "leaf.js").write_text("export const y = 1;\n")
+    (tmp_path / "js" / "sub" / "dep.js").write_text("import { y } from './leaf.js';\nexport const x = y;\n")
+    (tmp_path / "js" / "main.js").write_text("import { x } from './sub/dep.js';\n")
+    (tmp_path / "js" / "other.js").write_text("import { y } from './sub/leaf.js';\n")
+    (tmp_path / "js" / "unused.js").write_text("export const z = 3;\n")
+    assets = Assets(tmp_path)
+    assert assets.preloads("js/main.js") == ["js/sub/dep.js", "js/sub/leaf.js"]
+    # two entry points share a dependency: listed once; an entry point is never preloaded as its own import
+    assert assets.preloads("js/main.js", "js/other.js") == ["js/sub/dep.js", "js/sub/leaf.js"]
+    assert assets.preloads("js/unused.js") == []
+
+
+def test_a_chapter_page_preloads_the_widgets_whole_module_graph_with_fingerprinted_urls():
+    from app import create_app
+    from core.config import Config
+
+    app = create_app(Config(testing=True))
+    html = app.test_client().get("/chapters/1").get_data(as_text=True)
+    assets = app.extensions["assets"]
+    preloaded = re.findall(r'<link rel="modulepreload" href="/static/([^"]+)">', html)
+    want = [assets.url[p] for p in assets.preloads("js/widget/index.js", "js/classroom.js")]
+    assert preloaded == want and "js/widget/timeline-model" in " ".join(preloaded)  # three imports deep
+    # the widget's first request starts with the page, and a reload revalidates it without a body
+    assert '<link rel="preload" href="/api/meta" as="fetch" crossorigin="anonymous">' in html
+    first = app.test_client().get("/api/meta")
+    again = app.test_client().get("/api/meta", headers={"If-None-Match": first.headers["ETag"]})
+    assert first.status_code == 200 and again.status_code == 304 and not again.get_data()

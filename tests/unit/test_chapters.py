@@ -60,3 +60,12 @@ def test_an_out_of_range_input_is_reported_and_the_page_still_renders(client):
 
 def test_an_unknown_chapter_is_a_404(client):
     assert client.get("/chapters/42").status_code == 404
+
+
+def test_the_start_up_warm_up_leaves_every_chapter_body_rendered_and_cached():
+    from app.pages import warm
+
+    chapters._rendered.clear()
+    warm(create_app(Config(testing=True)))
+    cached = {k[0] for k in chapters._rendered if k[2] == numbers.Inputs()}
+    assert cached == {c.number for c in chapters.all_chapters()}

@@ -14,7 +14,7 @@ import time
 import redis
 from rq import Queue
 
-from core import stream
+from core import clock, stream
 from core.keys import key, queue_name
 from workers.broker import handoff, leases
 from workers.broker.state import script
@@ -163,9 +163,15 @@ def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, spee
     n = 0
     mr = settings["max_receives"]
     upto = now if upto is None else upto
-    for job_id in r.zrangebyscore(key(lab, "leases"), "-inf", upto):
+    expired_leases = r.zrangebyscore(key(lab, "leases"), "-inf", upto, withscores=True)
+    clock_state = r.hgetall(key(lab, "clock")) if expired_leases else {}
+    for job_id, deadline in expired_leases:
+        # in real time, how long after the lab's clock reached the deadline this scan acted (the clock
+        # itself waits at the reaper's barrier, so in simulated time a redelivery is never late)
+        reached = clock.reached_at(clock_state, deadline)
+        real_lag = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
         expired = stream.encode("lease.expired", now, job_id=job_id)
-        redelivered = stream.encode("job.redelivered", now, job_id=job_id)
+        redelivered = stream.encode("job.redelivered", now, job_id=job_id, **real_lag)
         dead = stream.encode("job.dead_lettered", now, job_id=job_id,
                              reason=f"max receives ({mr}) exceeded: received {mr} times, never deleted")
         freed = stream.encode("job.stale_freed", now, job_id=job_id,

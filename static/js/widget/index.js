@@ -84,6 +84,10 @@ function boot(root) {
   start().catch((e) => fatal(e.message || String(e)));
 
   async function start() {
+    // the vocabulary and the lab are fetched side by side: neither needs the other (an unknown preset is
+    // refused by the server too); /api/meta's own failure is the one reported if both fail
+    const labP = W.openLab();
+    labP.catch(() => {});
     const metaRes = await W.api('GET', '/api/meta');
     if (!metaRes.ok) throw new Error(`could not load /api/meta: ${errorText(metaRes.data, metaRes.status)}`);
     S.meta = metaRes.data;
@@ -93,14 +97,16 @@ function boot(root) {
     S.controls = new Set(p.controls);
     setText(q('preset-title'), p.title);
     if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
-    const snap = await W.openLab();
+    const snap = await labP;
+    // the socket's handshake runs while the panels are built; nothing it brings is handled before
+    // this task ends, so every event still meets a built widget and the snapshot
+    W.connectWs();
     buildUi();
     W.applySnapshot(snap);
     q('loading').hidden = true;
     q('body').hidden = false;
     root.dataset.state = 'ready';
     root.dataset.labId = S.lab.id;
-    W.connectWs();
     setInterval(tick, 250);
     W.announceLoop();
     W.startPredictions();
