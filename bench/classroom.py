@@ -9,8 +9,18 @@ largest N that held is the capacity. Per-lab CPU and RSS of the pool hosts' proc
 commands per second and the server process's own CPU seconds (/proc/<pid>/stat) per busy lab per second are
 reported; from the last, how many busy labs one server core carries: 1 / (server CPU-s per lab-second).
 
+A machine of its own per pool host: on one box every host would share the same cores, so a second host
+could add no capacity. Each host therefore gets its own CPU budget, CLASSROOM_HOST_CPUS cores (a cgroup v1
+CPU quota, runtime/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses,
+ffmpeg), and the server, the web process and this driver run on what is left of the box (3 hosts × 0.5
+cores leave 0.5 of 2). Each row shows the cores each host actually used (`host_cores`, its cgroup's cpuacct
+count) and the share of 100 ms periods in which the kernel throttled it (`throttled_pct`): a host at its
+budget and throttled is bound by its quota, not by the box. Where quotas cannot be set (not root, cgroup v2
+only) the hosts run unlimited and the report says why (`host_cpus`).
+
 `python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS
-("1,2,3"), CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step).
+("1,2,3"), CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per
+host; 0: no quota).
 """
 
 from __future__ import annotations
@@ -50,8 +60,23 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def step(hosts: int, labs: int, seconds: float) -> dict:
-    with HostsStack("classroom", n_hosts=hosts) as stack:
+def host_cpu_s(stack: HostsStack, host: str) -> float:
+    """CPU seconds a pool host has used so far: its cgroup's count (also of processes that died unreaped), else
+    its process tree's from /proc."""
+    quota = stack.quotas.get(host)
+    used = quota.used_s() if quota else None
+    return used if used is not None else sum(cpu_s(p) for p in tree(stack.hosts[host].pid))
+
+
+def throttled(stack: HostsStack, host: str) -> tuple[int, int]:
+    """(periods, periods throttled) of the host's quota so far; (0, 0) without one."""
+    quota = stack.quotas.get(host)
+    stat = quota.stat() if quota else {}
+    return stat.get("nr_periods", 0), stat.get("nr_throttled", 0)
+
+
+def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
+    with HostsStack("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
         stack.wait_hosts()
         api, r = drill_client(stack), stack.redis_client()
         opened = [api.lab("ch1", speed=20, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
@@ -63,8 +88,8 @@ def step(hosts: int, labs: int, seconds: float) -> dict:
         tails = [WsTail(stack, lab, f"t{i}", after=api.snapshot(lab)["last_event_id"]) for i, lab in enumerate(opened)]
         for t in tails:
             t.start()
-        pids = [p for h in stack.hosts.values() for p in tree(h.pid)]
-        cpu0 = sum(cpu_s(p) for p in pids)
+        cpu0 = {h: host_cpu_s(stack, h) for h in stack.hosts}
+        thr0 = {h: throttled(stack, h) for h in stack.hosts}
         ops0, srv0 = int(r.info("stats")["total_commands_processed"]), server_cpu_s(stack)
         stop, rng, t0 = threading.Event(), random.Random(20), time.time()
         kills = 0
@@ -83,9 +108,9 @@ def step(hosts: int, labs: int, seconds: float) -> dict:
         elapsed = time.time() - t0
         ops = (int(r.info("stats")["total_commands_processed"]) - ops0) / elapsed
         srv = (server_cpu_s(stack) - srv0) / elapsed  # server CPU-s per second
-        pids_end = [p for h in stack.hosts.values() for p in tree(h.pid)]
-        cpu = sum(cpu_s(p) for p in pids_end) - cpu0
-        rss = sum(_rss(p) for p in pids_end)
+        used = {h: host_cpu_s(stack, h) - cpu0[h] for h in stack.hosts}
+        thr = {h: [b - a for a, b in zip(thr0[h], throttled(stack, h), strict=True)] for h in stack.hosts}
+        rss = sum(_rss(p) for h in stack.hosts.values() for p in tree(h.pid))
         stop.set()
         late, overrun, lags = [], [], []
         for lab, t in zip(opened, tails, strict=True):
@@ -99,12 +124,17 @@ def step(hosts: int, labs: int, seconds: float) -> dict:
                 if e["type"] == "job.succeeded" and (e["job_id"], e["attempt"]) in claimed:
                     took = e["t_sim"] - claimed[(e["job_id"], e["attempt"])]
                     overrun.append(100 * (took / dur[e["job_id"]] - 1))
-        row = {"hosts": hosts, "labs": labs, "kills": kills, "redeliveries": len(late),
+        row = {"hosts": hosts, "labs": labs, "host_cpus": stack.host_cpus or f"unlimited ({stack.host_cpus_why})",
+               "kills": kills, "redeliveries": len(late),
                "late_p99_ms": rnd(pct(late, 99), 0) if late else 0,
                "overrun_p50_pct": rnd(pct(overrun, 50), 1) if overrun else None,
                "overrun_p99_pct": rnd(pct(overrun, 99), 1) if overrun else None,
                "event_p99_ms": rnd(pct(lags, 99) * 1000, 0) if lags else None,
-               "cpu_per_lab": rnd(cpu / elapsed / labs, 2), "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
+               "cpu_per_lab": rnd(sum(used.values()) / elapsed / labs, 2),
+               "host_cores": [rnd(used[h] / elapsed, 2) for h in sorted(stack.hosts)],
+               "throttled_pct": [rnd(100 * n / periods, 0) if periods else None
+                                 for periods, n in (thr[h] for h in sorted(stack.hosts))],
+               "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
                "server_ops_s": rnd(ops, 0), "ops_per_lab_s": rnd(ops / labs, 0),
                "server_cpu_pct": rnd(100 * srv, 1), "server_ms_per_lab_s": rnd(1000 * srv / labs, 2),
                "load1": rnd(os.getloadavg()[0], 1)}
@@ -117,25 +147,30 @@ def run(b=None) -> dict:
     host_counts = [int(x) for x in os.environ.get("CLASSROOM_HOSTS", "1,2,3").split(",")]
     max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
+    host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
     rows, capacity = [], {}
     for h in host_counts:
         capacity[h] = 0
         n = h
         while n <= max_labs:
-            row = step(h, n, seconds)
+            row = step(h, n, seconds, host_cpus)
             rows.append(row)
             if not row["ok"]:
                 break
             capacity[h] = n
             n += h
+    budget = rows[0]["host_cpus"] if rows else host_cpus  # as applied: cores, or "unlimited (why)"
     return report("classroom", "follow-along labs per pool host within the budgets",
                   ["hosts", "labs", "kills", "redeliveries", "late_p99_ms", "overrun_p50_pct", "overrun_p99_pct",
-                   "event_p99_ms", "cpu_per_lab", "rss_mb_per_lab", "server_ops_s", "ops_per_lab_s",
-                   "server_cpu_pct", "server_ms_per_lab_s", "load1", "ok"],
+                   "event_p99_ms", "cpu_per_lab", "host_cores", "throttled_pct", "rss_mb_per_lab", "server_ops_s",
+                   "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "load1", "ok"],
                   rows, {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",
                          "also": server_projection(rows)},
-                  {"budget": BUDGET, "seconds": seconds, "max_labs": max_labs},
-                  notes=["each step its own stack; other load on the box moves the figures (see load1)",
+                  {"budget": BUDGET, "seconds": seconds, "max_labs": max_labs, "host_cpus": budget},
+                  notes=[f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
+                         "host_cores: cores each host used, throttled_pct: share of 100 ms periods its quota "
+                         "throttled it",
+                         "each step its own stack; other load on the box moves the figures (see load1)",
                          "server CPU per lab includes the fixed cost of hosts and web (heartbeats, leases, "
                          "pub/sub) shared over N labs, and this driver's snapshot poll (one per lab per 0.5 s)"])
 
