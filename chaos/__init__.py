@@ -7,4 +7,4 @@ started. The runner exits non-zero if any drill fails.
 """
 
 DRILLS = ("kill_storm", "redis_restart", "web_restart", "supervisor_killed", "slow_consumer", "dequeue_crash",
-          "self_heal", "flood", "pool_host_killed")
+          "self_heal", "flood", "pool_host_killed", "conn_flood")

@@ -2,11 +2,13 @@
 
 urllib, nothing mocked between caller and server; an HTTP error status is an answer, not a raise.
 `Api(url, offline_ok=True)` (the drills, which restart servers under it) also turns a refused or cut
-connection into status 0 instead of an exception.
+connection into status 0 instead of an exception; `Api(url, source="127.0.0.2")` calls from another
+loopback address, which a server without a proxy counts as another client.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -47,15 +49,28 @@ class Response:
             return self.body
 
 
+class _FromAddress(urllib.request.HTTPHandler):
+    """Plain HTTP whose connections leave from one local address."""
+
+    def __init__(self, address: str):
+        super().__init__()
+        self.address = address
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(http.client.HTTPConnection, req, source_address=(self.address, 0))
+
+
 class Api:
     """The contract's calls, and the labs this client made (`created`), so a caller can remove them."""
 
-    def __init__(self, base: str, redis_url: str | None = None, offline_ok: bool = False, timeout: float = 40):
+    def __init__(self, base: str, redis_url: str | None = None, offline_ok: bool = False, timeout: float = 40,
+                 source: str | None = None):
         self.base = base
         self.redis_url = redis_url
         self.offline_ok = offline_ok
         self.timeout = timeout
         self.created: list[dict] = []
+        self._open = urllib.request.build_opener(_FromAddress(source)).open if source else urllib.request.urlopen
 
     # --- one request -------------------------------------------------------------------------
     def call(self, method: str, path: str, body: Any = None, token: str | None = None, headers: dict | None = None,
@@ -69,7 +84,7 @@ class Api:
             hdrs["Authorization"] = f"Bearer {token}"
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=hdrs)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with self._open(req, timeout=timeout or self.timeout) as resp:
                 return Response(resp.status, dict(resp.headers), resp.read())
         except urllib.error.HTTPError as e:
             return Response(e.code, dict(e.headers), e.read())

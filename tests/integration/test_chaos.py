@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from chaos import (
+    conn_flood,
     dequeue_crash,
     kill_storm,
     pool_host_killed,
@@ -142,3 +143,20 @@ def test_a_stalled_websocket_consumer_is_cut_once_its_mailbox_overflows(slow_run
     if slow_run.counts.get("events", 0) <= 2000 or any("never more than" in v for v in slow_run.violations):
         pytest.fail(f"the slow consumer's mailbox never overflowed: {slow_run.counts}")
     assert slow_run.counts["cut_while_stalled"], explain(slow_run)
+
+
+def test_one_client_at_its_socket_or_connection_cap_is_refused_more_and_everyone_else_is_answered():
+    """issue 23 at the README's default limits: past WS_PER_CLIENT (one address, a view token) and WS_PER_LAB
+    (a room of addresses) a socket is closed with 4429 and the kept ones stay open; slow headers are cut, past
+    CONN_PER_CLIENT at accept; and every probe from another address answers (the drill judges its latency)."""
+    cfg = conn_flood.DEFAULTS
+    sockets, slow, room = cfg.ws_per_client + 16, cfg.conn_per_client + 24, cfg.ws_per_lab + 20
+    res = conn_flood.run(sockets=sockets, slowloris=(slow,), room=room, hold_s=3, baseline_s=2)
+    c = res.counts
+    assert (c[f"sockets{sockets}_kept"], c[f"sockets{sockets}_4429"], c[f"sockets{sockets}_cut"]) == (
+        cfg.ws_per_client, 16, 0), explain(res)
+    assert (c[f"room{room}_kept"], c[f"room{room}_4429"], c[f"room{room}_cut"]) == (cfg.ws_per_lab, 20, 0), explain(res)
+    assert c[f"slowloris{slow}_cut_at_accept"] > 0 and c[f"slowloris{slow}_cut_at_timeout"] > 0, explain(res)
+    assert all(c[f"{phase}_failed"] == 0 for phase in ("quiet", f"sockets{sockets}", f"slowloris{slow}",
+                                                       f"room{room}")), explain(res)
+    assert not [v for v in res.violations if " p99 " not in v], explain(res)
