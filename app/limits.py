@@ -17,6 +17,7 @@ from flask import current_app, request
 
 from app.errors import ApiError
 from core import registry
+from workers import hosts
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
          "labs": ("rate_labs", "new labs and rooms")}
@@ -70,13 +71,20 @@ def check_rate(r: redis.Redis, name: str) -> None:
 
 def check_workers(r: redis.Redis, want: int, lab: str | None = None) -> None:
     """429 if giving `lab` (or a new lab) `want` processes (workers + scheduler replicas) would pass the
-    machine's ceiling."""
-    cap = current_app.config["LAB"].max_workers
-    used = registry.workers_in_use(r, exclude=lab)
-    if used + want > cap:
-        raise too_many("workers_full", f"this machine runs at most {cap} workers (scheduler replicas count as "
-                       f"workers) and {used} are in use by other labs; ask for at most {max(0, cap - used)} or "
-                       "try again in a minute", 60)
+    ceiling of the pool host that runs them: `MAX_WORKERS` is each host's own (workers/hosts.py `room`),
+    so every pool host added to a class adds its workers. While no host is live, this web process's own
+    `MAX_WORKERS` over every lab."""
+    room = hosts.room(r, lab)
+    if room is None:
+        cap = current_app.config["LAB"].max_workers
+        free = cap - registry.workers_in_use(r, exclude=lab)
+    else:
+        free, cap = room
+    if want > free:
+        whose = "this lab's pool host" if lab else "the roomiest pool host"
+        raise too_many("workers_full", f"{whose} runs at most {cap} workers (scheduler replicas count as workers) "
+                       f"and {cap - free} are in use by other labs; ask for at most {max(0, free)} or try again "
+                       "in a minute", 60)
 
 
 def check_new_lab(r: redis.Redis) -> None:

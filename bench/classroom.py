@@ -1,26 +1,30 @@
 """Classroom capacity: how many follow-along labs a pool host carries within the budgets, on 1, 2, 3 hosts.
 
 Each step starts its own stack (valkey, H pool hosts with their own data dirs, one web process:
-chaos/pool_host_killed.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3
-workers, heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker
-every few seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50
-ms, paced-job overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms. N grows until a budget breaks; the
-largest N that held is the capacity. Per-lab CPU and RSS of the pool hosts' process trees, the server's
-commands per second and the server process's own CPU seconds (/proc/<pid>/stat) per busy lab per second are
-reported; from the last, how many busy labs one server core carries: 1 / (server CPU-s per lab-second).
+chaos/pool_host_killed.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3 workers,
+heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker every few
+seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50 ms, paced-job
+overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms, and one of ours: every lab's clock runs at ≥ 95 % of its asked
+speed (`clock_lag_max_pct` ≤ 5), measured after WARMUP_S of steady load. The honest clock (core/clock.py)
+makes the first two hold at any load — a job always takes its simulated duration and a lease is never passed
+unseen, because the clock waits for real work — so an overloaded host shows up as labs whose clock runs slow.
+N grows until a budget breaks; the largest N that held is the capacity. Per-lab CPU and RSS of the pool hosts'
+process trees, the server's commands per second and the server process's own CPU seconds (/proc/<pid>/stat)
+per busy lab per second are reported; from the last, how many busy labs one server core carries: 1 / (server
+CPU-s per lab-second).
 
-A machine of its own per pool host: on one box every host would share the same cores, so a second host
-could add no capacity. Each host therefore gets its own CPU budget, CLASSROOM_HOST_CPUS cores (a cgroup v1
-CPU quota, runtime/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses,
-ffmpeg), and the server, the web process and this driver run on what is left of the box (3 hosts × 0.5
-cores leave 0.5 of 2). Each row shows the cores each host actually used (`host_cores`, its cgroup's cpuacct
-count) and the share of 100 ms periods in which the kernel throttled it (`throttled_pct`): a host at its
-budget and throttled is bound by its quota, not by the box. Where quotas cannot be set (not root, cgroup v2
-only) the hosts run unlimited and the report says why (`host_cpus`).
+A machine of its own per pool host: on one box every host would share the same cores, so a second host could
+add no capacity. Each host therefore gets its own CPU budget, CLASSROOM_HOST_CPUS cores (a cgroup v1 CPU
+quota, runtime/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses, ffmpeg),
+and the server, the web process and this driver run on what is left of the box (3 hosts × 0.5 cores leave 0.5
+of 2). Each row shows the cores each host actually used (`host_cores`, its cgroup's cpuacct count) and the
+share of 100 ms periods in which the kernel throttled it (`throttled_pct`): a host at its budget and throttled
+is bound by its quota, not by the box. Where quotas cannot be set (not root, cgroup v2 only) the hosts run
+unlimited and the report says why (`host_cpus`).
 
-`python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS
-("1,2,3"), CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per
-host; 0: no quota).
+`python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS ("1,2,3"),
+CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per host; 0: no
+quota).
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from chaos.common import WsTail, drill_client
 from chaos.pool_host_killed import HostsStack
 from runtime.procs import children, cpu_s, rss_kb, wait
 
-BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
+BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100, "clock_lag_max_pct": 5}
+SPEED = 20
+WARMUP_S = 8.0  # real seconds of steady load before a step measures (one job is 6 real s at 20×)
 
 
 def _rss(pid: int) -> int:
@@ -75,11 +81,24 @@ def throttled(stack: HostsStack, host: str) -> tuple[int, int]:
     return stat.get("nr_periods", 0), stat.get("nr_throttled", 0)
 
 
+def fill(api, labs: list[dict], seconds: float = 0) -> None:
+    """Keep 3 jobs of 120 simulated s queued or running in every lab (for `seconds`, or one pass)."""
+    until = time.time() + seconds
+    while True:
+        for lab in labs:
+            c = api.snapshot(lab)["counts"]
+            for _ in range(max(0, 3 - c["running"] - c["queued"])):
+                api.enqueue(lab, {"sample": "carphone_pristine", "duration_s": 120})
+        if time.time() >= until:
+            return
+        time.sleep(0.5)
+
+
 def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
     with HostsStack("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
         stack.wait_hosts()
         api, r = drill_client(stack), stack.redis_client()
-        opened = [api.lab("ch1", speed=20, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
+        opened = [api.lab("ch1", speed=SPEED, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
                           heartbeat_extend=30, max_attempts=20, respawn_delay=20) for _ in range(labs)]
         for lab in opened:
             wait(lambda lab=lab: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "idle"]) >= 3,
@@ -88,16 +107,15 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
         tails = [WsTail(stack, lab, f"t{i}", after=api.snapshot(lab)["last_event_id"]) for i, lab in enumerate(opened)]
         for t in tails:
             t.start()
+        fill(api, opened, WARMUP_S)  # steady load before measuring: first attempts check their input cold
         cpu0 = {h: host_cpu_s(stack, h) for h in stack.hosts}
         thr0 = {h: throttled(stack, h) for h in stack.hosts}
         ops0, srv0 = int(r.info("stats")["total_commands_processed"]), server_cpu_s(stack)
+        sim0 = [api.snapshot(lab)["clock"]["t_raw"] for lab in opened]
         stop, rng, t0 = threading.Event(), random.Random(20), time.time()
         kills = 0
         while time.time() - t0 < seconds:
-            for lab in opened:
-                c = api.snapshot(lab)["counts"]
-                for _ in range(max(0, 3 - c["running"] - c["queued"])):
-                    api.enqueue(lab, {"sample": "carphone_pristine", "duration_s": 120})
+            fill(api, opened)
             if time.time() - t0 > 3 * (kills + 1):
                 lab = rng.choice(opened)
                 busy = [w for w in api.snapshot(lab)["workers"] if w["state"] == "busy"]
@@ -105,7 +123,9 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
                     kills += api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{busy[0]['id']}/kill", {},
                                       lab["token"]).status == 200
             time.sleep(0.5)
+        sim = [api.snapshot(lab)["clock"]["t_raw"] - s0 for lab, s0 in zip(opened, sim0, strict=True)]
         elapsed = time.time() - t0
+        clock_lag = [100 * (1 - s / elapsed / SPEED) for s in sim]  # % of the asked speed the clock did not run
         ops = (int(r.info("stats")["total_commands_processed"]) - ops0) / elapsed
         srv = (server_cpu_s(stack) - srv0) / elapsed  # server CPU-s per second
         used = {h: host_cpu_s(stack, h) - cpu0[h] for h in stack.hosts}
@@ -130,6 +150,7 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
                "overrun_p50_pct": rnd(pct(overrun, 50), 1) if overrun else None,
                "overrun_p99_pct": rnd(pct(overrun, 99), 1) if overrun else None,
                "event_p99_ms": rnd(pct(lags, 99) * 1000, 0) if lags else None,
+               "clock_lag_max_pct": rnd(max(clock_lag), 1), "clock_lag_p50_pct": rnd(pct(clock_lag, 50), 1),
                "cpu_per_lab": rnd(sum(used.values()) / elapsed / labs, 2),
                "host_cores": [rnd(used[h] / elapsed, 2) for h in sorted(stack.hosts)],
                "throttled_pct": [rnd(100 * n / periods, 0) if periods else None
@@ -162,6 +183,7 @@ def run(b=None) -> dict:
     budget = rows[0]["host_cpus"] if rows else host_cpus  # as applied: cores, or "unlimited (why)"
     return report("classroom", "follow-along labs per pool host within the budgets",
                   ["hosts", "labs", "kills", "redeliveries", "late_p99_ms", "overrun_p50_pct", "overrun_p99_pct",
+                   "clock_lag_p50_pct", "clock_lag_max_pct",
                    "event_p99_ms", "cpu_per_lab", "host_cores", "throttled_pct", "rss_mb_per_lab", "server_ops_s",
                    "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "load1", "ok"],
                   rows, {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",

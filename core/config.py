@@ -53,6 +53,11 @@ class Config:
     max_workers: int = 64
     """Processes all labs together may run on this machine: rq workers *and* chapter 7's scheduler replicas
     (chapter 6's fleets are workers); a lab, resize or replica count past it answers 429."""
+    spare_workers: int = 3
+    """Pre-started worker processes each pool host keeps ready (Python, RQ and the job code loaded, no lab
+    yet): a new lab's workers and a killed worker's replacement are taken from them and ready in
+    milliseconds, not after a process start (workers/spare.py). They belong to the host, not to a lab, and
+    are not counted against `max_workers`. 0: start every worker on demand."""
     rate_jobs: int = 120
     """Job creations one client (IP address) may make per `rate_window`; more answer 429. 0: unlimited."""
     rate_kills: int = 30
@@ -142,6 +147,7 @@ class Config:
             max_labs=_int("MAX_LABS", cls.max_labs),
             lab_idle_ttl=_int("LAB_IDLE_TTL", cls.lab_idle_ttl),
             max_workers=_int("MAX_WORKERS", cls.max_workers),
+            spare_workers=_int("SPARE_WORKERS", cls.spare_workers),
             rate_jobs=_int("RATE_JOBS", cls.rate_jobs),
             rate_kills=_int("RATE_KILLS", cls.rate_kills),
             rate_window=_int("RATE_WINDOW", cls.rate_window),

@@ -30,6 +30,11 @@ def host_key(host: str) -> str:
     return f"pool:host:{host}"
 
 
+def spare_assignment(pid: int) -> str:
+    """The list a pre-started worker process (workers/spare.py) waits on for the lab it will serve."""
+    return f"pool:spare:{pid}"
+
+
 def host_commands(host: str) -> str:
     """The list a pool host pops kill and replica commands for the labs it owns from."""
     return f"pool:host:{host}:commands"

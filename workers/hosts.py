@@ -18,13 +18,16 @@ never chosen; it releases its leases itself so its labs move without waiting for
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
+from collections import Counter
 
 import redis
 
-from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, owner
+from core import registry
+from core.keys import HOST_SEQ, HOSTS, LABS, host_commands, host_key, key, owner
 
 CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
 
@@ -160,3 +163,27 @@ def live_hosts(r: redis.Redis) -> dict[str, dict]:
             pipe.hgetall(host_key(h))
         rows = pipe.execute()
     return {(h.decode() if isinstance(h, bytes) else h): row for h, row in zip(ids, rows, strict=True) if row}
+
+
+def room(r: redis.Redis, lab: str | None = None) -> tuple[int, int] | None:
+    """(processes free, ceiling) on the host that would run them: `lab`'s owner, or for a new (or not yet
+    placed) lab the live host with the most room. Each host's use is what the labs it owns ask for now
+    (workers and scheduler replicas, `lab` itself left out). None while no pool host is live."""
+    live = {h: int(row.get("max_workers", 0)) for h, row in live_hosts(r).items() if row.get("leaving") != "1"}
+    if not live:
+        return None
+    labs = sorted(r.smembers(LABS))
+    used: Counter[str] = Counter()
+    if labs:
+        owners = r.mget([owner(x) for x in labs])
+        wants = r.mget([key(x, "settings") for x in labs])
+        for other, host, raw in zip(labs, owners, wants, strict=True):
+            host = host.decode() if isinstance(host, bytes) else host
+            if other != lab and host in live and raw:
+                used[host] += registry.processes_of(json.loads(raw))
+        mine = dict(zip(labs, owners, strict=True)).get(lab) if lab else None
+        mine = mine.decode() if isinstance(mine, bytes) else mine
+    else:
+        mine = None
+    free, cap = max((live[h] - used[h], live[h]) for h in ([mine] if mine in live else live))
+    return free, cap

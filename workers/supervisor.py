@@ -22,7 +22,7 @@ import redis
 
 from core import clock, registry, stream
 from core.config import Config
-from core.keys import LABS, host_commands, key, owner, queue_name
+from core.keys import LABS, host_commands, key, owner, queue_name, spare_assignment
 from workers import hosts
 from workers.broker import reaper
 from workers.engines import autoscale, fairness, loadgen, webhooks
@@ -164,6 +164,7 @@ class Supervisor:
         self.running = True
         # this process as one pool host among many sharing the server (workers/hosts.py)
         self.host = hosts.HostAgent(self.r, config.pool_host_id, config.pool_lease_s, config.max_workers)
+        self.spares: list[subprocess.Popen] = []  # pre-started worker processes (keep_spares)
         self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
         self.waiting: set[str] = set()  # labs no host had room for (narrated once)
 
@@ -177,16 +178,37 @@ class Supervisor:
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
         nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
         pool.nice = nice
-        slot.proc = subprocess.Popen(
-            [RQ_BIN, "worker", "--url", self.config.redis_url, "--name", name, "--quiet",
-             "--worker-class", "workers.rqworker.LabWorker",
-             "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)],
-            env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
+        argv = ["worker", "--url", self.config.redis_url, "--name", name, "--quiet",
+                "--worker-class", "workers.rqworker.LabWorker",
+                "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)]
+        slot.proc = self.take_spare(argv, {"LAB_WORKER_ID": slot.id}, nice) or subprocess.Popen(
+            [RQ_BIN, *argv], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
         slot.state = "idle"
         slot.quiet_since = None
         self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
                     pid=slot.proc.pid, fleet=slot.fleet or "")
+
+    def take_spare(self, argv: list[str], env: dict[str, str], nice: int) -> subprocess.Popen | None:
+        """A pre-started worker process (workers/spare.py) made into this worker: it runs `rq worker argv`
+        in-process at once. None if no spare is ready (then the caller starts one the slow way)."""
+        while self.spares:
+            proc = self.spares.pop(0)
+            if proc.poll() is None:
+                self.r.rpush(spare_assignment(proc.pid), json.dumps({"argv": argv, "env": env, "nice": nice}))
+                return proc
+        return None
+
+    def keep_spares(self) -> None:
+        """Top the host's pre-started workers back up to SPARE_WORKERS (each start is one Popen; the
+        process loads in the background, at the lowest lab priority)."""
+        self.spares = [p for p in self.spares if p.poll() is None]
+        env = dict(os.environ, REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))
+        nice = max(0, min(19, self.config.lab_nice))
+        while self.running and len(self.spares) < self.config.spare_workers:
+            self.spares.append(subprocess.Popen(
+                [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url], env=env,
+                stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)))
 
     @staticmethod
     def fleet_of(pool: LabPool, slot: Slot, settings: dict) -> str | None:
@@ -504,6 +526,7 @@ class Supervisor:
                 registry.teardown(self.r, lab, self.config.var_dir)
 
     def tick(self) -> None:
+        self.keep_spares()
         live = self.r.smembers(LABS)
         self.mine = mine = self.ownership(live)
         for lab in list(self.pools):
@@ -679,6 +702,9 @@ class Supervisor:
         """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live
         host adopts the lab at its next tick and starts workers), and warm-stops its own workers, which
         finish their current job. One still busy after the grace is killed; its job's lease brings it back."""
+        for proc in self.spares:  # no lab yet: nothing to finish
+            proc.kill()
+            proc.wait()
         self.fleet.stop_all()
         try:
             self.host.leaving = True

@@ -39,3 +39,28 @@ def test_an_unknown_include_is_a_clear_422(api):
     job = enqueue(api, lab)
     res = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}?include=everything", token=lab["token"])
     assert res.status == 422 and b"history" in res.body
+
+
+def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_processes(api, stack):
+    """workers/spare.py: a lab's workers are taken from processes started before it (Python, RQ and the job
+    code loaded), which then run as its `rq worker`; the host tops its spares back up."""
+    from runtime.procs import processes_matching, wait
+
+    def spares() -> set[int]:
+        return set(processes_matching(f"workers.spare --url {stack.redis_url}"))
+
+    ready = wait(lambda: spares() if len(spares()) >= 2 else None, 30, "two spare workers")
+    lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=60, workers=2, respawn_delay=10)
+    api.workers_ready(lab, 2)
+    rows = api.snapshot(lab)["workers"]
+    assert {w["pid"] for w in rows} <= ready, (rows, ready)  # nothing was started for this lab
+    titles = processes_matching(f"lab-{lab['lab_id']}")
+    assert all(titles.get(w["pid"], "").startswith("rq worker --url") for w in rows), titles
+    job = enqueue(api, lab)
+    victim = busy_worker(api, lab, job)
+    ready = wait(lambda: spares() or None, 30, "a spare to be ready for the respawn")
+    kill(api, lab, victim["id"])
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
+    replacement = next(w for w in api.snapshot(lab)["workers"] if w["id"] == victim["id"])
+    assert replacement["pid"] != victim["pid"] and replacement["pid"] in ready
+    wait(lambda: len(spares()) >= 2, 30, "the host to top its spares back up")

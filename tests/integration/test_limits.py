@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,11 +19,13 @@ import websocket
 from playwright.sync_api import expect
 
 from core import blobs
+from core.keys import owner
+from runtime.procs import wait
 from runtime.stack import Stack
 from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
-from workers import media
+from workers import hosts, media
 
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
@@ -129,6 +133,39 @@ def test_the_machine_refuses_labs_and_workers_past_its_ceilings_with_429_and_ret
     tapi.call("DELETE", f"/api/labs/{labs[2]['lab_id']}", token=labs[2]["token"])
     res = tapi.call("POST", "/api/labs", {"preset": "ch0"})  # a lab slot is free, but no worker is
     assert res.status == 429 and res.json()["error"] == "workers_full"
+
+
+def test_a_second_pool_host_adds_its_ceiling_to_the_pool(tight, tapi):
+    """MAX_WORKERS is each pool host's own ceiling: with a second host, two labs each grow to a full host's
+    worth (before: the web tier refused the second past one host's ceiling), and a lab may not grow past what
+    its own host has free however much room the pool has elsewhere."""
+    r = redis.Redis.from_url(tight.redis_url, decode_responses=True)
+    (first_host,) = hosts.live_hosts(r)
+    # placement reads each host's heartbeat: let the last test's labs leave this host's count first
+    wait(lambda: hosts.live_hosts(r)[first_host].get("workers") == "0", 30, "the first host to report no workers")
+    env = dict(tight.env(), POOL_HOST_ID="p2", VAR_DIR=str(tight.root / "var-p2"))
+    host = subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env, start_new_session=True)
+    try:
+        wait(lambda: "p2" in hosts.live_hosts(r), 30, "the second pool host to register")
+        labs = [tapi.lab("ch0", speed=20, workers=0) for _ in range(2)]
+        placed = wait(lambda: [r.get(owner(lab["lab_id"])) for lab in labs] if all(
+            r.get(owner(lab["lab_id"])) for lab in labs) else None, 30, "both labs to be placed")
+        assert sorted(placed) == sorted([first_host, "p2"])  # one lab per host: the emptier host gets the next
+        for lab in labs:
+            res = tapi.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": MAX_WORKERS}, lab["token"])
+            assert res.status == 200, res.json()
+        for lab, where in zip(labs, placed, strict=True):
+            workers_ready(tight, lab, MAX_WORKERS)
+            assert {w["host"] for w in tapi.snapshot(lab)["workers"]} == {where}
+        res = tapi.call("PATCH", f"/api/labs/{labs[0]['lab_id']}/settings", {"workers": MAX_WORKERS + 1},
+                        labs[0]["token"])
+        assert res.status == 429 and "this lab's pool host runs at most" in res.json()["detail"]
+    finally:
+        host.terminate()
+        host.wait(30)
+    wait(lambda: "p2" not in hosts.live_hosts(r), 30, "the second pool host to deregister")
+    third = tapi.call("POST", "/api/labs", {"preset": "ch0"})
+    assert third.status == 429 and f"at most {MAX_WORKERS} workers" in third.json()["detail"]
 
 
 def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
