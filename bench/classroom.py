@@ -4,8 +4,10 @@ Each step starts its own stack (valkey, H pool hosts with their own data dirs, o
 chaos/pool_host_killed.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3 workers,
 heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker every few
 seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50 ms, paced-job
-overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms, and one of ours: every lab's clock runs at ≥ 95 % of its asked
-speed (`clock_lag_max_pct` ≤ 5), measured after WARMUP_S of steady load. The honest clock (core/clock.py)
+overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms, and one of ours: no lab's clock runs more than 5 points
+further under its asked speed than one lab's alone on an unlimited host, measured first in the same run
+(`clock_lag_max_pct` ≤ floor + CLOCK_LAG_PP; the honest clock waits for every real hand-off, so even that lab
+runs a few % under its speed), after WARMUP_S of steady load. The honest clock (core/clock.py)
 makes the first two hold at any load — a job always takes its simulated duration and a lease is never passed
 unseen, because the clock waits for real work — so an overloaded host shows up as labs whose clock runs slow.
 N grows until a budget breaks; the largest N that held is the capacity. Per-lab CPU and RSS of the pool hosts'
@@ -39,7 +41,8 @@ from chaos.common import WsTail, drill_client
 from chaos.pool_host_killed import HostsStack
 from runtime.procs import children, cpu_s, rss_kb, wait
 
-BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100, "clock_lag_max_pct": 5}
+BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
+CLOCK_LAG_PP = 5  # a lab's clock may run at most this many points slower than one lab's alone on a free host
 SPEED = 20
 WARMUP_S = 8.0  # real seconds of steady load before a step measures (one job is 6 real s at 20×)
 
@@ -159,9 +162,12 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
                "server_ops_s": rnd(ops, 0), "ops_per_lab_s": rnd(ops / labs, 0),
                "server_cpu_pct": rnd(100 * srv, 1), "server_ms_per_lab_s": rnd(1000 * srv / labs, 2),
                "load1": rnd(os.getloadavg()[0], 1)}
-        row["ok"] = all(row[k] is not None and row[k] <= v for k, v in BUDGET.items())
         print(f"  {row}", flush=True)
         return row
+
+
+def within(row: dict, budget: dict) -> bool:
+    return all(row[k] is not None and row[k] <= v for k, v in budget.items())
 
 
 def run(b=None) -> dict:
@@ -169,12 +175,19 @@ def run(b=None) -> dict:
     max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
     host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
+    # the floor: one lab alone on a host with the whole box. Its clock already runs a little under the asked
+    # speed — every hand-off, heartbeat and redelivery is real work the honest clock waits for — so the
+    # budget is that lag plus CLOCK_LAG_PP, not an absolute figure
+    floor = step(1, 1, seconds, 0)
+    floor["ok"] = within(floor, BUDGET)
+    budget_all = {**BUDGET, "clock_lag_max_pct": rnd(floor["clock_lag_max_pct"] + CLOCK_LAG_PP, 1)}
     rows, capacity = [], {}
     for h in host_counts:
         capacity[h] = 0
         n = h
         while n <= max_labs:
             row = step(h, n, seconds, host_cpus)
+            row["ok"] = within(row, budget_all)
             rows.append(row)
             if not row["ok"]:
                 break
@@ -186,10 +199,14 @@ def run(b=None) -> dict:
                    "clock_lag_p50_pct", "clock_lag_max_pct",
                    "event_p99_ms", "cpu_per_lab", "host_cores", "throttled_pct", "rss_mb_per_lab", "server_ops_s",
                    "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "load1", "ok"],
-                  rows, {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",
-                         "also": server_projection(rows)},
-                  {"budget": BUDGET, "seconds": seconds, "max_labs": max_labs, "host_cpus": budget},
-                  notes=[f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
+                  [{**floor, "hosts": "floor"}, *rows],
+                  {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",
+                   "also": server_projection(rows)},
+                  {"budget": budget_all, "seconds": seconds, "max_labs": max_labs, "host_cpus": budget,
+                   "floor_clock_lag_pct": floor["clock_lag_max_pct"]},
+                  notes=[f"floor (first row): one lab alone, its host unlimited: clock lag "
+                         f"{floor['clock_lag_max_pct']} % — the budget is that + {CLOCK_LAG_PP} points",
+                         f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
                          "host_cores: cores each host used, throttled_pct: share of 100 ms periods its quota "
                          "throttled it",
                          "each step its own stack; other load on the box moves the figures (see load1)",
