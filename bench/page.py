@@ -20,6 +20,7 @@ from bench.common import Bench, chromium_launch_args, median, report, rnd
 
 NAME = "page"
 CHAPTERS = range(9)
+SETTLE_S = 4.0  # real seconds between chapters: > SPARE_REFILL_S + a spare's start
 INIT = """
 window.__awl = {};
 document.addEventListener('lab:ready', (e) => { window.__awl.lab = e.detail.lab; }, true);
@@ -67,6 +68,9 @@ def run(b: Bench) -> dict:
             fcp_floors = [fcp_floor(b, browser) for _ in range(3)]
             fcp_base = median(fcp_floors)
             for n in CHAPTERS:
+                # a settled box, as a learner finds it: the last chapter's labs gone, the host's spare
+                # workers started again (workers/spare.py)
+                time.sleep(SETTLE_S)
                 ctx = browser.new_context()
                 ctx.add_init_script(INIT)
                 page = ctx.new_page()

@@ -26,7 +26,7 @@ from setproctitle import setproctitle
 import workers.rqworker  # noqa: F401  (what `rq worker --worker-class workers.rqworker.LabWorker` imports)
 from core.keys import spare_assignment
 
-WAIT_S = 5  # seconds per wait; between waits a spare whose supervisor is gone exits
+WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     while got is None:
         try:
             got = r.blpop([spare_assignment(os.getpid())], timeout=WAIT_S)
-        except redis.ConnectionError:  # the server restarts (the launcher brings it back): wait for it
+        except (redis.ConnectionError, redis.TimeoutError):  # the server restarts (the launcher brings it back)
             time.sleep(1)
         if got is None and os.getppid() != parent:
             return  # the supervisor died without taking it (it is also sent SIGKILL by PR_SET_PDEATHSIG)

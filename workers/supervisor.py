@@ -34,6 +34,7 @@ REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # process checks and the chapter engines (load generator, fairness, autoscale)
 IDLE_S = 1.0  # with no lab at all, nothing is due: wake only for a command or a new lab
+SPARE_REFILL_S = 2.0  # real seconds after a spare worker was taken before the host starts replacements
 STOP_GRACE_S = 2.0  # real seconds a warm-stopped worker holding no job may take to exit before it is killed
 WATCHED = ("leases", "scheduled", "clock", "settings")  # per-lab keys whose change can move a deadline
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
@@ -165,6 +166,8 @@ class Supervisor:
         # this process as one pool host among many sharing the server (workers/hosts.py)
         self.host = hosts.HostAgent(self.r, config.pool_host_id, config.pool_lease_s, config.max_workers)
         self.spares: list[subprocess.Popen] = []  # pre-started worker processes (keep_spares)
+        self.refill_at = 0.0
+        self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
         self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
         self.waiting: set[str] = set()  # labs no host had room for (narrated once)
 
@@ -194,17 +197,22 @@ class Supervisor:
         in-process at once. None if no spare is ready (then the caller starts one the slow way)."""
         while self.spares:
             proc = self.spares.pop(0)
+            self.refill_at = time.time() + SPARE_REFILL_S
             if proc.poll() is None:
                 self.r.rpush(spare_assignment(proc.pid), json.dumps({"argv": argv, "env": env, "nice": nice}))
                 return proc
         return None
 
     def keep_spares(self) -> None:
-        """Top the host's pre-started workers back up to SPARE_WORKERS (each start is one Popen; the
-        process loads in the background, at the lowest lab priority)."""
+        """Top the host's pre-started workers back up to SPARE_WORKERS, SPARE_REFILL_S after the last was
+        taken: a burst of new labs (a class opening a chapter) is not slowed by the loading of their
+        replacements. A spare loads at nice 19 where this host may give it back a lab's priority on
+        assignment (root or CAP_SYS_NICE), else at the lowest lab level."""
         self.spares = [p for p in self.spares if p.poll() is None]
+        if time.time() < self.refill_at:
+            return
         env = dict(os.environ, REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))
-        nice = max(0, min(19, self.config.lab_nice))
+        nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while self.running and len(self.spares) < self.config.spare_workers:
             self.spares.append(subprocess.Popen(
                 [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url], env=env,

@@ -10,6 +10,7 @@
 // This file boots a widget and wires its parts; each part is a module with one noun:
 //   model.js timeline-model.js   the state, folded from snapshot + events (pure: node tests it)
 //   lab.js        open, create, reset or replace the lab; the HTTP client
+//   boot.js       starts opening the chapter's lab from the page's head, before the rest has loaded
 //   stream.js     the WebSocket, resume after the last id, backoff; snapshots
 //   history.js    a past moment rebuilt from the stream      branch.js  try again from there
 //   controls.js   the controls column: break it, scenarios, dead-letter replay
@@ -29,6 +30,7 @@ import { errorText, h, narrate, setText } from './util.js';
 import { Scrubber } from './scrubber.js';
 import { Timeline } from './timeline.js';
 import { simNow } from './model.js';
+import { early } from './boot.js';
 import * as branch from './branch.js';
 import * as broker from './broker.js';
 import * as clock from './clock.js';
@@ -69,15 +71,15 @@ function boot(root) {
   const W = {
     root, preset, params, S, els: {}, timeline: null, scrubber: null,
     compact: root.dataset.compact === 'yes', // one run of a compare page: headline counts + timeline
-    urlSpeed: Number(params.get('speed')) || null,
     reduceMotion: matchMedia('(prefers-reduced-motion: reduce)'),
-    storeKey: `awl:lab:${preset}`,
     q: (role) => root.querySelector(`[data-role="${role}"]`),
     labPath: (p = '') => `/api/labs/${S.lab.id}${p}`,
     simNow: () => simNow(S.clock, performance.now()),
     labelOf: (name) => (S.schema.get(name) || {}).label || name,
     emit, banner, markDirty, renderAll,
   };
+  // the chapter's own widget: its lab may already be opening (boot.js, started from the page's head)
+  W.early = root.id === 'lab-widget' && !root.dataset.lab && early && early.preset === preset ? early.promise : null;
   for (const part of PARTS) Object.assign(W, part.install(W));
   const { q, els } = W;
 

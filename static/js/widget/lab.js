@@ -25,52 +25,73 @@ export function makeApi(getLab) {
   };
 }
 
+/**
+ * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
+ * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap}. Pure of any widget
+ * state, so a page can start it before the widget's modules have loaded (boot.js).
+ */
+export async function openLab({ preset, viewLab, viewToken, speed, storeKey }) {
+  if (viewLab && viewToken) {
+    const lab = { id: viewLab, token: viewToken, viewer: true };
+    const res = await makeApi(() => lab)('GET', `/api/labs/${viewLab}`);
+    if (res.ok) return { lab, snap: res.data };
+    throw new Error(`this read-only link no longer opens a lab (${errorText(res.data, res.status)})`);
+  }
+  let saved = null;
+  try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
+  if (saved && saved.id && saved.token) {
+    const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
+    if (res.ok) return { lab: saved, snap: res.data };
+    if (![401, 403, 404].includes(res.status)) throw new Error(errorText(res.data, res.status));
+  }
+  return createLab({ preset, speed, storeKey });
+}
+
+/** A new lab for the preset, remembered for this tab; resolves {lab, snap}. The POST carries no token. */
+export async function createLab({ preset, speed, storeKey }) {
+  const body = { preset };
+  if (speed) body.speed = speed;
+  const res = await makeApi(() => null)('POST', '/api/labs', body);
+  if (res.status !== 201) throw new Error(errorText(res.data, res.status));
+  const d = res.data;
+  const lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
+  try { sessionStorage.setItem(storeKey, JSON.stringify(lab)); } catch { /* private mode */ }
+  const snap = await makeApi(() => lab)('GET', `/api/labs/${d.lab_id}`);
+  if (!snap.ok) throw new Error(errorText(snap.data, snap.status));
+  return { lab, snap: snap.data };
+}
+
+/** What opening this widget's lab needs: its preset, a viewer link (data attributes or the URL), speed. */
+export function openArgs(root, params) {
+  const preset = root.dataset.preset || 'ch8';
+  return { preset, viewLab: root.dataset.lab || params.get('lab'), viewToken: root.dataset.view || params.get('view'),
+    speed: Number(params.get('speed')) || null, storeKey: `awl:lab:${preset}` };
+}
+
 export function install(W) {
-  const { root, S, els, q, params, preset, storeKey } = W;
+  const { root, S, els, q, params } = W;
   const api = makeApi(() => S.lab);
-  const anonApi = makeApi(() => null);
   let swapping = null; // the reset or re-create in progress: a 404 meanwhile must not start another
 
   function announceLab(snapshot) {
     W.emit('lab:ready', { lab: S.lab, api, meta: S.meta, snapshot });
   }
 
-  /** Resume this tab's lab for the preset (sessionStorage), else create one. Viewer links too. */
-  async function openLab() {
-    const viewLab = root.dataset.lab || params.get('lab'), viewToken = root.dataset.view || params.get('view');
-    if (viewLab && viewToken) {
-      S.lab = { id: viewLab, token: viewToken, viewer: true };
-      const res = await api('GET', `/api/labs/${viewLab}`);
-      if (res.ok) return res.data;
-      throw new Error(`this read-only link no longer opens a lab (${errorText(res.data, res.status)})`);
-    }
-    let saved = null;
-    try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
-    if (saved && saved.id && saved.token) {
-      S.lab = saved;
-      const res = await api('GET', `/api/labs/${saved.id}`);
-      if (res.ok) return res.data;
-      if (![401, 403, 404].includes(res.status)) throw new Error(errorText(res.data, res.status));
-    }
-    return createLab();
+  /** This widget's lab (the one boot.js started opening, if it did): sets S.lab, resolves the snapshot. */
+  async function open() {
+    const { lab, snap } = await (W.early || openLab(openArgs(root, params)));
+    S.lab = lab;
+    return snap;
   }
 
   /**
    * S.lab keeps pointing at the old lab until the new one exists: renders, ticks and in-flight
-   * snapshot fetches run during the POST, and must never find S.lab null. The POST itself carries no
-   * token (the old lab's has nothing to do with the new one).
+   * snapshot fetches run during the POST, and must never find S.lab null.
    */
-  async function createLab() {
-    const body = { preset };
-    if (W.urlSpeed) body.speed = W.urlSpeed;
-    const res = await anonApi('POST', '/api/labs', body);
-    if (res.status !== 201) throw new Error(errorText(res.data, res.status));
-    const d = res.data;
-    S.lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
-    try { sessionStorage.setItem(storeKey, JSON.stringify(S.lab)); } catch { /* private mode */ }
-    const snap = await api('GET', `/api/labs/${d.lab_id}`);
-    if (!snap.ok) throw new Error(errorText(snap.data, snap.status));
-    return snap.data;
+  async function recreate() {
+    const { lab, snap } = await createLab(openArgs(root, params));
+    S.lab = lab;
+    return snap;
   }
 
   async function resetLab() {
@@ -98,9 +119,9 @@ export function install(W) {
       if (W.scrubber) W.scrubber.goLive();
       W.closeWs();
       await before();
-      try { sessionStorage.removeItem(storeKey); } catch { /* ignore */ }
+      try { sessionStorage.removeItem(openArgs(root, params).storeKey); } catch { /* ignore */ }
       clearModel();
-      const snap = await createLab();
+      const snap = await recreate();
       W.applySnapshot(snap);
       root.dataset.labId = S.lab.id;
       W.connectWs();
@@ -150,5 +171,5 @@ export function install(W) {
     els.share.value = u.href;
   }
 
-  return { api, announceLab, openLab, resetLab, labVanished, buildLabSection };
+  return { api, announceLab, openLab: open, resetLab, labVanished, buildLabSection };
 }
