@@ -143,23 +143,26 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     idempotent = settings["idempotent_outputs"]
     renditions = payload["resolutions"] if payload["job_type"] == "transcode" else ["thumb"]
     videos = []  # (temp path, height) of every rendition, encoded from ONE decode of the source
+    procs = []  # (ffmpeg running, the renditions it makes): the attempt is paced while they work
     for rend in renditions:
         tmp, _final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
                                    "jpg" if rend == "thumb" else "mp4")
         if rend == "thumb":
-            media.thumbnail(src, tmp)
+            procs.append((media.start_thumbnail(src, tmp), "thumb"))
         else:
             videos.append((tmp, media.RENDITIONS[rend]))
-    proc = media.start_transcodes(src, videos) if videos else None
+    if videos:
+        procs.append((media.start_transcodes(src, videos), ", ".join(r for r in renditions if r != "thumb")))
     try:
-        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [proc] if proc else [], rng)
-        if proc is not None and proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
-            failed = ", ".join(rend for rend in renditions if rend != "thumb")
-            raise RuntimeError(f"ffmpeg failed on {failed}: {proc.stderr.read().decode()[:200]}")
+        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [p for p, _ in procs], rng)
+        for proc, made in procs:
+            if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
+                raise RuntimeError(f"ffmpeg failed on {made}: {proc.stderr.read().decode()[:200]}")
     finally:
-        if proc is not None and proc.poll() is None:  # a failed attempt leaves no ffmpeg running
-            proc.kill()
-            proc.wait()
+        for proc, _made in procs:  # a failed attempt leaves no ffmpeg running
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     store_outputs(r, lab, settings, clock.now(r, lab))
     outputs = {}
     for rend in renditions:
