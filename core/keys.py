@@ -30,9 +30,9 @@ def host_key(host: str) -> str:
     return f"pool:host:{host}"
 
 
-def spare_assignment(pid: int) -> str:
+def spare_assignment(token: str) -> str:
     """The list a pre-started worker process (workers/spare.py) waits on for the lab it will serve."""
-    return f"pool:spare:{pid}"
+    return f"pool:spare:{token}"
 
 
 def host_commands(host: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -165,7 +166,7 @@ class Supervisor:
         self.running = True
         # this process as one pool host among many sharing the server (workers/hosts.py)
         self.host = hosts.HostAgent(self.r, config.pool_host_id, config.pool_lease_s, config.max_workers)
-        self.spares: list[subprocess.Popen] = []  # pre-started worker processes (keep_spares)
+        self.spares: list[tuple[subprocess.Popen, str]] = []  # pre-started worker processes, each with its token
         self.refill_at = 0.0
         self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
         self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
@@ -196,11 +197,20 @@ class Supervisor:
         """A pre-started worker process (workers/spare.py) made into this worker: it runs `rq worker argv`
         in-process at once. None if no spare is ready (then the caller starts one the slow way)."""
         while self.spares:
-            proc = self.spares.pop(0)
+            proc, token = self.spares.pop(0)
             self.refill_at = time.time() + SPARE_REFILL_S
-            if proc.poll() is None:
-                self.r.rpush(spare_assignment(proc.pid), json.dumps({"argv": argv, "env": env, "nice": nice}))
-                return proc
+            if proc.poll() is not None:
+                continue
+            try:
+                with self.r.pipeline(transaction=True) as pipe:
+                    pipe.rpush(spare_assignment(token), json.dumps({"argv": argv, "env": env, "nice": nice}))
+                    pipe.expire(spare_assignment(token), 60)  # not left behind if the spare died meanwhile
+                    pipe.execute()
+            except redis.RedisError:
+                proc.kill()  # it would wait for an assignment that never comes
+                proc.wait()
+                raise
+            return proc
         return None
 
     def keep_spares(self) -> None:
@@ -208,15 +218,16 @@ class Supervisor:
         taken: a burst of new labs (a class opening a chapter) is not slowed by the loading of their
         replacements. A spare loads at nice 19 where this host may give it back a lab's priority on
         assignment (root or CAP_SYS_NICE), else at the lowest lab level."""
-        self.spares = [p for p in self.spares if p.poll() is None]
+        self.spares = [(p, token) for p, token in self.spares if p.poll() is None]
         if time.time() < self.refill_at:
             return
         env = dict(os.environ, REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))
         nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while self.running and len(self.spares) < self.config.spare_workers:
-            self.spares.append(subprocess.Popen(
-                [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url], env=env,
-                stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)))
+            token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)
+            self.spares.append((subprocess.Popen(
+                [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url, "--token", token], env=env,
+                stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)), token))
 
     @staticmethod
     def fleet_of(pool: LabPool, slot: Slot, settings: dict) -> str | None:
@@ -710,7 +721,7 @@ class Supervisor:
         """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live
         host adopts the lab at its next tick and starts workers), and warm-stops its own workers, which
         finish their current job. One still busy after the grace is killed; its job's lease brings it back."""
-        for proc in self.spares:  # no lab yet: nothing to finish
+        for proc, _token in self.spares:  # no lab yet: nothing to finish
             proc.kill()
             proc.wait()
         self.fleet.stop_all()
