@@ -61,6 +61,16 @@ def processes_matching(*needles: str) -> dict[int, str]:
     return found
 
 
+def started_at(pid: int) -> float:
+    """When the process started, as a time.time() (to a clock tick); 0.0 if it is gone."""
+    f = _stat(pid)
+    if not f:
+        return 0.0
+    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime "))
+    return boot + int(f[19]) / _TICK
+
+
 def rss_kb(pid: int) -> int:
     """Resident set size (VmRSS), in kB; 0 if the kernel shows none."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

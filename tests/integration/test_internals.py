@@ -1,5 +1,7 @@
 """GET /api/labs/{lab}/jobs/{job}?include=history: a job's internals folded from the real event stream."""
 
+import time
+
 import pytest
 
 from tests.integration.test_delivery import busy_worker, enqueue, kill, types
@@ -42,25 +44,29 @@ def test_an_unknown_include_is_a_clear_422(api):
 
 
 def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_processes(api, stack):
-    """workers/spare.py: a lab's workers are taken from processes started before it (Python, RQ and the job
-    code loaded), which then run as its `rq worker`; the host tops its spares back up."""
-    from runtime.procs import processes_matching, wait
+    """workers/spare.py: a lab's workers are processes started before the lab was asked for (Python, RQ and
+    the job code loaded), which then run as its `rq worker`; so is a killed worker's replacement; and the
+    host tops its spares back up. (The session's stack is shared: other labs may take spares meanwhile, so
+    each process is judged by its own start time, not by which spare it was.)"""
+    from runtime.procs import processes_matching, started_at, wait
 
-    def spares() -> set[int]:
-        return set(processes_matching(f"workers.spare --url {stack.redis_url}"))
+    def spares() -> dict[int, str]:
+        return processes_matching(f"workers.spare --url {stack.redis_url}")
 
-    ready = wait(lambda: spares() if len(spares()) >= 2 else None, 30, "two spare workers")
+    wait(lambda: len(spares()) >= 2, 30, "two spare workers")
+    asked = time.time()
     lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=60, workers=2, respawn_delay=10)
     api.workers_ready(lab, 2)
     rows = api.snapshot(lab)["workers"]
-    assert {w["pid"] for w in rows} <= ready, (rows, ready)  # nothing was started for this lab
+    assert all(0 < started_at(w["pid"]) < asked for w in rows), rows  # nothing was started for this lab
     titles = processes_matching(f"lab-{lab['lab_id']}")
     assert all(titles.get(w["pid"], "").startswith("rq worker --url") for w in rows), titles
     job = enqueue(api, lab)
     victim = busy_worker(api, lab, job)
-    ready = wait(lambda: spares() or None, 30, "a spare to be ready for the respawn")
+    wait(lambda: spares() or None, 30, "a spare to be ready for the respawn")
+    killed_at = time.time()
     kill(api, lab, victim["id"])
     api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
     replacement = next(w for w in api.snapshot(lab)["workers"] if w["id"] == victim["id"])
-    assert replacement["pid"] != victim["pid"] and replacement["pid"] in ready
+    assert replacement["pid"] != victim["pid"] and 0 < started_at(replacement["pid"]) < killed_at
     wait(lambda: len(spares()) >= 2, 30, "the host to top its spares back up")
