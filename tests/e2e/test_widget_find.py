@@ -80,7 +80,9 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
     page.get_by_test_id("log-filter-type").select_option("all")
     claimed_by = page.get_by_test_id("tl-attempt-1-1").get_attribute("title").split(" ")[0]
     page.get_by_test_id("log-filter-worker").select_option(claimed_by)
-    expect(items.first).to_be_visible()
+    # the log re-renders on the next frame: wait for the filter to take, then check every item
+    page.wait_for_function("""(w) => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
+        return els.length > 0 && els.every((e) => e.dataset.worker === w); }""", arg=claimed_by, timeout=LONG)
     assert set(items.evaluate_all("els => els.map(e => e.dataset.worker)")) == {claimed_by}
     expect(page.get_by_test_id("tl-job-1")).to_be_visible()
     page.get_by_test_id("tl-filter-clear").click()
