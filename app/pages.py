@@ -8,6 +8,7 @@ shareable link to that what-if.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from flask import Blueprint, Flask, abort, current_app, render_template, request
 
@@ -49,6 +50,12 @@ def lab_facts() -> dict:
             "ch4_model": presets.ch4_lab_model(), "ch3_model": presets.ch3_lab_model()}
 
 
+@lru_cache(maxsize=1)
+def lesson_figures() -> dict:
+    """The numbers model at the lesson's own inputs (computed once per process)."""
+    return numbers.derive(numbers.Inputs())
+
+
 def warm(app: Flask) -> None:
     """Render the home page and every chapter once (the web worker calls this at start-up, in the
     background): compiled templates and the chapter bodies are then cached, so the first learner to
@@ -85,7 +92,6 @@ def chapter(number: int, slug: str | None = None):
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
     fig = numbers.derive(inputs)
-    lesson_fig = fig if inputs == numbers.Inputs() else numbers.derive(numbers.Inputs())  # a lab panel's model line
     body = chapters.render_body(ch, current_app.jinja_env, {
         "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})
@@ -96,7 +102,7 @@ def chapter(number: int, slug: str | None = None):
         chapters=all_ch,
         model_inputs=chapter_inputs(ch, inputs),
         input_errors=input_errors,
-        lesson_fig=lesson_fig,
+        lesson_fig=lesson_figures(),  # a lab panel's model line is about the lesson's inputs, not the what-if's
         prev=all_ch[idx - 1] if idx > 0 else None,
         next=all_ch[idx + 1] if idx + 1 < len(all_ch) else None,
     )

@@ -173,17 +173,13 @@ def room(r: redis.Redis, lab: str | None = None) -> tuple[int, int] | None:
     if not live:
         return None
     labs = sorted(r.smembers(LABS))
+    owners = {x: h.decode() if isinstance(h, bytes) else h
+              for x, h in zip(labs, r.mget([owner(x) for x in labs]) if labs else [], strict=True)}
+    wants = r.mget([key(x, "settings") for x in labs]) if labs else []
     used: Counter[str] = Counter()
-    if labs:
-        owners = r.mget([owner(x) for x in labs])
-        wants = r.mget([key(x, "settings") for x in labs])
-        for other, host, raw in zip(labs, owners, wants, strict=True):
-            host = host.decode() if isinstance(host, bytes) else host
-            if other != lab and host in live and raw:
-                used[host] += registry.processes_of(json.loads(raw))
-        mine = dict(zip(labs, owners, strict=True)).get(lab) if lab else None
-        mine = mine.decode() if isinstance(mine, bytes) else mine
-    else:
-        mine = None
+    for other, raw in zip(labs, wants, strict=True):
+        if other != lab and owners[other] in live and raw:
+            used[owners[other]] += registry.processes_of(json.loads(raw))
+    mine = owners.get(lab) if lab else None
     free, cap = max((live[h] - used[h], live[h]) for h in ([mine] if mine in live else live))
     return free, cap
