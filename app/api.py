@@ -25,7 +25,7 @@ from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
-from core import blobs, clock, numbers, presets, registry, settings, stream
+from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 from core.keys import LABS, key
 from workers import media
@@ -83,7 +83,10 @@ def metrics():
             totals[name] = totals.get(name, 0) + value
             if per_lab:
                 samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
+    parked = len(parking.parked(r) & set(labs))
     lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {len(labs)}",
+             "# TYPE asyncworklab_labs_running gauge", f"asyncworklab_labs_running {len(labs) - parked}",
+             "# TYPE asyncworklab_labs_parked gauge", f"asyncworklab_labs_parked {parked}",
              "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {registry.workers_in_use(r)}"]
     if per_lab:
         for name, rows in samples.items():
@@ -121,20 +124,19 @@ def create_lab():
     refuse_foreign_origin()
     body = json_body()
     r = get_redis()
-    limits.check_new_lab(r)
     if "branch_of" in body or "at_event" in body:
         created, status = branching.branch_from_request(parse(body, bodies.BRANCH))
-        limits.record_lab(r, created["lab_id"])
         return _lab_created(created, status)
     cfg = current_app.config["LAB"]
     clean = parse(body, bodies.NEW_LAB, speed=cfg.speed)
     preset = clean["preset"]
-    limits.check_workers(r, registry.processes_of(presets.settings_for(preset)))
+    [lab] = limits.open_labs(r, [registry.processes_of(presets.settings_for(preset))])
     try:
-        created = registry.create(r, preset, clean["speed"], cfg.max_labs)
+        created = registry.create(r, preset, clean["speed"], cfg.max_labs, lab=lab)
     except registry.LabFull:
+        slots.release(r, lab)
         raise limits.labs_full(cfg.max_labs) from None
-    limits.record_lab(r, created["lab_id"])
+    limits.opened(r, [lab])
     created["preset"] = preset
     return _lab_created(created, 201)
 
@@ -156,7 +158,7 @@ def get_lab(lab_id: str):
 
 
 @bp.delete("/api/labs/<lab_id>")
-@lab_access(write=True)
+@lab_access(write=True, resume=False)
 def delete_lab(lab_id: str):
     registry.teardown(get_redis(), lab_id, current_app.config["LAB"].var_dir)
     return "", 204
@@ -168,8 +170,18 @@ def patch_settings(lab_id: str):
     clean = parse(json_body(), bodies.SETTINGS)
     if "workers" in clean or "scheduler_replicas" in clean:
         merged = {**registry.settings(get_redis(), lab_id), **clean}
-        limits.check_workers(get_redis(), registry.processes_of(merged), lab_id)
+        limits.resize(get_redis(), lab_id, registry.processes_of(merged))
     return jsonify(settings=registry.update_settings(get_redis(), lab_id, clean))
+
+
+@bp.post("/api/labs/<lab_id>/park")
+@lab_access(write=True, resume=False)
+def park_lab(lab_id: str):
+    """Park this lab now (the owner's choice, e.g. to make room under the running-lab cap): its processes
+    stop and its slot is freed; its history stays, and opening its page again resumes it."""
+    r = get_redis()
+    parking.park(r, lab_id, parking.OWNER_WHY)
+    return jsonify(lab_id=lab_id, parked=True)
 
 
 @bp.post("/api/labs/<lab_id>/clock")

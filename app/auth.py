@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from flask import request
 
+from app import limits
 from app.errors import ApiError
 from app.http import valid_id
 from app.store import get_redis
@@ -67,17 +68,20 @@ def authorise(lab_id: str, token: str | None, write: bool) -> str:
     return role
 
 
-def lab_access(write: bool):
+def lab_access(write: bool, resume: bool = True):
     """Decorator for `/api/labs/<lab_id>/…` routes: authorise the request's token, and for a write
-    apply the CSRF rule and keep the lab alive."""
+    apply the CSRF rule. Any owner call keeps the lab alive and counts as watching it (core/parking.py);
+    with `resume`, a parked lab is resumed first (429 if its client's running-lab cap is taken)."""
     def deco(fn):
         @wraps(fn)
         def wrapper(lab_id: str, *a, **kw):
-            authorise(lab_id, request_token(lab_id), write)
-            if write:
-                if bearer_token() is None:
-                    refuse_cross_site()
+            role = authorise(lab_id, request_token(lab_id), write)
+            if write and bearer_token() is None:
+                refuse_cross_site()
+            if role == "owner":
                 registry.touch(get_redis(), lab_id)
+            if resume:
+                limits.wake(get_redis(), lab_id)
             return fn(lab_id, *a, **kw)
         return wrapper
     return deco

@@ -16,6 +16,7 @@ class ApiError(Exception):
     def __init__(self, status: int, error: str, detail: object = None, headers: dict | None = None):
         super().__init__(error)
         self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
+        self.extra: dict = {}  # more fields for the body (a refusal at the lab cap lists the client's labs)
 
 
 def _wants_json() -> bool:
@@ -25,7 +26,7 @@ def _wants_json() -> bool:
 def init_app(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def api_error(e: ApiError):
-        return jsonify(error=e.error, detail=e.detail), e.status, e.headers
+        return jsonify(error=e.error, detail=e.detail, **e.extra), e.status, e.headers
 
     @app.errorhandler(redis.ConnectionError)
     @app.errorhandler(redis.TimeoutError)

@@ -16,8 +16,8 @@ import redis
 from flask import current_app, request
 
 from app.errors import ApiError
-from core import registry
-from workers import hosts
+from core import parking, registry, slots
+from core.keys import key
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
          "labs": ("rate_labs", "new labs and rooms")}
@@ -28,10 +28,6 @@ def client() -> str:
     """Who is asking, as far as the rate limits can tell: the peer address (the proxy's client behind
     TRUSTED_PROXIES)."""
     return request.remote_addr or "unknown"
-
-
-def client_labs_key(who: str) -> str:
-    return f"client:{who}:labs"
 
 
 def too_many(error: str, detail: str, retry_after: float) -> ApiError:
@@ -69,52 +65,70 @@ def check_rate(r: redis.Redis, name: str) -> None:
 
 
 
-def check_workers(r: redis.Redis, want: int, lab: str | None = None) -> None:
-    """429 if giving `lab` (or a new lab) `want` processes (workers + scheduler replicas) would pass the
-    ceiling of the pool host that runs them: `MAX_WORKERS` is each host's own (workers/hosts.py `room`),
-    so every pool host added to a class adds its workers. While no host is live, this web process's own
-    `MAX_WORKERS` over every lab."""
-    room = hosts.room(r, lab)
-    if room is None:
-        cap = current_app.config["LAB"].max_workers
-        free = cap - registry.workers_in_use(r, exclude=lab)
-    else:
-        free, cap = room
-    if want > free:
-        whose = "this lab's pool host" if lab else "the roomiest pool host"
-        raise too_many("workers_full", f"{whose} runs at most {cap} workers (scheduler replicas count as workers) "
-                       f"and {cap - free} are in use by other labs; ask for at most {max(0, free)} or try again "
-                       "in a minute", 60)
+def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
+    """The 429 a refused reservation answers: the client's cap (with its running labs listed, so the
+    widget can offer to park or close the oldest) or a host's process ceiling."""
+    if e.kind == "client":
+        cap = current_app.config["LAB"].max_client_labs
+        running = [{"lab_id": x.lab, "since": x.since, "processes": x.processes}
+                   for x in parking.running_of(r, who)]
+        err = too_many("client_labs_full", f"one client may run {cap} labs at once and a page is open on each of "
+                       "yours: park or close one, then open this lab", 60)
+        err.extra = {"running": running}
+        return err
+    return too_many("workers_full", f"{whose} runs at most {e.ceiling} workers (scheduler replicas count as "
+                    f"workers) and {e.in_use} are in use by other labs; ask for at most {max(0, e.ceiling - e.in_use)} "
+                    "or try again in a minute", 60)
 
 
-def check_new_lab(r: redis.Redis) -> None:
-    """Before any lab is opened (new, branch, room, follow-along): this client's concurrency limit
-    (labs alive at once), then its rate limit (labs opened per window). 429 + Retry-After."""
+def reserve(r: redis.Redis, want: list[tuple[str, int]], who: str | None = None,
+            whose: str = "the roomiest pool host") -> None:
+    """Take the running-lab slots and processes of `want` (lab, processes) for `who` (this client), in one
+    atomic step (core/slots.py), parking the client's own unwatched labs first if it is at its cap."""
     cfg = current_app.config["LAB"]
-    who = client()
-    if cfg.max_client_labs > 0:
-        k = client_labs_key(who)
-        mine = r.smembers(k)
-        if mine:
-            with r.pipeline(transaction=False) as pipe:
-                for lab in mine:
-                    pipe.sismember(registry.LABS, lab)
-                gone = [lab for lab, alive in zip(mine, pipe.execute(), strict=True) if not alive]
-            if gone:
-                r.srem(k, *gone)
-            if len(mine) - len(gone) >= cfg.max_client_labs:
-                raise too_many("client_labs_full", f"one client may hold {cfg.max_client_labs} labs at once; "
-                               "delete one (or let it expire) before opening another", 60)
-    check_rate(r, "labs")
+    who = who or client()
+    try:
+        parking.reserve(r, want, who, cfg.max_client_labs, cfg.max_workers)
+    except slots.Refused as e:
+        raise refused(r, e, who, whose) from None
 
 
-def record_lab(r: redis.Redis, lab: str) -> None:
-    """Count a new lab against its client's concurrency limit (pruned as labs go)."""
-    k = client_labs_key(client())
+def open_labs(r: redis.Redis, processes: list[int]) -> list[str]:
+    """Before any lab is opened (new, race, branch, room, follow-along): reserve a running-lab slot and its
+    processes for each new lab, then spend one of the client's lab openings (rate). The ids the new labs
+    must be created with; `opened` once they exist, `slots.release` if creating them failed."""
+    ids = [registry.new_id() for _ in processes]
+    reserve(r, list(zip(ids, processes, strict=True)))
+    try:
+        check_rate(r, "labs")
+    except ApiError:
+        slots.release(r, *ids)
+        raise
+    return ids
+
+
+def opened(r: redis.Redis, labs: list[str]) -> None:
+    """Remember which client the new labs count against (a resume takes their slot again for it)."""
     with r.pipeline(transaction=False) as pipe:
-        pipe.sadd(k, lab)
-        pipe.expire(k, current_app.config["LAB"].lab_idle_ttl * 2)
+        for lab in labs:
+            pipe.hset(key(lab, "meta"), "client", client())
         pipe.execute()
+
+
+def resize(r: redis.Redis, lab: str, processes: int) -> None:
+    """A running lab asks for a different number of processes (PATCH workers / scheduler_replicas): the
+    same atomic step as opening it, so concurrent PATCHes cannot pass the host's ceiling together."""
+    reserve(r, [(lab, processes)], r.hget(key(lab, "meta"), "client") or client(), "this lab's pool host")
+
+
+def wake(r: redis.Redis, lab: str) -> None:
+    """A page or the owner looked at `lab`: resume it if it is parked. The slot is taken for the client
+    that opened it; 429 client_labs_full if that client's other running labs are all watched."""
+    cfg = current_app.config["LAB"]
+    try:
+        parking.resume(r, lab, cfg.max_client_labs, cfg.max_workers)
+    except slots.Refused as e:
+        raise refused(r, e, r.hget(key(lab, "meta"), "client") or client()) from None
 
 
 def check_lab_rate(r: redis.Redis, lab: str, name: str, n: int = 1) -> None:

@@ -31,7 +31,7 @@ from app.errors import ApiError
 from app.http import json_body, parse
 from app.racing import RACES, for_preset, public
 from app.store import get_redis, get_rq
-from core import clock, presets, registry, settings, stream
+from core import clock, presets, registry, settings, slots, stream
 from core.keys import key
 from core.registry import _hash as token_hash
 from workers import media
@@ -81,23 +81,25 @@ def open_race(r: redis.Redis, race_id: str, speed: float, room: str | None = Non
     cfg = current_app.config["LAB"]
     rc = RACES[race_id]
     per_lab = [_lab_settings(race_id, v) for v in rc["variants"]]
-    limits.check_new_lab(r)
-    limits.check_workers(r, sum(registry.processes_of(s) for s in per_lab))
     if r.scard(registry.LABS) + len(per_lab) > cfg.max_labs:
         raise limits.labs_full(cfg.max_labs)
+    ids = limits.open_labs(r, [registry.processes_of(s) for s in per_lab])  # a race of 4 is 4 labs
     labs = []
-    for side, variant, lab_settings in zip(SIDES, rc["variants"], per_lab, strict=False):
+    for side, variant, lab_settings, lab in zip(SIDES, rc["variants"], per_lab, ids, strict=False):
         try:
             created = registry.create(r, rc["preset"], speed, cfg.max_labs, settings=lab_settings,
-                                      meta={"race": race_id})
+                                      meta={"race": race_id}, lab=lab)
         except registry.LabFull:
+            slots.release(r, *ids)
+            for made in labs:
+                registry.teardown(r, made["lab_id"], cfg.var_dir)
             raise limits.labs_full(cfg.max_labs) from None
         # held at exactly t = 0 until the start: every lab's inputs land at the same simulated instant
         r.hset(key(created["lab_id"], "clock"), mapping={"base_sim": 0, "base_real": time.time(), "paused": 1})
         labs.append({"side": side, "label": variant["label"], "lab_id": created["lab_id"],
                      "token": created["token"], "view_token": created["view_token"],
                      "settings": {n: created["settings"].get(n) for n in rc["vary"]}})
-    limits.record_lab(r, labs[0]["lab_id"])  # the race's labs open and expire together: one lab's slot
+    limits.opened(r, ids)
     rid, token = secrets.token_urlsafe(12), secrets.token_urlsafe(24)
     stored = [{k: lab[k] for k in ("side", "label", "lab_id", "view_token", "settings")} for lab in labs]
     r.hset(rkey(rid), mapping={"race": race_id, "labs": json.dumps(stored), "owner": token_hash(token),

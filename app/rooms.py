@@ -30,7 +30,7 @@ from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
 from app.store import get_redis
-from core import presets, registry
+from core import presets, registry, slots
 from core.keys import key
 from core.registry import _hash as token_hash
 
@@ -141,13 +141,13 @@ def _keep_alive(r: redis.Redis, code: str) -> None:
 def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[str, Any]:
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
-    limits.check_new_lab(r)
-    limits.check_workers(r, registry.processes_of({**presets.settings_for(preset), **lab_settings}))
+    [lab] = limits.open_labs(r, [registry.processes_of({**presets.settings_for(preset), **lab_settings})])
     try:
-        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs)
+        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs, lab=lab)
     except registry.LabFull:
+        slots.release(r, lab)
         raise limits.labs_full(cfg.max_labs) from None
-    limits.record_lab(r, created["lab_id"])
+    limits.opened(r, [lab])
     base = presets.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
     if changes:

@@ -13,7 +13,9 @@ is accepted and closed at once with code 4429 and the reason, which the widget s
 from __future__ import annotations
 
 import json
+import os
 import queue
+import secrets
 import select
 import socket
 import threading
@@ -26,11 +28,13 @@ from flask_sock import Sock
 from wsproto.events import CloseConnection
 from wsproto.utilities import LocalProtocolError
 
+from app import limits
 from app.auth import authorise, bearer_token, same_origin
 from app.errors import ApiError
 from app.http import parse_after
 from app.store import get_redis
-from core import stream
+from core import parking, slots, stream
+from core.config import Config
 from core.keys import key
 
 sock = Sock()
@@ -180,12 +184,15 @@ class GuardedSocket:
 
 
 class Hub:
-    def __init__(self, url: str):
-        self.r = redis.Redis.from_url(url, decode_responses=True)
+    def __init__(self, config: Config):
+        self.config = config
+        self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
         self.subs: dict[str, set[Mailbox]] = defaultdict(set)
         self.last: dict[str, str] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        # this web process as a watcher of labs (core/parking.py): its entries go stale if it dies
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     def subscribe(self, lab: str) -> Mailbox:
         q = Mailbox(maxsize=QUEUE_MAX)
@@ -197,14 +204,35 @@ class Hub:
             if self.thread is None:
                 self.thread = threading.Thread(target=self.run, name="ws-hub", daemon=True)
                 self.thread.start()
+                threading.Thread(target=self.keep_watching, name="ws-watch", daemon=True).start()
+        parking.watch(self.r, lab, self.me)
         return q
 
     def unsubscribe(self, lab: str, q: Mailbox) -> None:
         with self.lock:
             self.subs[lab].discard(q)
-            if not self.subs[lab]:
+            last = not self.subs[lab]
+            if last:
                 del self.subs[lab]
                 self.last.pop(lab, None)
+        if last:
+            parking.unwatch(self.r, lab, self.me)
+
+    def keep_watching(self) -> None:
+        """Every WATCH_REFRESH_S, stamp the labs this process has sockets on as watched, and resume any
+        that was parked meanwhile (a park that crossed a socket's connect, or a resume refused at the
+        client's cap that a parked or closed lab has made room for since)."""
+        cfg = self.config
+        while True:
+            threading.Event().wait(parking.WATCH_REFRESH_S)
+            with self.lock:
+                labs = list(self.subs)
+            for lab in labs:
+                try:
+                    parking.watch(self.r, lab, self.me)
+                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers)
+                except (slots.Refused, redis.RedisError):
+                    pass  # still at the cap, or the server is restarting: the next round tries again
 
     def fan_out(self, lab: str) -> None:
         with self.lock:
@@ -241,7 +269,7 @@ class Hub:
 
 def init_app(app: Flask) -> None:
     sock.init_app(app)
-    app.extensions["ws_hub"] = Hub(app.config["LAB"].redis_url)
+    app.extensions["ws_hub"] = Hub(app.config["LAB"])
     app.before_request(_guard_ws)
 
 
@@ -315,6 +343,10 @@ def _serve(ws, lab: str) -> None:
         return
     after = request.args.get("after") or "0"
     q = hub.subscribe(lab)
+    try:
+        limits.wake(get_redis(), lab)  # opening the page resumes a parked lab (before the catch-up below)
+    except ApiError:
+        pass  # its client is at the cap with every lab watched: the hub retries while this socket stays
     guard = ws.sock = GuardedSocket(ws, q)
     try:
         last = id_tuple(after) if after != "0" else (0, 0)
@@ -334,7 +366,7 @@ def _serve(ws, lab: str) -> None:
                 guard.cut()
                 return
             try:
-                eid, frame, rest = q.get(timeout=5.0)
+                eid, frame, rest = q.get(timeout=1.0)  # a closed socket stops watching within a second
             except queue.Empty:
                 continue
             if eid <= q.last and not rest:

@@ -68,8 +68,13 @@ class Config:
     """Labs and rooms one client may open per `rate_window` (new, branched, follow-along, room); more
     answer 429. 0: unlimited."""
     max_client_labs: int = 4
-    """Labs one client may hold alive at once (each costs worker processes); one more answers 429 until
-    one is deleted or expires. 0: unlimited."""
+    """Labs one client may *run* at once (each costs worker processes; a parked lab does not count). Opening
+    or resuming one more first parks that client's own labs no page watches (oldest first); only if every
+    one is watched it answers 429 `client_labs_full`, listing them. 0: unlimited."""
+    park_after: float = 60.0
+    """Real seconds a lab may go unwatched (no open WebSocket on any web process, no call from its owner)
+    before it is parked: its processes stop and free their slots, its jobs, events, outputs and settings
+    stay, and opening its page again resumes it (core/parking.py). 0: never park."""
     rate_room_lookups: int = 30
     """Unknown room codes one client may try per `rate_window`; past it every room lookup from that
     client answers 429 (so a 10-letter code, 32^10 ≈ 10^15, cannot be guessed). 0: unlimited."""
@@ -153,6 +158,7 @@ class Config:
             rate_window=_int("RATE_WINDOW", cls.rate_window),
             rate_labs=_int("RATE_LABS", cls.rate_labs),
             max_client_labs=_int("MAX_CLIENT_LABS", cls.max_client_labs),
+            park_after=_float("PARK_AFTER", cls.park_after),
             rate_room_lookups=_int("RATE_ROOM_LOOKUPS", cls.rate_room_lookups),
             lab_batch_jobs=_int("LAB_BATCH_JOBS", cls.lab_batch_jobs),
             lab_late_deliveries=_int("LAB_LATE_DELIVERIES", cls.lab_late_deliveries),

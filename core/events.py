@@ -105,6 +105,10 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     "lab.branched": (None, "branched from lab {parent} at t={at}s with {changes}: "
                            "{jobs} unfinished jobs enqueued again"),
     "settings.changed": (None, "settings changed: {changes}"),
+    "lab.parked": (None, "lab parked ({why}): its workers stopped and its clock paused at t={t}s; its jobs, "
+                             "events and settings are kept. A job an ack-late worker held comes back when its "
+                             "lease runs out after the resume; one an ack-early worker held is lost"),
+    "lab.resumed": (None, "lab resumed: a page opened it again; workers starting, clock {clock}"),
     "storage.called": ("storage_calls", "storage call from job {job} part {part} (try {try}): {outcome}"),
     "storage.failed": ("storage_failures", "storage down: job {job}'s {parts} in-flight part calls failed at "
                                            "t={t}s; each retries in {delays}"),

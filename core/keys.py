@@ -21,6 +21,7 @@ def queue_name(lab: str) -> str:
 
 
 LABS = "labs"  # set of live lab ids
+PARKED = "labs:parked"  # the live labs that are parked: no processes, no slot (core/parking.py)
 HOSTS = "pool:hosts"  # set of pool host ids that have registered (an entry expires when its host goes silent)
 HOST_SEQ = "pool:host:seq"  # hands out p1, p2, … to hosts that bring no POOL_HOST_ID
 

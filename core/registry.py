@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
-from core import blobs, clock, presets, stream
+from core import blobs, clock, presets, slots, stream
 from core.events import COUNTERS
-from core.keys import LABS, job, key, msg, queue_name
+from core.keys import LABS, PARKED, job, key, msg, queue_name
 
 
 class LabFull(Exception):
@@ -36,15 +36,16 @@ def new_id() -> str:
 
 
 def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any] | None = None,
-           t0: float = 0.0, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+           t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
     A branch (app/branch.py) passes its own settings, a clock starting at the parent's moment and
-    the meta fields that remember its parent.
+    the meta fields that remember its parent. `lab`: the id its running-lab slot was reserved under
+    (core/slots.py).
     """
     if r.scard(LABS) >= max_labs:
         raise LabFull()
-    lab = new_id()
+    lab = lab or new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
     settings = dict(settings) if settings else presets.settings_for(preset)
     settings["speed"] = speed
@@ -275,6 +276,8 @@ TMP_PREFIX = ".tmp-"
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
     r.srem(LABS, lab)
+    slots.release(r, lab)
+    r.srem(PARKED, lab)
     blobs.forget_lab(r, lab)  # its uploads and outputs (swept below with every lab:{id}: key)
     # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
     for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",

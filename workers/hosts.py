@@ -10,33 +10,40 @@ any live host places each orphaned lab again, and the new owner starts its worke
 in-flight jobs come back the way a crashed worker's do: their broker leases expire and the new owner's
 reaper redelivers them.
 
-Placement is one Lua step, so a burst of new labs spreads: the least-loaded live host (workers asked
-for over its ceiling, plus a share of its CPU load; then fewest labs) that still has room for the
-lab's workers gets the lease, and its count goes up at once. A host that is stopping (`leaving`) is
+Placement is one Lua step, so a burst of new labs spreads: the host the lab's processes were reserved
+on (core/slots.py) when it is live, else the least-loaded live host (workers asked for over its
+ceiling, plus a share of its CPU load; then fewest labs) that still has room for the lab's workers gets
+the lease, and its count goes up at once. A host that is stopping (`leaving`) is
 never chosen; it releases its leases itself so its labs move without waiting for them to expire.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
-from collections import Counter
 
 import redis
 
-from core import registry
-from core.keys import HOST_SEQ, HOSTS, LABS, host_commands, host_key, key, owner
+from core import slots
+from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, owner
 
 CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
 
 _PLACE = """
+-- KEYS[1] the lab's owner lease   KEYS[2] pool:hosts   KEYS[3] the slot ledger (core/slots.py)
+-- ARGV[1] processes the lab asks for   ARGV[2] lease (ms)   ARGV[3] host key prefix   ARGV[4] CPU weight
+-- ARGV[5] the lab's id
 local cur = redis.call('GET', KEYS[1])
 if cur then return cur end
 local demand = tonumber(ARGV[1])
 local best, best_score, best_labs = nil, nil, nil
-for _, h in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+local held = redis.call('HGET', KEYS[3], ARGV[5])
+local named = held and string.match(held, '^(%S+)')
+if named and redis.call('HGET', ARGV[3] .. named, 'leaving') == '0' then
+  best = named  -- the host its processes were reserved on when they were asked for
+end
+for _, h in ipairs(best and {} or redis.call('SMEMBERS', KEYS[2])) do
   local f = redis.call('HMGET', ARGV[3] .. h, 'workers', 'max_workers', 'cpu', 'labs', 'leaving')
   if not f[2] then
     redis.call('SREM', KEYS[2], h)
@@ -130,8 +137,8 @@ class HostAgent:
 
     def place(self, lab: str, demand: int) -> str | None:
         """Give an unowned lab to the least-loaded live host with room (maybe another host); its id."""
-        res = self.r.eval(_PLACE, 2, owner(lab), HOSTS, max(0, int(demand)), self.lease_ms, "pool:host:",
-                          CPU_WEIGHT)
+        res = self.r.eval(_PLACE, 3, owner(lab), HOSTS, slots.LEDGER, max(0, int(demand)), self.lease_ms,
+                          "pool:host:", CPU_WEIGHT, lab)
         return res.decode() if isinstance(res, bytes) else res
 
     def renew(self, labs: list[str]) -> set[str]:
@@ -163,23 +170,3 @@ def live_hosts(r: redis.Redis) -> dict[str, dict]:
             pipe.hgetall(host_key(h))
         rows = pipe.execute()
     return {(h.decode() if isinstance(h, bytes) else h): row for h, row in zip(ids, rows, strict=True) if row}
-
-
-def room(r: redis.Redis, lab: str | None = None) -> tuple[int, int] | None:
-    """(processes free, ceiling) on the host that would run them: `lab`'s owner, or for a new (or not yet
-    placed) lab the live host with the most room. Each host's use is what the labs it owns ask for now
-    (workers and scheduler replicas, `lab` itself left out). None while no pool host is live."""
-    live = {h: int(row.get("max_workers", 0)) for h, row in live_hosts(r).items() if row.get("leaving") != "1"}
-    if not live:
-        return None
-    labs = sorted(r.smembers(LABS))
-    owners = {x: h.decode() if isinstance(h, bytes) else h
-              for x, h in zip(labs, r.mget([owner(x) for x in labs]) if labs else [], strict=True)}
-    wants = r.mget([key(x, "settings") for x in labs]) if labs else []
-    used: Counter[str] = Counter()
-    for other, raw in zip(labs, wants, strict=True):
-        if other != lab and owners[other] in live and raw:
-            used[owners[other]] += registry.processes_of(json.loads(raw))
-    mine = owners.get(lab) if lab else None
-    free, cap = max((live[h] - used[h], live[h]) for h in ([mine] if mine in live else live))
-    return free, cap

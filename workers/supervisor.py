@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from core import clock, registry, stream
+from core import clock, parking, registry, stream
 from core.config import Config
 from core.keys import LABS, host_commands, key, owner, queue_name, spare_assignment
 from workers import hosts
@@ -532,6 +532,7 @@ class Supervisor:
         return removed
 
     def expire_idle(self) -> None:
+        parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
         for lab in self.pools:
             self.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
@@ -547,13 +548,14 @@ class Supervisor:
     def tick(self) -> None:
         self.keep_spares()
         live = self.r.smembers(LABS)
-        self.mine = mine = self.ownership(live)
+        parked = parking.parked(self.r)  # parked labs run no process on any host and hold no lease
+        self.mine = mine = self.ownership(live - parked)
         for lab in list(self.pools):
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 self.stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
                 registry.teardown(self.r, lab, self.config.var_dir)
-            elif lab not in mine:  # another host holds its lease now: this one must not run it too
+            elif lab not in mine:  # parked, or another host holds its lease now: this one must not run it
                 self.let_go(lab)
         for lab in mine:
             pool = self.pools.get(lab) or self.adopt(lab)
@@ -624,8 +626,9 @@ class Supervisor:
             stream.emit(self.r, pool.lab, "worker.lost", now, worker_id=wid, from_host=h or "?")
 
     def let_go(self, lab: str) -> None:
-        """Another host holds this lab's lease (this one was cut off longer than a lease): stop its
-        workers now, as the new owner assumes, and drop the local cache."""
+        """Another host holds this lab's lease (this one was cut off longer than a lease), or the lab is
+        parked (core/parking.py): stop its workers now and drop the local cache. An ack-early job one of
+        them held is lost, as with any stopped worker; an ack-late one comes back when its lease runs out."""
         pool = self.pools.pop(lab)
         rows = {s.id: self.row(pool, s) for s in pool.slots.values()}
         self.stop_pool(pool)

@@ -14,7 +14,7 @@ import math
 
 import redis
 
-from core import numbers, registry, stream
+from core import numbers, registry, slots, stream
 from core.keys import key
 from core.settings import BY_NAME
 from workers.engines import loadgen
@@ -58,6 +58,11 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     if target == current:
         return None
     if target < current and last[1] is not None and now - float(last[1]) < SCALE_IN_COOLDOWN_S:
+        return None
+    try:  # its processes are reserved before they are asked for, as a PATCH's are (core/slots.py)
+        slots.reserve(r, [(lab, registry.processes_of({**settings, "workers": target}))], "autoscaler", 0,
+                      machine_max)
+    except slots.Refused:
         return None
     r.hset(k, "changed_t", now)
     registry.update_settings(r, lab, {"workers": target})

@@ -1,0 +1,159 @@
+"""Parking: a lab's life follows its readers.
+
+A lab is *watched* while some page holds its WebSocket open (each web process's hub keeps a fresh
+entry in `lab:{id}:watchers`, refreshed every WATCH_REFRESH_S, so a web process that crashed stops
+counting within WATCH_STALE_S) or while its owner makes API calls (`meta.last_active`). A lab nobody
+has watched for PARK_AFTER seconds is *parked*: it joins the set `labs:parked`, its clock pauses (marked
+`parked` in the clock hash, so a resume never un-pauses a clock the learner paused), its running-lab slot
+goes back to the ledger (core/slots.py) and every pool host stops its processes; its records, events,
+outputs and settings stay. Opening its page again (a WebSocket, any owner call) resumes it: the slot is
+taken again first, then the clock runs and the supervisor starts its workers (from the spares).
+
+`reserve` is the one door every way of opening or resuming a lab goes through: when the client is at its
+running-lab cap it first parks that client's own running labs that no page watches now (oldest first),
+and only if every one of them is watched is the request refused.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from core import clock, registry, slots, stream
+from core.keys import LABS, PARKED, key
+
+WATCH_REFRESH_S = 5.0  # how often a web process re-stamps the labs its sockets watch
+WATCH_STALE_S = 3 * WATCH_REFRESH_S  # a watcher entry older than this belongs to a web process that is gone
+NAVIGATION_S = 3.0  # how long a request at the cap waits for the previous page's socket to close
+
+IDLE_WHY = "nobody watched it for {idle} s"
+MAKE_ROOM_WHY = "it made room for another of your labs (you may run {cap} at once)"
+OWNER_WHY = "you parked it"
+
+
+def watchers(lab: str) -> str:
+    return key(lab, "watchers")
+
+
+def watch(r: redis.Redis, lab: str, who: str) -> None:
+    """`who` (one web process) has a socket open on `lab` now."""
+    r.zadd(watchers(lab), {who: time.time()})
+
+
+def unwatch(r: redis.Redis, lab: str, who: str) -> None:
+    """`who` closed its last socket on `lab`: the lab was watched until now."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.zrem(watchers(lab), who)
+        pipe.hset(key(lab, "meta"), "last_watched", time.time())
+        pipe.execute()
+
+
+def watched_now(r: redis.Redis, labs: list[str]) -> set[str]:
+    """The labs among `labs` some live web process has an open socket on."""
+    fresh = time.time() - WATCH_STALE_S
+    with r.pipeline(transaction=False) as pipe:
+        for lab in labs:
+            pipe.zcount(watchers(lab), fresh, "+inf")
+        return {lab for lab, n in zip(labs, pipe.execute(), strict=True) if n}
+
+
+def last_seen(r: redis.Redis, labs: list[str]) -> dict[str, float]:
+    """Per lab, the last real time a page or its owner looked at it (now, if a socket is open)."""
+    now = time.time()
+    with r.pipeline(transaction=False) as pipe:
+        for lab in labs:
+            pipe.zrange(watchers(lab), -1, -1, withscores=True)
+            pipe.hmget(key(lab, "meta"), "last_watched", "last_active", "created", "resumed")
+        res = pipe.execute()
+    out = {}
+    for i, lab in enumerate(labs):
+        top, stamps = res[2 * i], res[2 * i + 1]
+        seen = max([float(s) for s in stamps if s] or [0.0])
+        if top:
+            seen = max(seen, now if top[0][1] > now - WATCH_STALE_S else top[0][1])
+        out[lab] = seen
+    return out
+
+
+def parked(r: redis.Redis) -> set[str]:
+    return set(r.smembers(PARKED))
+
+
+def is_parked(r: redis.Redis, lab: str) -> bool:
+    return bool(r.sismember(PARKED, lab))
+
+
+def park(r: redis.Redis, lab: str, why: str) -> bool:
+    """Park `lab` (False if it already was, or is gone): pause its clock as parked, give back its slot.
+    The pool host that runs it sees it in `labs:parked` and stops its processes."""
+    if not r.sismember(LABS, lab) or not r.sadd(PARKED, lab):
+        return False
+    slots.release(r, lab)
+    k = key(lab, "clock")
+    if r.hget(k, "paused") == "1":
+        r.hset(k, "parked", "held")  # the learner's (or a race's) pause: the resume leaves it paused
+        t = clock.now(r, lab)
+    else:
+        t = clock.pause(r, lab)
+        r.hset(k, "parked", "1")
+    stream.emit(r, lab, "lab.parked", t, why=why)
+    return True
+
+
+def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int) -> bool:
+    """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
+    if the lab's client is at its cap with every other lab watched), then its clock runs."""
+    if not r.sismember(PARKED, lab):
+        return False
+    client = r.hget(key(lab, "meta"), "client") or "unknown"
+    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling)
+    if not r.srem(PARKED, lab):
+        return False  # another request resumed it meanwhile (its reservation is this one)
+    k = key(lab, "clock")
+    was = r.hget(k, "parked")
+    r.hdel(k, "parked")
+    r.hset(key(lab, "meta"), "resumed", time.time())
+    t = clock.resume(r, lab) if was == "1" else clock.now(r, lab)
+    stream.emit(r, lab, "lab.resumed", t, clock="running" if was == "1" else "still paused, as it was")
+    return True
+
+
+def park_idle(r: redis.Redis, park_after: float) -> list[str]:
+    """The supervisor's hook: park every running lab nobody has watched for `park_after` s (0: never)."""
+    if park_after <= 0:
+        return []
+    running = sorted(set(r.smembers(LABS)) - parked(r))
+    if not running:
+        return []
+    now = time.time()
+    idle = [(lab, now - seen) for lab, seen in last_seen(r, running).items() if now - seen > park_after]
+    return [lab for lab, gone in idle if park(r, lab, IDLE_WHY.format(idle=round(gone)))]
+
+
+def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int) -> None:
+    """slots.reserve, but a reader at the cap is never stopped by their own forgotten labs: park the
+    client's running labs that no page watches (oldest first) and try again. A page that just replaced
+    another may still find the old one's socket open for a moment, so before refusing it waits up to
+    NAVIGATION_S for one of them to close. Raises slots.Refused."""
+    deadline = time.time() + NAVIGATION_S
+    while True:
+        try:
+            return slots.reserve(r, want, client, client_cap, web_ceiling)
+        except slots.Refused as refused:
+            if refused.kind != "client":
+                raise
+            asking = {lab for lab, _n in want}
+            mine = [e.lab for e in slots.entries(r) if e.client == client and e.lab not in asking]
+            need = max(1, refused.running + len(want) - client_cap)
+            quiet = [lab for lab in mine if lab not in watched_now(r, mine)]
+            parked_now = sum(park(r, lab, MAKE_ROOM_WHY.format(cap=client_cap)) for lab in quiet[:need])
+            if parked_now == 0 and time.time() >= deadline:
+                raise
+            if parked_now == 0:
+                time.sleep(0.2)
+
+
+def running_of(r: redis.Redis, client: str) -> list[slots.Entry]:
+    """The client's running labs, oldest first (what a refusal at the cap lists)."""
+    return [e for e in slots.entries(r) if e.client == client]

@@ -1,0 +1,137 @@
+"""The slot ledger: running labs and their processes, reserved in one atomic step before anything starts.
+
+Every running lab holds one entry in the hash `slots:labs` (lab → "host processes client since"): the
+pool host whose ceiling its processes count against (`web` while no pool host is live: the web's own
+`MAX_WORKERS`), how many processes it asked for (rq workers and chapter 7's scheduler replicas), the
+client it counts against, and when it was taken. `reserve` checks the client's running-lab cap and each
+host's ceiling and writes the entries in one Lua script, so ten or a hundred concurrent requests cannot
+pass a check together; a resize (PATCH workers, the autoscaler) is the same call for a lab that already
+holds an entry. A parked, deleted or expired lab gives its entry back (`release`). Entries of labs that
+are no longer registered are dropped by the script itself after a short grace (a lab is reserved just
+before it is registered), so a crash between the two never leaks a slot for long.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis
+
+from core.keys import HOSTS, LABS
+
+LEDGER = "slots:labs"
+WEB = "web"  # the bucket while no pool host is live: the web process's own MAX_WORKERS
+GRACE_S = 60.0  # a reservation may wait this long for its lab to be registered before it is dropped
+
+_RESERVE = """
+-- KEYS[1] slots:labs: lab -> "host processes client since"   KEYS[2] labs: the registered labs
+-- KEYS[3] pool:hosts: pool host ids (each a hash ARGV[5]..id with max_workers, leaving; gone when silent)
+-- ARGV[1] now (s)   ARGV[2] client   ARGV[3] client's running-lab cap (0: none)
+-- ARGV[4] ceiling while no pool host is live   ARGV[5] host key prefix   ARGV[6] grace (s)
+-- ARGV[7..] lab, processes, lab, processes, ...  (all or none are reserved)
+-- returns {'ok'} | {'client', running} | {'workers', ceiling, in use}
+local now, who, cap = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local want, order = {}, {}
+for i = 7, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]); order[#order + 1] = ARGV[i] end
+local ceil, any = {}, false
+for _, h in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  local f = redis.call('HMGET', ARGV[5] .. h, 'max_workers', 'leaving')
+  if f[1] and f[2] ~= '1' then ceil[h] = tonumber(f[1]); any = true end
+end
+if not any then ceil['web'] = tonumber(ARGV[4]) end
+local used, labs, mine, held = {}, {}, 0, {}
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  local lab = flat[i]
+  local b, p, c, t = string.match(flat[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
+  if redis.call('SISMEMBER', KEYS[2], lab) == 0 and now - tonumber(t) > tonumber(ARGV[6]) then
+    redis.call('HDEL', KEYS[1], lab)
+  elseif want[lab] then
+    held[lab] = {b, c, t}
+  else
+    used[b] = (used[b] or 0) + tonumber(p)
+    labs[b] = (labs[b] or 0) + 1
+    if c == who then mine = mine + 1 end
+  end
+end
+local fresh = 0
+for _, lab in ipairs(order) do if not held[lab] then fresh = fresh + 1 end end
+if fresh > 0 and cap > 0 and mine + #order > cap then return {'client', mine} end
+local rows = {}
+for _, lab in ipairs(order) do
+  local h = held[lab]
+  local b = h and ceil[h[1]] and h[1] or nil
+  if not b then
+    local best = nil  -- the most room, then the fewest labs, then the name
+    for name, c in pairs(ceil) do
+      local free, n = c - (used[name] or 0), labs[name] or 0
+      if best == nil or free > best[2] or (free == best[2] and (n < best[3] or (n == best[3] and name < best[1])))
+      then best = {name, free, n} end
+    end
+    b = best[1]
+  end
+  if (used[b] or 0) + want[lab] > ceil[b] then return {'workers', ceil[b], used[b] or 0} end
+  used[b] = (used[b] or 0) + want[lab]
+  labs[b] = (labs[b] or 0) + 1
+  rows[#rows + 1] = lab
+  rows[#rows + 1] = b .. ' ' .. want[lab] .. ' ' .. (h and h[2] or who) .. ' ' .. (h and h[3] or ARGV[1])
+end
+redis.call('HSET', KEYS[1], unpack(rows))
+return {'ok'}
+"""
+
+
+@dataclass
+class Refused(Exception):
+    """A reservation the ledger refused: `kind` "client" (the client's running-lab cap, `running` of its
+    labs run) or "workers" (a host's process ceiling `ceiling`, `in_use` taken by other labs)."""
+
+    kind: str
+    running: int = 0
+    ceiling: int = 0
+    in_use: int = 0
+
+
+@dataclass
+class Entry:
+    lab: str
+    host: str
+    processes: int
+    client: str
+    since: float
+
+
+def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int) -> None:
+    """Reserve a running-lab slot and its processes for each (lab, processes), all or none; a lab that
+    already holds a slot is resized in place (its client and host kept). Raises Refused."""
+    args: list = [repr(time.time()), client, client_cap, web_ceiling, "pool:host:", GRACE_S]
+    for lab, processes in want:
+        args += [lab, max(0, int(processes))]
+    res = r.eval(_RESERVE, 3, LEDGER, LABS, HOSTS, *args)
+    kind = res[0].decode() if isinstance(res[0], bytes) else res[0]
+    if kind == "client":
+        raise Refused("client", running=int(res[1]))
+    if kind == "workers":
+        raise Refused("workers", ceiling=int(res[1]), in_use=int(res[2]))
+
+
+def release(r: redis.Redis, *labs: str) -> None:
+    """Give back the slots of labs that stopped running (parked, deleted, expired, never registered)."""
+    if labs:
+        r.hdel(LEDGER, *labs)
+
+
+def entries(r: redis.Redis) -> list[Entry]:
+    """Every reservation, oldest first."""
+    out = []
+    for lab, raw in r.hgetall(LEDGER).items():
+        host, processes, client, since = raw.split(" ")
+        out.append(Entry(lab, host, int(processes), client, float(since)))
+    return sorted(out, key=lambda e: e.since)
+
+
+def host_of(r: redis.Redis, lab: str) -> str | None:
+    """The pool host a lab's reservation names (placement honours it), or None."""
+    raw = r.hget(LEDGER, lab)
+    return raw.split(" ", 1)[0] if raw else None

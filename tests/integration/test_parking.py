@@ -1,0 +1,185 @@
+"""Parking and the slot ledger on a stack of their own: a lab nobody watches is parked (no processes, its
+history kept) and resumes when a page opens it again; the running-lab cap and the worker ceiling hold
+under concurrent requests from one client. Everything real: supervisor, rq workers, gunicorn.
+
+The stack runs the default running-lab cap (MAX_CLIENT_LABS 4); PARK_AFTER is shortened so a test waits
+seconds, not a minute, MAX_WORKERS lowered so the ceiling test runs a handful of processes, and RATE_LABS
+stays off (the shared stack's default) so the tests of one module may open more than ten labs a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+import redis
+import websocket
+
+from core import parking, slots
+from core.keys import key
+from runtime.procs import wait
+from runtime.stack import Stack
+
+pytestmark = pytest.mark.integration
+PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
+
+
+@pytest.fixture(scope="module")
+def pstack(redis_server, tmp_path_factory):
+    db = redis_server.url.rsplit("/", 1)[0] + "/7"
+    redis.Redis.from_url(db).flushdb()
+    with Stack("parking", root=tmp_path_factory.mktemp("parking"), redis_url=db, web_threads=32,
+               env={"PARK_AFTER": str(PARK_AFTER), "MAX_WORKERS": str(MAX_WORKERS), "MAX_CLIENT_LABS": str(CAP),
+                    "MAX_LABS": "40"}) as s:
+        yield s
+
+
+@pytest.fixture
+def papi(pstack):
+    client = pstack.api()
+    yield client
+    client.delete_created()
+    r = redis.Redis.from_url(pstack.redis_url)
+    wait(lambda: not r.scard("labs"), 30, "the last test's labs to be gone")
+
+
+@pytest.fixture
+def pr(pstack):
+    client = redis.Redis.from_url(pstack.redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def running_processes(r: redis.Redis, lab: str) -> int:
+    """Worker processes of `lab` that really run (their pid is alive), from the supervisor's worker rows."""
+    rows = [json.loads(v) for v in r.hgetall(key(lab, "workers")).values()]
+    return sum(1 for w in rows if w.get("pid") and alive(w["pid"]))
+
+
+def event_types(r: redis.Redis, lab: str) -> list[str]:
+    return [json.loads(f["e"])["type"] for _i, f in r.xrange(key(lab, "events"))]
+
+
+def connect(stack, lab: dict) -> websocket.WebSocket:
+    url = stack.url.replace("http", "ws") + f"/ws/labs/{lab['lab_id']}?after=0&token={lab['token']}"
+    return websocket.create_connection(url, timeout=20, origin=stack.url)
+
+
+def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connects(pstack, papi, pr):
+    lab = papi.lab("ch1", speed=200, workers=2)
+    papi.workers_ready(lab, 2)
+    job = papi.ok("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 20},
+                  lab["token"], expect=(202,))
+    papi.wait_for(lab, lambda s: s["counts"]["done"] == 1, what="the job to finish")
+    before = event_types(pr, lab["lab_id"])
+    # from here nobody looks at it through the API or a socket (the server is read directly)
+    wait(lambda: "lab.parked" in event_types(pr, lab["lab_id"]), 60, "the unwatched lab to be parked")
+    wait(lambda: running_processes(pr, lab["lab_id"]) == 0 and not pr.hlen(key(lab["lab_id"], "workers")), 30,
+         "the parked lab's workers to stop")
+    assert pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"]) is None
+    assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "1"
+    assert event_types(pr, lab["lab_id"])[:len(before)] == before  # history intact
+    assert pr.hget(key(lab["lab_id"], "job", job["job_id"]), "state") == "done"
+
+    ws = connect(pstack, lab)
+    try:
+        wait(lambda: "lab.resumed" in event_types(pr, lab["lab_id"]), 10, "the lab to resume on a WS connect")
+        wait(lambda: running_processes(pr, lab["lab_id"]) == 2, 30, "the resumed lab's two workers to run")
+        assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "0"
+        assert not pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"])
+        got = [json.loads(ws.recv())["type"] for _ in range(len(before))]
+        assert got == before  # the page's catch-up replays the lab's history
+    finally:
+        ws.close()
+
+
+def test_a_lab_the_learner_paused_stays_paused_after_parking_and_resume(pstack, papi, pr):
+    lab = papi.lab("ch1", speed=200, workers=1)
+    papi.ok("POST", f"/api/labs/{lab['lab_id']}/clock", {"action": "pause"}, lab["token"])
+    wait(lambda: pr.sismember(parking.PARKED, lab["lab_id"]), 60, "the unwatched lab to be parked")
+    papi.snapshot(lab)  # any owner call resumes it
+    assert not pr.sismember(parking.PARKED, lab["lab_id"])
+    assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "1"
+    resumed = [json.loads(f["e"]) for _i, f in pr.xrange(key(lab["lab_id"], "events"))]
+    assert [e["data"]["clock"] for e in resumed if e["type"] == "lab.resumed"] == ["still paused, as it was"]
+
+
+def test_ten_concurrent_creates_from_one_client_run_at_most_its_cap(pstack, papi, pr):
+    answers: list = []
+
+    def create() -> None:
+        res = papi.call("POST", "/api/labs", {"preset": "ch1", "speed": 20})
+        answers.append(res)
+        if res.status == 201:
+            papi.created.append(res.json())
+
+    threads = [threading.Thread(target=create) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    made = [a.json()["lab_id"] for a in answers if a.status == 201]
+    assert made, [a.status for a in answers]
+    running = [lab for lab in made if not pr.sismember(parking.PARKED, lab)]
+    assert len(running) <= CAP, f"{len(running)} of {len(made)} labs running"
+    # give the supervisor time to start what it will: labs that really run processes stay within the cap
+    wait(lambda: sum(1 for lab in running if running_processes(pr, lab)) == len(running), 60,
+         "the running labs' workers to start")
+    assert sum(1 for lab in made if running_processes(pr, lab)) <= CAP
+
+
+def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one_lets_the_next_open(
+        pstack, papi, pr):
+    labs = [papi.lab("ch0", speed=20) for _ in range(CAP)]
+    sockets = [connect(pstack, lab) for lab in labs]
+    try:
+        wait(lambda: len(parking.watched_now(pr, [x["lab_id"] for x in labs])) == CAP, 10, "every lab watched")
+        res = papi.call("POST", "/api/labs", {"preset": "ch0"})
+        assert res.status == 429 and res.json()["error"] == "client_labs_full"
+        assert sorted(x["lab_id"] for x in res.json()["running"]) == sorted(x["lab_id"] for x in labs)
+        assert int(res.headers["Retry-After"]) > 0
+        # the owner parks its oldest lab itself; then the new lab opens
+        oldest = labs[0]
+        assert papi.ok("POST", f"/api/labs/{oldest['lab_id']}/park", {}, oldest["token"])["parked"]
+        assert pr.sismember(parking.PARKED, oldest["lab_id"])
+        fifth = papi.lab("ch0", speed=20)
+        sockets.append(connect(pstack, fifth))
+        # a page that closes its socket (the previous page of a reader) makes room: its lab is parked
+        sockets[1].close()
+        sixth = papi.lab("ch0", speed=20)
+        assert pr.sismember(parking.PARKED, labs[1]["lab_id"])
+        assert {fifth["lab_id"], sixth["lab_id"]} <= {e.lab for e in slots.entries(pr)}
+    finally:
+        for ws in sockets:
+            ws.close()
+
+
+def test_concurrent_patches_never_pass_the_worker_ceiling(pstack, papi, pr):
+    labs = [papi.lab("ch7", speed=20) for _ in range(2)]  # ch7: scheduler replicas, no workers
+    wanted = {"workers": 4, "scheduler_replicas": 4}  # 8 each: one lab may grow to it, not both
+    answers: list = []
+
+    def patch(lab: dict) -> None:
+        answers.append(papi.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", wanted, lab["token"]))
+
+    threads = [threading.Thread(target=patch, args=(lab,)) for lab in labs * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a.status for a in answers).count(429) >= 1
+    reserved = sum(e.processes for e in slots.entries(pr))
+    assert reserved <= MAX_WORKERS
+    asked = sum(int(json.loads(pr.get(key(lab["lab_id"], "settings")))["workers"])
+                + int(json.loads(pr.get(key(lab["lab_id"], "settings")))["scheduler_replicas"]) for lab in labs)
+    assert asked <= MAX_WORKERS, f"{asked} processes asked for past a ceiling of {MAX_WORKERS}"
