@@ -227,12 +227,16 @@ class Hub:
             threading.Event().wait(parking.WATCH_REFRESH_S)
             with self.lock:
                 labs = list(self.subs)
-            for lab in labs:
-                try:
+            try:
+                for lab in labs:
                     parking.watch(self.r, lab, self.me)
-                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers)
+            except redis.RedisError:
+                continue  # the server is restarting: the next round stamps them again
+            for lab in labs:
+                try:  # no waiting for other pages here: the stamps above must stay on time
+                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0)
                 except (slots.Refused, redis.RedisError):
-                    pass  # still at the cap, or the server is restarting: the next round tries again
+                    pass  # still at the cap (its page keeps its own message), or the server is restarting
 
     def fan_out(self, lab: str) -> None:
         with self.lock:

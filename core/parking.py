@@ -101,13 +101,13 @@ def park(r: redis.Redis, lab: str, why: str) -> bool:
     return True
 
 
-def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int) -> bool:
+def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S) -> bool:
     """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
-    if the lab's client is at its cap with every other lab watched), then its clock runs."""
+    if the lab's client is at its cap with every other lab watched `patience` s on), then its clock runs."""
     if not r.sismember(PARKED, lab):
         return False
     client = r.hget(key(lab, "meta"), "client") or "unknown"
-    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling)
+    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience)
     if not r.srem(PARKED, lab):
         return False  # another request resumed it meanwhile (its reservation is this one)
     k = key(lab, "clock")
@@ -131,12 +131,13 @@ def park_idle(r: redis.Redis, park_after: float) -> list[str]:
     return [lab for lab, gone in idle if park(r, lab, IDLE_WHY.format(idle=round(gone)))]
 
 
-def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int) -> None:
+def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int,
+            patience: float = NAVIGATION_S) -> None:
     """slots.reserve, but a reader at the cap is never stopped by their own forgotten labs: park the
     client's running labs that no page watches (oldest first) and try again. A page that just replaced
     another may still find the old one's socket open for a moment, so before refusing it waits up to
-    NAVIGATION_S for one of them to close. Raises slots.Refused."""
-    deadline = time.time() + NAVIGATION_S
+    `patience` s for one of them to close. Raises slots.Refused."""
+    deadline = time.time() + patience
     while True:
         try:
             return slots.reserve(r, want, client, client_cap, web_ceiling)

@@ -83,7 +83,7 @@ function boot(root) {
   for (const part of PARTS) Object.assign(W, part.install(W));
   const { q, els } = W;
 
-  start().catch((e) => fatal(e.message || String(e)));
+  start().catch(fatal);
 
   async function start() {
     // the vocabulary and the lab are fetched side by side: neither needs the other (an unknown preset is
@@ -129,10 +129,38 @@ function boot(root) {
     root.dispatchEvent(new CustomEvent(name, { detail }));
   }
 
-  function fatal(msg) {
+  function fatal(e) {
     const b = q('banner');
-    b.replaceChildren(`The lab could not start: ${msg} `,
-      h('button', { type: 'button', onclick: () => location.reload() }, 'Try again'));
+    const refusal = e && e.data && e.data.error === 'client_labs_full' && (e.data.running || []).length ? e.data : null;
+    if (refusal) {
+      // at the running-lab cap with a page open on every lab: offer the way out here, then open this lab
+      const status = h('span', { role: 'status' });
+      const free = (how) => async () => {
+        for (const btn of b.querySelectorAll('button')) btn.disabled = true;
+        setText(status, how === 'park' ? 'parking your oldest lab…' : 'closing your oldest lab…');
+        try {
+          await lab.freeOldest(refusal, how);
+          W.early = null;
+          b.hidden = true;
+          q('loading').hidden = false;
+          root.dataset.state = '';
+          start().catch(fatal);
+        } catch (err) {
+          setText(status, `that did not work: ${err.message}`);
+          for (const btn of b.querySelectorAll('button')) btn.disabled = false;
+        }
+      };
+      b.replaceChildren(
+        h('p', {}, `You already run ${refusal.running.length} labs, each open on a page. `
+          + 'Park one (it stops, keeps its history, and resumes when you open its page again) or close it for good.'),
+        h('div', { class: 'lw-row lw-wrap' },
+          h('button', { type: 'button', class: 'lw-btn', testid: 'park-oldest', onclick: free('park') }, 'Park my oldest lab'),
+          h('button', { type: 'button', class: 'lw-btn', testid: 'close-oldest', onclick: free('close') }, 'Close my oldest lab')),
+        status);
+    } else {
+      b.replaceChildren(`The lab could not start: ${(e && e.message) || String(e)} `,
+        h('button', { type: 'button', onclick: () => location.reload() }, 'Try again'));
+    }
     b.hidden = false;
     q('loading').hidden = true;
     root.dataset.state = 'error';

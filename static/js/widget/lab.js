@@ -25,6 +25,15 @@ export function makeApi(getLab) {
   };
 }
 
+/** A refusal the page can act on: keeps the server's answer (a 429 at the running-lab cap lists the labs). */
+export class LabRefused extends Error {
+  constructor(res) {
+    super(errorText(res.data, res.status));
+    this.status = res.status;
+    this.data = res.data;
+  }
+}
+
 /**
  * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
  * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap}. Pure of any widget
@@ -42,7 +51,7 @@ export async function openLab({ preset, viewLab, viewToken, speed, storeKey }) {
   if (saved && saved.id && saved.token) {
     const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
     if (res.ok) return { lab: saved, snap: res.data };
-    if (![401, 403, 404].includes(res.status)) throw new Error(errorText(res.data, res.status));
+    if (![401, 403, 404].includes(res.status)) throw new LabRefused(res);
   }
   return createLab({ preset, speed, storeKey });
 }
@@ -52,13 +61,32 @@ export async function createLab({ preset, speed, storeKey }) {
   const body = { preset };
   if (speed) body.speed = speed;
   const res = await makeApi(() => null)('POST', '/api/labs', body);
-  if (res.status !== 201) throw new Error(errorText(res.data, res.status));
+  if (res.status !== 201) throw new LabRefused(res);
   const d = res.data;
   const lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
   try { sessionStorage.setItem(storeKey, JSON.stringify(lab)); } catch { /* private mode */ }
   const snap = await makeApi(() => lab)('GET', `/api/labs/${d.lab_id}`);
   if (!snap.ok) throw new Error(errorText(snap.data, snap.status));
   return { lab, snap: snap.data };
+}
+
+/**
+ * The client's oldest running lab (from a client_labs_full answer), parked or closed by its owner cookie, or
+ * by the token this tab remembers for it: the way out a learner at the cap is offered in place.
+ */
+export async function freeOldest(refusal, how) {
+  const oldest = [...refusal.running].sort((a, b) => a.since - b.since)[0];
+  let lab = { id: oldest.lab_id };
+  for (let i = 0; i < sessionStorage.length; i += 1) {
+    try {
+      const saved = JSON.parse(sessionStorage.getItem(sessionStorage.key(i)) || 'null');
+      if (saved && saved.id === oldest.lab_id && saved.token) lab = saved;
+    } catch { /* not one of ours */ }
+  }
+  const call = makeApi(() => lab);
+  const res = how === 'park' ? await call('POST', `/api/labs/${lab.id}/park`)
+    : await call('DELETE', `/api/labs/${lab.id}`);
+  if (!res.ok) throw new Error(errorText(res.data, res.status));
 }
 
 /** What opening this widget's lab needs: its preset, a viewer link (data attributes or the URL), speed. */
