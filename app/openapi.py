@@ -64,6 +64,8 @@ SUCCESS: dict[str, dict[str, Any]] = {
     "api.get_output": {"200": {"description": "the file", "content": {"video/mp4": {}, "image/jpeg": {}}},
                        "206": {"description": "a byte range", "content": {"video/mp4": {}, "image/jpeg": {}}},
                        "304": {"description": "unchanged"}},
+    "api.park_lab": {"200": _json("the lab is parked: its processes stop, its history stays; opening its page "
+                                  "again resumes it")},
     "api.metrics": {"200": {"description": "Prometheus text", "content": {"text/plain": {}}}},
     "api.healthz": {"200": _json("healthy"), "503": _json("Redis unreachable")},
     "ws.lab_events": {"101": {"description": "switching to the WebSocket protocol"}},

@@ -183,3 +183,29 @@ def test_concurrent_patches_never_pass_the_worker_ceiling(pstack, papi, pr):
     asked = sum(int(json.loads(pr.get(key(lab["lab_id"], "settings")))["workers"])
                 + int(json.loads(pr.get(key(lab["lab_id"], "settings")))["scheduler_replicas"]) for lab in labs)
     assert asked <= MAX_WORKERS, f"{asked} processes asked for past a ceiling of {MAX_WORKERS}"
+
+
+def test_a_hundred_concurrent_reservations_from_one_client_take_at_most_its_cap(redis_server):
+    """The ledger's one Lua step against the real server: a hundred threads reserve a lab each for one
+    client; at most the cap succeed, and the processes of those never pass the ceiling."""
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/9", decode_responses=True)
+    r.flushdb()  # a database no stack uses: no pool host is live, so the web ceiling applies
+    won: list[str] = []
+
+    def take(i: int) -> None:
+        try:
+            slots.reserve(r, [(f"lab{i}", 3)], "203.0.113.7", CAP, MAX_WORKERS)
+            won.append(f"lab{i}")
+        except slots.Refused:
+            pass
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == CAP and sorted(e.lab for e in slots.entries(r)) == sorted(won)
+    with pytest.raises(slots.Refused) as refused:  # a fifth lab from another client meets the ceiling
+        slots.reserve(r, [("other", 1)], "198.51.100.1", CAP, MAX_WORKERS)
+    assert refused.value.kind == "workers" and refused.value.in_use == 3 * CAP == MAX_WORKERS
+    r.flushdb()
