@@ -32,6 +32,15 @@ MAKE_ROOM_WHY = "it made room for another of your labs (you may run {cap} at onc
 OWNER_WHY = "you parked it"
 
 
+_PARK = """
+-- KEYS[1] labs (registered)   KEYS[2] labs:parked   KEYS[3] slots:labs (the ledger)   ARGV[1] the lab
+-- one step, so a resume that takes the slot again never has it released by a park it raced
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 or redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"""
+
+
 def watchers(lab: str) -> str:
     return key(lab, "watchers")
 
@@ -87,9 +96,8 @@ def is_parked(r: redis.Redis, lab: str) -> bool:
 def park(r: redis.Redis, lab: str, why: str) -> bool:
     """Park `lab` (False if it already was, or is gone): pause its clock as parked, give back its slot.
     The pool host that runs it sees it in `labs:parked` and stops its processes."""
-    if not r.sismember(LABS, lab) or not r.sadd(PARKED, lab):
+    if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, lab):
         return False
-    slots.release(r, lab)
     k = key(lab, "clock")
     if r.hget(k, "paused") == "1":
         r.hset(k, "parked", "held")  # the learner's (or a race's) pause: the resume leaves it paused
