@@ -631,6 +631,12 @@ class Supervisor:
         them held is lost, as with any stopped worker; an ack-late one comes back when its lease runs out."""
         pool = self.pools.pop(lab)
         rows = {s.id: self.row(pool, s) for s in pool.slots.values()}
+        for row in rows.values():  # a busy worker's work horse too, as kill() does: it must not outlive its worker
+            if row.get("horse_pid") and row.get("host") == self.host.id:
+                try:
+                    os.kill(int(row["horse_pid"]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         self.stop_pool(pool)
         self.fleet.stop(lab)
         now = clock.now(self.r, lab)
