@@ -64,7 +64,6 @@ def check_rate(r: redis.Redis, name: str) -> None:
                        f"try again in {math.ceil(wait)} s", wait)
 
 
-
 def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
     """The 429 a refused reservation answers: the client's cap (with its running labs listed, so the
     widget can offer to park or close the oldest) or a host's process ceiling."""

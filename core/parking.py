@@ -46,16 +46,20 @@ def watchers(lab: str) -> str:
 
 
 def watch(r: redis.Redis, lab: str, who: str) -> None:
-    """`who` (one web process) has a socket open on `lab` now."""
-    r.zadd(watchers(lab), {who: time.time()})
+    """`who` (one web process) has a socket open on `lab` now. The entry expires on its own, so a socket
+    left open on a deleted lab leaves nothing behind for long."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.zadd(watchers(lab), {who: time.time()})
+        pipe.expire(watchers(lab), int(WATCH_STALE_S * 2))
+        pipe.execute()
 
 
 def unwatch(r: redis.Redis, lab: str, who: str) -> None:
-    """`who` closed its last socket on `lab`: the lab was watched until now."""
-    with r.pipeline(transaction=True) as pipe:
-        pipe.zrem(watchers(lab), who)
-        pipe.hset(key(lab, "meta"), "last_watched", time.time())
-        pipe.execute()
+    """`who` closed its last socket on `lab`: the lab was watched until now (a deleted lab gets no
+    meta back)."""
+    r.zrem(watchers(lab), who)
+    if r.sismember(LABS, lab):
+        r.hset(key(lab, "meta"), "last_watched", time.time())
 
 
 def watched_now(r: redis.Redis, labs: list[str]) -> set[str]:
@@ -87,10 +91,6 @@ def last_seen(r: redis.Redis, labs: list[str]) -> dict[str, float]:
 
 def parked(r: redis.Redis) -> set[str]:
     return set(r.smembers(PARKED))
-
-
-def is_parked(r: redis.Redis, lab: str) -> bool:
-    return bool(r.sismember(PARKED, lab))
 
 
 def park(r: redis.Redis, lab: str, why: str) -> bool:
@@ -153,9 +153,10 @@ def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap
             if refused.kind != "client":
                 raise
             asking = {lab for lab, _n in want}
-            mine = [e.lab for e in slots.entries(r) if e.client == client and e.lab not in asking]
+            mine = [e.lab for e in running_of(r, client) if e.lab not in asking]
             need = max(1, refused.running + len(want) - client_cap)
-            quiet = [lab for lab in mine if lab not in watched_now(r, mine)]
+            watched = watched_now(r, mine)
+            quiet = [lab for lab in mine if lab not in watched]
             parked_now = sum(park(r, lab, MAKE_ROOM_WHY.format(cap=client_cap)) for lab in quiet[:need])
             if parked_now == 0 and time.time() >= deadline:
                 raise

@@ -21,7 +21,6 @@ import redis
 from core.keys import HOSTS, LABS
 
 LEDGER = "slots:labs"
-WEB = "web"  # the bucket while no pool host is live: the web process's own MAX_WORKERS
 GRACE_S = 60.0  # a reservation may wait this long for its lab to be registered before it is dropped
 
 _RESERVE = """
@@ -129,9 +128,3 @@ def entries(r: redis.Redis) -> list[Entry]:
         host, processes, client, since = raw.split(" ")
         out.append(Entry(lab, host, int(processes), client, float(since)))
     return sorted(out, key=lambda e: e.since)
-
-
-def host_of(r: redis.Redis, lab: str) -> str | None:
-    """The pool host a lab's reservation names (placement honours it), or None."""
-    raw = r.hget(LEDGER, lab)
-    return raw.split(" ", 1)[0] if raw else None
