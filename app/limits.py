@@ -17,6 +17,7 @@ from flask import current_app, request
 
 from app.errors import ApiError
 from core import registry
+from core.keys import key
 from workers import hosts
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
@@ -109,11 +110,14 @@ def check_new_lab(r: redis.Redis) -> None:
 
 
 def record_lab(r: redis.Redis, lab: str) -> None:
-    """Count a new lab against its client's concurrency limit (pruned as labs go)."""
-    k = client_labs_key(client())
+    """Count a new lab against its client's concurrency limit (pruned as labs go), and remember the client
+    on the lab: its uploads and its jobs' outputs count against that client's byte budget (core.blobs)."""
+    who = client()
+    k = client_labs_key(who)
     with r.pipeline(transaction=False) as pipe:
         pipe.sadd(k, lab)
         pipe.expire(k, current_app.config["LAB"].lab_idle_ttl * 2)
+        pipe.hset(key(lab, "meta"), "client", who)
         pipe.execute()
 
 
