@@ -49,6 +49,9 @@ class Config:
     """`maxmemory` of the embedded Redis-protocol server the launcher starts (policy noeviction: a write
     past it is refused, the API answers 507 with the reason, and nothing stored is ever evicted).
     0: `max_blob_bytes` plus 512 MiB for labs' records and event streams."""
+    reconcile_s: float = 30.0
+    """Real seconds between two runs of the pool's reconcile (workers/reconcile.py: processes and keys of
+    deleted labs, the byte counters, the AOF's size), across every pool host sharing the server."""
     pool_host_id: str = ""
     """This pool host's name in the host registry (empty: the server hands out p1, p2, …)."""
     pool_lease_s: float = 3.0
@@ -161,6 +164,7 @@ class Config:
             max_blob_bytes=_int("MAX_BLOB_BYTES", cls.max_blob_bytes),
             client_blob_share=_float("CLIENT_BLOB_SHARE", cls.client_blob_share),
             server_max_memory=_int("SERVER_MAX_MEMORY", cls.server_max_memory),
+            reconcile_s=_float("RECONCILE_S", cls.reconcile_s),
             pool_host_id=os.environ.get("POOL_HOST_ID", ""),
             pool_lease_s=_float("POOL_LEASE_S", cls.pool_lease_s),
             max_labs=_int("MAX_LABS", cls.max_labs),

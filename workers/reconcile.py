@@ -5,8 +5,8 @@ a signal to the worker's group misses it) and the horse runs ffmpeg. Killing the
 leave the horse and its ffmpeg running for a lab that no longer exists, so `kill_tree` kills every
 descendant with it.
 
-`Reconciler` runs in each pool process, at most once every RECONCILE_S across all pool hosts (a
-short lock in the server), and puts right what a crash, a restart from the AOF or a write racing a
+`Reconciler` runs in each pool process, at most once every RECONCILE_S (core.config) across all pool
+hosts (a short lock in the server), and puts right what a crash, a restart from the AOF or a write racing a
 delete can leave behind:
 - processes naming the queue of a lab no longer in `labs` (a horse whose worker was killed, a worker
   started in the tick its lab was deleted): killed;
@@ -29,12 +29,12 @@ from pathlib import Path
 import redis
 
 from core import blobs, registry
+from core.config import Config
 from core.keys import LABS
 from runtime.embedded_redis import AOF_REWRITE_MIN
 from runtime.procs import cmdline, ppid
 
-RECONCILE_S = 30.0  # real seconds between two reconciles (across every pool host sharing the server)
-AOF_MAX_RATIO = 4  # the AOF may be this many times the live data (plus AOF_REWRITE_MIN) before a rewrite
+AOF_MAX_RATIO = 4  # the AOF may be this many times the live data (plus the server's rewrite min-size)
 LOCK = "pool:reconcile"
 _LAB_KEY = re.compile(r"^lab:([^:]+):")
 _QUEUE = re.compile(r"\blab-([0-9a-f]+)\b")
@@ -91,17 +91,18 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 class Reconciler:
-    def __init__(self, r: redis.Redis, redis_url: str, var_dir: Path, host_id: str):
-        self.r, self.redis_url, self.var_dir, self.host_id = r, redis_url, var_dir, host_id
-        self.next_at = time.time() + RECONCILE_S / 3  # a (re)started pool reconciles soon after it starts
+    def __init__(self, r: redis.Redis, config: Config, host_id: str):
+        self.r, self.redis_url, self.var_dir, self.host_id = r, config.redis_url, config.var_dir, host_id
+        self.every = config.reconcile_s
+        self.next_at = time.time() + self.every / 3  # a (re)started pool reconciles soon after it starts
 
     def due(self) -> bool:
         return time.time() >= self.next_at
 
     def run(self) -> dict[str, int]:
         """One reconcile, if no other pool host ran one within RECONCILE_S; what it put right."""
-        self.next_at = time.time() + RECONCILE_S
-        if not self.r.set(LOCK, self.host_id, nx=True, ex=max(1, int(RECONCILE_S))):
+        self.next_at = time.time() + self.every
+        if not self.r.set(LOCK, self.host_id, nx=True, px=max(100, int(self.every * 900))):
             return {}
         procs = lab_processes(self.redis_url)  # the processes first, then the live labs: a lab is in
         live = self.r.smembers(LABS)  # `labs` before any process of it starts, so one not in it is gone
@@ -129,7 +130,9 @@ class Reconciler:
                 return 0
             size = int(persistence.get("aof_current_size", 0))
             live = int(self.r.info("memory").get("used_memory_dataset", 0))
-            if size <= AOF_MAX_RATIO * live + AOF_REWRITE_MIN:
+            floor = int(self.r.config_get("auto-aof-rewrite-min-size").get("auto-aof-rewrite-min-size")
+                        or AOF_REWRITE_MIN)
+            if size <= AOF_MAX_RATIO * live + floor:
                 return 0
             self.r.bgrewriteaof()
             return 1

@@ -171,7 +171,7 @@ class Supervisor:
         self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
         self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
         self.waiting: set[str] = set()  # labs no host had room for (narrated once)
-        self.reconciler = reconcile.Reconciler(self.r, config.redis_url, config.var_dir, self.host.id)
+        self.reconciler = reconcile.Reconciler(self.r, config, self.host.id)
         self.reported: tuple[int, float] | None = None  # (processes, heartbeat) last written for /metrics
 
     # --- processes ------------------------------------------------------------------------
@@ -704,6 +704,8 @@ class Supervisor:
                 changed = waker.wait(wake - time.time() + 0.0002)
                 if any(k == LABS or k.endswith((":settings", ":clock")) for k in changed):
                     next_full = 0.0  # a new lab, new settings or a clock change: reconcile now
+            except redis.exceptions.OutOfMemoryError:
+                time.sleep(0.5)  # the server is at its maxmemory: what could not be written is retried next tick
             except redis.ConnectionError:
                 outage = True
                 time.sleep(0.5)  # the server restarts (the launcher brings it back); keep going
