@@ -175,8 +175,10 @@ def test_the_aof_is_rewritten_when_it_outgrows_the_live_data(own, r):
     server's own trigger (the file doubled since its last rewrite) would wait for 64 MB more."""
     for i in range(4):
         r.set(f"filler:{i}", os.urandom(16 * 1024 * 1024))  # random: the AOF's RDB preamble cannot compress it
-    r.bgrewriteaof()
-    wait(lambda: not int(r.info("persistence")["aof_rewrite_in_progress"]), 60, "the AOF rewrite never ended")
+    rewriting = lambda: int(r.info("persistence")["aof_rewrite_in_progress"])  # noqa: E731
+    wait(lambda: not rewriting(), 60, "the server's own AOF rewrite never ended")
+    r.bgrewriteaof()  # the file now holds the 64 MB as its base
+    wait(lambda: not rewriting(), 60, "the AOF rewrite never ended")
     peak = int(r.info("persistence")["aof_current_size"])
     assert peak > 64 * 1024 * 1024
     r.delete(*(f"filler:{i}" for i in range(4)))
