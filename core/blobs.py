@@ -216,7 +216,8 @@ local total, clients = 0, {}
 for _, lab in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local used = 0
   for _, size in ipairs(redis.call('HVALS', 'lab:' .. lab .. ':blobs')) do used = used + tonumber(size) end
-  if used > 0 then redis.call('SET', 'lab:' .. lab .. ':blob_bytes', used) end
+  local counter = 'lab:' .. lab .. ':blob_bytes'
+  if used > 0 or redis.call('EXISTS', counter) == 1 then redis.call('SET', counter, used) end
   total = total + used
   local who = redis.call('HGET', 'lab:' .. lab .. ':meta', 'client')
   if who then clients[who] = (clients[who] or 0) + used end
