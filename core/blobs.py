@@ -69,9 +69,10 @@ _FORGET = """#!lua flags=allow-oom
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('DEL', ARGV[1] .. name) end
 redis.call('DEL', KEYS[1], KEYS[2])
-if used > 0 then
-  redis.call('DECRBY', KEYS[3], used)
-  if KEYS[4] ~= '' then redis.call('DECRBY', KEYS[4], used) end
+if used > 0 then redis.call('DECRBY', KEYS[3], used) end
+if KEYS[4] ~= '' then  -- never below 0: a branch's copied blobs land before its client is recorded
+  local left = tonumber(redis.call('GET', KEYS[4]) or '0') - used
+  if left > 0 then redis.call('SET', KEYS[4], left) else redis.call('DEL', KEYS[4]) end
 end
 return used
 """
