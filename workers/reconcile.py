@@ -1,9 +1,8 @@
 """Nothing outlives its lab: stopping a lab's whole process tree, and the pool's periodic reconcile.
 
 A lab's worker is a process with children: RQ forks a work horse per job (in a session of its own, so
-a signal to the worker's group misses it) and the horse runs ffmpeg. Killing the worker alone can
-leave the horse and its ffmpeg running for a lab that no longer exists, so `kill_tree` kills every
-descendant with it.
+a signal to the worker's group misses it) and the horse runs ffmpeg. The horse dies with its worker
+only once its job has set PR_SET_PDEATHSIG, so `kill_tree` kills every descendant with the worker.
 
 `Reconciler` runs in each pool process, at most once every RECONCILE_S (core.config) across all pool
 hosts (a short lock in the server), and puts right what a crash, a restart from the AOF or a write racing a

@@ -516,8 +516,9 @@ class Supervisor:
                     self.kill(pool, slot)
 
     def stop_pool(self, pool: LabPool) -> None:
-        """Kill the lab's workers with their horses and ffmpeg runs (reconcile.kill_tree): a horse lives in
-        a session of its own, so killing its worker alone would leave it running for a lab that is gone."""
+        """Kill the lab's workers with their horses and ffmpeg runs (reconcile.kill_tree): a horse follows its
+        worker only once its job has set PR_SET_PDEATHSIG (workers/tasks.py), so a worker killed in the
+        moment after the fork would leave its horse running for a lab that is gone."""
         procs = [s.proc for s in pool.slots.values() if s.proc and s.proc.poll() is None]
         reconcile.kill_tree([p.pid for p in procs])
         for proc in procs:
