@@ -130,6 +130,19 @@ def test_one_client_filling_its_budget_leaves_room_for_another(own, r):
         snap = other.wait_for(lab, lambda s: s["counts"]["done"] == 1, 120, "the other client's job never finished")
         assert snap["counts"]["dlq"] == 0
         assert blobs.client_usage(r, "127.0.0.3") > len(body) // 2  # its upload and outputs count as its own
+
+        # the greedy client's jobs now run: outputs past its budget are refused, and each such job ends in
+        # the DLQ, counted with its reason, never lost
+        lab = greedy.created[0]
+        for _ in range(8):  # sample clips: no upload, but their outputs are the client's bytes too
+            assert greedy.enqueue(lab, {"sample": "carphone_pristine"}).status == 202
+        greedy.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"], expect=(200,))
+        ends = greedy.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == 9, 240,
+                               "the greedy client's jobs never all ended")["counts"]
+        dead = greedy.ok("GET", f"/api/labs/{lab['lab_id']}/dlq", token=lab["token"])["dead_letters"]
+        assert ends["dlq"] == len(dead) >= 1, {k: ends[k] for k in ("done", "dlq")}
+        assert all("output not stored" in e["last_error"] + e["reason"] for e in dead), dead
+        assert blobs.client_usage(r, "127.0.0.2") <= MAX_BLOB_BYTES * CLIENT_SHARE
     finally:
         greedy.delete_created()
         other.delete_created()
