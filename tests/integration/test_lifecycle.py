@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-import redis
 
 from core import blobs
 from runtime import embedded_redis
@@ -48,9 +47,7 @@ def own(tmp_path_factory):
 
 @pytest.fixture
 def r(own):
-    client = redis.Redis.from_url(own.redis_url, decode_responses=True)
-    yield client
-    client.close()
+    return own.redis_client()
 
 
 def clip() -> tuple[bytes, dict]:
