@@ -27,8 +27,8 @@ from app.pool import ask_pool
 from app.store import get_redis, get_rq
 from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
-from core.keys import LABS, key
-from workers import media
+from core.keys import LABS, host_running, key
+from workers import hosts, media
 from workers.broker import dlq, leases, producer
 
 bp = Blueprint("api", __name__)
@@ -87,7 +87,7 @@ def metrics():
     lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {len(labs)}",
              "# TYPE asyncworklab_labs_running gauge", f"asyncworklab_labs_running {len(labs) - parked}",
              "# TYPE asyncworklab_labs_parked gauge", f"asyncworklab_labs_parked {parked}",
-             "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {registry.workers_in_use(r)}"]
+             "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {running_processes(r)}"]
     if per_lab:
         for name, rows in samples.items():
             lines += [f"# TYPE asyncworklab_{name} gauge", *rows]
@@ -95,6 +95,13 @@ def metrics():
         for name, value in totals.items():
             lines += [f"# TYPE asyncworklab_{name}_total gauge", f"asyncworklab_{name}_total {value}"]
     return "\n".join(lines) + "\n", 200, {"Content-Type": "text/plain; version=0.0.4"}
+
+
+def running_processes(r: redis.Redis) -> int:
+    """Lab processes (rq workers, scheduler replicas) the live pool hosts report running now: what really
+    runs, not what the labs' settings ask for."""
+    hosts_now = sorted(hosts.live_hosts(r))
+    return sum(int(n or 0) for n in r.mget([host_running(h) for h in hosts_now])) if hosts_now else 0
 
 
 @bp.get("/api/meta")
@@ -255,6 +262,10 @@ def _storage_full(e: blobs.BlobFull) -> ApiError:
     if e.scope == "lab":
         return ApiError(413, "lab_storage_full", f"this lab's files may take {e.cap} bytes and this upload "
                         "would pass that; reset the lab to start afresh")
+    if e.scope == "client":
+        return ApiError(507, "client_storage_full", f"the labs one client opens may hold {e.cap} bytes of "
+                        "uploads and outputs together, and yours would pass that; delete a lab you no longer "
+                        "need (other clients are not held back)")
     return ApiError(507, "server_storage_full", f"the server holds at most {e.cap} bytes of uploads and "
                     "outputs for all labs together; try again when other labs have ended")
 

@@ -6,6 +6,8 @@ import redis
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from core.blobs import LabGone
+
 RETRY_AFTER_S = 2
 """What a client is told to wait while the Redis-protocol server is down (the launcher restarts it)."""
 
@@ -39,6 +41,19 @@ def init_app(app: Flask) -> None:
                     "this page will work again in a few seconds.</p>", 503, headers)
         return jsonify(error="unavailable", detail="the lab's data store is restarting; try again in a few "
                        "seconds"), 503, headers
+
+    @app.errorhandler(redis.exceptions.OutOfMemoryError)
+    def store_full(e: Exception):
+        """The Redis-protocol server is at its `maxmemory` (noeviction): the write was refused whole (a
+        script or MULTI is atomic), so nothing half-done is left; say so, never a 500."""
+        return jsonify(error="server_memory_full", detail="the lab server's memory is full (its maxmemory); "
+                       "nothing was stored. Try again when other labs have ended"), 507, {"Retry-After": "60"}
+
+    @app.errorhandler(LabGone)
+    def lab_gone(e: Exception):
+        """A write for a lab deleted while the request ran (an upload that finished after the delete)."""
+        return jsonify(error="lab_gone", detail="this lab was deleted (or expired) while the request ran; "
+                       "nothing was stored"), 410
 
     from app.http import guard_request
 

@@ -6,9 +6,15 @@ names DESIGN.md fixes (`transcoded/{job_id}/{rendition}.mp4`). Local disk is onl
 materialises a source once per host (`var/labs/<lab>/cache/…`), ffmpeg writes its temp file locally,
 and the finished file is published with one SET (atomic: readers see all of it or nothing).
 
-Caps, checked in the same Lua step that stores: each lab's blobs together (MAX_LAB_BYTES) and the
-whole server's (MAX_BLOB_BYTES), so a classroom cannot fill the server's memory. Every blob key starts
-with `lab:{id}:`, so the lab's teardown sweeps them with the rest; `forget_lab` gives the bytes back.
+Caps, checked in the same Lua step that stores: each lab's blobs together (MAX_LAB_BYTES), each client's
+across all its labs (CLIENT_BLOB_SHARE of MAX_BLOB_BYTES: the client recorded on the lab when it was
+opened, so outputs its jobs write count against it too) and the whole server's (MAX_BLOB_BYTES), so
+one client cannot take the store from the others and a classroom cannot fill the server's memory.
+
+Nothing outlives its lab: the same step refuses a store into a lab no longer in `labs` (LabGone: an
+upload that finishes after its lab was deleted is answered 410 and leaves no byte), and `forget_lab`
+deletes the lab's blobs and gives their bytes back in one step. `recount` (the pool's periodic
+reconcile, workers/reconcile.py) rebuilds every counter from the blob indexes after a crash or restart.
 """
 
 from __future__ import annotations
@@ -21,60 +27,76 @@ from pathlib import Path
 import redis
 from redis.client import NEVER_DECODE
 
-from core.keys import key
+from core.keys import LABS, key
 
 PREFIX = "blob:"  # a job `source` starting with this names a blob; anything else is a path on every host
 TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
+CLIENT_PREFIX = "blobs:client:"  # + client: bytes of that client's labs' blobs
 CHUNK = 256 * 1024  # a non-atomic write goes out in pieces (a crash can leave a prefix, as a file would)
 
 _PUT = """
+if redis.call('SISMEMBER', KEYS[5], ARGV[6]) == 0 then return -3 end
 local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local size = string.len(ARGV[2])
 local new = size
 if ARGV[5] == 'append' then new = old + size end
 local lab_used = tonumber(redis.call('GET', KEYS[3]) or '0')
 local total = tonumber(redis.call('GET', KEYS[4]) or '0')
+local client_cap = tonumber(ARGV[7])
 if lab_used - old + new > tonumber(ARGV[3]) then return -1 end
+if client_cap >= 0 and tonumber(redis.call('GET', KEYS[6]) or '0') - old + new > client_cap then return -4 end
 if total - old + new > tonumber(ARGV[4]) then return -2 end
 if ARGV[5] == 'append' then redis.call('APPEND', KEYS[1], ARGV[2]) else redis.call('SET', KEYS[1], ARGV[2]) end
 redis.call('HSET', KEYS[2], ARGV[1], new)
 redis.call('INCRBY', KEYS[3], new - old)
 redis.call('INCRBY', KEYS[4], new - old)
+if client_cap >= 0 then redis.call('INCRBY', KEYS[6], new - old) end
 return new
 """
 
-_DELETE = """
+# Freeing scripts run even when the server is at maxmemory (they give memory back).
+_DELETE = """#!lua flags=allow-oom
 local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('DECRBY', KEYS[3], old)
 redis.call('DECRBY', KEYS[4], old)
+if KEYS[5] ~= '' then redis.call('DECRBY', KEYS[5], old) end
 return old
 """
 
-_FORGET = """
+_FORGET = """#!lua flags=allow-oom
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('DEL', ARGV[1] .. name) end
 redis.call('DEL', KEYS[1], KEYS[2])
 if used > 0 then redis.call('DECRBY', KEYS[3], used) end
+if KEYS[4] ~= '' then  -- never below 0: a branch's copied blobs land before its client is recorded
+  local left = tonumber(redis.call('GET', KEYS[4]) or '0') - used
+  if left > 0 then redis.call('SET', KEYS[4], left) else redis.call('DEL', KEYS[4]) end
+end
 return used
 """
 
 
 class BlobFull(Exception):
-    """A store would pass a cap; `scope` is "lab" or "server"."""
+    """A store would pass a cap; `scope` is "lab", "client" or "server"."""
 
     def __init__(self, scope: str, cap: int):
         super().__init__(f"{scope} storage cap of {cap} bytes reached")
         self.scope, self.cap = scope, cap
 
 
+class LabGone(Exception):
+    """The lab was deleted (or expired): nothing is stored for it any more."""
+
+
 @lru_cache(maxsize=1)
-def caps() -> tuple[int, int]:
-    """(per-lab cap, server-wide cap) from this process's configuration."""
+def caps() -> tuple[int, int, int]:
+    """(per-lab cap, per-client cap, server-wide cap) from this process's configuration."""
     from core.config import Config
 
     cfg = Config.from_env()
-    return cfg.max_lab_bytes, cfg.max_blob_bytes
+    return cfg.max_lab_bytes, cfg.client_blob_bytes, cfg.max_blob_bytes
 
 
 def blob_key(lab: str, name: str) -> str:
@@ -89,6 +111,16 @@ def _used(lab: str) -> str:
     return key(lab, "blob_bytes")
 
 
+def client_key(client: str) -> str:
+    return CLIENT_PREFIX + client
+
+
+def _client_of(r: redis.Redis, lab: str) -> str:
+    """The key counting the bytes of the client that opened `lab` ("" if none was recorded)."""
+    who = r.hget(key(lab, "meta"), "client")
+    return client_key(who.decode() if isinstance(who, bytes) else who) if who else ""
+
+
 def is_blob(source: str) -> bool:
     return source.startswith(PREFIX)
 
@@ -98,12 +130,19 @@ def ref(name: str) -> str:
 
 
 def put(r: redis.Redis, lab: str, name: str, data: bytes, append: bool = False) -> int:
-    """Store (or append to) one blob within the caps; returns its size. Raises BlobFull."""
-    lab_cap, server_cap = caps()
-    res = int(r.eval(_PUT, 4, blob_key(lab, name), _index(lab), _used(lab), TOTAL,
-                     name, data, lab_cap, server_cap, "append" if append else "set"))
+    """Store (or append to) one blob within the caps; returns its size. Raises BlobFull, or LabGone
+    if the lab is no longer live (checked in the same atomic step: a delete racing it leaves no byte)."""
+    lab_cap, client_cap, server_cap = caps()
+    who = _client_of(r, lab)
+    res = int(r.eval(_PUT, 6, blob_key(lab, name), _index(lab), _used(lab), TOTAL, LABS, who or TOTAL,
+                     name, data, lab_cap, server_cap, "append" if append else "set", lab,
+                     client_cap if who else -1))
+    if res == -3:
+        raise LabGone(lab)
     if res == -1:
         raise BlobFull("lab", lab_cap)
+    if res == -4:
+        raise BlobFull("client", client_cap)
     if res == -2:
         raise BlobFull("server", server_cap)
     return res
@@ -149,8 +188,13 @@ def server_usage(r: redis.Redis) -> int:
     return int(r.get(TOTAL) or 0)
 
 
+def client_usage(r: redis.Redis, client: str) -> int:
+    """Bytes the blobs of every lab `client` opened take (what CLIENT_BLOB_SHARE caps)."""
+    return int(r.get(client_key(client)) or 0)
+
+
 def delete(r: redis.Redis, lab: str, name: str) -> int:
-    return int(r.eval(_DELETE, 4, blob_key(lab, name), _index(lab), _used(lab), TOTAL, name))
+    return int(r.eval(_DELETE, 5, blob_key(lab, name), _index(lab), _used(lab), TOTAL, _client_of(r, lab), name))
 
 
 def copy(r: redis.Redis, src_lab: str, dst_lab: str, name: str) -> bool:
@@ -163,8 +207,37 @@ def copy(r: redis.Redis, src_lab: str, dst_lab: str, name: str) -> bool:
 
 
 def forget_lab(r: redis.Redis, lab: str) -> None:
-    """Before a lab's keys are swept: give its bytes back to the server-wide count."""
-    r.eval(_FORGET, 3, _used(lab), _index(lab), TOTAL)
+    """Once the lab is out of `labs` (no store can land any more): delete its blobs and give their bytes
+    back to the server's and its client's counts, in one step."""
+    r.eval(_FORGET, 4, _used(lab), _index(lab), TOTAL, _client_of(r, lab), blob_key(lab, ""))
+
+
+_RECOUNT = """#!lua flags=allow-oom
+local total, clients = 0, {}
+for _, lab in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local used = 0
+  for _, size in ipairs(redis.call('HVALS', 'lab:' .. lab .. ':blobs')) do used = used + tonumber(size) end
+  local counter = 'lab:' .. lab .. ':blob_bytes'
+  if used > 0 or redis.call('EXISTS', counter) == 1 then redis.call('SET', counter, used) end
+  total = total + used
+  local who = redis.call('HGET', 'lab:' .. lab .. ':meta', 'client')
+  if who then clients[who] = (clients[who] or 0) + used end
+end
+redis.call('SET', KEYS[1], total)
+for i = 3, #KEYS do
+  if not clients[string.sub(KEYS[i], string.len(ARGV[1]) + 1)] then redis.call('DEL', KEYS[i]) end
+end
+for who, used in pairs(clients) do redis.call('SET', ARGV[1] .. who, used) end
+return total
+"""
+
+
+def recount(r: redis.Redis) -> int:
+    """Rebuild every byte counter (each live lab's, each client's, the server's) from the blob indexes of
+    the labs in `labs`, in one atomic step; returns the server's total. A crash between a store and its
+    count, or a restart from an AOF of another moment, can leave them wrong; this puts them right."""
+    clients = list(r.scan_iter(match=CLIENT_PREFIX + "*", count=500))
+    return int(r.eval(_RECOUNT, 2 + len(clients), TOTAL, LABS, *clients, CLIENT_PREFIX))
 
 
 def cache_path(var_dir: Path, lab: str, name: str) -> Path:

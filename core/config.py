@@ -41,6 +41,17 @@ class Config:
     """Bytes one lab's uploads and outputs may take (blobs in the server); an upload past it gets 413."""
     max_blob_bytes: int = 1024 * 1024 * 1024
     """Bytes every lab's uploads and outputs together may take in the Redis-protocol server (core.blobs)."""
+    client_blob_share: float = 0.125
+    """Share of `max_blob_bytes` one client (IP address) may hold across all its labs: its uploads and the
+    outputs its labs' jobs write. Past it that client's uploads answer 507 and its jobs' outputs are
+    refused (dead-lettered, counted), while every other client's still fit. 1: no per-client budget."""
+    server_max_memory: int = 0
+    """`maxmemory` of the embedded Redis-protocol server the launcher starts (policy noeviction: a write
+    past it is refused, the API answers 507 with the reason, and nothing stored is ever evicted).
+    0: `max_blob_bytes` plus 512 MiB for labs' records and event streams."""
+    reconcile_s: float = 30.0
+    """Real seconds between two runs of the pool's reconcile (workers/reconcile.py: processes and keys of
+    deleted labs, the byte counters, the AOF's size), across every pool host sharing the server."""
     pool_host_id: str = ""
     """This pool host's name in the host registry (empty: the server hands out p1, p2, …)."""
     pool_lease_s: float = 3.0
@@ -137,6 +148,15 @@ class Config:
     """Real seconds a request body may stall between two reads before the connection is closed."""
     testing: bool = False
 
+    @property
+    def client_blob_bytes(self) -> int:
+        """Bytes one client's labs may hold together (`client_blob_share` of `max_blob_bytes`)."""
+        return int(self.max_blob_bytes * min(1.0, max(0.0, self.client_blob_share)))
+
+    @property
+    def redis_maxmemory(self) -> int:
+        return self.server_max_memory or self.max_blob_bytes + 512 * 1024 * 1024
+
     @classmethod
     def from_env(cls) -> Config:
         return cls(
@@ -147,6 +167,9 @@ class Config:
             max_upload_bytes=_int("MAX_UPLOAD_BYTES", cls.max_upload_bytes),
             max_lab_bytes=_int("MAX_LAB_BYTES", cls.max_lab_bytes),
             max_blob_bytes=_int("MAX_BLOB_BYTES", cls.max_blob_bytes),
+            client_blob_share=_float("CLIENT_BLOB_SHARE", cls.client_blob_share),
+            server_max_memory=_int("SERVER_MAX_MEMORY", cls.server_max_memory),
+            reconcile_s=_float("RECONCILE_S", cls.reconcile_s),
             pool_host_id=os.environ.get("POOL_HOST_ID", ""),
             pool_lease_s=_float("POOL_LEASE_S", cls.pool_lease_s),
             max_labs=_int("MAX_LABS", cls.max_labs),

@@ -36,6 +36,11 @@ def spare_assignment(token: str) -> str:
     return f"pool:spare:{token}"
 
 
+def host_running(host: str) -> str:
+    """The processes a pool host really runs now (its workers and scheduler replicas), for /metrics."""
+    return f"pool:host:{host}:running"
+
+
 def host_commands(host: str) -> str:
     """The list a pool host pops kill and replica commands for the labs it owns from."""
     return f"pool:host:{host}:commands"

@@ -2,6 +2,11 @@
 
 An event's counter is bumped in the same atomic step that appends it (a MULTI or the Lua script
 of the transition), so the snapshot's counts can never disagree with the log the learner reads.
+
+Capped by count (MAXLEN, trimmed on append) and so by bytes: no encoded event is longer than
+EVENT_MAX_BYTES (long text in its data, such as a 2 kB webhook URL, is cut to STRING_MAX characters
+and the event marked `truncated`), so a lab's stream holds at most about MAXLEN × EVENT_MAX_BYTES
+(20 MB) whatever a client sends.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from core.events import EVENT_TYPES
 from core.keys import key
 
 MAXLEN = 20000
+EVENT_MAX_BYTES = 1024
+STRING_MAX = 200  # characters kept of a long string in an oversized event's data
 
 # Lua prelude shared by every transition script: append an event and bump its counter.
 LUA_EMIT = f"""
@@ -45,7 +52,25 @@ def encode(type_: str, t_sim: float, job_id: str | None = None, worker_id: str |
     if attempt is not None:
         ev["attempt"] = attempt
     ev["data"] = data
-    return json.dumps(ev, separators=(",", ":"))
+    out = json.dumps(ev, separators=(",", ":"))
+    if len(out.encode()) > EVENT_MAX_BYTES:
+        ev["data"], ev["truncated"] = _shorten(data), True
+        out = json.dumps(ev, separators=(",", ":"))
+        if len(out.encode()) > EVENT_MAX_BYTES:  # many fields: only the event's type, job and worker stay
+            ev["data"] = {}
+            out = json.dumps(ev, separators=(",", ":"))
+    return out
+
+
+def _shorten(value: Any) -> Any:
+    """`value` with every string longer than STRING_MAX cut to it (and an ellipsis), at any depth."""
+    if isinstance(value, str):
+        return value if len(value) <= STRING_MAX else value[:STRING_MAX] + "…"
+    if isinstance(value, dict):
+        return {k: _shorten(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shorten(v) for v in value]
+    return value
 
 
 def counter(type_: str) -> str:

@@ -57,10 +57,21 @@ class EmbeddedRedis:
                 self.process.wait()
 
 
-def start(data_dir: Path, port: int | None = None, persist: bool = True) -> EmbeddedRedis:
-    """Launch valkey-server on 127.0.0.1 and wait until it answers PING."""
+AOF_REWRITE_MIN = 32 * 1024 * 1024  # no AOF rewrite below this size (workers/reconcile.py uses it too)
+
+
+def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemory: int | None = None) -> EmbeddedRedis:
+    """Launch valkey-server on 127.0.0.1 and wait until it answers PING.
+
+    A memory ceiling (`maxmemory`, default SERVER_MAX_MEMORY from core.config) with `noeviction`: at the
+    ceiling a write is refused with an OOM error the API turns into 507, and nothing stored is ever
+    dropped silently. The AOF is rewritten each time it doubles past AOF_REWRITE_MIN (the pool's
+    reconcile also rewrites it when it outgrows the live data, which doubling alone does not catch)."""
+    from core.config import Config
+
     data_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
+    maxmemory = Config.from_env().redis_maxmemory if maxmemory is None else maxmemory
     args = [
         server_binary(),
         "--bind", "127.0.0.1",
@@ -69,6 +80,10 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True) -> Embe
         "--save", "",
         "--appendonly", "yes" if persist else "no",
         "--appendfsync", "everysec",
+        "--maxmemory", str(maxmemory),
+        "--maxmemory-policy", "noeviction",
+        "--auto-aof-rewrite-percentage", "100",
+        "--auto-aof-rewrite-min-size", str(AOF_REWRITE_MIN),
         "--protected-mode", "yes",
         "--loglevel", "warning",
         "--logfile", str(data_dir / "server.log"),

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.from_env()
     server = None
     if not os.environ.get("REDIS_URL"):
-        server = embedded_redis.start(config.var_dir / "redis")
+        server = embedded_redis.start(config.var_dir / "redis", maxmemory=config.redis_maxmemory)
         os.environ["REDIS_URL"] = server.url
         config.redis_url = server.url
         print(f"lab: embedded Redis-protocol server (valkey) on {server.url}", flush=True)
@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                 del due[name]
                 try:
                     if name == "redis":
-                        server = embedded_redis.start(server.data_dir, port=server.port)
+                        server = embedded_redis.start(server.data_dir, port=server.port,
+                                                      maxmemory=config.redis_maxmemory)
                     else:
                         procs[name] = subprocess.Popen(commands[name], env=env)
                 except (OSError, RuntimeError) as e:

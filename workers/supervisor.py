@@ -23,8 +23,8 @@ import redis
 
 from core import clock, parking, registry, stream
 from core.config import Config
-from core.keys import LABS, host_commands, key, owner, queue_name, spare_assignment
-from workers import hosts
+from core.keys import LABS, host_commands, host_running, key, owner, queue_name, spare_assignment
+from workers import hosts, reconcile
 from workers.broker import reaper
 from workers.engines import autoscale, fairness, loadgen, webhooks
 from workers.engines.fleet import SchedulerFleet
@@ -171,6 +171,8 @@ class Supervisor:
         self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
         self.mine: set[str] = set()  # labs this host holds the lease on, as of the last tick
         self.waiting: set[str] = set()  # labs no host had room for (narrated once)
+        self.reconciler = reconcile.Reconciler(self.r, config, self.host.id)
+        self.reported: tuple[int, float] | None = None  # (processes, heartbeat) last written for /metrics
 
     # --- processes ------------------------------------------------------------------------
     def spawn(self, pool: LabPool, slot: Slot) -> None:
@@ -305,6 +307,8 @@ class Supervisor:
         while len(live) < want:
             # numbered per lab in the server, so a lab that moves never reuses a departed host's ids
             slot = Slot(f"w{self.r.hincrby(key(pool.lab, 'meta'), 'worker_seq', 1)}")
+            if slot.id in pool.slots:  # the lab was deleted during this tick (its count started again): never
+                break  # replace a live slot, whose process would run on untracked; the next tick stops the pool
             pool.slots[slot.id] = slot
             if pool.reconciled and settings["boot_lag"] > 0:
                 self.boot_later(pool, slot, settings)
@@ -512,11 +516,23 @@ class Supervisor:
                     self.kill(pool, slot)
 
     def stop_pool(self, pool: LabPool) -> None:
-        for slot in pool.slots.values():
-            if slot.proc and slot.proc.poll() is None:
-                slot.proc.kill()
-                slot.proc.wait()
+        """Kill the lab's workers with their horses and ffmpeg runs (reconcile.kill_tree): a horse follows its
+        worker only once its job has set PR_SET_PDEATHSIG (workers/tasks.py), so a worker killed in the
+        moment after the fork would leave its horse running for a lab that is gone."""
+        procs = [s.proc for s in pool.slots.values() if s.proc and s.proc.poll() is None]
+        reconcile.kill_tree([p.pid for p in procs])
+        for proc in procs:
+            proc.wait()
         pool.slots.clear()
+
+    def report_running(self) -> None:
+        """The processes this host really runs (live workers and scheduler replicas, not what settings ask
+        for), for /metrics: written when the count changes and renewed with the host's heartbeat."""
+        n = sum(1 for pool in self.pools.values() for s in pool.slots.values() if s.proc and s.proc.poll() is None)
+        n += self.fleet.running()
+        if (n, self.host.last_beat) != self.reported:
+            self.reported = (n, self.host.last_beat)
+            self.r.set(host_running(self.host.id), n, px=self.host.lease_ms)
 
     def sweep_tmp(self, lab: str, pattern: str, older_than: float | None = None) -> int:
         """Remove partial outputs (`transcoded/<job>/.tmp-*`) a killed attempt left; with `older_than`, only
@@ -544,6 +560,8 @@ class Supervisor:
                     self.stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
                 registry.teardown(self.r, lab, self.config.var_dir)
+        if self.reconciler.due():
+            self.reconciler.run()
 
     def tick(self) -> None:
         self.keep_spares()
@@ -564,6 +582,7 @@ class Supervisor:
             self.fleet.reconcile(lab, settings)
             self.release_branch(lab, settings)
             self.broker_tick(pool, settings)
+        self.report_running()
 
     # --- pool hosts (workers/hosts.py) ------------------------------------------------------------
     def ownership(self, live: set[str]) -> set[str]:
@@ -695,6 +714,8 @@ class Supervisor:
                 changed = waker.wait(wake - time.time() + 0.0002)
                 if any(k == LABS or k.endswith((":settings", ":clock")) for k in changed):
                     next_full = 0.0  # a new lab, new settings or a clock change: reconcile now
+            except redis.exceptions.OutOfMemoryError:
+                time.sleep(0.5)  # the server is at its maxmemory: what could not be written is retried next tick
             except redis.ConnectionError:
                 outage = True
                 time.sleep(0.5)  # the server restarts (the launcher brings it back); keep going

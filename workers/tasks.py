@@ -191,6 +191,10 @@ def publish(r: redis.Redis, lab: str, name: str, tmp: Path, atomic: bool) -> Non
         blobs.put_file(r, lab, name, tmp, atomic=atomic)
     except blobs.BlobFull as e:
         raise NonRetryable(f"output not stored: {e}") from None
+    except redis.exceptions.OutOfMemoryError:
+        raise NonRetryable("output not stored: the server's memory is full (maxmemory)") from None
+    except blobs.LabGone:
+        raise NonRetryable("output not stored: the lab was deleted") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from core import blobs, registry
+from core.keys import LABS, key
 from tests.integration.test_api import multipart
 from workers import media
 
@@ -34,6 +35,7 @@ def own_db(redis_server):
 
 def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_back(own_db, tight_caps, tmp_path):
     r = own_db
+    r.sadd(LABS, "bA", "bB")
     before = blobs.server_usage(r)
     assert blobs.put(r, "bA", "uploads/a.bin", b"x" * 600) == 600
     with pytest.raises(blobs.BlobFull) as full:
@@ -57,12 +59,45 @@ def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_ba
     assert blobs.server_usage(r) == before
 
 
-def test_an_unguarded_write_goes_out_in_pieces(r, tmp_path):
+def test_an_unguarded_write_goes_out_in_pieces(own_db, tmp_path):
+    r = own_db
+    r.sadd(LABS, "bC")
     src = tmp_path / "f.bin"
     src.write_bytes(bytes(range(256)) * 4096)  # 1 MiB: four pieces
     assert blobs.put_file(r, "bC", "transcoded/1/240p-w1-a1.mp4", src, atomic=False) == src.stat().st_size
     assert blobs.get(r, "bC", "transcoded/1/240p-w1-a1.mp4") == src.read_bytes()
     registry.teardown(r, "bC", tmp_path)
+
+
+def test_a_client_is_capped_across_its_labs_and_a_deleted_lab_stores_nothing(own_db, monkeypatch, tmp_path):
+    monkeypatch.setenv("MAX_LAB_BYTES", "1000")
+    monkeypatch.setenv("MAX_BLOB_BYTES", "2000")
+    monkeypatch.setenv("CLIENT_BLOB_SHARE", "0.5")  # 1000 bytes per client
+    blobs.caps.cache_clear()
+    r = own_db
+    for lab, who in (("cA", "10.0.0.1"), ("cB", "10.0.0.1"), ("cC", "10.0.0.2")):
+        r.sadd(LABS, lab)
+        r.hset(key(lab, "meta"), "client", who)
+    blobs.put(r, "cA", "uploads/a.bin", b"x" * 600)
+    with pytest.raises(blobs.BlobFull) as full:
+        blobs.put(r, "cB", "uploads/b.bin", b"y" * 600)  # within cB's own cap, past its client's
+    assert full.value.scope == "client"
+    assert blobs.put(r, "cC", "uploads/c.bin", b"z" * 600) == 600  # another client is not held back
+    assert blobs.client_usage(r, "10.0.0.1") == 600 and blobs.client_usage(r, "10.0.0.2") == 600
+
+    r.srem(LABS, "cC")  # deleted: what arrives after the delete is refused and leaves no byte
+    with pytest.raises(blobs.LabGone):
+        blobs.put(r, "cC", "uploads/late.bin", b"w" * 100)
+    assert blobs.get(r, "cC", "uploads/late.bin") is None
+    registry.teardown(r, "cC", tmp_path)
+    assert blobs.client_usage(r, "10.0.0.2") == 0 and blobs.server_usage(r) == 600
+
+    r.set(blobs.TOTAL, 999_999)  # counters left wrong by a crash or an older AOF
+    r.set(blobs.client_key("10.0.0.1"), 5)
+    r.set(blobs.client_key("10.0.0.9"), 77)
+    assert blobs.recount(r) == 600
+    assert blobs.client_usage(r, "10.0.0.1") == 600 and blobs.client_usage(r, "10.0.0.9") == 0
+    blobs.caps.cache_clear()
 
 
 def test_an_upload_lives_in_the_server_not_on_the_web_hosts_disk_and_its_outputs_are_served(api, stack):

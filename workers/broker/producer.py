@@ -44,7 +44,10 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
         stream.append(pipe, lab, "job.enqueued", now, job_id=job_id, attempt=1, job_type=job_type,
                       video_id=video_id, duration_s=duration_s, poison=poison or False)
         pipe.execute()
-    handoff.hold_for_transit(r, lab, job_id, 1, now)
-    reaper.send(rq_conn, lab, job_id, 1)
-    r.zrem(key(lab, "dispatch"), f"{job_id}:1")
+    try:
+        handoff.hold_for_transit(r, lab, job_id, 1, now)
+        reaper.send(rq_conn, lab, job_id, 1)
+        r.zrem(key(lab, "dispatch"), f"{job_id}:1")
+    except redis.exceptions.OutOfMemoryError:
+        pass  # the job is recorded and listed for dispatch: the reaper sends it once the server has room
     return payload

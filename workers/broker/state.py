@@ -18,11 +18,17 @@ from core.keys import attempts, job, key
 _scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
 
 
+# A transition moves a job the server already holds, so it must land even at the server's maxmemory: a job
+# whose output could not be stored still reaches the DLQ and is counted, never left running forever. New
+# records (job creation, uploads) are plain writes, refused there with 507.
+ALLOW_OOM = "#!lua flags=allow-oom\n"
+
+
 def script(r: redis.Redis, body: str):
     """Register a transition script once per connection (EVALSHA after the first call)."""
     k = (id(r), body)
     if k not in _scripts:
-        _scripts[k] = r.register_script(stream.LUA_EMIT + body)
+        _scripts[k] = r.register_script(ALLOW_OOM + stream.LUA_EMIT + body)
     return _scripts[k]
 
 

@@ -144,6 +144,10 @@ class SchedulerFleet:
                 slot.proc.kill()
                 slot.proc.wait()
 
+    def running(self) -> int:
+        """Replica processes alive now, across every lab."""
+        return sum(1 for f in self.fleets.values() for s in f.slots.values() if s.proc and s.proc.poll() is None)
+
     def stop(self, lab: str) -> None:
         """The lab is gone: kill its replicas now (teardown sweeps their keys)."""
         fleet = self.fleets.pop(lab, None)

@@ -158,7 +158,7 @@ class Deliverer:
         while self.running:
             try:
                 self.tick()
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.exceptions.OutOfMemoryError):  # restarting, or at maxmemory
                 time.sleep(0.5)
             time.sleep(LOOP_S)
 
