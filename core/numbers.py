@@ -301,12 +301,15 @@ class InputSpec:
 def _job_specs() -> list[InputSpec]:
     specs: list[InputSpec] = []
     for jt in DEFAULT_JOB_MIX:
+        # A job of minutes steps by whole seconds, one of seconds by tenths: one ArrowUp must move a figure
+        # the page shows (a tenth of a second on a 15-minute p99 rounds away). min is on the step's grid.
+        tick = 1.0 if jt.mean_s >= 60 else 0.1
         specs += [
             InputSpec(f"{jt.name}_share_pct", f"{jt.label}: share of arrivals", "%", 0, 100, 0.5,
                       group="job_mix"),
-            InputSpec(f"{jt.name}_mean_s", f"{jt.label}: mean duration", "s", 0.1, 7200, 0.1,
+            InputSpec(f"{jt.name}_mean_s", f"{jt.label}: mean duration", "s", tick, 7200, tick,
                       group="job_mix"),
-            InputSpec(f"{jt.name}_p99_s", f"{jt.label}: p99 duration", "s", 0.1, 14400, 0.1,
+            InputSpec(f"{jt.name}_p99_s", f"{jt.label}: p99 duration", "s", tick, 14400, tick,
                       group="job_mix"),
         ]
     return specs
