@@ -370,8 +370,10 @@ def room_status(code: str):
 # measured. The dashboard shows the spread of guesses beside the measurement, live.
 
 def predictions_for(preset: str) -> dict[str, dict[str, Any]]:
-    """The chapter's predictions (the scenario buttons' `predict`), by id."""
-    return {b["predict"]["id"]: b["predict"] for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
+    """The chapter's predictions (the scenario buttons' `predict`), by id, each with its scenario's label:
+    two scenarios may ask the same question ("How many attempts…?") of different set-ups."""
+    return {b["predict"]["id"]: dict(b["predict"], scenario=b["label"])
+            for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
 
 
 def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
