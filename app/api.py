@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import io
 import json
+import os
 import subprocess
 import threading
 import time
@@ -36,14 +37,15 @@ bp = Blueprint("api", __name__)
 
 @bp.get("/healthz")
 def healthz():
-    """Web is up if this answers; Redis reachability is checked, not assumed."""
+    """Web is up if this answers; Redis reachability is checked, not assumed. `master` is the pid of the
+    gunicorn master this worker was forked from: the launcher starts only when it hears its own."""
     try:
         get_redis().ping()
         redis_state = "ok"
     except redis.RedisError as e:
         redis_state = f"error: {e.__class__.__name__}"
     ok = redis_state == "ok"
-    return jsonify(ok=ok, web="ok", redis=redis_state), 200 if ok else 503
+    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid()), 200 if ok else 503
 
 
 @bp.get("/api/model")

@@ -355,7 +355,7 @@ FOLLOW = Body("rooms.follow_room", (
           error="invalid_name"),
 ))
 PRESENCE = Body("rooms.room_presence", (
-    Field("client", "string", "this page's own random id", required=True, pattern=ROOM_CLIENT,
+    Field("client", "string", "this page's seat (POST /api/rooms/{code}/members)", required=True, pattern=ROOM_CLIENT,
           error="invalid_client", message="must be 8–40 letters, digits, - or _"),
     Field("lab_id", "string", "the lab this page shows, if it is the room's or a student's", nullable=True,
           error="invalid_lab", message="must be a lab id"),
@@ -367,7 +367,8 @@ ROUND = Body("rooms.open_round", (
           required=True, max_length=64, error="invalid_prediction", message="must be a prediction of this chapter"),
 ))
 GUESS = Body("rooms.round_guess", (
-    Field("client", "string", "this page's own random id (one guess per id)", required=True, pattern=ROOM_CLIENT,
+    Field("client", "string", "this page's seat (POST /api/rooms/{code}/members): one guess per seat",
+          required=True, pattern=ROOM_CLIENT,
           error="invalid_client", message="must be 8–40 letters, digits, - or _"),
     _ROUND_N,
     Field("value", "json", "the guess: a whole number in the question's range, or one of its choices",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 from flask import Flask, jsonify, request
+from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException
 
 from core.blobs import LabGone
@@ -55,7 +56,16 @@ def init_app(app: Flask) -> None:
         return jsonify(error="lab_gone", detail="this lab was deleted (or expired) while the request ran; "
                        "nothing was stored"), 410
 
-    from app.http import guard_request
+    @app.errorhandler(ParseException)
+    @app.errorhandler(NoMoreData)
+    def bad_framing(e: Exception):
+        """The body's HTTP framing is broken (a chunk size such as `zz`, a missing chunk terminator, a body
+        cut short): gunicorn's reader raises only when a route reads the body, so it surfaces here. The
+        connection's framing is lost with it, so it is closed rather than reused for another request."""
+        close_after_response()
+        return jsonify(error="invalid_framing", detail=f"the request body is not valid HTTP framing: {e}"[:200]), 400
+
+    from app.http import close_after_response, guard_request
 
     app.before_request(guard_request)
 

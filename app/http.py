@@ -117,12 +117,28 @@ def json_body() -> dict:
 
 
 def parse_after(value: str | None) -> str:
-    """A stream id `ms` or `ms-seq` (ASCII digits, each part < 2^64), or 0; anything else is a 422."""
+    """A stream id `ms` or `ms-seq` (ASCII digits, each part < 2^64), or 0; anything else is a 422.
+
+    The largest id, 2^64-1 with sequence 2^64-1, is refused too: "strictly after" it is a range the server
+    cannot even express (XRANGE answers an error), and no event can ever carry a later id."""
     value = value or "0"
     m = STREAM_ID.match(value)
     if not m or int(m.group(1)) > U64 or (m.group(2) is not None and int(m.group(2)) > U64):
         raise ApiError(422, "invalid_after", {"after": "must be an event id like 1700000000000-0"})
+    if int(m.group(1)) == U64 and m.group(2) is not None and int(m.group(2)) == U64:
+        raise ApiError(422, "invalid_after", {"after": "is the largest possible event id: nothing can follow it"})
     return value
+
+
+def close_after_response() -> None:
+    """Close the connection once this response is sent, when the request's chunked body is broken or unread.
+
+    gunicorn drops a `Connection: close` the app sets, and it would then discard the rest of the body to
+    reach the next request, meet the same bad framing and write a second answer on the same connection;
+    its chunked reader holds the request, whose `must_close` it honours."""
+    req = getattr(getattr(request.environ.get("wsgi.input"), "reader", None), "req", None)
+    if req is not None:
+        req.must_close = True
 
 
 def valid_id(value: str) -> bool:

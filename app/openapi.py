@@ -79,6 +79,7 @@ SUCCESS: dict[str, dict[str, Any]] = {
     "status.late_delivery": {"202": _json("the finished job sent to a worker once more")},
     "rooms.create_room": {"201": _json("the new room, its join code and the instructor token")},
     "rooms.follow_room": {"201": _json("the student's own lab, a copy of the room's")},
+    "rooms.join_room": {"201": _json("this page's seat in the room (`client`), for its presence and guesses")},
     "rooms.close_room": {"204": {"description": "the room is gone; its labs stay until they idle out"}},
     "webhooks.unregister": {"204": {"description": "no webhook any more"}},
     "races.create_race": {"201": _json("the race: one lab per variant, paused at t = 0, and the token to start it")},

@@ -5,6 +5,11 @@ it resolves to the lab's *view token* (read-only live view) or makes each studen
 with the instructor's current preset and settings ("follow along"). The instructor holds a separate
 instructor token for the room dashboard (viewer count, each student lab's headline counts).
 
+People, not ids: every page in the room first takes a *seat* (`POST /api/rooms/{code}/members`), an id
+the room signs with a key of its own, and its presence and its one guess per question are counted under
+that seat; an id a client makes up is refused. Presence as the instructor's lab (which keeps the room and
+the lab alive) needs the instructor token.
+
 CSRF: every room call is authorised by a bearer token sent in a header (the instructor token, or
 none at all for the code-gated calls), never by a cookie, so a cross-site form cannot ride on the
 instructor's session; POSTs also refuse a browser Origin that is not this app's host.
@@ -49,8 +54,11 @@ MAX_VIEWERS = 1000
 MAX_STUDENTS = 100
 ROOM_PARTS = ("", "viewers", "students", "seen", "round", "guesses")
 MAX_GUESSES = MAX_VIEWERS + MAX_STUDENTS
+SEAT_NONCE = 16
+"""Hex digits of a seat's random part; the room's HMAC of it follows (SEAT_SIG digits)."""
+SEAT_SIG = 16
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
-_CLIENT = re.compile(bodies.ROOM_CLIENT)
+_SEAT = re.compile(bodies.ROOM_CLIENT)
 
 
 def rkey(code: str, part: str = "") -> str:
@@ -88,13 +96,40 @@ def load(r: redis.Redis, code: str) -> dict[str, str]:
 
 def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
     room = load(r, code)
+    require_instructor_token(room)
+    return room
+
+
+def _seat_sig(room: dict[str, str], nonce: str) -> str:
+    return hmac.new(room["member_key"].encode(), nonce.encode(), "sha256").hexdigest()[:SEAT_SIG]
+
+
+def new_seat(r: redis.Redis, room: dict[str, str]) -> str:
+    """A seat id for one page in the room: a random nonce and the room's signature of it (nothing stored)."""
+    if not room.get("member_key"):  # a room opened before seats existed gets its key now, once
+        r.hsetnx(rkey(room["code"]), "member_key", secrets.token_hex(16))
+        room["member_key"] = r.hget(rkey(room["code"]), "member_key")
+    nonce = secrets.token_hex(SEAT_NONCE // 2)
+    return nonce + _seat_sig(room, nonce)
+
+
+def require_seat(room: dict[str, str], seat: str) -> str:
+    """The seat id if this room issued it; 403 for an id a client made up (it would count a second person)."""
+    nonce, sig = seat[:SEAT_NONCE], seat[SEAT_NONCE:]
+    if not (room.get("member_key") and len(seat) == SEAT_NONCE + SEAT_SIG
+            and hmac.compare_digest(_seat_sig(room, nonce), sig)):
+        raise ApiError(403, "not_in_room", "this page has no seat in the room (an id the room did not issue): "
+                                           "reload the page to join")
+    return seat
+
+
+def require_instructor_token(room: dict[str, str]) -> None:
     auth = request.headers.get("Authorization", "")
     if not auth.startswith("Bearer "):
         raise ApiError(401, "missing_token", "send Authorization: Bearer <instructor token>",
                        {"WWW-Authenticate": "Bearer"})
     if not hmac.compare_digest(room["instructor"], token_hash(auth[7:].strip())):
         raise ApiError(403, "forbidden", "this token is not this room's instructor token")
-    return room
 
 
 def join_url(code: str) -> str:
@@ -215,7 +250,8 @@ def create_room():
     code, token = new_code(r), secrets.token_urlsafe(24)
     r.hset(rkey(code), mapping={
         "lab_id": lab["lab_id"], "view_token": lab["view_token"], "preset": preset,
-        "scenario": scenario or "", "instructor": token_hash(token), "created": time.time()})
+        "scenario": scenario or "", "instructor": token_hash(token), "created": time.time(),
+        "member_key": secrets.token_hex(16)})
     _keep_alive(r, code)
     resp = jsonify(code=code, display_code=pretty(code), instructor_token=token, lab=lab,
                    join_url=join_url(code), room_url=url_for("rooms.room_page", code=code),
@@ -258,17 +294,29 @@ def follow_room(code: str):
     return lab_cookie(resp, lab["lab_id"], lab["token"])
 
 
+@bp.post("/api/rooms/<code>/members")
+def join_room(code: str):
+    """A seat in the room for this page: the id its presence and its guesses are counted under."""
+    refuse_foreign_origin()
+    r = get_redis()
+    room = load(r, code)
+    return jsonify(client=new_seat(r, room), code=room["code"], display_code=pretty(room["code"])), 201
+
+
 @bp.post("/api/rooms/<code>/presence")
 def room_presence(code: str):
-    """A page in the room checks in (every 10 s): a viewer, a follow-along student or the instructor."""
+    """A page in the room checks in (every 10 s): a viewer, a follow-along student or the instructor
+    (the instructor's lab only with the instructor token)."""
     refuse_foreign_origin()
     r = get_redis()
     room = load(r, code)
     body = parse(json_body(), bodies.PRESENCE)
-    client, lab_id = body["client"], body.get("lab_id")
+    client, lab_id = require_seat(room, body["client"]), body.get("lab_id")
     now, code = time.time(), room["code"]
     if lab_id == room["lab_id"]:
         # The projector showing the lab is use, not idleness: a lecture can run 30 minutes without a click.
+        # Only the instructor may keep it (and the room) alive that way.
+        require_instructor_token(room)
         role = "instructor"
         if registry.exists(r, lab_id):
             registry.touch(r, lab_id)
@@ -284,7 +332,7 @@ def room_presence(code: str):
             raise ApiError(429, "room_full", f"this room already has {MAX_VIEWERS} viewers", {"Retry-After": "30"})
         r.zadd(viewers, {client: now})
         r.expire(viewers, ROOM_TTL)
-    return jsonify(role=role, every_s=10)
+    return jsonify(role=role, every_s=10, display_code=pretty(code))
 
 
 @bp.get("/api/rooms/<code>/status")
@@ -322,8 +370,10 @@ def room_status(code: str):
 # measured. The dashboard shows the spread of guesses beside the measurement, live.
 
 def predictions_for(preset: str) -> dict[str, dict[str, Any]]:
-    """The chapter's predictions (the scenario buttons' `predict`), by id."""
-    return {b["predict"]["id"]: b["predict"] for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
+    """The chapter's predictions (the scenario buttons' `predict`), by id, each with its scenario's label:
+    two scenarios may ask the same question ("How many attempts…?") of different set-ups."""
+    return {b["predict"]["id"]: dict(b["predict"], scenario=b["label"])
+            for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
 
 
 def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
@@ -379,7 +429,7 @@ def get_round(code: str):
     r = get_redis()
     room = load(r, code)
     client = request.args.get("client", "")
-    mine = r.hget(rkey(room["code"], "guesses"), client) if _CLIENT.match(client) else None
+    mine = r.hget(rkey(room["code"], "guesses"), client) if _SEAT.match(client) else None
     race = room.get("race")
     return jsonify(round=_round(r, room), your_guess=json.loads(mine) if mine else None,
                    race_url=f"/race/{race}" if race and r.exists(f"race:{race}") else None)
@@ -387,12 +437,12 @@ def get_round(code: str):
 
 @bp.post("/api/rooms/<code>/round/guesses")
 def round_guess(code: str):
-    """One guess per client for the open round; it may change until the answer is in (then 409)."""
+    """One guess per seat for the open round; it may change until the answer is in (then 409)."""
     refuse_foreign_origin()
     r = get_redis()
     room = load(r, code)
     body = parse(json_body(), bodies.GUESS)
-    client = body["client"]
+    client = require_seat(room, body["client"])
     rnd = _round(r, room)
     if rnd is None or body["n"] != rnd["n"]:
         raise ApiError(409, "no_round", "that question is no longer open; reload the page to see the current one")

@@ -64,7 +64,8 @@ _LONG_JOB = {**_JOB, "duration_s": 600}
 # `predict` (issue 22): what the learner commits to before the run, and how the lab measures it
 # (static/js/widget/predict-model.js): `attempts` of the run's first job, `state:<s>` jobs of the run that
 # end in state s, `counter:<name>` how far a counter moved. `why` is shown when the guess misses, with
-# {setting} filled in from the lab's own settings and {measured} from the measurement.
+# {setting} filled in from the lab's own settings, {measured} from the measurement and {guard_that_acted}
+# from the run's own counters (which guard stopped the duplicate).
 _RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "attempts", "measure": "attempts",
          "question": "How many attempts will this one job get (every delivery counts, duplicates included)?"}
 _CH1_BUTTONS: list[dict[str, Any]] = [
@@ -126,8 +127,9 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
          "predict": {"id": "ch5-emails", "kind": "number", "min": 0, "max": 10, "unit": "emails",
                      "measure": "counter:emails_sent",
                      "question": "The job is redelivered while it still runs. How many completion emails go out?",
-                     "why": "With the notified guard {notify_guard}, the completion email is a compare-and-swap on a "
-                            "'notified' flag: only the first finisher may send it. Measured: {measured}."}},
+                     # the guard named is the one the lab's own counters show acting (predict-model.js)
+                     "why": "The job was redelivered while it still ran, and {measured} completion email(s) went "
+                            "out. The guard that acted: {guard_that_acted}."}},
     ],
     "ch8": [
         {"id": "load", "label": "Steady load: 3 jobs", "enqueue": _JOB, "count": 3,

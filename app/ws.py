@@ -31,7 +31,7 @@ from wsproto.utilities import LocalProtocolError
 from app import limits
 from app.auth import authorise, bearer_token, same_origin
 from app.errors import ApiError
-from app.http import parse_after
+from app.http import close_after_response, parse_after
 from app.store import get_redis
 from core import parking, slots, stream
 from core.config import Config
@@ -292,6 +292,10 @@ def _guard_ws():
         token = request.cookies.get(f"lab_{lab}")
     authorise(lab, token, write=False)
     parse_after(request.args.get("after"))
+    if "Transfer-Encoding" in request.headers or (request.content_length or 0) > 0:
+        # An upgrade is a GET with no body: bytes after its head would be read as WebSocket frames.
+        close_after_response()
+        raise ApiError(400, "body_not_allowed", "a WebSocket upgrade carries no body")
     # No permessage-deflate: events are small, frames are shared by every socket of a lab (one encoding
     # each), and a per-socket zlib context would cost ~300 kB of memory per socket.
     request.environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)

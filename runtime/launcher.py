@@ -7,9 +7,11 @@ Then it watches them: whichever dies is restarted (with backoff, logged), never 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +28,7 @@ def gunicorn_command(config: Config, threads: int = 0) -> list[str]:
     callers written for gthread and ignored). See runtime/web_worker.py for the per-client bounds."""
     del threads
     return [
-        sys.executable, "-m", "gunicorn", "app:create_app()",
+        sys.executable, "-m", "runtime.gunicorn_main", "app:create_app()",  # gunicorn, ssl patched first
         "-k", WORKER_CLASS, "--worker-connections", "8192", "-w", "1",
         "-b", f"{config.host}:{config.port}", "--no-control-socket",
         "--log-level", "warning", "--graceful-timeout", "5",
@@ -35,18 +37,36 @@ def gunicorn_command(config: Config, threads: int = 0) -> list[str]:
     ]
 
 
-def wait_healthy(url: str, procs: list[subprocess.Popen], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+def port_taken(host: str, port: int) -> bool:
+    """Does another process listen on host:port? (SO_REUSEADDR, as gunicorn binds: a port merely in
+    TIME_WAIT from an earlier run is free.)"""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host or "0.0.0.0", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+        return False
+
+
+def wait_healthy(url: str, procs: list[subprocess.Popen], timeout: float = 60, master: int | None = None) -> None:
+    """Wait for /healthz to answer ok. With `master` (the gunicorn master's pid), only an answer from a
+    worker of that master counts: another app on the same port must not pass for ours."""
+    deadline, foreign = time.monotonic() + timeout, False
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a process exited during start-up; see its output above")
         try:
             with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                if json.load(r).get("ok"):
+                health = json.load(r)
+                if health.get("ok") and (master is None or health.get("master") == master):
                     return
-        except OSError:
+                foreign = master is not None and health.get("master") != master
+        except (OSError, ValueError, AttributeError):  # not up yet, or something that is not our JSON object
             pass
         time.sleep(0.2)
+    if foreign:
+        raise RuntimeError(f"{url}/healthz is answered by another program, not the gunicorn this launcher started")
     raise RuntimeError(f"{url}/healthz did not answer ok within {timeout:.0f} s")
 
 
@@ -116,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         print("lab: a pool host needs REDIS_URL (the shared Redis-protocol server)", file=sys.stderr)
         return 2
     config = Config.from_env()
+    if not pool_only and port_taken(config.host, config.port):
+        print(f"lab: port {config.port} on {config.host} is already in use by another process; stop it, "
+              f"or start on another port (PORT={config.port + 1} python3 lab.py)", file=sys.stderr)
+        return 1
     server = None
     if not os.environ.get("REDIS_URL"):
         server = embedded_redis.start(config.var_dir / "redis", maxmemory=config.redis_maxmemory)
@@ -151,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lab: pool host running against {config.redis_url} (Ctrl-C stops it)", flush=True)
         else:
             url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '') else config.host}:{config.port}"
-            wait_healthy(url, list(procs.values()))
+            try:
+                wait_healthy(url, list(procs.values()), master=procs["web"].pid)
+            except RuntimeError as e:
+                print(f"lab: the app did not come up: {e}", file=sys.stderr, flush=True)
+                return 1
             status()
             print(f"\n  Async Work Lab is running: open {url}\n  (Ctrl-C stops everything)\n", flush=True)
         while not stopping:

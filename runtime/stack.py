@@ -171,7 +171,7 @@ class Stack:
         wait(lambda: port_free(self.port), 30, f"port {self.port} to be free")
         config = Config(redis_url=self.redis_url, port=self.port, host="127.0.0.1", access_log=self.access_log)
         self.web = self.spawn(gunicorn_command(config, threads=self.web_threads), log="web")
-        wait_healthy(self.url, self.procs, timeout=timeout)
+        wait_healthy(self.url, self.procs, timeout=timeout, master=self.web.pid)  # not a dying predecessor
         return self.web
 
     def web_pid(self) -> int:

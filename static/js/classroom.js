@@ -10,6 +10,7 @@
 // - room presence: a page opened from a room checks in every 10 s, so the instructor sees who watches.
 
 import { onLab } from './lab-addon.js';
+import { dropSeat, instructorToken, roomSeat } from './widget/room-seat.js';
 import { errorText, h, setAttr, setText } from './widget/util.js';
 
 const root = document.getElementById('lab-widget');
@@ -192,24 +193,29 @@ async function runScenario(api, labId, sc) {
 }
 
 // ---- room presence ----------------------------------------------------------------------------
+// The page checks in under the seat the room issued it (room-seat.js); the instructor's own lab page
+// also shows the instructor token, without which the room refuses to count it as the instructor.
 function joinRoom(code) {
-  let client = sessionStorage.getItem('awl:client');
-  if (!client) {
-    client = Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, '0')).join('');
-    sessionStorage.setItem('awl:client', client);
-  }
-  const badge = h('a', { class: 'cr-room', testid: 'room-badge', href: `/join/${encodeURIComponent(code)}` },
-    `Room ${code.slice(0, 3)}-${code.slice(3)}`);
+  const badge = h('a', { class: 'cr-room', testid: 'room-badge', href: `/join/${encodeURIComponent(code)}` }, 'Room');
   root.querySelector('.lw-head-title').append(badge);
   async function checkIn() {
     const { lab } = current;
-    let res;
-    try {
-      res = await fetch(`/api/rooms/${encodeURIComponent(code)}/presence`, {
-        method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ client, lab_id: lab.viewer ? null : lab.id }) });
-    } catch { res = null; }
+    const seat = await roomSeat(code);
+    let res = null;
+    if (seat) {
+      setText(badge, `Room ${seat.display_code}`); // the code as the server writes it, as on the projector
+      const headers = { 'Content-Type': 'application/json' };
+      const token = instructorToken(code, lab);
+      if (token) headers.Authorization = `Bearer ${token}`;
+      try {
+        res = await fetch(`/api/rooms/${encodeURIComponent(code)}/presence`, {
+          method: 'POST', headers, body: JSON.stringify({ client: seat.client, lab_id: lab.viewer ? null : lab.id }) });
+      } catch { res = null; }
+    }
     if (res && res.status === 404) { setText(badge, 'Room closed'); setAttr(badge, 'data-role-in-room', 'closed'); return; }
+    if (res && res.status === 403 && (await res.clone().json().catch(() => ({}))).error === 'not_in_room') {
+      dropSeat(code); // a seat the room no longer signs: take a new one next time
+    }
     if (res && res.ok) {
       const { role } = await res.json();
       setAttr(badge, 'data-role-in-room', role);

@@ -91,7 +91,10 @@ async function dashboard() {
   handoff.addEventListener('focus', () => handoff.select());
   const open = (present) => {
     adoptLab(preset, saved.lab);
-    location.assign(present ? presentUrl : labUrl);
+    if (present) { location.assign(presentUrl); return; } // the projector: the lab fills this screen
+    // "Open my lab" keeps the dashboard in its tab and opens the lab beside it; a tab opened this way starts
+    // with a copy of this one's sessionStorage, so it finds the adopted lab. Popups blocked: this tab.
+    if (!window.open(labUrl, '_blank')) location.assign(labUrl);
   };
   q('open-present').addEventListener('click', () => open(true));
   q('open-lab').addEventListener('click', () => open(false));
@@ -165,7 +168,8 @@ async function dashboard() {
     const card = q('predict-card');
     card.hidden = !d.predictions.length;
     if (askSel.options.length !== d.predictions.length) {
-      askSel.replaceChildren(...d.predictions.map((p) => h('option', { value: p.id }, p.question)));
+      // the scenario first: two scenarios may ask the same question of different set-ups
+      askSel.replaceChildren(...d.predictions.map((p) => h('option', { value: p.id }, `${p.scenario}: ${p.question}`)));
     }
     renderRound(d.round);
   }

@@ -65,3 +65,16 @@ def test_an_add_on_that_loads_after_the_lab_opened_still_starts(page: Page, stac
     expect(page.get_by_test_id("ch5-redeliver")).to_be_enabled()
     lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch5')"))
     api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+
+
+def test_the_why_of_ch5s_prediction_names_the_guard_the_lab_saw_acting(ch5: Page):
+    """Both guards on: the claim guard blocks the redelivered copy before it runs, so the notified flag is never
+    asked. The why must name the guard whose counter moved (it credited the notified guard)."""
+    page = ch5
+    page.get_by_test_id("predict-guess-vt-too-short").fill("0")  # at least one email goes out: a miss, so a why
+    page.get_by_test_id("scenario-vt-too-short").click()
+    expect(page.get_by_test_id("predict-result")).to_be_visible(timeout=LONG)
+    why = page.get_by_test_id("predict-why")
+    expect(why).to_contain_text("The guard that acted: the claim guard")
+    blocked = page.get_by_test_id("readout-duplicates")
+    expect(blocked).not_to_have_attribute("data-value", "0")  # the counter the why was read from

@@ -114,7 +114,9 @@ def test_a_prediction_round_in_a_room_shows_the_class_spread_beside_the_measured
     shoot(teacher, "room-spread-open", full=True)
 
     # the instructor runs the scenario in their lab: its measurement closes the round everywhere
-    teacher.get_by_test_id("open-lab").click()
+    with teacher.expect_popup() as popup:  # the lab opens beside the dashboard, which stays in its tab
+        teacher.get_by_test_id("open-lab").click()
+    teacher = popup.value
     ready(teacher)
     expect(teacher.get_by_test_id("predict-class")).to_contain_text("The class is predicting", timeout=10_000)
     teacher.get_by_test_id("predict-guess-vt-too-short").fill("2")

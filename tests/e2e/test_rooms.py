@@ -86,6 +86,8 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     expect(student.get_by_test_id("upload-file")).to_have_count(0)  # a viewer gets no mutate controls
     expect(student.get_by_test_id("room-from-lab")).to_be_hidden()
     expect(student.get_by_test_id("room-badge")).to_have_attribute("data-role-in-room", "viewer", timeout=10_000)
+    # the chip writes the code as the projector and the join page do (the server's one formatter)
+    expect(student.get_by_test_id("room-badge")).to_have_text(f"Room {pretty(code)}")
 
     # the dashboard counts the viewer
     expect(teacher.get_by_test_id("room-viewers")).to_have_attribute("data-value", "1", timeout=15_000)
@@ -118,10 +120,13 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     other.goto(handoff)
     expect(other.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
     assert "#" not in other.url  # the tokens leave the address bar at once
-    other.get_by_test_id("open-lab").click()
+    with other.expect_popup() as popup:  # the lab opens beside the dashboard, which stays in its tab
+        other.get_by_test_id("open-lab").click()
+    dashboard, other = other, watch_errors(popup.value)
     widget_ready(other)
     assert other.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
     expect(other.get_by_test_id("upload-file")).to_have_count(1)  # the instructor's own controls
+    assert dashboard.url.endswith(f"/rooms/{code}")
     other.context.close()
     teacher.context.close()
     student.context.close()
@@ -235,7 +240,9 @@ def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, w
     expect(page.locator(".rooms")).to_have_attribute("data-state", "ready", timeout=10_000)
     code = page.url.rsplit("/", 1)[1]
     assert api.call("GET", f"/api/rooms/{code}").json()["lab_id"] == lab["id"]
-    page.get_by_test_id("open-lab").click()
+    with page.expect_popup() as popup:  # the lab opens beside the dashboard
+        page.get_by_test_id("open-lab").click()
+    page = watch_errors(popup.value)
     widget_ready(page)
     assert page.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
     expect(page.get_by_test_id("room-from-lab")).to_be_hidden()  # already in a room

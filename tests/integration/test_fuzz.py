@@ -9,9 +9,12 @@ and reaches validation; the seed is fixed, so a failure replays.
 from __future__ import annotations
 
 import json
+import socket
+import urllib.parse
 
 import pytest
 import schemathesis
+import websocket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -171,7 +174,10 @@ def gateway_gave_up(path: str, res) -> bool:
 
 HOSTILE_IDS = ["%ED%A0%80", "%F0%28%8C%28", "%00", "a" * 300, "..%2F..", "%FF"]
 HOSTILE_AFTER = ["5-", "-5", "5--1", "18446744073709551616", "18446744073709551615-18446744073709551616",
+                 "18446744073709551615-18446744073709551615", "18446744073709551616-0", "99999999999999999999-1",
                  "1" * 400, "%C2%B2", "%ED%A0%80", "0x10", "1.5", "%205"]
+"""Stream ids a stranger may send: past 2^64 in either part, the largest id itself (nothing can follow it),
+malformed, not ASCII digits."""
 
 
 def test_ids_and_stream_ids_from_strangers_never_answer_500(fuzz_lab, stack):
@@ -189,3 +195,69 @@ def test_ids_and_stream_ids_from_strangers_never_answer_500(fuzz_lab, stack):
         assert res.status in (400, 422), f"after={after!r} → {res.status} {res.body[:200]!r}"
     assert api.call("GET", f"/api/labs/{lab}/events?after=18446744073709551615-0", token=token).status == 200
     assert api.call("GET", f"/api/labs/{lab}/events?after=5", token=token).status == 200
+
+
+def ws_handshake_status(stack, path: str, extra: bytes = b"", body: bytes = b"") -> tuple[int, bytes]:
+    """A WebSocket upgrade sent by hand (a client library would refuse to send these): the status and body."""
+    return raw_http(stack, b"GET " + path.encode() + b" HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra, body)
+
+
+def raw_http(stack, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+    """Send a request whose framing no HTTP client would produce; read the first response to the end.
+    The write side is shut after the body, so a body cut short reaches the server as end of stream."""
+    host, port = urllib.parse.urlsplit(stack.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head + f"Host: {host}:{port}\r\n\r\n".encode() + body)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head_part, _, rest = answer.partition(b"\r\n\r\n")
+    assert head_part.startswith(b"HTTP/1.1 "), answer[:300]
+    length = next(int(v) for k, _, v in (h.partition(b":") for h in head_part.split(b"\r\n")[1:])
+                  if k.strip().lower() == b"content-length")
+    assert len(rest) == length, f"more than one answer on one connection: {answer[:600]!r}"
+    return int(head_part.split()[1]), rest
+
+
+def test_stream_ids_past_2_64_on_the_websocket_are_a_4xx_before_the_upgrade(fuzz_lab, stack):
+    lab, token = fuzz_lab["lab_id"], fuzz_lab["token"]
+    for after in HOSTILE_AFTER:
+        status, body = ws_handshake_status(stack, f"/ws/labs/{lab}?after={after}&token={token}")
+        assert status in (400, 422), f"WS after={after!r} → {status} {body[:200]!r}"
+        assert json.loads(body)["error"] in ("invalid_after", "invalid_text"), body[:200]
+    ws = websocket.create_connection(stack.ws_base + f"/ws/labs/{lab}?after=18446744073709551615-0&token={token}",
+                                     timeout=10, suppress_origin=True)
+    assert ws.connected  # the largest id with a sequence below 2^64-1 is still an id to read after
+    ws.close()
+
+
+CHUNKED = (b"POST /api/labs HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n")
+MALFORMED_CHUNKED = {
+    "chunk size zz": b"zz\r\n{}\r\n0\r\n\r\n",
+    "chunk size 0x2": b"0x2\r\n{}\r\n0\r\n\r\n",
+    "negative chunk size": b"-2\r\n{}\r\n0\r\n\r\n",
+    "empty chunk size": b"\r\n{}\r\n0\r\n\r\n",
+    "chunk longer than its size": b"2\r\n{}}}\r\n0\r\n\r\n",
+    "bare CR in an extension": b"2;a=\rb\r\n{}\r\n0\r\n\r\n",
+    "cut short mid-chunk": b"10\r\n{\"pre",
+    "cut short before the last chunk": b"2\r\n{}\r\n",
+}
+
+
+@pytest.mark.parametrize("label", MALFORMED_CHUNKED)
+def test_a_malformed_chunked_body_is_a_clear_4xx(label, stack):
+    status, body = raw_http(stack, CHUNKED, MALFORMED_CHUNKED[label])
+    assert 400 <= status < 500, f"{label} → {status} {body[:200]!r}"
+    # a body cut short is werkzeug's ClientDisconnected, a plain 400; broken framing is gunicorn's, named
+    assert json.loads(body)["error"] in ("invalid_framing", "bad_request"), body[:200]
+
+
+def test_a_websocket_upgrade_carrying_a_chunked_body_is_refused(fuzz_lab, stack):
+    """An upgrade is a GET with no body: bytes after its head would be read as WebSocket frames."""
+    lab, token = fuzz_lab["lab_id"], fuzz_lab["token"]
+    for body in (MALFORMED_CHUNKED["chunk size zz"], b"2\r\n{}\r\n0\r\n\r\n"):
+        status, answer = ws_handshake_status(stack, f"/ws/labs/{lab}?token={token}",
+                                             b"Transfer-Encoding: chunked\r\n", body)
+        assert status == 400 and json.loads(answer)["error"] in ("invalid_framing", "body_not_allowed"), answer[:200]

@@ -1,11 +1,14 @@
 """The README's first command: everything comes up, /healthz says ok, Ctrl-C leaves no process behind."""
 
+import http.server
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -36,8 +39,9 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
+    errors = (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=errors, text=True)
     url, redis_url, lines = None, None, []
     deadline = time.monotonic() + 90
     while url is None and time.monotonic() < deadline:
@@ -49,10 +53,14 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
             redis_url = m.group(1)
         if m := re.search(r"open (http://\S+)", line):
             url = m.group(1)
-    assert url, "".join(lines)
+    assert url, "".join(lines) + (tmp_path / "stderr").read_text()
     assert redis_url and (tmp_path / "var" / "redis").is_dir()
+    # a clean start says nothing alarming (gevent's MonkeyPatchWarning about ssl used to print on every one)
+    assert "Warning" not in (tmp_path / "stderr").read_text(), (tmp_path / "stderr").read_text()
     with urllib.request.urlopen(url + "/healthz") as r:
-        assert json.load(r)["ok"] is True
+        health = json.load(r)
+    assert health["ok"] is True
+    assert health["master"] == json.loads((tmp_path / "var" / "launcher.json").read_text())["web"], health
     req = urllib.request.Request(url + "/api/labs", data=b'{"preset": "ch1"}', method="POST",
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req) as r:
@@ -69,6 +77,51 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     while processes_mentioning(*needles) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_mentioning(*needles) == []
+    errors.close()
+
+
+def test_the_launcher_refuses_a_port_another_process_holds(tmp_path):
+    port = free_port()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+        env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
+        res = subprocess.run([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert f"port {port}" in res.stderr and "already in use" in res.stderr, res.stderr
+    assert "running" not in res.stdout, res.stdout
+    assert not (tmp_path / "var" / "redis").exists(), "it started a server before checking its port"
+
+
+def test_another_apps_healthz_on_the_port_does_not_pass_for_the_launchers_own_gunicorn():
+    """The port check races with any other program: the launcher also waits for an answer from a worker
+    of its own gunicorn master, not just any `{"ok": true}`."""
+    from runtime.launcher import wait_healthy
+
+    class Impostor(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"ok": True, "master": 1}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Impostor)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        wait_healthy(url, [], timeout=5)  # without a master to match, any ok passes
+        with pytest.raises(RuntimeError, match="another program"):
+            wait_healthy(url, [], timeout=3, master=os.getpid())
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_pool_host_on_its_own_machine_restarts_its_supervisor(tmp_path):

@@ -35,8 +35,16 @@ def follow(api, room, name="") -> dict:
     return lab
 
 
-def check_in(api, room, client, lab_id=None):
-    return api.call("POST", f"/api/rooms/{room['code']}/presence", {"client": client, "lab_id": lab_id})
+def seat(api, room) -> str:
+    """A seat the room issues to one page: the id its presence and guesses count under."""
+    res = api.call("POST", f"/api/rooms/{room['code']}/members", {})
+    assert res.status == 201, res.body
+    assert res.json()["display_code"] == f"{room['code'][:5]}-{room['code'][5:]}"
+    return res.json()["client"]
+
+
+def check_in(api, room, client, lab_id=None, token=None):
+    return api.call("POST", f"/api/rooms/{room['code']}/presence", {"client": client, "lab_id": lab_id}, token=token)
 
 
 def status(api, room, token=None):
@@ -92,13 +100,14 @@ def test_follow_along_gets_its_own_lab_with_the_instructors_current_settings(api
 def test_the_instructor_view_counts_viewers_and_each_student_labs_headline_counts(api):
     room = open_room(api, preset="ch1", speed=200)
     api.call("PATCH", f"/api/labs/{room['lab']['lab_id']}/settings", {"vt_seconds": 1200}, room["lab"]["token"])
-    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+    a, b = seat(api, room), seat(api, room)
     assert check_in(api, room, a).json()["role"] == "viewer"
     assert check_in(api, room, b).json()["role"] == "viewer"
     assert check_in(api, room, a).status == 200  # the same viewer again is still one viewer
-    assert check_in(api, room, uuid.uuid4().hex, room["lab"]["lab_id"]).json()["role"] == "instructor"
+    assert check_in(api, room, seat(api, room), room["lab"]["lab_id"],
+                    token=room["instructor_token"]).json()["role"] == "instructor"
     student = follow(api, room, name="Grace")
-    assert check_in(api, room, uuid.uuid4().hex, student["lab_id"]).json()["role"] == "student"
+    assert check_in(api, room, seat(api, room), student["lab_id"]).json()["role"] == "student"
 
     snap = status(api, room).json()
     assert snap["viewers"] == 2 and snap["lab_id"] == room["lab"]["lab_id"] and snap["lab_alive"]
@@ -227,16 +236,16 @@ def test_a_room_lives_in_redis_with_a_ttl_and_the_projector_keeps_its_lab_alive(
     code, lab_id = room["code"], room["lab"]["lab_id"]
     assert 0 < r.ttl(f"room:{code}") <= ROOM_TTL
     assert r.hget(f"room:{code}", "instructor") != room["instructor_token"]  # stored only as a hash
-    check_in(api, room, uuid.uuid4().hex)
+    check_in(api, room, seat(api, room))
     assert 0 < r.ttl(f"room:{code}:viewers") <= ROOM_TTL
     r.hset(f"lab:{lab_id}:meta", "last_active", 0)  # idle since 1970 ...
-    assert check_in(api, room, uuid.uuid4().hex, lab_id).json()["role"] == "instructor"
+    assert check_in(api, room, seat(api, room), lab_id, token=room["instructor_token"]).json()["role"] == "instructor"
     assert float(r.hget(f"lab:{lab_id}:meta", "last_active")) > 0  # ... until the presenting page checked in
 
 
 def test_a_viewer_who_closes_the_page_stops_counting_and_a_gone_lab_cannot_be_followed(api, r):
     room = open_room(api, preset="ch1", speed=200)
-    here, gone = uuid.uuid4().hex, uuid.uuid4().hex
+    here, gone = seat(api, room), seat(api, room)
     check_in(api, room, here)
     check_in(api, room, gone)
     assert status(api, room).json()["viewers"] == 2
@@ -271,3 +280,47 @@ def test_an_instructor_can_open_a_room_on_a_lab_they_already_set_up(api):
     assert api.call("POST", "/api/rooms", {**body, "scenario": "vt-too-short"}, token=lab["token"]).status == 422
     assert api.call("POST", "/api/rooms", {**body, "lab_id": "nolab"}, token=lab["token"]).status == 404
     assert api.call("POST", "/api/rooms", {**body, "lab_id": ["x"]}, token=lab["token"]).status == 404
+
+
+def test_a_room_counts_people_not_ids_one_guess_per_seat_it_issued(api):
+    """120 guesses under ids one address made up count for nothing; each seat the room issued counts once,
+    however often it guesses."""
+    room = open_room(api, preset="ch1", speed=200)
+    code = room["code"]
+    prediction = status(api, room).json()["predictions"][0]
+    res = api.call("POST", f"/api/rooms/{code}/round", {"prediction": prediction["id"]}, token=room["instructor_token"])
+    assert res.status == 201, res.body
+    n = res.json()["round"]["n"]
+    value = prediction["choices"][0][0] if prediction["kind"] == "choice" else prediction.get("min", 0)
+    def guess(client: str):
+        return api.call("POST", f"/api/rooms/{code}/round/guesses", {"client": client, "n": n, "value": value})
+
+    refused = [guess(uuid.uuid4().hex) for _ in range(120)]
+    assert {(r.status, r.json()["error"]) for r in refused} == {(403, "not_in_room")}
+    issued = seat(api, room)
+    forged = issued[:-1] + ("1" if issued.endswith("0") else "0")  # its signature altered: no seat either
+    assert guess(forged).status == 403
+    mine = seat(api, room)
+    for _ in range(3):  # the same seat guessing again changes its one guess
+        assert guess(mine).status == 200
+    rnd = status(api, room).json()["round"]
+    assert rnd["count"] == 1 and sum(rnd["spread"].values()) == 1, rnd
+    # a seat of one room is no seat in another
+    other = open_room(api, preset="ch1", speed=200)
+    assert check_in(api, other, mine).status == 403
+    # invented viewers are not counted either
+    assert check_in(api, room, uuid.uuid4().hex).status == 403
+    assert status(api, room).json()["viewers"] == 0
+
+
+def test_presence_as_the_instructors_lab_needs_the_instructor_token(api, r):
+    room = open_room(api, preset="ch1", speed=200)
+    lab_id, me = room["lab"]["lab_id"], seat(api, room)
+    r.hset(f"lab:{lab_id}:meta", "last_active", 0)
+    assert check_in(api, room, me, lab_id).status == 401
+    assert check_in(api, room, me, lab_id, token=room["lab"]["view_token"]).status == 403
+    # the lab's own token is not the room's instructor token
+    assert check_in(api, room, me, lab_id, token=room["lab"]["token"]).status == 403
+    assert float(r.hget(f"lab:{lab_id}:meta", "last_active")) == 0  # none of them kept the lab alive
+    assert check_in(api, room, me, lab_id, token=room["instructor_token"]).json()["role"] == "instructor"
+    assert float(r.hget(f"lab:{lab_id}:meta", "last_active")) > 0

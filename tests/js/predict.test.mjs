@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { attemptsOf, bucketOf, cleanGuess, measure, shown, spread, whyText } from '../../static/js/widget/predict-model.js';
+import { attemptsOf, bucketOf, cleanGuess, guardThatActed, measure, shown, spread, whyText } from '../../static/js/widget/predict-model.js';
 
 const RUNS = { id: 'r', kind: 'number', min: 1, max: 20, unit: 'attempts', measure: 'attempts' };
 const CHOICE = { id: 'c', kind: 'choice', measure: 'attempts', choices: [['once', 'once'], ['more', 'twice or more']],
@@ -58,4 +58,22 @@ test('guesses are checked against the question; the why is filled from the lab',
 test('a class spread lists every choice, or the numbers guessed in order', () => {
   assert.deepEqual(spread(CHOICE, ['more', 'more', 'once']), [['once', 1], ['more', 2]]);
   assert.deepEqual(spread(RUNS, [3, 1, 3, 12]), [['1', 1], ['3', 2], ['12', 1]]);
+});
+
+test("chapter 5's why names the guard the run's counters show acting, not the one the settings mention", () => {
+  const spec = { id: 'e', kind: 'number', measure: 'counter:emails_sent', why: 'Acted: {guard_that_acted}.' };
+  const run = { jobs: ['1'], counts0: { emails_sent: 0, duplicates_blocked: 2, emails_suppressed: 0 } };
+  const jobs = [{ id: '1', state: 'done', attempt: 2, attempts: [{}, {}] }];
+  const both = { ...model(jobs, [], { emails_sent: 1, duplicates_blocked: 3, emails_suppressed: 0 }),
+    settings: { guard: 'claim', notify_guard: true } };
+  const m = measure(spec, both, run);
+  assert.equal(m.number, 1);
+  assert.match(whyText(spec, both.settings, m), /Acted: the claim guard: it blocked the duplicate/);
+  const notified = { ...model(jobs, [], { emails_sent: 1, duplicates_blocked: 2, emails_suppressed: 1 }),
+    settings: { guard: 'off', notify_guard: true } };
+  assert.match(guardThatActed(notified, run), /^the notified guard/);
+  const none = { ...model(jobs, [], { emails_sent: 2, duplicates_blocked: 2, emails_suppressed: 0 }),
+    settings: { guard: 'off', notify_guard: false } };
+  assert.match(guardThatActed(none, run), /^none/);
+  assert.equal(measure(RUNS, model(jobs), { jobs: ['1'] }).guard, undefined); // only asked for by a why that names it
 });

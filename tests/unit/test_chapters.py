@@ -31,6 +31,13 @@ def test_the_home_page_lists_every_chapter(client):
         assert f"/chapters/{c.number}-{c.slug}" in html
 
 
+def test_the_home_page_links_the_races_and_the_checked_lesson(client):
+    html = client.get("/").get_data(as_text=True)
+    for path in ("/races", "/lesson"):
+        assert f'href="{path}"' in html, path
+        assert client.get(path).status_code == 200, path
+
+
 @pytest.mark.parametrize("number", range(9))
 def test_each_chapter_renders_without_template_residue(client, number):
     res = client.get(f"/chapters/{number}")

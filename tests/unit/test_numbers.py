@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+from fractions import Fraction
 
 import pytest
 
@@ -30,6 +32,7 @@ from core.numbers import (
     jitter_peak_reduction,
     littles_law_L,
     lookup,
+    spec_values,
     to_json,
     workers_for_utilisation,
 )
@@ -46,6 +49,26 @@ def _with(**changes) -> dict:
 
 def _row(rows: list[dict], **match) -> dict:
     return next(r for r in rows if all(r[k] == v for k, v in match.items()))
+
+
+HTML_FLOAT = re.compile(r"^-?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
+"""A valid floating-point number as HTML parses an <input type=number> attribute."""
+
+
+@pytest.mark.parametrize("spec", spec_values(), ids=lambda s: s["name"])
+def test_every_input_default_is_valid_for_its_own_min_max_and_step(spec):
+    """The What-if form renders value/min/max/step as written here (templates/_model_inputs.html); a browser
+    counts steps from min, and one input off its grid holds the whole form invalid, so htmx sends nothing."""
+    for attr in ("value", "min", "max", "step"):
+        assert HTML_FLOAT.match(str(spec[attr])), f"{spec['name']}.{attr} renders as {spec[attr]!r}"
+    value, lo, hi, step = (Fraction(str(spec[a])) for a in ("value", "min", "max", "step"))
+    assert spec["value"] == spec["default"]
+    assert step > 0 and lo + step <= hi, spec
+    assert lo <= value <= hi, f"{spec['name']}: default {spec['value']} outside {spec['min']}…{spec['max']}"
+    assert (value - lo) % step == 0, (f"{spec['name']}: default {spec['value']} is not min {spec['min']} plus a "
+                                      f"whole number of steps of {spec['step']}")
+    if spec["kind"] == "int":
+        assert lo.denominator == step.denominator == 1, f"{spec['name']}: a whole-number input with a fractional grid"
 
 
 # --------------------------------------------------------------------------------------------

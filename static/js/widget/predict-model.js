@@ -28,7 +28,23 @@ export function measure(spec, S, run) {
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
   else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
   else return null;
-  return { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
+  const out = { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
+  if (String(spec.why || '').includes('{guard_that_acted}')) out.guard = guardThatActed(S, run);
+  return out;
+}
+
+/**
+ * Which guard stopped a duplicate's side effects in this run, read off what the lab counted (not off the
+ * settings: with both guards on, the claim guard blocks the copy before the notified flag is ever asked).
+ */
+export function guardThatActed(S, run) {
+  const moved = (name) => (Number(S.counts[name]) || 0) - (Number((run.counts0 || {})[name]) || 0);
+  const guard = (S.settings && S.settings.guard) || 'claim';
+  if (moved('duplicates_blocked') > 0) {
+    return `the ${guard} guard: it blocked the duplicate delivery before it ran, so the copy never reached the email`;
+  }
+  if (moved('emails_suppressed') > 0) return 'the notified guard: the duplicate ran to the end and its email was suppressed';
+  return 'none: every copy that ran sent its own email';
 }
 
 /** The choice a measured number falls in (spec.buckets: value → [lo, hi], inclusive). */
@@ -60,6 +76,7 @@ export function cleanGuess(spec, raw) {
 export function whyText(spec, settings, m) {
   return String(spec.why || '').replace(/\{(\w+)\}/g, (_, k) => {
     if (k === 'measured') return m ? String(m.number) : '?';
+    if (k === 'guard_that_acted') return m && m.guard ? m.guard : '?';
     const v = settings ? settings[k] : undefined;
     return v == null ? `{${k}}` : typeof v === 'number' ? v.toLocaleString('en') : String(v);
   });

@@ -10,6 +10,7 @@
 
 import { errorText, h, setAttr, setText } from './util.js';
 import { cleanGuess, measure, shown, whyText } from './predict-model.js';
+import { instructorToken as roomInstructorToken, roomSeat } from './room-seat.js';
 
 const STORE = 'awl:predictions';
 const ROUND_MS = 3000;
@@ -22,15 +23,6 @@ function save(entry) {
   const all = loadRecord().filter((e) => !(e.id === entry.id && e.at === entry.at));
   all.push(entry);
   try { localStorage.setItem(STORE, JSON.stringify(all.slice(-200))); } catch { /* full or off: keep going */ }
-}
-
-function clientId() {
-  let id = sessionStorage.getItem('awl:client');
-  if (!id) {
-    id = Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, '0')).join('');
-    sessionStorage.setItem('awl:client', id);
-  }
-  return id;
 }
 
 async function post(path, body, token) {
@@ -53,13 +45,7 @@ export function install(W) {
   let roundGuess = null; // {n, value} this learner sent for it
 
   /** The room's instructor token, if this browser opened the room and this is the room's lab. */
-  function instructorToken() {
-    if (!room || S.lab.viewer) return null;
-    try {
-      const saved = JSON.parse(localStorage.getItem(`awl:room:${room}`) || 'null');
-      return saved && saved.lab && saved.lab.lab_id === S.lab.id ? saved.token : null;
-    } catch { return null; }
-  }
+  const instructorToken = () => roomInstructorToken(room, S.lab);
 
   function card() {
     if (!box) {
@@ -234,9 +220,11 @@ export function install(W) {
   }
 
   // ---- a room's question -------------------------------------------------------------------------
-  function sendGuess(value) {
+  async function sendGuess(value) {
     roundGuess = { n: round.n, value };
-    return post(`/api/rooms/${encodeURIComponent(room)}/round/guesses`, { client: clientId(), n: round.n, value });
+    const seat = await roomSeat(room); // one guess per seat the room issued, not per id a page invents
+    if (!seat) return { ok: false, status: 0, data: null };
+    return post(`/api/rooms/${encodeURIComponent(room)}/round/guesses`, { client: seat.client, n: round.n, value });
   }
 
   function renderRound() {
@@ -286,8 +274,10 @@ export function install(W) {
   }
 
   async function pollRound() {
-    // the room knows this page by its client id, so a reload keeps the guess already sent
-    const res = await post(`/api/rooms/${encodeURIComponent(room)}/round?client=${encodeURIComponent(clientId())}`);
+    // the room knows this page by its seat, so a reload keeps the guess already sent
+    const seat = await roomSeat(room);
+    const mine = seat ? `?client=${encodeURIComponent(seat.client)}` : '';
+    const res = await post(`/api/rooms/${encodeURIComponent(room)}/round${mine}`);
     if (res.ok) {
       const next = res.data.round;
       const changed = JSON.stringify(next) !== JSON.stringify(round);
