@@ -143,17 +143,25 @@ class Api:
             time.sleep(every)
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
-        """Wait until n workers are registered with RQ (so timing does not race start-up)."""
+        """Wait until EXACTLY n workers are up: n registered with RQ, and the lab's rows are those n, idle or
+        busy. "At least n" let a test start while a preset's extra worker was still draining away after a
+        resize (a job landing on it mid-exit was redelivered), or while an added one was still booting."""
         r = redis.Redis.from_url(self.redis_url or os.environ["LAB_TEST_REDIS_URL"])
         try:
             deadline = time.monotonic() + timeout
-            while r.scard(f"rq:workers:lab-{lab['lab_id']}") < n:
+            while True:
+                registered = r.scard(f"rq:workers:lab-{lab['lab_id']}")
+                snap = self.snapshot(lab) if registered == n else None
+                if snap is not None and len(snap["workers"]) == n \
+                        and all(w["state"] in ("idle", "busy") for w in snap["workers"]):
+                    return snap
                 if time.monotonic() > deadline:
-                    raise WaitTimeout(f"{n} workers did not register")
+                    rows = [(w["id"], w["state"]) for w in (snap or self.snapshot(lab))["workers"]]
+                    raise WaitTimeout(f"exactly {n} workers up within {timeout:.0f} s: {registered} registered "
+                                      f"with RQ, rows {rows}")
                 time.sleep(0.05)
         finally:
             r.close()
-        return self.snapshot(lab)
 
     def events(self, lab: dict, after: str = "0") -> list[dict]:
         """The whole stream after `after`, through the public GET …/events (which pages by 1000)."""

@@ -39,3 +39,27 @@ def wait_sched(api, lab: dict, predicate: Callable[[dict], bool], timeout: float
         time.sleep(0.1)
         rep = sched(api, lab)
     return rep
+
+
+def sim_time_passes(api, speed: float, sim_s: float, timeout: float = 60) -> None:
+    """Wait until `sim_s` simulated seconds have passed on a running witness lab at `speed` (no workers).
+
+    A check that nothing happens while a lab is paused needs a positive witness that enough time went by
+    for it to have happened, not a guessed sleep: on a loaded box a real second is not a clock's second."""
+    witness = api.lab("ch0", speed=speed, workers=0)
+    try:
+        start = api.snapshot(witness)["clock"]["t"]
+        api.wait_for(witness, lambda s: s["clock"]["t"] >= start + sim_s, timeout=timeout,
+                     what=f"a witness lab's clock to run {sim_s:g} simulated s at {speed:g}×")
+    finally:
+        api.delete(witness)
+
+
+def long_polls_held(api, lab: dict, n: int, timeout: float = 20) -> None:
+    """Wait until the server holds exactly n of this lab's long-polls (so "still waiting" is a state the
+    server reports, not a guess after a sleep)."""
+    url = f"/api/labs/{lab['lab_id']}/status-load"
+    deadline = time.monotonic() + timeout
+    while (now := api.call("GET", url, token=lab["token"]).json()["long_polls_held"]) != n:
+        assert time.monotonic() < deadline, f"the server held {now} long-polls, never {n}, within {timeout:g} s"
+        time.sleep(0.05)

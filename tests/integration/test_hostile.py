@@ -72,10 +72,7 @@ def lab(stack):
     client = Api(stack.url)
     lab = client.lab("ch4", speed=200, workers=2, vt_seconds=3600, max_attempts=3, job_duration=10,
                      classify_errors=True)  # this file is about which inputs are refused, and why
-    client.workers_ready(lab, 2)
-    # the preset's third worker is draining away: wait until it is gone, so no job lands on it mid-exit and
-    # the pids below are the lab's for good
-    client.wait_for(lab, lambda s: len(s["workers"]) == 2 and all(w["state"] in ("idle", "busy") for w in s["workers"]))
+    client.workers_ready(lab, 2)  # exactly 2: the preset's third has drained away, so the pids are for good
     lab["client"] = client
     lab["pids"] = {w["id"]: w["pid"] for w in client.snapshot(lab)["workers"]}
     lab["seen"] = {}  # case → what the app did, written out for the closing note

@@ -8,9 +8,11 @@ import time
 
 import redis
 
-from app import create_app
+from app import create_app, longpoll
 from core import registry
 from core.config import Config
+from runtime.procs import wait
+from tests.helpers import long_polls_held
 
 
 def status_url(lab: dict, job: dict) -> str:
@@ -62,10 +64,10 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
     t = long_poll(api, status_url(lab, job), lab["token"], tag, 20, out)
-    time.sleep(1.0)
+    long_polls_held(api, lab, 1)
     assert t.is_alive(), "the long-poll answered before anything changed"
-    blocked = [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]]
-    assert blocked, "the held request waits in a blocking XREAD on the event stream, not a sleep loop"
+    wait(lambda: [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]], 10,
+         "the held request to wait in a blocking XREAD on the event stream, not a sleep loop")
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
     res = out["res"]
@@ -96,7 +98,7 @@ def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
                               headers={"If-None-Match": tag})
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    long_polls_held(api, lab, 1)
     assert t.is_alive()
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
@@ -116,7 +118,7 @@ def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
                               headers={"If-None-Match": first.headers["ETag"]})
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    long_polls_held(api, lab, 1)
     assert t.is_alive()
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
@@ -133,10 +135,7 @@ def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
     cap = api.call("GET", load_url, token=lab["token"]).json()["long_poll_cap"]
     outs = [{} for _ in range(cap)]
     threads = [long_poll(api, status_url(lab, job), lab["token"], tag, 20, o) for o in outs]
-    deadline = time.monotonic() + 20
-    while api.call("GET", load_url, token=lab["token"]).json()["long_polls_held"] < cap:
-        assert time.monotonic() < deadline, "the long-polls were not all held"
-        time.sleep(0.1)
+    long_polls_held(api, lab, cap)
     over = api.call("GET", status_url(lab, job) + "?wait=20", token=lab["token"], headers={"If-None-Match": tag})
     assert over.status == 429 and over.json()["error"] == "long_poll_limit" and over.headers["Retry-After"]
     plain = api.call("GET", status_url(lab, job), token=lab["token"], headers={"If-None-Match": tag})
@@ -166,7 +165,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
         threads = [threading.Thread(target=hold) for _ in range(2)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        wait(lambda: longpoll.held_now(lab["lab_id"]) == 2, 20, "both long-polls to be held")
         with app.test_client() as c:
             over = c.get(url + "?wait=4", headers={**auth, "If-None-Match": tag})
         assert over.status_code == 503 and over.get_json()["error"] == "long_poll_capacity"
