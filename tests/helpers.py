@@ -63,3 +63,28 @@ def long_polls_held(api, lab: dict, n: int, timeout: float = 20) -> None:
     while (now := api.call("GET", url, token=lab["token"]).json()["long_polls_held"]) != n:
         assert time.monotonic() < deadline, f"the server held {now} long-polls, never {n}, within {timeout:g} s"
         time.sleep(0.05)
+
+
+def ws_until(ws, done: Callable[[list[dict]], bool], timeout: float = 60,
+             what: str = "the awaited event") -> list[dict]:
+    """The events a WebSocket pushes, read until done(events) holds, within one deadline for the whole read
+    (each recv also gives up when the socket's own timeout passes)."""
+    import json
+
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while not done(events):
+        assert time.monotonic() < deadline, f"{what} was not pushed within {timeout:g} s ({len(events)} events came)"
+        events.append(json.loads(ws.recv()))
+    return events
+
+
+def readline_within(proc, timeout: float, what: str) -> str:
+    """One line of a child's text stdout, or an assertion naming `what` if none came in time (a child that
+    hangs before printing must not hang the test)."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout), f"{what}: no line within {timeout:g} s"
+    return proc.stdout.readline()

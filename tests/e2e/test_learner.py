@@ -181,9 +181,10 @@ def test_the_what_if_form_keeps_focus_and_explains_an_invalid_value_in_place(ope
     page = open_page("/chapters/2")
     field = page.locator("#mi-arrival_rate")
     field.focus()
+    page.evaluate("window.settled = 0; document.body.addEventListener('htmx:afterSettle', () => window.settled++)")
     field.press("ArrowUp")  # one step: htmx recomputes the chapter and swaps its body
     expect(page).to_have_url(re.compile(r"arrival_rate="), timeout=10_000)
-    page.wait_for_timeout(500)
+    page.wait_for_function("() => window.settled > 0", timeout=10_000)  # the swap has happened
     assert page.evaluate("document.activeElement.id") == "mi-arrival_rate"  # focus survived the swap
     field = page.locator("#mi-arrival_rate")
     field.fill("999999")

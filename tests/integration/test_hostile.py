@@ -20,6 +20,7 @@ import redis
 
 from core import blobs
 from tests.conftest import ARTIFACTS, Api
+from tests.helpers import readline_within
 from tests.integration.test_api import multipart, post_oversize
 from tests.integration.test_launcher import processes_mentioning
 from workers import media
@@ -255,7 +256,7 @@ def test_a_killed_work_horse_takes_its_ffmpeg_with_it(tmp_path):
               "time.sleep(600)")
     horse = subprocess.Popen([sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")],
                              stdout=subprocess.PIPE, text=True)
-    ffmpeg_pid = int(horse.stdout.readline())
+    ffmpeg_pid = int(readline_within(horse, 60, "the stand-in horse's ffmpeg pid"))
     assert any(line.startswith(f"{ffmpeg_pid}:") for line in processes_mentioning(str(fifo)))  # up, blocked
     horse.kill()
     horse.wait()

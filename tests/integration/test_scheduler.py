@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers import control, sched, sim_time_passes, wait_sched
+from tests.helpers import control, readline_within, sched, sim_time_passes, wait_sched
 from workers.engines import shards
 
 pytestmark = pytest.mark.integration
@@ -235,7 +235,7 @@ def test_replicas_die_with_their_parent(redis_server, r):
         "time.sleep(120)\n")
     parent = subprocess.Popen([sys.executable, "-c", code, redis_server.url], stdout=subprocess.PIPE, text=True)
     try:
-        pids = [int(p) for p in parent.stdout.readline().split()]
+        pids = [int(p) for p in readline_within(parent, 60, "the replicas' pids").split()]
         assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
         parent.kill()
         parent.wait()
