@@ -103,6 +103,7 @@ def test_job_status_has_an_etag_and_answers_304_when_unchanged(api):
 
 def test_long_poll_returns_as_soon_as_the_job_changes(api):
     lab = api.lab("ch1", speed=20, workers=0)
+    api.workers_ready(lab, 0)  # none of the preset's workers left to claim the job before the test does
     job = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {}, lab["token"]).json()
     tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
     result = {}

@@ -19,6 +19,14 @@ def status_url(lab: dict, job: dict) -> str:
     return f"/api/labs/{lab['lab_id']}/jobs/{job['job_id']}/status"
 
 
+def lab_without_workers(api) -> dict:
+    """A chapter 3 lab whose preset's workers have all gone: a job stays queued until a test adds one (one
+    still draining could claim it, and a held poll would answer before the test's own change)."""
+    lab = api.lab("ch3", speed=50, workers=0)
+    api.workers_ready(lab, 0)
+    return lab
+
+
 def new_job(api, lab: dict) -> dict:
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"}, lab["token"])
     assert res.status == 202, res.body
@@ -37,7 +45,7 @@ def long_poll(api, url: str, token: str, tag: str, wait: float, out: dict) -> th
 
 
 def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_etag(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     first = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"])
     assert first.status == 200 and first.json()["status"] == "queued"
@@ -59,7 +67,7 @@ def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_eta
 
 
 def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
@@ -77,7 +85,7 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
 
 
 def test_a_long_poll_with_no_change_times_out_with_304(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
@@ -88,7 +96,7 @@ def test_a_long_poll_with_no_change_times_out_with_304(api):
 
 
 def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
     out: dict = {}
@@ -106,7 +114,7 @@ def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
 
 
 def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     a, b = new_job(api, lab), new_job(api, lab)
     url = f"/api/labs/{lab['lab_id']}/status?jobs={a['job_id']},{b['job_id']}"
     first = api.call("GET", url, token=lab["token"])
@@ -128,7 +136,7 @@ def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
 
 
 def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     load_url = f"/api/labs/{lab['lab_id']}/status-load"
@@ -177,7 +185,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
 
 
 def test_bad_status_requests_get_clear_4xx(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     url = status_url(lab, job)
     assert api.call("GET", url + "?wait=soon", token=lab["token"]).status == 422
