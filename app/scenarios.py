@@ -109,7 +109,7 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
                  "Predict what brings it back, and what finally stops it."},
         {"id": "outage", "label": "3 jobs + storage outage", "enqueue": {**_JOB, "job_type": "thumbnail",
                                                                          "duration_s": 200}, "count": 3,
-         "fault": {"type": "storage_outage", "duration_s": 100},
+         "fault": {"type": "storage_outage", "duration_s": 100}, "fault_after_calls": True,
          "hint": "36 upload parts mid-call when storage goes down for 100 s. Watch when their retries reach storage "
                  "under the policy you chose.",
          "predict": {"id": "ch4-outage", "kind": "number", "min": 0, "max": 3, "unit": "jobs", "measure": "state:dlq",

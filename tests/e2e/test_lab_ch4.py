@@ -45,3 +45,31 @@ def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_
     finally:
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
     assert not errors, errors
+
+
+def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their_calls_in_flight(page: Page,
+                                                                                                 stack, api):
+    """The lesson's scenario: three jobs stream their upload parts, then storage goes down under them (the
+    button used to start the outage first, so every job's parts failed at its own start)."""
+    page.goto(f"{stack.url}/chapters/4?speed=20")
+    expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+    saved = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch4')"))
+    lab = {"lab_id": saved["id"], "token": saved["token"]}
+    try:
+        api.workers_ready(lab, 3)
+        page.get_by_test_id("predict-guess-outage").fill("0")
+        page.get_by_test_id("scenario-outage").click()
+        expect(page.get_by_test_id("predict-pending")).to_be_visible(timeout=LONG)
+
+        def started() -> list[dict]:
+            return [e for e in api.events(lab) if e["type"] == "fault.started"]
+        api.wait_for(lab, lambda _s: started(), timeout=90, what="the scenario's outage to start")
+        events = api.events(lab)
+        fault_at = next(i for i, e in enumerate(events) if e["type"] == "fault.started")
+        before = events[:fault_at]
+        parts = api.snapshot(lab)["settings"]["upload_parts"]
+        assert sum(e["type"] == "job.enqueued" for e in before) == 3, "the jobs went in before the outage"
+        assert sum(e["type"] == "storage.called" for e in before) >= 3 * parts, \
+            "every upload part had called storage before it went down"
+    finally:
+        api.call("DELETE", f"/api/labs/{saved['id']}", token=saved["token"])
