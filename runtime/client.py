@@ -143,22 +143,28 @@ class Api:
             time.sleep(every)
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
-        """Wait until EXACTLY n workers are up: n registered with RQ, and the lab's rows are those n, idle or
-        busy. "At least n" let a test start while a preset's extra worker was still draining away after a
-        resize (a job landing on it mid-exit was redelivered), or while an added one was still booting."""
+        """Wait until EXACTLY n workers are up: the lab's rows are n, each idle or busy, and each row's process
+        has registered with RQ (so it is listening). "At least n" let a test start while a preset's extra
+        worker was still draining away after a resize (a job landing on it mid-exit was redelivered), or while
+        an added one was still booting. Registrations are matched by pid: a killed worker's stays behind in
+        RQ's set until its TTL runs out, so a count of that set is not the lab's workers."""
         r = redis.Redis.from_url(self.redis_url or os.environ["LAB_TEST_REDIS_URL"])
         try:
             deadline = time.monotonic() + timeout
             while True:
-                registered = r.scard(f"rq:workers:lab-{lab['lab_id']}")
-                snap = self.snapshot(lab) if registered == n else None
-                if snap is not None and len(snap["workers"]) == n \
-                        and all(w["state"] in ("idle", "busy") for w in snap["workers"]):
-                    return snap
+                snap = self.snapshot(lab)
+                rows = snap["workers"]
+                if len(rows) == n and all(w["state"] in ("idle", "busy") for w in rows):
+                    names = r.smembers(f"rq:workers:lab-{lab['lab_id']}")
+                    with r.pipeline(transaction=False) as pipe:
+                        for name in names:
+                            pipe.hget(b"rq:worker:" + name, "pid")
+                        listening = {int(p) for p in pipe.execute() if p}
+                    if all(w["pid"] in listening for w in rows):
+                        return snap
                 if time.monotonic() > deadline:
-                    rows = [(w["id"], w["state"]) for w in (snap or self.snapshot(lab))["workers"]]
-                    raise WaitTimeout(f"exactly {n} workers up within {timeout:.0f} s: {registered} registered "
-                                      f"with RQ, rows {rows}")
+                    raise WaitTimeout(f"exactly {n} workers up within {timeout:.0f} s: rows "
+                                      f"{[(w['id'], w['state'], w['pid']) for w in rows]}")
                 time.sleep(0.05)
         finally:
             r.close()
