@@ -138,8 +138,10 @@ def test_dark_theme_phone_and_projector_have_no_violations(a11y_context, stack, 
     page.get_by_test_id("predict-guess-outage").fill("1")
     page.get_by_test_id("scenario-outage").click()  # a fault, retries and a prediction card on screen
     expect(page.get_by_test_id("predict-pending")).to_be_visible()
-    page.wait_for_function(  # the outage's first failed attempt, its retry scheduled, is on screen
-        "() => Number(document.querySelector('[data-testid=readout-failed]')?.dataset.value) >= 1", timeout=60_000)
+    page.wait_for_function(  # the outage's first retry arrivals are on screen
+        "() => [...document.querySelectorAll('[data-testid=retry-histogram] .lw-hist-bar')]"
+        ".some((b) => b.dataset.n > 0)",
+        timeout=90_000)
     check(page, f"/chapters/4 ({scheme}, phone, outage running)", axe_log)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{stack.url}/chapters/2?present=1&speed=200")
