@@ -336,6 +336,31 @@ def test_the_herd_shows_when_the_outage_starts_before_the_jobs_are_sent(api):
     MEASURED["herd_outage_first_peak"] = st["peak_per_bucket"]
 
 
+def test_on_one_lab_and_one_scale_the_fixed_policys_peak_is_at_least_twice_full_jitters(api):
+    """Chapter 4's panel overlays every run a lab made on one chart: the same outage under the jobs' calls,
+    fixed then full jitter, each measured from the lab's own storage calls (relative to its own outage)."""
+    lab = api.lab("ch4", speed=20, workers=WORKERS, upload_parts=PARTS, retry_base=10, retry_cap=300,
+                  max_attempts=8, jitter_seed=7, breaker=False)
+    api.workers_ready(lab, WORKERS)
+    for n, policy in enumerate(("fixed", "full_jitter"), 1):
+        api.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"retry_policy": policy}, lab["token"])
+        calls0 = api.snapshot(lab)["counts"].get("storage_calls", 0)
+        for _ in range(WORKERS):
+            enqueue(api, lab, job_type="thumbnail", duration_s=200)
+        api.wait_for(lab, lambda s, c=calls0: s["counts"]["storage_calls"] >= c + WORKERS * PARTS, timeout=60,
+                     every=0.05, what=f"{policy}: every upload part's first storage call")
+        fault(api, lab, type="storage_outage", duration_s=100)
+        api.wait_for(lab, lambda s, k=n: s["counts"]["done"] == WORKERS * k, timeout=180,
+                     what=f"{policy}: the jobs to finish after the outage")
+    st = api.ok("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"])["storage"]
+    fixed, jitter = st["policies"]["fixed"], st["policies"]["full_jitter"]
+    assert fixed["callers"] == jitter["callers"] == WORKERS * PARTS
+    assert fixed["peak_per_bucket"] >= 2 * jitter["peak_per_bucket"], (fixed, jitter)
+    MEASURED["one_scale_fixed_peak"] = fixed["peak_per_bucket"]
+    MEASURED["one_scale_full_jitter_peak"] = jitter["peak_per_bucket"]
+    MEASURED["one_scale_full_jitter_model_peak"] = st["model"]["full_jitter_expected_peak"]
+
+
 # --- the honest clock ---------------------------------------------------------------------------
 
 def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_says_it_slowed(api):
