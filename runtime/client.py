@@ -155,10 +155,10 @@ class Api:
                 snap = self.snapshot(lab)
                 rows = snap["workers"]
                 if len(rows) == n and all(w["state"] in ("idle", "busy") for w in rows):
-                    names = r.smembers(f"rq:workers:lab-{lab['lab_id']}")
+                    workers = r.smembers(f"rq:workers:lab-{lab['lab_id']}")  # each a worker's own key
                     with r.pipeline(transaction=False) as pipe:
-                        for name in names:
-                            pipe.hget(b"rq:worker:" + name, "pid")
+                        for worker in workers:
+                            pipe.hget(worker, "pid")
                         listening = {int(p) for p in pipe.execute() if p}
                     if all(w["pid"] in listening for w in rows):
                         return snap
