@@ -71,7 +71,9 @@ DEFAULT_PRESET = "ch8"
 # Chapter 7's one-click scenarios (the lab panel's strategy buttons): settings each button applies.
 # The lesson's bug and its two fixes: a lock shorter than the p99 run, a sized lock, a heartbeat lock.
 CH7_SCENARIOS: dict[str, dict[str, Any]] = {
-    "none": {"label": "No lock", "settings": {"cron_strategy": "none"}},
+    # sharded, so every tick mails its bucket of users: with no lock each replica mails them again (unsharded,
+    # only the day's first tick mails anyone, and two ticks would show no duplicate email at all)
+    "none": {"label": "No lock", "settings": {"cron_strategy": "none", "cron_shard": True}},
     "lock": {"label": f"Lock, TTL {_MODEL.lock_ttl_s:g} s",
              "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.lock_ttl_s}},
     "short": {"label": f"Lock, TTL {_MODEL.short_lock_ttl_s:g} s",
