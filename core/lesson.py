@@ -193,7 +193,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch7.leader", 7, "Try this 4 / Check yourself 4", "A killed leader is replaced within one lease",
           "test_try4_check4_a_killed_leader_is_replaced_within_its_lease"),
     Claim("ch7.catch_up", 7, "Try this 5", "After every replica was down, one catch-up run mails the missed "
-          "buckets; it mails a cut run's bucket again (2 to one user) unless the task is idempotent",
+          "buckets; it mails a cut run's bucket again (a user mailed twice) unless the task is idempotent",
           "test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_unless_idempotent"),
     Claim("ch7.buckets", 7, "Check yourself 5", "Sustained load does not depend on the bucket count",
           "test_check5_sustained_load_does_not_depend_on_bucket_count", status="model"),

@@ -190,14 +190,14 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict]]:
 
 def test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_unless_idempotent(api, measured):
     """The page's step: one catch-up run, which re-mails the bucket of the run the outage cut short (it
-    cannot know whom that run had mailed) — 2 emails to one user; with the idempotent task, none twice."""
+    cannot know whom that run had mailed) — a user mailed twice; with the idempotent task, none twice."""
     rep, catch = downtime_drill(api, idempotent=False)
-    assert rep["totals"]["max_emails_per_user"] == 2, rep["totals"]
+    assert rep["totals"]["max_emails_per_user"] >= 2 and rep["totals"]["duplicate_emails"] > 0, rep["totals"]
     safe, _ = downtime_drill(api, idempotent=True)
     assert safe["totals"]["max_emails_per_user"] == 1 and safe["totals"]["duplicate_emails"] == 0, safe["totals"]
     assert safe["totals"]["wasted_digests"] > 0, "the repeat was claimed and skipped, not never attempted"
     text = page_text(api, 7)
-    assert "Idempotent task" in text and "most emails to one user** reads 2" not in text  # rendered, not raw
+    assert "Idempotent task" in text and "most emails to one user goes above 1" in text
     measured.update(catch_up_runs=len(catch), missed_ticks=catch[0]["data"]["missed"],
                     covered=catch[0]["data"]["covered"], duplicate_emails=rep["totals"]["duplicate_emails"],
                     idempotent_duplicate_emails=safe["totals"]["duplicate_emails"],
