@@ -131,6 +131,7 @@ def test_fence_newest_attempt_wins_and_a_vt_shorter_than_the_job_livelocks_into_
     assert [e["attempt"] for e in types(ev, "job.claimed")] == [1, 2, 3, 4]
     refused = types(ev, "job.duplicate_blocked")
     assert len(refused) >= 3 and all(e["data"]["guard"] == "fence" for e in refused)
+    assert not types(ev, "output.written"), "a fenced-off attempt wrote its outputs"
     j = job(api, lab, job_id)
     assert "max receives (4)" in j["dlq_reason"]
     wasted = round(sum(a["end"] - a["start"] for a in j["attempts"] if a.get("end") is not None), 1)
