@@ -66,10 +66,13 @@ async function runOutage(ev) {
   const n = set.data?.settings?.workers ?? ctx.snapshot?.settings?.workers ?? 0;
   const parts = set.data?.settings?.upload_parts ?? 1;
   status(`Starting ${n} long jobs, one per worker, ${parts} upload parts each…`);
+  const calls0 = (await api('GET', base)).data?.counts?.storage_calls || 0;
   for (let i = 0; i < n; i += 1) await api('POST', `${base}/jobs`, { job_type: 'thumbnail', duration_s: 3000 });
+  // storage goes down once every part's first call is in flight (running is not enough: a part whose first
+  // call came after the outage began would fail at its own start, outside the herd)
   for (let tries = 0; tries < 240; tries += 1) {
     const s = await api('GET', base);
-    if ((s.data?.counts?.running || 0) >= n) break;
+    if ((s.data?.counts?.storage_calls || 0) >= calls0 + n * parts) break;
     await new Promise((r) => setTimeout(r, 250));
   }
   const res = await api('POST', `${base}/faults`, { type: 'storage_outage', duration_s: Number($('ch4-outage-s').value) });
