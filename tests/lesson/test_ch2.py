@@ -45,6 +45,7 @@ WAIT_JOBS = 200
 WAIT_SPEED = 200
 
 
+@pytest.mark.timeout(900)  # a steady-state run of the load generator, then its drain, each up to 300 s
 def test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximation(api, measured):
     c = numbers.SMALL_POOL_WORKERS  # "the {{ small_c }}-worker row of the pooling table"
     assert PRESET["workers"] == c

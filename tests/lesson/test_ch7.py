@@ -188,6 +188,7 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict]]:
     return rep, catch
 
 
+@pytest.mark.timeout(900)  # two downtime drills, each several ticks long
 def test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_unless_idempotent(api, measured):
     """The page's step: one catch-up run, which re-mails the bucket of the run the outage cut short (it
     cannot know whom that run had mailed) — a user mailed twice; with the idempotent task, none twice."""
