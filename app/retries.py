@@ -67,7 +67,10 @@ def storage_arrivals(events: list[dict]) -> dict[str, list]:
         since = [t for t in outages if t <= e["t_sim"]]
         if since:
             since_outage.append(e["t_sim"] - since[-1])
-            if caller in first_fail or not e["data"]["ok"]:
+            # a retry arrival: a part's second call or later within its attempt, or a call storage refused.
+            # Not "any call of a caller that failed some time": a later run's first calls (made before its
+            # own outage, even at the same simulated instant while the clock holds) are not retries.
+            if int(e["data"]["try"]) > 1 or not e["data"]["ok"]:
                 bp = by_policy.setdefault(e["data"].get("policy", "?"), {"arrivals": [], "callers": set()})
                 bp["arrivals"].append(e["t_sim"] - since[-1])
                 bp["callers"].add(caller)

@@ -37,7 +37,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                    "together at 10, 30, 70 and 150 s (the lesson's 1, 3, 7, 15 s, ×10).",
         "settings": {"workers": 3, "upload_parts": 12, "retry_policy": "exponential", "retry_base": 10,
                      "retry_cap": 300, "max_attempts": 5, "breaker": False, "vt_seconds": 600},
-        "fault": {"type": "storage_outage", "duration_s": 100},
+        "fault": {"type": "storage_outage", "duration_s": 100}, "fault_after_calls": True,
         "enqueue": {"sample": "bigbuckbunny", "job_type": "thumbnail", "duration_s": 200}, "count": 3,
         "hint": "Watch the storage-arrivals histogram stack up in four spikes. Then switch the policy to full "
                 "jitter and run it again.",
@@ -110,7 +110,7 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
                  "Predict what brings it back, and what finally stops it."},
         {"id": "outage", "label": "3 jobs + storage outage", "enqueue": {**_JOB, "job_type": "thumbnail",
                                                                          "duration_s": 200}, "count": 3,
-         "fault": {"type": "storage_outage", "duration_s": 100},
+         "fault": {"type": "storage_outage", "duration_s": 100}, "fault_after_calls": True,
          "hint": "36 upload parts mid-call when storage goes down for 100 s. Watch when their retries reach storage "
                  "under the policy you chose.",
          "predict": {"id": "ch4-outage", "kind": "number", "min": 0, "max": 3, "unit": "jobs", "measure": "state:dlq",

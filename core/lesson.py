@@ -64,7 +64,7 @@ CLAIMS: tuple[Claim, ...] = (
           why="a prediction step; steps 2 and 3 show the answers"),
     # --- chapter 1 --------------------------------------------------------------------------------
     Claim("ch1.fixed_vt_note", 1, "Two fixes", "Where we differ: 1,200 s is 1.33× the 900 s p99, not “roughly "
-          "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page"),
+          "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page", status="model"),
     Claim("ch1.kill_redelivery_after_vt", 1, "Try this 2", "With the VT above the job, a killed worker's job "
           "is picked up again one VT after its claim", "test_try2_a_killed_workers_job_returns_one_vt_after_the_claim"),
     Claim("ch1.vt_short", 1, "Try this 1 / Check yourself 1, 5", "VT 300 s below a 600 s job, guard off: A runs "
@@ -87,7 +87,7 @@ CLAIMS: tuple[Claim, ...] = (
           why="a reasoning question about what a broker can observe; try this 2 and 4 show its consequence"),
     # --- chapter 2 --------------------------------------------------------------------------------
     Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
-          "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page"),
+          "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page", status="model"),
     Claim("ch2.overload_grows", 2, "Try this 2", "Past ρ = 1 the queue grows and does not come back down; "
           "arrivals past the lab's bound are shed, counted and still part of the backlog",
           "test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted"),
@@ -125,7 +125,7 @@ CLAIMS: tuple[Claim, ...] = (
           status="thought", why="design judgement, not an outcome the lab produces"),
     # --- chapter 4 --------------------------------------------------------------------------------
     Claim("ch4.poison_note", 4, "Exponential backoff", "Where we differ: five attempts wait four delays (15 s), "
-          "not the schedule's 31 s", "test_lesson_note_poison_backoff_is_on_the_page"),
+          "not the schedule's 31 s", "test_lesson_note_poison_backoff_is_on_the_page", status="model"),
     Claim("ch4.herd", 4, "Try this 1 / Check yourself 1", "Exponential backoff, storage outage: all 36 storage "
           "callers come back together at 10, 30, 70 s (the lesson's 1, 3, 7 s ×10)",
           "test_try1_check1_without_jitter_the_whole_herd_comes_back_together"),
@@ -189,11 +189,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch7.plain_del", 7, "Check yourself 2", "A plain DEL after expiry frees another replica's lock",
           "test_check2_a_plain_delete_frees_the_next_holders_lock"),
     Claim("ch7.skew_margin", 7, "Check yourself 3", "The lock's margin after skew is TTL − p99 − skew",
-          "test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew"),
+          "test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew", status="model"),
     Claim("ch7.leader", 7, "Try this 4 / Check yourself 4", "A killed leader is replaced within one lease",
           "test_try4_check4_a_killed_leader_is_replaced_within_its_lease"),
     Claim("ch7.catch_up", 7, "Try this 5", "After every replica was down, one catch-up run mails the missed "
-          "buckets, once", "test_try5_after_downtime_one_catch_up_run_mails_the_missed_buckets_once"),
+          "buckets; it mails a cut run's bucket again (a user mailed twice) unless the task is idempotent",
+          "test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_unless_idempotent"),
     Claim("ch7.buckets", 7, "Check yourself 5", "Sustained load does not depend on the bucket count",
           "test_check5_sustained_load_does_not_depend_on_bucket_count", status="model"),
     # --- chapter 8 --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from core.numbers import Inputs, derive, jitter_expected_peak, jitter_peak_per_bucket
@@ -27,7 +28,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["upload", "kill", "workers", "scale_in", "autoscale", "autoscale_target_wait",
                          "boot_lag", "exec_timeout", "vt_seconds", "lock_ttl", "clock"]},
     "ch3": {"title": "Status delivery", "settings": {"workers": 2, "job_duration": 300, "guard": "claim"},
-            "controls": ["upload", "kill", "guard", "stale_after", "clock"]},
+            # vt_seconds and heartbeat: "Try this 5" sets the VT below the job and turns the heartbeat on
+            "controls": ["upload", "kill", "vt_seconds", "heartbeat", "guard", "stale_after", "clock"]},
     "ch4": {"title": "Retries, jitter and the DLQ",
             # the lesson's chapter 4: exponential backoff (10 s base: its 1, 3, 7, 15 s schedule ×10),
             # 5 attempts, a poison pill that fails through the policy (classification off, as in the
@@ -71,7 +73,9 @@ DEFAULT_PRESET = "ch8"
 # Chapter 7's one-click scenarios (the lab panel's strategy buttons): settings each button applies.
 # The lesson's bug and its two fixes: a lock shorter than the p99 run, a sized lock, a heartbeat lock.
 CH7_SCENARIOS: dict[str, dict[str, Any]] = {
-    "none": {"label": "No lock", "settings": {"cron_strategy": "none"}},
+    # sharded, so every tick mails its bucket of users: with no lock each replica mails them again (unsharded,
+    # only the day's first tick mails anyone, and two ticks would show no duplicate email at all)
+    "none": {"label": "No lock", "settings": {"cron_strategy": "none", "cron_shard": True}},
     "lock": {"label": f"Lock, TTL {_MODEL.lock_ttl_s:g} s",
              "settings": {"cron_strategy": "lock", "cron_lock_ttl": _MODEL.lock_ttl_s}},
     "short": {"label": f"Lock, TTL {_MODEL.short_lock_ttl_s:g} s",
@@ -147,7 +151,12 @@ def ch3_lab_model() -> dict[str, Any]:
     s = settings_for("ch3")
     fails = CH3_RECEIVER_FAILS
     assert fails + 1 <= int(s["max_attempts"]), "the ch3 preset gives a webhook too few tries for try this 3"
-    return {"receiver_fails": fails, "webhook_arrivals": fails + 1, "max_attempts": int(s["max_attempts"]),
+    # try this 5's VT: below the job, so the lease runs out once while it runs (a copy is redelivered and backs
+    # off), but above half of it, so the copy's own lease outlives the job and no second copy comes
+    dur = float(s["job_duration"])
+    short_vt = round(dur * 2 / 3)
+    return {"short_vt_s": short_vt, "short_vt_copies": math.ceil(dur / short_vt) - 1,
+            "receiver_fails": fails, "webhook_arrivals": fails + 1, "max_attempts": int(s["max_attempts"]),
             "retry_base_s": float(s["retry_base"]), "retry_cap_s": float(s["retry_cap"]),
             "jitter_windows_s": [_delay(k, float(s["retry_base"]), float(s["retry_cap"]))
                                  for k in range(1, fails + 1)]}

@@ -143,17 +143,31 @@ class Api:
             time.sleep(every)
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
-        """Wait until n workers are registered with RQ (so timing does not race start-up)."""
+        """Wait until EXACTLY n workers are up: the lab's rows are n, each idle or busy, and each row's process
+        has registered with RQ (so it is listening). "At least n" let a test start while a preset's extra
+        worker was still draining away after a resize (a job landing on it mid-exit was redelivered), or while
+        an added one was still booting. Registrations are matched by pid: a killed worker's stays behind in
+        RQ's set until its TTL runs out, so a count of that set is not the lab's workers."""
         r = redis.Redis.from_url(self.redis_url or os.environ["LAB_TEST_REDIS_URL"])
         try:
             deadline = time.monotonic() + timeout
-            while r.scard(f"rq:workers:lab-{lab['lab_id']}") < n:
+            while True:
+                snap = self.snapshot(lab)
+                rows = snap["workers"]
+                if len(rows) == n and all(w["state"] in ("idle", "busy") for w in rows):
+                    workers = r.smembers(f"rq:workers:lab-{lab['lab_id']}")  # each a worker's own key
+                    with r.pipeline(transaction=False) as pipe:
+                        for worker in workers:
+                            pipe.hget(worker, "pid")
+                        listening = {int(p) for p in pipe.execute() if p}
+                    if all(w["pid"] in listening for w in rows):
+                        return snap
                 if time.monotonic() > deadline:
-                    raise WaitTimeout(f"{n} workers did not register")
+                    raise WaitTimeout(f"exactly {n} workers up within {timeout:.0f} s: rows "
+                                      f"{[(w['id'], w['state'], w['pid']) for w in rows]}")
                 time.sleep(0.05)
         finally:
             r.close()
-        return self.snapshot(lab)
 
     def events(self, lab: dict, after: str = "0") -> list[dict]:
         """The whole stream after `after`, through the public GET …/events (which pages by 1000)."""

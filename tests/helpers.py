@@ -39,3 +39,52 @@ def wait_sched(api, lab: dict, predicate: Callable[[dict], bool], timeout: float
         time.sleep(0.1)
         rep = sched(api, lab)
     return rep
+
+
+def sim_time_passes(api, speed: float, sim_s: float, timeout: float = 60) -> None:
+    """Wait until `sim_s` simulated seconds have passed on a running witness lab at `speed` (no workers).
+
+    A check that nothing happens while a lab is paused needs a positive witness that enough time went by
+    for it to have happened, not a guessed sleep: on a loaded box a real second is not a clock's second."""
+    witness = api.lab("ch0", speed=speed, workers=0)
+    try:
+        start = api.snapshot(witness)["clock"]["t"]
+        api.wait_for(witness, lambda s: s["clock"]["t"] >= start + sim_s, timeout=timeout,
+                     what=f"a witness lab's clock to run {sim_s:g} simulated s at {speed:g}×")
+    finally:
+        api.delete(witness)
+
+
+def long_polls_held(api, lab: dict, n: int, timeout: float = 20) -> None:
+    """Wait until the server holds exactly n of this lab's long-polls (so "still waiting" is a state the
+    server reports, not a guess after a sleep)."""
+    url = f"/api/labs/{lab['lab_id']}/status-load"
+    deadline = time.monotonic() + timeout
+    while (now := api.call("GET", url, token=lab["token"]).json()["long_polls_held"]) != n:
+        assert time.monotonic() < deadline, f"the server held {now} long-polls, never {n}, within {timeout:g} s"
+        time.sleep(0.05)
+
+
+def ws_until(ws, done: Callable[[list[dict]], bool], timeout: float = 60,
+             what: str = "the awaited event") -> list[dict]:
+    """The events a WebSocket pushes, read until done(events) holds, within one deadline for the whole read
+    (each recv also gives up when the socket's own timeout passes)."""
+    import json
+
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while not done(events):
+        assert time.monotonic() < deadline, f"{what} was not pushed within {timeout:g} s ({len(events)} events came)"
+        events.append(json.loads(ws.recv()))
+    return events
+
+
+def readline_within(proc, timeout: float, what: str) -> str:
+    """One line of a child's text stdout, or an assertion naming `what` if none came in time (a child that
+    hangs before printing must not hang the test)."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout), f"{what}: no line within {timeout:g} s"
+    return proc.stdout.readline()

@@ -128,10 +128,15 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
     try:
         return _do_work(r, lab, job_id, attempt, rec, settings, start, rng)
     except BaseException:
-        base = registry.lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
-        for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
-            tmp.unlink(missing_ok=True)
+        drop_temps(lab, job_id, attempt)
         raise
+
+
+def drop_temps(lab: str, job_id: str, attempt: int) -> None:
+    """This attempt's partial outputs, gone (a failed attempt's, or a fenced-off one's)."""
+    base = registry.lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
+    for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
+        tmp.unlink(missing_ok=True)
 
 
 def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
@@ -163,6 +168,11 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    if settings["guard"] == "fence" and not fence_holds(r, lab, job_id, attempt):
+        # the fencing token at the storage's door: a newer attempt owns the job, so this one writes nothing
+        # (its completion is refused next); the temps go, as a failed attempt's do
+        drop_temps(lab, job_id, attempt)
+        return {}
     store_outputs(r, lab, settings, clock.now(r, lab))
     outputs = {}
     for rend in renditions:
@@ -173,6 +183,13 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
         stream.emit(r, lab, "output.written", clock.now(r, lab), job_id=job_id, worker_id=worker_id(),
                     attempt=attempt, path=f"transcoded/{job_id}/{final.name}")
     return outputs
+
+
+def fence_holds(r: redis.Redis, lab: str, job_id: str, attempt: int) -> bool:
+    """Whether this attempt's token is still the newest: the record is running and held by it (what the
+    completion's compare-and-set checks, asked before any output is written)."""
+    state, holder = r.hmget(job(lab, job_id), "state", "holder")
+    return state == "running" and int(holder or 0) == attempt
 
 
 def source_file(r: redis.Redis, lab: str, source: str, var_dir: Path) -> Path:

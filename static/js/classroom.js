@@ -181,13 +181,30 @@ async function showScenario({ lab, api }, id) {
 }
 
 async function runScenario(api, labId, sc) {
-  if (sc.fault) {
+  const fault = async () => {
     const res = await api('POST', `/api/labs/${labId}/faults`, sc.fault);
-    if (!res.ok) return `Could not start the fault: ${errorText(res.data, res.status)}`;
-  }
-  for (let i = 0; sc.enqueue && i < (sc.count || 1); i++) {
+    return res.ok ? null : `Could not start the fault: ${errorText(res.data, res.status)}`;
+  };
+  const calls = async () => {
+    const res = await api('GET', `/api/labs/${labId}`);
+    return res.ok ? [res.data.counts.storage_calls || 0, Number(res.data.settings.upload_parts) || 1] : [0, 1];
+  };
+  const [calls0] = sc.fault_after_calls ? await calls() : [0];
+  if (sc.fault && !sc.fault_after_calls) { const err = await fault(); if (err) return err; }
+  const count = sc.enqueue ? (sc.count || 1) : 0;
+  for (let i = 0; i < count; i++) {
     const res = await api('POST', `/api/labs/${labId}/jobs`, sc.enqueue);
     if (!res.ok) return `Could not send the job: ${errorText(res.data, res.status)}`;
+  }
+  if (sc.fault && sc.fault_after_calls) {
+    // as the lesson has it: storage goes down under the jobs' calls, once every upload part has called it
+    for (let tries = 0; ; tries++) {
+      const [now, parts] = await calls();
+      if (now >= calls0 + count * parts) break;
+      if (tries > 240) return 'The jobs never reached storage, so the outage was not started.';
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const err = await fault(); if (err) return err;
   }
   return `Running. ${sc.hint}`;
 }

@@ -5,7 +5,8 @@
 import { makeChart, onLab } from './lab-addon.js';
 import { setAttr, setText } from './widget/util.js';
 
-const POLICIES = [['exponential', 'no jitter', ''], ['linear', 'linear', 'la-b'], ['full_jitter', 'full jitter', 'la-c']];
+const POLICIES = [['fixed', 'fixed', 'la-d'], ['exponential', 'no jitter', ''], ['linear', 'linear', 'la-b'],
+  ['full_jitter', 'full jitter', 'la-c']];
 const $ = (id) => document.getElementById(id);
 let ctx = null, timer = null, lastPeaks = '';
 
@@ -20,12 +21,17 @@ async function refresh() {
   if (!res.ok) return;
   // issue 18: the herd as the storage dependency sees it — every upload-part call, per 1 s bucket
   const d = res.data, st = d.storage, w = d.bucket_s;
+  // every run this lab made, one policy per colour, overlaid on ONE y-scale: the lower peak shows as lower
   const bars = [];
-  POLICIES.forEach(([p, label, cls], i) => {
-    for (const [b, n] of st.policies[p]?.histogram || []) {
-      bars.push({ x0: b + (i * w) / 3, x1: b + ((i + 1) * w) / 3, y: n, cls, label: `${label}: ${n} at ${b}s` });
+  const shown = POLICIES.filter(([p]) => st.policies[p]);
+  shown.forEach(([p, label, cls], i) => {
+    for (const [b, n] of st.policies[p].histogram) {
+      bars.push({ x0: b + (i * w) / shown.length, x1: b + ((i + 1) * w) / shown.length, y: n, cls,
+        label: `${label}: ${n} at ${b}s` });
     }
   });
+  setAttr(chart.el, 'data-policies', shown.map(([p]) => p).join(' '));
+  setAttr(chart.el, 'data-peaks', shown.map(([p]) => st.policies[p].peak_per_bucket).join(' '));
   const m = st.model;
   const peaks = POLICIES.filter(([p]) => st.policies[p]).map(([p, label]) =>
     `${label}: peak ${st.policies[p].peak_per_bucket} of ${st.policies[p].callers}`);
@@ -53,17 +59,20 @@ async function runOutage(ev) {
   ev.preventDefault();
   if (!ctx) return;
   const { api, lab } = ctx, base = `/api/labs/${lab.id}`;
-  const policy = $('ch4-policy').value;
+  const policy = $('ch4-policy').value;  // the lab's own setting (synced both ways with the widget's control)
   const set = await api('PATCH', `${base}/settings`, { retry_policy: policy, retry_base: 10, retry_cap: 300, max_attempts: 8,
     vt_seconds: 7200 });
   if (!set.ok) return status('Could not change the retry policy.');
   const n = set.data?.settings?.workers ?? ctx.snapshot?.settings?.workers ?? 0;
   const parts = set.data?.settings?.upload_parts ?? 1;
   status(`Starting ${n} long jobs, one per worker, ${parts} upload parts each…`);
+  const calls0 = (await api('GET', base)).data?.counts?.storage_calls || 0;
   for (let i = 0; i < n; i += 1) await api('POST', `${base}/jobs`, { job_type: 'thumbnail', duration_s: 3000 });
+  // storage goes down once every part's first call is in flight (running is not enough: a part whose first
+  // call came after the outage began would fail at its own start, outside the herd)
   for (let tries = 0; tries < 240; tries += 1) {
     const s = await api('GET', base);
-    if ((s.data?.counts?.running || 0) >= n) break;
+    if ((s.data?.counts?.storage_calls || 0) >= calls0 + n * parts) break;
     await new Promise((r) => setTimeout(r, 250));
   }
   const res = await api('POST', `${base}/faults`, { type: 'storage_outage', duration_s: Number($('ch4-outage-s').value) });
@@ -87,7 +96,28 @@ $('ch4-outage-form')?.addEventListener('submit', runOutage);
 $('ch4-replay-form')?.addEventListener('submit', (e) => { e.preventDefault(); replay(true); });
 $('ch4-replay-all')?.addEventListener('click', () => replay(false));
 
+/** One retry-policy control: the panel's menu shows the lab's setting, and choosing here sets the lab (the
+ * widget's own control follows through the settings event), so the menu never names a policy the lab is not
+ * running and never switches it silently at the next run. */
+async function syncPolicy() {
+  if (!ctx) return;
+  const res = await ctx.api('GET', `/api/labs/${ctx.lab.id}`);
+  const p = res.ok ? res.data.settings.retry_policy : null;
+  if (p && $('ch4-policy') && $('ch4-policy').value !== p) $('ch4-policy').value = p;
+}
+
+$('ch4-policy')?.addEventListener('change', async (e) => {
+  if (!ctx) return;
+  const res = await ctx.api('PATCH', `/api/labs/${ctx.lab.id}/settings`, { retry_policy: e.target.value });
+  status(res.ok ? `Retry policy now ${e.target.selectedOptions[0].textContent} (the lab's setting, in the widget too).`
+    : 'Could not change the retry policy.');
+  if (!res.ok) syncPolicy();
+});
+
 onLab({
-  ready(detail) { ctx = detail; lastPeaks = ''; refresh(); },
-  event(ev) { if (/^(job\.(retry_scheduled|dead_lettered|replayed|retry_started)|storage\.|breaker\.|fault\.)/.test(ev.type)) soon(); },
+  ready(detail) { ctx = detail; lastPeaks = ''; refresh(); syncPolicy(); },
+  event(ev) {
+    if (ev.type === 'settings.changed') syncPolicy();
+    if (/^(job\.(retry_scheduled|dead_lettered|replayed|retry_started)|storage\.|breaker\.|fault\.)/.test(ev.type)) soon();
+  },
 });

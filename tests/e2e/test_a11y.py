@@ -70,7 +70,9 @@ def a11y_context(browser: Browser, stack, api):
 def live(page: Page) -> None:
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=45_000)
     expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
-    page.wait_for_timeout(800)  # let the first frames and any chapter add-on render
+    # the chapter's add-on modules fetched and their first calls answered, then two frames drawn
+    page.wait_for_load_state("networkidle")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -136,7 +138,10 @@ def test_dark_theme_phone_and_projector_have_no_violations(a11y_context, stack, 
     page.get_by_test_id("predict-guess-outage").fill("1")
     page.get_by_test_id("scenario-outage").click()  # a fault, retries and a prediction card on screen
     expect(page.get_by_test_id("predict-pending")).to_be_visible()
-    page.wait_for_timeout(1500)
+    page.wait_for_function(  # the outage's first retry arrivals are on screen
+        "() => [...document.querySelectorAll('[data-testid=retry-histogram] .lw-hist-bar')]"
+        ".some((b) => b.dataset.n > 0)",
+        timeout=90_000)
     check(page, f"/chapters/4 ({scheme}, phone, outage running)", axe_log)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{stack.url}/chapters/2?present=1&speed=200")

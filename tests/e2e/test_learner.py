@@ -183,9 +183,10 @@ def test_the_what_if_form_keeps_focus_and_explains_an_invalid_value_in_place(ope
     page = open_page("/chapters/2")
     field = page.locator("#mi-arrival_rate")
     field.focus()
+    page.evaluate("window.settled = 0; document.body.addEventListener('htmx:afterSettle', () => window.settled++)")
     field.press("ArrowUp")  # one step: htmx recomputes the chapter and swaps its body
     expect(page).to_have_url(re.compile(r"arrival_rate="), timeout=10_000)
-    page.wait_for_timeout(500)
+    page.wait_for_function("() => window.settled > 0", timeout=10_000)  # the swap has happened
     assert page.evaluate("document.activeElement.id") == "mi-arrival_rate"  # focus survived the swap
     field = page.locator("#mi-arrival_rate")
     field.fill("999999")
@@ -274,16 +275,20 @@ def test_a_kill_is_announced_at_once_not_held_for_the_batch(open_page, api):
     page.evaluate("""() => { window.heard = []; const el = document.querySelector('[data-testid=announcer-urgent]');
         new MutationObserver(() => window.heard.push([performance.now(), el.textContent]))
           .observe(el, {childList: true, characterData: true, subtree: true});
-        window.logged = null; const log = document.querySelector('[data-testid=event-log]');
-        new MutationObserver(() => { if (!window.logged && log.querySelector('[data-type~="worker.killed"]'))
-          window.logged = performance.now(); }).observe(log, {childList: true, subtree: true}); }""")
+        // the frame after the log first shows the kill: has the urgent region already said it?
+        window.sameFrame = null; let seen = false; const log = document.querySelector('[data-testid=event-log]');
+        new MutationObserver(() => {
+          if (seen || !log.querySelector('[data-type~="worker.killed"]')) return;
+          seen = true;
+          requestAnimationFrame(() => { window.sameFrame = /killed/.test(el.textContent); });
+        }).observe(log, {childList: true, subtree: true}); }""")
     assert api.call("POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 600},
                     lab["token"]).status == 202
     expect(page.get_by_test_id("worker-w1").or_(page.get_by_test_id("worker-w2"))
            .filter(has_text="busy").first).to_be_visible(timeout=30_000)
     assert api.call("POST", f"/api/labs/{lab['id']}/workers/random/kill", {}, lab["token"]).status == 200
     page.wait_for_function("window.heard.some(([, t]) => /killed/.test(t))", timeout=15_000)
-    heard_at = page.evaluate("window.heard.find(([, t]) => /killed/.test(t))[0]")
-    logged_at = page.evaluate("window.logged")
-    assert logged_at is not None and heard_at - logged_at < 300, (heard_at, logged_at)  # same frame, not the batch
+    # behaviour, not a stopwatch: said by the frame the log shows it, not held for the polite batch
+    page.wait_for_function("typeof window.sameFrame === 'boolean'", timeout=15_000)
+    assert page.evaluate("window.sameFrame") is True, "the kill waited for the next batch"
     expect(page.get_by_test_id("announcer-urgent")).to_have_attribute("aria-live", "assertive")

@@ -108,7 +108,8 @@ def test_screen_reader_announcements_are_batched_and_focus_stays_put(lab_page, a
         assert api.call("POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 60},
                         lab["token"]).status == 202
     expect(page.get_by_test_id("job-row-6")).to_have_attribute("data-state", "done", timeout=LONG)
-    page.wait_for_timeout(2500)  # the last batch
+    # the last batch: the summary that names the last job's completion
+    page.wait_for_function("() => window.said.some(([, text]) => text.includes('job 6 done'))", timeout=LONG)
     said = page.evaluate("window.said")
     events = api.events({"lab_id": lab["id"], "token": lab["token"]})
     announced = [e for e in events if e["type"] in ("job.enqueued", "job.claimed", "job.succeeded")]

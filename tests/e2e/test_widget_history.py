@@ -125,7 +125,10 @@ def test_replay_a_finished_run_at_speed_shows_every_event_in_order_with_pause(la
     play.click()  # pause
     expect(page.get_by_test_id("replay-status")).to_contain_text("paused")
     held = page.evaluate("window.seen.length")
-    page.wait_for_timeout(400)
+    # the witness: ten ticks of a 50 ms timer on the page's own event loop, in which a running replay (a 50 ms
+    # interval of its own) would have stepped several times
+    page.evaluate("""() => new Promise((done) => { let n = 0;
+        const id = setInterval(() => { if (++n >= 10) { clearInterval(id); done(); } }, 50); })""")
     assert page.evaluate("window.seen.length") == held  # paused means paused
     play.click()
     expect(page.get_by_test_id("replay-status")).to_contain_text("finished", timeout=LONG)

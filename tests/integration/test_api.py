@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from tests.helpers import long_polls_held, sim_time_passes
 from workers import media
 
 pytestmark = pytest.mark.integration
@@ -102,6 +103,7 @@ def test_job_status_has_an_etag_and_answers_304_when_unchanged(api):
 
 def test_long_poll_returns_as_soon_as_the_job_changes(api):
     lab = api.lab("ch1", speed=20, workers=0)
+    api.workers_ready(lab, 0)  # none of the preset's workers left to claim the job before the test does
     job = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {}, lab["token"]).json()
     tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
     result = {}
@@ -111,7 +113,7 @@ def test_long_poll_returns_as_soon_as_the_job_changes(api):
                                  headers={"If-None-Match": tag})
     t = threading.Thread(target=poll)
     t.start()
-    time.sleep(0.5)
+    long_polls_held(api, lab, 1)
     assert t.is_alive(), "long-poll returned before anything changed"
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(20)
@@ -149,13 +151,12 @@ def test_clock_pause_freezes_simulated_time_and_step_advances_it(api):
     lab = api.lab("ch1", speed=100, workers=0)
     base = f"/api/labs/{lab['lab_id']}/clock"
     t0 = api.call("POST", base, {"action": "pause"}, lab["token"]).json()["clock"]["t"]
-    time.sleep(0.3)
+    sim_time_passes(api, 100, 30)  # a running clock would have moved 30 s meanwhile
     assert api.snapshot(lab)["clock"]["t"] == t0
     t1 = api.call("POST", base, {"action": "step", "seconds": 60}, lab["token"]).json()["clock"]["t"]
     assert t1 == pytest.approx(t0 + 60, abs=0.01)
     api.call("POST", base, {"action": "resume"}, lab["token"])
-    time.sleep(0.2)
-    assert api.snapshot(lab)["clock"]["t"] > t1
+    api.wait_for(lab, lambda s: s["clock"]["t"] > t1, timeout=20, what="the resumed clock to move on")
 
 
 def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(api, r):

@@ -163,6 +163,7 @@ def test_a_crashing_pill_is_received_max_receives_times_then_redriven_to_the_dlq
 
 def test_a_corrupt_upload_is_not_retried_and_lands_in_the_dlq_with_its_reason(api):
     lab = api.lab("ch4", speed=200, max_attempts=4, workers=2, vt_seconds=3600, classify_errors=True)
+    api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     job = enqueue(api, lab, sample="poison")
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
     j = next(x for x in snap["jobs"] if x["id"] == job)
@@ -175,6 +176,7 @@ def test_a_corrupt_upload_is_not_retried_and_lands_in_the_dlq_with_its_reason(ap
 def test_with_classification_off_a_corrupt_file_burns_exactly_max_attempts(api):
     lab = api.lab("ch4", speed=200, max_attempts=3, workers=2, classify_errors=False, vt_seconds=3600,
                   retry_policy="fixed", retry_base=1)
+    api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     job = enqueue(api, lab, sample="poison")
     snap = api.wait_for(lab, lambda s: any(x["id"] == job and x["state"] == "dlq" for x in s["jobs"]))
     j = next(x for x in snap["jobs"] if x["id"] == job)
@@ -183,6 +185,7 @@ def test_with_classification_off_a_corrupt_file_burns_exactly_max_attempts(api):
 
 def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
     lab = api.lab("ch4", speed=200, max_attempts=2, workers=2, vt_seconds=3600, classify_errors=True)
+    api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     corrupt = enqueue(api, lab, sample="poison")
     api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "no such reason"},

@@ -20,6 +20,7 @@ import redis
 
 from core import blobs
 from tests.conftest import ARTIFACTS, Api
+from tests.helpers import readline_within
 from tests.integration.test_api import multipart, post_oversize
 from tests.integration.test_launcher import processes_mentioning
 from workers import media
@@ -72,10 +73,7 @@ def lab(stack):
     client = Api(stack.url)
     lab = client.lab("ch4", speed=200, workers=2, vt_seconds=3600, max_attempts=3, job_duration=10,
                      classify_errors=True)  # this file is about which inputs are refused, and why
-    client.workers_ready(lab, 2)
-    # the preset's third worker is draining away: wait until it is gone, so no job lands on it mid-exit and
-    # the pids below are the lab's for good
-    client.wait_for(lab, lambda s: len(s["workers"]) == 2 and all(w["state"] in ("idle", "busy") for w in s["workers"]))
+    client.workers_ready(lab, 2)  # exactly 2: the preset's third has drained away, so the pids are for good
     lab["client"] = client
     lab["pids"] = {w["id"]: w["pid"] for w in client.snapshot(lab)["workers"]}
     lab["seen"] = {}  # case → what the app did, written out for the closing note
@@ -258,7 +256,7 @@ def test_a_killed_work_horse_takes_its_ffmpeg_with_it(tmp_path):
               "time.sleep(600)")
     horse = subprocess.Popen([sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")],
                              stdout=subprocess.PIPE, text=True)
-    ffmpeg_pid = int(horse.stdout.readline())
+    ffmpeg_pid = int(readline_within(horse, 60, "the stand-in horse's ffmpeg pid"))
     assert any(line.startswith(f"{ffmpeg_pid}:") for line in processes_mentioning(str(fifo)))  # up, blocked
     horse.kill()
     horse.wait()

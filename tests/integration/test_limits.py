@@ -62,14 +62,6 @@ def tapi(tight):
         time.sleep(0.1)
 
 
-def workers_ready(stack, lab: dict, n: int) -> None:
-    r = redis.Redis.from_url(stack.redis_url)
-    deadline = time.monotonic() + 60
-    while r.scard(f"rq:workers:lab-{lab['lab_id']}") < n:
-        assert time.monotonic() < deadline, "workers did not register"
-        time.sleep(0.05)
-
-
 def post_from(stack, source_ip: str, path: str, body: dict, token: str) -> tuple[int, dict, dict]:
     """A POST from another loopback address: another client, as far as the server can tell."""
     conn = http.client.HTTPConnection(stack.url.split("//")[1], timeout=20, source_address=(source_ip, 0))
@@ -105,7 +97,7 @@ def test_one_client_gets_429_with_retry_after_past_its_job_budget_and_others_do_
 
 def test_worker_kills_are_rate_limited_per_client(tight, tapi):
     lab = tapi.lab("ch0", speed=200)
-    workers_ready(tight, lab, 1)
+    tapi.workers_ready(lab, 1)
     kill = f"/api/labs/{lab['lab_id']}/workers/w1/kill"
     statuses = until_limited(tight, "127.0.0.4", kill, {}, lab["token"], RATE_KILLS)
     assert statuses[0] == 200 and statuses[-1] == 429  # between: 409 while w1 is dead, or 200 once back
@@ -155,7 +147,7 @@ def test_a_second_pool_host_adds_its_ceiling_to_the_pool(tight, tapi):
             res = tapi.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": MAX_WORKERS}, lab["token"])
             assert res.status == 200, res.json()
         for lab, where in zip(labs, placed, strict=True):
-            workers_ready(tight, lab, MAX_WORKERS)
+            tapi.workers_ready(lab, MAX_WORKERS)
             assert {w["host"] for w in tapi.snapshot(lab)["workers"]} == {where}
         res = tapi.call("PATCH", f"/api/labs/{labs[0]['lab_id']}/settings", {"workers": MAX_WORKERS + 1},
                         labs[0]["token"])
@@ -184,7 +176,7 @@ def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
 
 def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(tight, tapi):
     lab = tapi.lab("ch0", speed=200, workers=1, job_duration=10)
-    workers_ready(tight, lab, 1)
+    tapi.workers_ready(lab, 1)
     lab_id = lab["lab_id"]
     body, headers = multipart("file", "clip.mp4", media.sample_clip("carphone_pristine").read_bytes())
     res = tapi.call("POST", f"/api/labs/{lab_id}/jobs", raw=body, headers=headers, token=lab["token"])

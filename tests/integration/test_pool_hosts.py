@@ -8,7 +8,6 @@ printed (and measured for real by `lab.py chaos pool_host_killed`), never assert
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from runtime import embedded_redis
 from runtime.client import Api
 from runtime.launcher import gunicorn_command, wait_healthy
 from runtime.stack import UNLIMITED
+from tests.helpers import ws_until
 from workers import hosts, media
 
 pytestmark = pytest.mark.integration
@@ -245,14 +245,11 @@ def test_two_web_processes_serve_one_labs_sockets_with_exact_resume(cluster):
     lab = a.lab("ch1", speed=200, workers=1)
     ws = ws_connect(cluster.urls[0], lab, "0")
     accepted = jobs_on(b, lab, 3, duration=100)  # enqueued through the other process
-    seen = []
-    while not any(e["type"] == "job.claimed" for e in seen):
-        seen.append(json.loads(ws.recv()))
+    seen = ws_until(ws, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
     ws.close()
     ws = ws_connect(cluster.urls[1], lab, seen[-1]["id"])  # reconnect to the other web process
-    resumed = []
-    while sum(e["type"] == "job.succeeded" for e in resumed) < len(accepted):
-        resumed.append(json.loads(ws.recv()))
+    resumed = ws_until(ws, lambda evs: sum(e["type"] == "job.succeeded" for e in evs) == len(accepted), 120,
+                       f"{len(accepted)} job.succeeded")
     ws.close()
     got = [e["id"] for e in seen + resumed]
     all_ids = [e["id"] for e in a.events(lab)]

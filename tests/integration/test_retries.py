@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 def test_paced_replay_releases_dead_letters_one_per_interval_in_order(api):
     lab = api.lab("ch4", speed=20, workers=2, max_attempts=3, vt_seconds=3600, dlq_alert_depth=3,
                   classify_errors=True)
+    api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     base = f"/api/labs/{lab['lab_id']}"
     jobs = [enqueue(api, lab, sample="poison") for _ in range(4)]
     api.wait_for(lab, lambda s: s["counts"]["dlq"] == 4, timeout=90)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers import control, sched, wait_sched
+from tests.helpers import control, readline_within, sched, sim_time_passes, wait_sched
 from workers.engines import shards
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def test_a_killed_replica_respawns_one_respawn_delay_later_on_the_lab_clock(api,
     control(api, lab, action="kill", replica="r2")
     clock = f"/api/labs/{lab['lab_id']}/clock"
     assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
-    time.sleep(2 * delay / speed + 0.5)  # twice the delay in real time: paused, none of it counts
+    sim_time_passes(api, speed, 2 * delay)  # twice the delay on a running clock: paused, none of it counts
     assert [x["state"] for x in sched(api, lab)["replicas"] if x["id"] == "r2"] == ["dead"]
     assert api.call("POST", clock, {"action": "resume"}, lab["token"]).status == 200
 
@@ -235,7 +235,7 @@ def test_replicas_die_with_their_parent(redis_server, r):
         "time.sleep(120)\n")
     parent = subprocess.Popen([sys.executable, "-c", code, redis_server.url], stdout=subprocess.PIPE, text=True)
     try:
-        pids = [int(p) for p in parent.stdout.readline().split()]
+        pids = [int(p) for p in readline_within(parent, 60, "the replicas' pids").split()]
         assert len(pids) == 2 and all(os.path.exists(f"/proc/{p}") for p in pids)
         parent.kill()
         parent.wait()

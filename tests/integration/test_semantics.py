@@ -131,6 +131,7 @@ def test_fence_newest_attempt_wins_and_a_vt_shorter_than_the_job_livelocks_into_
     assert [e["attempt"] for e in types(ev, "job.claimed")] == [1, 2, 3, 4]
     refused = types(ev, "job.duplicate_blocked")
     assert len(refused) >= 3 and all(e["data"]["guard"] == "fence" for e in refused)
+    assert not types(ev, "output.written"), "a fenced-off attempt wrote its outputs"
     j = job(api, lab, job_id)
     assert "max receives (4)" in j["dlq_reason"]
     wasted = round(sum(a["end"] - a["start"] for a in j["attempts"] if a.get("end") is not None), 1)
@@ -334,6 +335,33 @@ def test_the_herd_shows_when_the_outage_starts_before_the_jobs_are_sent(api):
     assert waves(st["since_first_failure"], [10, 30, 70]) == [callers] * 3
     assert st["peak_per_bucket"] >= PARTS  # at storage: at least one job's whole herd in one bucket
     MEASURED["herd_outage_first_peak"] = st["peak_per_bucket"]
+
+
+def test_on_one_lab_and_one_scale_the_fixed_policys_peak_is_at_least_twice_full_jitters(api):
+    """Chapter 4's panel overlays every run a lab made on one chart: the same outage under the jobs' calls,
+    fixed then full jitter, each measured from the lab's own storage calls (relative to its own outage)."""
+    lab = api.lab("ch4", speed=20, workers=WORKERS, upload_parts=PARTS, retry_base=10, retry_cap=300,
+                  max_attempts=8, jitter_seed=7, breaker=False)
+    api.workers_ready(lab, WORKERS)
+    for n, policy in enumerate(("fixed", "full_jitter"), 1):
+        api.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"retry_policy": policy}, lab["token"])
+        calls0 = api.snapshot(lab)["counts"].get("storage_calls", 0)
+        for _ in range(WORKERS):
+            enqueue(api, lab, job_type="thumbnail", duration_s=200)
+        api.wait_for(lab, lambda s, c=calls0: s["counts"]["storage_calls"] >= c + WORKERS * PARTS, timeout=60,
+                     every=0.05, what=f"{policy}: every upload part's first storage call")
+        # 60 s: inside the 8 tries a fixed 10 s wait allows, so no attempt fails and each run's callers are
+        # the 36 calls in flight
+        fault(api, lab, type="storage_outage", duration_s=60)
+        api.wait_for(lab, lambda s, k=n: s["counts"]["done"] == WORKERS * k, timeout=180,
+                     what=f"{policy}: the jobs to finish after the outage")
+    st = api.ok("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"])["storage"]
+    fixed, jitter = st["policies"]["fixed"], st["policies"]["full_jitter"]
+    assert fixed["callers"] == jitter["callers"] == WORKERS * PARTS
+    assert fixed["peak_per_bucket"] >= 2 * jitter["peak_per_bucket"], (fixed, jitter)
+    MEASURED["one_scale_fixed_peak"] = fixed["peak_per_bucket"]
+    MEASURED["one_scale_full_jitter_peak"] = jitter["peak_per_bucket"]
+    MEASURED["one_scale_full_jitter_model_peak"] = st["model"]["full_jitter_expected_peak"]
 
 
 # --- the honest clock ---------------------------------------------------------------------------

@@ -8,13 +8,23 @@ import time
 
 import redis
 
-from app import create_app
+from app import create_app, longpoll
 from core import registry
 from core.config import Config
+from runtime.procs import wait
+from tests.helpers import long_polls_held
 
 
 def status_url(lab: dict, job: dict) -> str:
     return f"/api/labs/{lab['lab_id']}/jobs/{job['job_id']}/status"
+
+
+def lab_without_workers(api) -> dict:
+    """A chapter 3 lab whose preset's workers have all gone: a job stays queued until a test adds one (one
+    still draining could claim it, and a held poll would answer before the test's own change)."""
+    lab = api.lab("ch3", speed=50, workers=0)
+    api.workers_ready(lab, 0)
+    return lab
 
 
 def new_job(api, lab: dict) -> dict:
@@ -35,7 +45,7 @@ def long_poll(api, url: str, token: str, tag: str, wait: float, out: dict) -> th
 
 
 def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_etag(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     first = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"])
     assert first.status == 200 and first.json()["status"] == "queued"
@@ -57,15 +67,15 @@ def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_eta
 
 
 def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
     t = long_poll(api, status_url(lab, job), lab["token"], tag, 20, out)
-    time.sleep(1.0)
+    long_polls_held(api, lab, 1)
     assert t.is_alive(), "the long-poll answered before anything changed"
-    blocked = [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]]
-    assert blocked, "the held request waits in a blocking XREAD on the event stream, not a sleep loop"
+    wait(lambda: [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]], 10,
+         "the held request to wait in a blocking XREAD on the event stream, not a sleep loop")
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
     res = out["res"]
@@ -75,7 +85,7 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
 
 
 def test_a_long_poll_with_no_change_times_out_with_304(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
@@ -86,7 +96,7 @@ def test_a_long_poll_with_no_change_times_out_with_304(api):
 
 
 def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
     out: dict = {}
@@ -96,7 +106,7 @@ def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
                               headers={"If-None-Match": tag})
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    long_polls_held(api, lab, 1)
     assert t.is_alive()
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
@@ -104,7 +114,7 @@ def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
 
 
 def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     a, b = new_job(api, lab), new_job(api, lab)
     url = f"/api/labs/{lab['lab_id']}/status?jobs={a['job_id']},{b['job_id']}"
     first = api.call("GET", url, token=lab["token"])
@@ -116,7 +126,7 @@ def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
                               headers={"If-None-Match": first.headers["ETag"]})
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    long_polls_held(api, lab, 1)
     assert t.is_alive()
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
@@ -126,17 +136,14 @@ def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
 
 
 def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     load_url = f"/api/labs/{lab['lab_id']}/status-load"
     cap = api.call("GET", load_url, token=lab["token"]).json()["long_poll_cap"]
     outs = [{} for _ in range(cap)]
     threads = [long_poll(api, status_url(lab, job), lab["token"], tag, 20, o) for o in outs]
-    deadline = time.monotonic() + 20
-    while api.call("GET", load_url, token=lab["token"]).json()["long_polls_held"] < cap:
-        assert time.monotonic() < deadline, "the long-polls were not all held"
-        time.sleep(0.1)
+    long_polls_held(api, lab, cap)
     over = api.call("GET", status_url(lab, job) + "?wait=20", token=lab["token"], headers={"If-None-Match": tag})
     assert over.status == 429 and over.json()["error"] == "long_poll_limit" and over.headers["Retry-After"]
     plain = api.call("GET", status_url(lab, job), token=lab["token"], headers={"If-None-Match": tag})
@@ -166,7 +173,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
         threads = [threading.Thread(target=hold) for _ in range(2)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        wait(lambda: longpoll.held_now(lab["lab_id"]) == 2, 20, "both long-polls to be held")
         with app.test_client() as c:
             over = c.get(url + "?wait=4", headers={**auth, "If-None-Match": tag})
         assert over.status_code == 503 and over.get_json()["error"] == "long_poll_capacity"
@@ -178,7 +185,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
 
 
 def test_bad_status_requests_get_clear_4xx(api):
-    lab = api.lab("ch3", speed=50, workers=0)
+    lab = lab_without_workers(api)
     job = new_job(api, lab)
     url = status_url(lab, job)
     assert api.call("GET", url + "?wait=soon", token=lab["token"]).status == 422

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks import Webhook
 
+from tests.helpers import sim_time_passes
 from tests.unit.test_webhook_targets import verify as hand_verify
 
 
@@ -152,14 +153,19 @@ def test_a_paused_lab_holds_its_webhook_retries_until_it_resumes(api, hook_serve
     run_job(api, lab)
     wait_until(lambda: hook_server.requests)
     clock = f"/api/labs/{lab['lab_id']}/clock"
-    assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
+    paused = api.call("POST", clock, {"action": "pause"}, lab["token"]).json()["clock"]["t"]
     # a try already on the wire, or due before the pause (a full-jitter delay can be near 0), still lands:
-    # count from once those have settled
-    time.sleep(1.5)
+    # count from once every try sent is recorded and the next one is due after the paused instant
+    def settled() -> bool:
+        tries = sum(len(m["tries"]) for m in webhook_state(api, lab)["messages"])
+        waits = [e for e in api.events(lab) if e["type"] == "webhook.attempted"]
+        return tries == len(hook_server.requests) and len(waits) == tries \
+            and waits[-1]["t_sim"] + waits[-1]["data"]["delay"] > paused
+    wait_until(settled)
     held = len(hook_server.requests)
     if held >= 4:
         pytest.fail("every try went out before the pause: nothing left to hold")
-    time.sleep(5)  # 1,000 sim s at 200x if the clock ran: every remaining try would be due
+    sim_time_passes(api, 200, 1000)  # 1,000 sim s on a running clock: every remaining try would be due
     assert len(hook_server.requests) == held, "a retry went out while the lab's clock was paused"
     assert api.call("POST", clock, {"action": "resume"}, lab["token"]).status == 200
     msg = wait_until(lambda: [m for m in webhook_state(api, lab)["messages"] if m["state"] == "delivered"])[0]

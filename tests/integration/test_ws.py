@@ -1,9 +1,10 @@
 """WebSocket push: events arrive live; a reconnect with the last id resumes with no gap or repeat."""
 
-import json
 
 import pytest
 import websocket
+
+from tests.helpers import ws_until
 
 pytestmark = pytest.mark.integration
 
@@ -17,15 +18,11 @@ def test_events_are_pushed_and_resume_after_the_last_id_without_gap_or_repeat(ap
     lab = api.lab("ch1", speed=200, workers=1)
     ws = connect(stack, lab)
     api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60}, lab["token"])
-    seen = []
-    while not any(e["type"] == "job.claimed" for e in seen):
-        seen.append(json.loads(ws.recv()))
+    seen = ws_until(ws, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
     ws.close()
     api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
     ws = connect(stack, lab, after=seen[-1]["id"])
-    resumed = []
-    while not any(e["type"] == "job.succeeded" for e in resumed):
-        resumed.append(json.loads(ws.recv()))
+    resumed = ws_until(ws, lambda evs: any(e["type"] == "job.succeeded" for e in evs), what="job.succeeded")
     ws.close()
     all_ids = [e["id"] for e in api.events(lab)]
     got = [e["id"] for e in seen + resumed]

@@ -266,3 +266,20 @@ test('redelivery rate, retry arrivals and the timeline filter', () => {
   assert.deepEqual([...filterTimeline(s.tl, { oneType: 'job.dead_lettered' }).keys()], ['2']);
   assert.equal(filterTimeline(s.tl, {}), s.tl);
 });
+
+test('a failed attempt carries its backoff wait until the retry, and storage calls retried inside an attempt count as retry arrivals', () => {
+  const s = fresh();
+  const story = deadLetterStory();
+  feed(s, story);
+  const a1 = s.tl.get('2').attempts.get(1);
+  assert.deepEqual([a1.backoffFrom, a1.backoffTo], [story[3].t_sim, 400], 'the wait runs from the failure to the due time');
+  assert.equal(s.tl.get('2').attempts.get(2).how, 'retry after a failure');
+  const before = s.retries.length;
+  seq = 500;
+  feed(s, [
+    ev('storage.called', { job_id: '5', attempt: 1, data: { part: 1, try: 1, ok: true } }),
+    ev('storage.called', { job_id: '5', attempt: 1, data: { part: 1, try: 2, ok: false } }),
+    ev('storage.called', { job_id: '5', attempt: 1, data: { part: 2, try: 3, ok: true } }),
+  ]);
+  assert.equal(s.retries.length - before, 2, "a part's first call is not a retry; its second and third are");
+});

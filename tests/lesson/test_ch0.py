@@ -7,11 +7,10 @@ renders) or the ch0 preset. Nothing here depends on issue 18.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from core import numbers, presets, settings
+from tests.helpers import sim_time_passes
 from tests.lesson.helpers import events_of, num, page_text, wait_event
 
 pytestmark = pytest.mark.lesson
@@ -87,7 +86,7 @@ def test_try4_paused_after_the_202_the_job_waits_in_the_queue(api, measured):
     res = api.call("POST", f"/api/labs/{lid}/jobs", {"sample": "bigbuckbunny"}, tok)
     assert res.status == 202
     paused = api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).json()["clock"]
-    time.sleep(1.0)  # a real second is 200 simulated seconds at this speed — but the clock stands still
+    sim_time_passes(api, JOB_SPEED, 200)  # 200 s on a running clock; this one stands still
     snap = api.snapshot(lab)
     job = api.call("GET", res.json()["status_url"], token=tok).json()
     assert snap["clock"]["t"] == pytest.approx(paused["t"])

@@ -71,13 +71,19 @@ def test_try4_check4_a_late_delivery_of_a_finished_job_is_refused(api, measured)
 
 
 def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api, measured):
-    dur = PRESET["job_duration"]
-    vt = dur / 2  # "set the VT below the job's duration"
+    model = presets.ch3_lab_model()
+    vt = model["short_vt_s"]  # "set the VT to 200 s, below the job's duration"
+    assert vt < PRESET["job_duration"] and model["short_vt_copies"] == 1
+    # the step's controls are in chapter 3's widget, and the VT the page names is the one set here
+    assert {"vt_seconds", "heartbeat"} <= set(presets.PRESETS["ch3"]["controls"])
+    text = page_text(api, 3)
+    assert f"Set the VT to {num(vt)} s" in text and f"duplicates blocked {model['short_vt_copies']}" in text
     lab = api.lab("ch3", speed=SPEED, vt_seconds=vt, heartbeat=False)
     api.workers_ready(lab, PRESET["workers"])
     enqueue(api, lab)
     snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and settled(s), timeout=120)
-    assert snap["counts"]["duplicates_blocked"] == 1 and len(of_type(api.events(lab), "job.claimed")) == 1
+    assert snap["counts"]["duplicates_blocked"] == model["short_vt_copies"], snap["counts"]
+    assert len(of_type(api.events(lab), "job.claimed")) == 1
     # kill the holder: every copy backs off until the sweeper puts the record back to queued
     stale = PRESET["stale_after"]
     lab2 = api.lab("ch3", speed=SPEED, vt_seconds=vt, heartbeat=False, respawn_delay=5)
@@ -101,7 +107,7 @@ def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api
     kill_t = of_type(ev3, "worker.killed")[0]["t_sim"]
     freed3 = of_type(ev3, "job.stale_freed")[0]
     assert "heartbeat" in freed3["data"]["reason"] and freed3["t_sim"] - kill_t <= extend + TOL
-    measured.update(vt_s=vt, job_s=dur, duplicates_blocked=snap["counts"]["duplicates_blocked"],
+    measured.update(vt_s=vt, job_s=PRESET["job_duration"], duplicates_blocked=snap["counts"]["duplicates_blocked"],
                     sweeper_freed_after_claim_s=round(freed[0]["t_sim"] - claim1["t_sim"], 1), stale_after_s=stale,
                     heartbeat_freed_after_kill_s=round(freed3["t_sim"] - kill_t, 1), extension_s=extend)
 

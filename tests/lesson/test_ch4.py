@@ -161,6 +161,7 @@ def replay(api, lab, reason: str) -> list[str]:
     return res.json()["replayed"]
 
 
+@pytest.mark.timeout(900)  # three long waits in a row (DLQ, outage end, replay done), each up to 240 s
 def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(api, measured):
     lab = api.lab("ch4", speed=500)
     api.workers_ready(lab, LM["workers"])

@@ -47,6 +47,17 @@ def test_the_lesson_page_lists_every_claim(api):
     assert all(f'data-claim="{c.id}"' in html for c in lesson.CLAIMS)
 
 
+def test_the_lesson_page_says_model_where_no_lab_measured_the_figure(api):
+    """A model row's figure came from the numbers model, not the running lab: the page says so, and never
+    shows it in the measured column as a measurement (the "where we differ" notes, the lock's margin)."""
+    html = api.call("GET", "/lesson").body.decode()
+    cells = dict(re.findall(r'<tr data-claim="([^"]+)".*?<td data-testid="measured">(.*?)</td>', html, re.S))
+    for c in lesson.CLAIMS:
+        assert cells[c.id].startswith("model") is (c.status == "model"), (c.id, c.status, cells[c.id])
+    assert {"ch1.fixed_vt_note", "ch2.mmc_note", "ch4.poison_note", "ch7.skew_margin"} <= {
+        c.id for c in lesson.CLAIMS if c.status == "model"}
+
+
 @pytest.mark.parametrize("claim", [c for c in lesson.CLAIMS if c.status == "thought"
                                    and "Check yourself" in c.section], ids=lambda c: c.id)
 def test_a_question_the_lab_cannot_answer_says_so_on_its_page(api, claim):

@@ -109,21 +109,44 @@ export function install(W) {
         S.settings = res.data.settings;
         W.syncControls();
       }
-      if (s.fault) {
-        const res = await W.api('POST', W.labPath('/faults'), s.fault);
-        if (!res.ok) { setText(hint, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
-        if (res.data.job_id) jobs.push(res.data.job_id);
-      }
+      const calls0 = Number(S.counts.storage_calls) || 0;
+      if (s.fault && !s.fault_after_calls && !await startScenarioFault(s, hint, jobs)) return null;
       for (let i = 0; s.enqueue && i < (s.count || 1); i++) {
         const res = await W.api('POST', W.labPath('/jobs'), s.enqueue);
         if (!res.ok) { setText(hint, `Could not enqueue: ${errorText(res.data, res.status)}`); return null; }
         jobs.push(res.data.job_id);
+      }
+      if (s.fault && s.fault_after_calls) {
+        // the lesson's outage: the jobs' upload parts are mid-call when storage goes down, so the fault waits
+        // for every part's first call (an outage before the jobs fails each job's parts at its own start)
+        const want = calls0 + jobs.length * Number(S.settings.upload_parts || 1);
+        if (!await untilTrue(() => (Number(S.counts.storage_calls) || 0) >= want, 60_000)) {
+          setText(hint, 'The jobs never reached storage, so the outage was not started.');
+          return null;
+        }
+        if (!await startScenarioFault(s, hint, jobs)) return null;
       }
       if (s.kills) jobs.push(...await rapidKills(s.kills, hint));
     } finally {
       btn.disabled = false;
     }
     return jobs;
+  }
+
+  async function startScenarioFault(s, hint, jobs) {
+    const res = await W.api('POST', W.labPath('/faults'), s.fault);
+    if (!res.ok) { setText(hint, `Could not start the fault: ${errorText(res.data, res.status)}`); return false; }
+    if (res.data.job_id) jobs.push(res.data.job_id);
+    return true;
+  }
+
+  /** Resolves true once pred() holds (checked as events arrive, every 50 ms), false after timeoutMs. */
+  function untilTrue(pred, timeoutMs) {
+    const end = performance.now() + timeoutMs;
+    return new Promise((done) => {
+      const check = () => (pred() ? done(true) : performance.now() > end ? done(false) : setTimeout(check, 50));
+      check();
+    });
   }
 
   async function rapidKills(n, hint) {

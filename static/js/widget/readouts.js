@@ -110,7 +110,8 @@ export function install(W) {
     });
     setText(els.hist.caption, total
       ? `${live ? '' : `Last burst, t=${fmtT(Math.max(0, from))}–${fmtT(end)} s: `}${total} retr${total === 1 ? 'y' : 'ies'} arrived; the busiest ${size} s took ${peak}. Policy now: ${String(S.settings.retry_policy).replace('_', ' ')}.`
-      : `No retries in the last ${HIST_WINDOW} s. Start a storage outage while jobs run, then compare policies.`);
+      : `No retries in the last ${HIST_WINDOW} s (storage calls retried inside a job's attempt, and job retries). `
+        + 'Start a storage outage while jobs run, then compare policies.');
   }
 
   return { buildReadouts, renderReadouts, buildRetryHistogram, renderRetryHistogram };

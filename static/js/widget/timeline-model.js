@@ -33,7 +33,9 @@ function keepTime(list, t) {
 export function applyTimeline(state, ev) {
   const d = ev.data || {};
   const t = ev.t_sim;
-  if (ev.type === 'job.retry_started') keepTime(state.retries, t);
+  // retry arrivals: a job's retry, and a storage call retried inside an attempt (its try 2, 3, …): the herd an
+  // outage makes arrives as the latter while every attempt keeps running
+  if (ev.type === 'job.retry_started' || (ev.type === 'storage.called' && Number(d.try) > 1)) keepTime(state.retries, t);
   if (ev.type === 'job.redelivered') keepTime(state.redeliveries, t);
   if (ev.type === 'worker.killed' || ev.type === 'worker.died') {
     state.deaths.set(ev.worker_id, t);
@@ -68,6 +70,7 @@ export function applyTimeline(state, ev) {
     case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
     case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
     case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
+    case 'job.retry_scheduled': if (a) Object.assign(a, { backoffFrom: t, backoffTo: d.due ?? null }); break;
     case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
     case 'job.replayed': Object.assign(a, { queuedAt: t, how: 'replayed from the DLQ' }); break;
     case 'job.succeeded': Object.assign(a, { end: t, outcome: 'succeeded' }); break;

@@ -7,6 +7,9 @@
 import { fmtT, h, setAttr, setText } from './util.js';
 
 const LANE_PX = 30;
+// the mark where a later attempt was queued, by how (the start of its `how` text): a redelivery is the lease
+// running out, a retry follows the policy's backoff wait (drawn with the same hourglass), a replay the DLQ
+const MARKS = [['redeliver', '↻'], ['retry', '⧗'], ['replay', '⇡']];
 const MAX_ROWS = 8;
 const MAX_LANES = 6;
 
@@ -161,8 +164,18 @@ export class Timeline {
           + ` title="attempt ${a.n} waiting in the queue"></div>`;
       }
       if (a.n > 1 && a.queuedAt != null && a.how) {
-        inner += `<span class="lw-tl-mark lw-tl-redeliver" style="left:${x(a.queuedAt).toFixed(3)}%"`
-          + ` title="${esc(a.how)} at t=${fmtT(a.queuedAt)} s">↻</span>`;
+        const [kind, glyph] = MARKS.find(([k]) => a.how.startsWith(k)) || MARKS[0];
+        inner += `<span class="lw-tl-mark lw-tl-${kind}" data-testid="tl-mark-${kind}" style="left:${x(a.queuedAt).toFixed(3)}%"`
+          + ` title="${esc(a.how)} at t=${fmtT(a.queuedAt)} s">${glyph}</span>`;
+      }
+      if (a.backoffFrom != null && a.backoffTo != null && a.backoffTo > a.backoffFrom) {
+        // the retry policy's wait after this attempt failed: its own glyph, never the redelivery arrow
+        const left = Math.max(0, a.backoffTo - Math.max(now, a.backoffFrom));
+        const say = left > 0 ? `next try in ${fmtT(left)} s` : `waited ${fmtT(a.backoffTo - a.backoffFrom)} s`;
+        inner += `<div class="lw-tl-backoff" data-testid="tl-backoff" style="left:${x(a.backoffFrom).toFixed(3)}%;`
+          + `width:${w(a.backoffFrom, a.backoffTo).toFixed(3)}%" title="backoff after attempt ${a.n} failed: ${say}">`
+          + `<span aria-hidden="true">⧗</span>${w(a.backoffFrom, a.backoffTo) > 12 ? ` ${say}` : ''}</div>`;
+        sr.push(`Backoff after attempt ${a.n}: ${say}.`);
       }
       const iv = runInterval(a, now);
       const word = OUTCOME_WORD[a.outcome] || a.outcome || 'running';
