@@ -39,3 +39,14 @@ def wait_sched(api, lab: dict, predicate: Callable[[dict], bool], timeout: float
         time.sleep(0.1)
         rep = sched(api, lab)
     return rep
+
+
+def unfold(page, name: str, root: str = "#lab-widget") -> None:
+    """Open one of the widget's folded panels (history, jobs, dlq, log, export) by its heading, as a
+    learner would; one already open stays open."""
+    from playwright.sync_api import expect
+
+    fold = page.locator(f"{root} details[data-fold='{name}']")
+    if fold.get_attribute("open") is None:
+        fold.locator("summary").click()
+    expect(fold).to_have_attribute("open", "")
