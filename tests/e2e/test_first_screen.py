@@ -58,7 +58,8 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
     for n in range(9):
         open_lab(page, stack.url, f"/chapters/{n}")
         on_screen(page, "article.chapter h1", 800)
-        assert page.evaluate(BOX, "[data-stepper-mount]")["top"] < 800, f"chapter {n}: the stepper's place is below the fold"
+        stepper = page.evaluate(BOX, "[data-stepper-mount]")
+        assert stepper["top"] < 800, f"chapter {n}: the stepper's place is below the fold"
         if page.locator("#lab-widget").get_attribute("data-pipeline") == "none":
             # chapter 7: schedulers, no job queue; its settings (a long list) start on the first screen
             assert page.evaluate(BOX, "#lab-widget .lw-ctl-section")["top"] < 700
@@ -67,7 +68,7 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
                 on_screen(page, f"#lab-widget {sel}", 800)
         folds = page.locator("#lab-widget details.lw-fold")
         assert folds.count() >= 3, f"chapter {n}: no folded panels"
-        assert page.evaluate("() => [...document.querySelectorAll('#lab-widget details.lw-fold')].filter((d) => d.open).length") == 0
+        assert folds.evaluate_all("(ds) => ds.filter((d) => d.open).length") == 0, f"chapter {n}: a fold is open"
         assert not loaded_lazy(page), f"chapter {n} loaded a first-use module at load: {loaded_lazy(page)}"
         drop_lab(page, api)
     # a fold's code arrives when it is opened: the history bar on chapter 8's page (still open)
@@ -108,8 +109,8 @@ def test_space_on_the_prose_scrolls_and_leaves_the_lab_running_r_asks_before_res
     page.keyboard.press("Space")
     page.wait_for_function(f"() => scrollY > {y0}", timeout=10_000)
     expect(clock).to_have_attribute("data-paused", "no")
-    page.wait_for_function(f"""() => Number(document.querySelector('[data-testid="readout-clock"]').dataset.value) > {t0}""",
-                           timeout=15_000)
+    page.wait_for_function("(t0) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) > t0",
+                           arg=t0, timeout=15_000)
     # in the lab, Space is the lab's: it pauses the clock
     page.locator("#lab-widget .lw-head").click()
     page.keyboard.press("Space")

@@ -62,7 +62,8 @@ export function install(W) {
   root.addEventListener('pointerenter', () => { pointerOver = true; });
   root.addEventListener('pointerleave', () => { pointerOver = false; });
   const nothingFocused = (t) => t === document.body || t === document.documentElement;
-  const inLab = (t) => root.contains(t) || (nothingFocused(t) && pointerOver);
+  // presenter mode: the lab is the whole screen
+  const inLab = (t) => root.contains(t) || (nothingFocused(t) && (pointerOver || document.documentElement.classList.contains('present')));
 
   function onKey(e) {
     if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
