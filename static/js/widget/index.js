@@ -177,7 +177,7 @@ function boot(root) {
     W.buildLogFilters();
     if (S.controls.has('retry_policy')) W.buildRetryHistogram();
     W.timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
-      { onOpenJob: (id) => W.openJob(id, true) });
+      { onOpenJob: (id) => W.openJob(id, true), leases: S.shows.has('lease') });
     const hist = q('history');
     hist.addEventListener('toggle', () => { if (hist.open) later('history'); });
     // only what this chapter has introduced (core/presets.py `shows`): a later chapter's terms stay out
