@@ -269,8 +269,12 @@ def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, ap
         after = all_readouts(page)
         assert after == before
         c = snap["counts"]
-        assert [after[f"readout-{k}"] for k in ("redelivered", "duplicates", "lost", "done", "queued", "dlq")] == [
-            str(c[k]) for k in ("redelivered", "duplicates_blocked", "lost", "done", "queued", "dlq")]
+        # the readouts chapter 1 shows (its DLQ comes in chapter 4: core/presets.py shows)
+        count_of = {"redelivered": "redelivered", "duplicates": "duplicates_blocked", "lost": "lost", "done": "done",
+                    "queued": "queued", "dlq": "dlq"}
+        shown = [k for k in count_of if f"readout-{k}" in after]
+        assert shown == ["redelivered", "duplicates", "lost", "done", "queued"]
+        assert [after[f"readout-{k}"] for k in shown] == [str(c[count_of[k]]) for k in shown]
         break
     else:
         pytest.fail("the lab never held still across a reload")
