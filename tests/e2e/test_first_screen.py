@@ -150,6 +150,11 @@ def test_on_a_phone_nothing_is_pinned_over_the_worker_cards(page: Page, stack, a
     open_lab(page, stack.url, "/chapters/2")
     cards = page.locator("#lab-widget .lw-worker")
     expect(cards.first).to_be_visible()
+    # what stays pinned is a small strip (queue → in flight), never the worker cards
+    pinned = page.evaluate("""() => [...document.querySelectorAll('#lab-widget *')]
+        .filter((e) => getComputedStyle(e).position === 'sticky').map((e) => e.getBoundingClientRect().height)""")
+    assert all(h <= 844 / 4 for h in pinned), f"a pinned part takes more than a quarter of the phone: {pinned}"
+    assert not page.locator("#lab-widget .lw-flow-top .lw-worker").count()
     for i in range(cards.count()):
         # each card at the top of the screen, where a pinned panel would sit over it
         cards.nth(i).evaluate("(c) => c.scrollIntoView({block: 'start'})")
