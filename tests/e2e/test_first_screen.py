@@ -28,10 +28,14 @@ BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
   const b = e.getBoundingClientRect(); return {top: b.top, bottom: b.bottom, h: b.height, w: b.width}; }"""
 
 
-def open_lab(page: Page, base: str, path: str) -> None:
+def open_lab(page: Page, base: str, path: str, job: bool = False) -> None:
+    """Open a chapter's lab at `path`; with `job`, send the sample clip and wait until it is in flight."""
     page.goto(f"{base}{path}")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
     expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
+    if job:
+        page.get_by_test_id("sample-submit").click()
+        expect(page.locator("#lab-widget [data-testid^='lease-']").first).to_be_visible(timeout=LONG)
 
 
 def drop_lab(page: Page, api) -> None:
@@ -81,10 +85,7 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
 
 def test_chapter_0_shows_nothing_a_later_chapter_introduces(page: Page, stack, api):
     page.set_viewport_size({"width": 1280, "height": 800})
-    open_lab(page, stack.url, f"/chapters/0?speed={SPEED}")
-    # a job in flight: the moment a lease countdown would show
-    page.get_by_test_id("sample-submit").click()
-    expect(page.locator("#lab-widget [data-testid^='lease-']").first).to_be_visible(timeout=LONG)
+    open_lab(page, stack.url, f"/chapters/0?speed={SPEED}", job=True)  # in flight: where a lease countdown would be
     text = page.locator("#lab-widget").inner_text()
     assert not LATER_TERMS.findall(text), f"chapter 0 shows later terms {LATER_TERMS.findall(text)}: {text[:1500]}"
     for tile in ("readout-queued", "readout-active", "readout-done"):
@@ -133,9 +134,7 @@ def test_space_on_the_prose_scrolls_and_leaves_the_lab_running_r_asks_before_res
 
 def test_presenter_mode_at_1080p_shows_queue_in_flight_workers_and_timeline(page: Page, stack, api):
     page.set_viewport_size({"width": 1920, "height": 1080})
-    open_lab(page, stack.url, f"/chapters/1?present=1&speed={SPEED}")
-    page.get_by_test_id("sample-submit").click()
-    expect(page.locator("#lab-widget [data-testid^='lease-']").first).to_be_visible(timeout=LONG)
+    open_lab(page, stack.url, f"/chapters/1?present=1&speed={SPEED}", job=True)
     on_screen(page, "#lab-widget .lw-queue", 1080)
     on_screen(page, "#lab-widget [data-testid^='lease-']", 1080)
     on_screen(page, "#lab-widget .lw-workers-panel", 1080)
