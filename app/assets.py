@@ -47,29 +47,31 @@ class Assets:
         self.by_plain: dict[str, Asset] = {}
         self.by_print: dict[str, Asset] = {}
         self.url: dict[str, str] = {}  # plain path → fingerprinted path
-        self.closure: dict[str, list[str]] = {}  # a module → every module it imports, transitively
+        self.closure: dict[str, list[str]] = {}  # a module → every module it imports statically, transitively
         self.load()
 
     def load(self) -> None:
         raw = {p.relative_to(self.root).as_posix(): p.read_bytes()
                for p in sorted(self.root.rglob("*")) if p.is_file()}
         deps = {path: self._imports(path, body) for path, body in raw.items() if path.endswith(".js")}
+        # what a module needs before it runs: a dynamic import() is fetched on first use, so not preloaded
+        static = {path: self._imports(path, body, static_only=True) for path, body in raw.items() if path in deps}
 
-        def closure(path: str) -> list[str]:
+        def closure(path: str, graph: dict[str, list[str]]) -> list[str]:
             seen, todo = set(), [path]
             while todo:
                 p = todo.pop()
                 if p in seen or p not in raw:
                     continue
                 seen.add(p)
-                todo.extend(deps.get(p, ()))
+                todo.extend(graph.get(p, ()))
             return sorted(seen)
 
         for path in raw:
             h = hashlib.sha256()
             if path in deps:
-                self.closure[path] = [p for p in closure(path) if p != path]
-            for p in closure(path):
+                self.closure[path] = [p for p in closure(path, static) if p != path]
+            for p in closure(path, deps):
                 h.update(p.encode() + b"\0" + raw[p])
             self.url[path] = _fingerprinted(path, h.hexdigest()[:12])
         for path, body in raw.items():
@@ -86,9 +88,10 @@ class Assets:
             self.by_print[self.url[path]] = asset
 
     @staticmethod
-    def _imports(path: str, body: bytes) -> list[str]:
+    def _imports(path: str, body: bytes, static_only: bool = False) -> list[str]:
         base = path.rpartition("/")[0]
-        return [((base + "/") if base else "") + m.group(2)[2:] for m in _IMPORT.finditer(body.decode("utf-8"))]
+        return [((base + "/") if base else "") + m.group(2)[2:] for m in _IMPORT.finditer(body.decode("utf-8"))
+                if not (static_only and m.group(1).rstrip("'\" ").endswith("("))]
 
     def _rewrite(self, path: str, body: bytes) -> bytes:
         base = path.rpartition("/")[0]

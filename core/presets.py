@@ -10,27 +10,37 @@ from core.settings import DEFAULTS
 
 _MODEL = Inputs()
 
-# Each preset: settings overrides, the controls the widget shows, and a one-line scenario.
+# What a chapter's widget shows: the parts of the picture the course has introduced by that chapter,
+# and nothing a later chapter explains (issue 28). The widget shows a readout, panel, legend entry or
+# heading only if its term is here (`shows` in /api/meta; `data-term` on the element). Each list adds
+# to the one before, in the course's order.
+SHOWS_CH0 = ("queue", "inflight", "workers", "clock", "done", "timeline", "jobs", "log", "history")
+SHOWS_CH1 = (*SHOWS_CH0, "lease", "redelivered", "duplicates", "lost")  # leases, redelivery, ack modes, guards
+SHOWS_CH4 = (*SHOWS_CH1, "dlq", "retries")  # dead letters, retry backoff waits
+
+# Each preset: settings overrides, the controls the widget shows, what of the picture it shows (`shows`),
+# and a one-line scenario.
 # `pipeline: False` marks a lab with no job queue at all (its add-on panel is the whole story):
 # the widget then leaves out the queue, lease, worker and job panels and their readouts.
 PRESETS: dict[str, dict[str, Any]] = {
-    "ch0": {"title": "Inline vs enqueue", "settings": {"workers": 1},
+    "ch0": {"shows": SHOWS_CH0, "title": "Inline vs enqueue", "settings": {"workers": 1},
             "controls": ["upload", "speed", "gateway_timeout"]},
-    "ch1": {"title": "VT too short: 300 s lease, 600 s job",
+    "ch1": {"shows": SHOWS_CH1, "title": "VT too short: 300 s lease, 600 s job",
             "settings": {"workers": 2, "vt_seconds": 300, "retry_policy": "none", "guard": "off"},
             "controls": ["upload", "kill", "vt_seconds", "heartbeat", "ack_mode", "guard", "clock"]},
-    "ch1-heartbeat": {"title": "Heartbeat: short lease, extended while alive",
+    "ch1-heartbeat": {"shows": SHOWS_CH1, "title": "Heartbeat: short lease, extended while alive",
                       "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": True, "guard": "off"},
                       "controls": ["upload", "kill", "vt_seconds", "heartbeat", "clock"]},
-    "ch2": {"title": "Sizing the pool: load at λ, measured L vs λW",
+    "ch2": {"shows": SHOWS_CH1, "title": "Sizing the pool: load at λ, measured L vs λW",
             "settings": {"workers": 4, "job_duration": 120, "boot_lag": 90, "exec_timeout": 960,
                          "vt_seconds": 1200, "lock_ttl": 1800},
             "controls": ["upload", "kill", "workers", "scale_in", "autoscale", "autoscale_target_wait",
                          "boot_lag", "exec_timeout", "vt_seconds", "lock_ttl", "clock"]},
-    "ch3": {"title": "Status delivery", "settings": {"workers": 2, "job_duration": 300, "guard": "claim"},
+    "ch3": {"shows": SHOWS_CH1, "title": "Status delivery",
+            "settings": {"workers": 2, "job_duration": 300, "guard": "claim"},
             # vt_seconds and heartbeat: "Try this 5" sets the VT below the job and turns the heartbeat on
             "controls": ["upload", "kill", "vt_seconds", "heartbeat", "guard", "stale_after", "clock"]},
-    "ch4": {"title": "Retries, jitter and the DLQ",
+    "ch4": {"shows": SHOWS_CH4, "title": "Retries, jitter and the DLQ",
             # the lesson's chapter 4: exponential backoff (10 s base: its 1, 3, 7, 15 s schedule ×10),
             # 5 attempts, a poison pill that fails through the policy (classification off, as in the
             # lesson), 3 workers × 12 upload parts = 36 storage callers for the herd, and a heartbeat so a
@@ -41,14 +51,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                          "workers": 3, "guard": "claim"},
             "controls": ["upload", "kill", "retry_policy", "max_attempts", "upload_parts", "classify_errors",
                          "faults", "breaker", "dlq", "clock"]},
-    "ch5": {"title": "Effectively once",
+    "ch5": {"shows": SHOWS_CH4, "title": "Effectively once",
             "settings": {"workers": 2, "vt_seconds": 300, "heartbeat": False, "guard": "claim"},
             "controls": ["upload", "kill", "vt_seconds", "guard", "idempotent_outputs", "notify_guard",
                          "dedup_fail_mode", "clock"]},
-    "ch6": {"title": "Fairness between tiers",
+    "ch6": {"shows": SHOWS_CH4, "title": "Fairness between tiers",
             "settings": {"workers": 3, "job_duration": 60, "fairness": "shared", "fair_job_s": 30},
             "controls": ["workers", "clock"]},
-    "ch7": {"title": "Scheduled jobs: one cron entry, four replicas",
+    "ch7": {"shows": SHOWS_CH4, "title": "Scheduled jobs: one cron entry, four replicas",
             "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
                          # replicas do not all fire on the tick: the latest is late enough to find a
                          # 30 s lock expired while a 45 s (p99) run still holds it, as in the lesson
@@ -63,7 +73,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
                          "cron_late", "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
                          "cron_shard", "shard_buckets", "respawn_delay", "clock"]},
-    "ch8": {"title": "The assembled pipeline",
+    "ch8": {"shows": SHOWS_CH4, "title": "The assembled pipeline",
             "settings": {"workers": 3, "heartbeat": True, "vt_seconds": 300, "breaker": True, "guard": "claim"},
             "controls": ["upload", "kill", "workers", "vt_seconds", "heartbeat", "ack_mode", "guard", "stale_after",
                          "retry_policy", "faults", "dlq", "clock"]},

@@ -88,3 +88,14 @@ def readline_within(proc, timeout: float, what: str) -> str:
         sel.register(proc.stdout, selectors.EVENT_READ)
         assert sel.select(timeout), f"{what}: no line within {timeout:g} s"
     return proc.stdout.readline()
+
+
+def unfold(page, name: str, root: str = "#lab-widget") -> None:
+    """Open one of the widget's folded panels (history, jobs, dlq, log, export) by its heading, as a
+    learner would; one already open stays open."""
+    from playwright.sync_api import expect
+
+    fold = page.locator(f"{root} details[data-fold='{name}']")
+    if fold.get_attribute("open") is None:
+        fold.locator("summary").click()
+    expect(fold).to_have_attribute("open", "")

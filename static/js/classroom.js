@@ -72,8 +72,9 @@ function buildPanel() {
     onclick: () => download(kind, status) }, label);
   const setup = h('input', { type: 'text', readonly: true, class: 'lw-share cr-setup', testid: 'setup-url',
     'aria-label': 'Link to this set-up', onfocus: (e) => e.target.select() });
-  const panel = h('section', { class: 'lw-panel cr-export', 'aria-labelledby': 'cr-export-h', testid: 'export-panel' },
-    h('h3', { id: 'cr-export-h' }, 'Take the run with you'),
+  // folded like the widget's other secondary panels (widget/_widget.html .lw-folds)
+  const panel = h('details', { class: 'lw-panel lw-fold cr-export', testid: 'export-panel', 'data-fold': 'export' },
+    h('summary', {}, h('h3', { id: 'cr-export-h' }, 'Take the run with you ', h('small', {}, 'export, link to this set-up, open a room'))),
     h('div', { class: 'lw-row lw-wrap' }, button('jsonl', 'Events (JSON Lines)'), button('csv', 'Counts (CSV)')),
     status,
     h('label', { class: 'cr-setup-label' }, 'Link to this set-up ',

@@ -17,6 +17,7 @@ from app import scenarios
 from app.rooms import ALPHABET, CODE_LENGTH, pretty
 from core.presets import settings_for
 from tests.conftest import ARTIFACTS
+from tests.helpers import unfold
 
 ROOM_URL = re.compile(rf"/rooms/[{ALPHABET}]{{{CODE_LENGTH}}}$")
 """A room's page: its join code as app/rooms.py makes them (CODE_LENGTH letters of ALPHABET)."""
@@ -157,7 +158,7 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     row = teacher.get_by_test_id(f"room-row-{mine['id']}")
     expect(row).to_contain_text("Ada", timeout=10_000)
     expect(row).to_have_attribute("data-state", "live")
-    student.locator("body").press("u")  # U: enqueue the chosen sample clip
+    student.locator("#lab-widget").press("u")  # U: enqueue the chosen sample clip
     # VT too short: the student's job is redelivered while still running, and the dashboard shows it
     expect(row.locator('[data-count="redelivered"]')).to_have_attribute("data-value", re.compile(r"^[1-9]"),
                                                                          timeout=LONG)
@@ -221,8 +222,9 @@ def test_export_buttons_download_the_events_and_counts(page: Page, stack, api, w
     widget_ready(page)
     lab = saved_lab(page, "ch1")
     api.created.append({"lab_id": lab["id"], "token": lab["token"]})
-    page.locator("body").press("u")
+    page.locator("#lab-widget").press("u")
     expect(page.get_by_test_id("event-log")).to_contain_text("job 1 enqueued", timeout=LONG)
+    unfold(page, "export")
     with page.expect_download() as dl:
         page.get_by_test_id("export-jsonl").click()
     lines = [json.loads(x) for x in open(dl.value.path()).read().splitlines()]

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, busy_worker
+from tests.helpers import unfold
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +28,11 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     expect(page.get_by_test_id("setting-vt_seconds-number")).to_have_value("1200", timeout=10_000)
     card = busy_worker(page)
     worker = card.get_attribute("data-testid").removeprefix("worker-")
-    page.locator("body").press("k")  # K kills a busy worker
+    page.locator("#lab-widget").press("k")  # K kills a busy worker
     expect(page.get_by_test_id(f"worker-{worker}")).to_have_attribute(
         "data-state", re.compile("dead|respawning"), timeout=10_000)
     # focus + Enter opens the internals panel
+    unfold(page, "jobs")
     page.get_by_test_id("job-open-1").focus()
     page.keyboard.press("Enter")
     detail = page.get_by_test_id("job-detail")
@@ -60,8 +62,9 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
 
 def test_pause_while_inspecting_pauses_on_open_and_resumes_on_close(lab_page):
     page = lab_page.open_chapter(1)
+    unfold(page, "jobs")
     page.get_by_test_id("pause-while-inspecting").check()
-    page.locator("body").press("u")  # U enqueues the chosen sample
+    page.locator("#lab-widget").press("u")  # U enqueues the chosen sample
     expect(page.get_by_test_id("job-row-1")).to_be_visible(timeout=LONG)
     pause = page.get_by_test_id("clock-pause")
     expect(pause).to_have_attribute("aria-pressed", "false")
@@ -73,9 +76,10 @@ def test_pause_while_inspecting_pauses_on_open_and_resumes_on_close(lab_page):
 
 def test_shortcuts_enqueue_pause_and_help_but_not_while_typing_and_find_by_id(lab_page):
     page = lab_page.open_chapter(1)
-    body = page.locator("body")
+    body = page.locator("#lab-widget")  # the lab has focus: its shortcuts act
     for _ in range(3):
         body.press("u")
+    unfold(page, "jobs")
     expect(page.get_by_test_id("job-row-3")).to_be_visible(timeout=10_000)
     # typing in the find box is text, not shortcuts: no job 4, no kill, no help
     find = page.get_by_test_id("job-find")
@@ -114,6 +118,7 @@ def test_2000_jobs_stay_findable_and_paged_and_the_render_cost_is_recorded(lab_p
     for _ in range(2000):
         res = api.call("POST", f"{path}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
         assert res.status == 202, res.body
+    unfold(page, "jobs")
     expect(page.get_by_test_id("job-row-2000")).to_be_visible(timeout=60_000)
     while_arriving = page.evaluate("document.querySelector('#lab-widget').lwRenderStats()")
     # the list is paged: newest first, 25 rows in the DOM, not 2,000

@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, busy_worker, wait_readout_at_least
+from tests.helpers import unfold
 
 pytestmark = pytest.mark.e2e
 
@@ -66,6 +67,7 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
     page.get_by_test_id("scenario-vt-too-short").click()  # job 2: VT 300 s, its lease runs out
     wait_readout_at_least(page, "redelivered", 1)
     log = page.get_by_test_id("event-log")
+    unfold(page, "log")
     page.get_by_test_id("log-filter-type").select_option("lease.expired")
     items = log.get_by_test_id("log-item")
     expect(items.first).to_be_visible()
@@ -102,6 +104,7 @@ def test_screen_reader_announcements_are_batched_and_focus_stays_put(lab_page, a
           .observe(document.querySelector('[data-testid=announcer]'),
                    {childList: true, characterData: true, subtree: true});
     }""")
+    unfold(page, "jobs")
     find = page.get_by_test_id("job-find")
     find.focus()
     for _ in range(6):
@@ -130,6 +133,8 @@ def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorde
     page.evaluate(f"{widget}.lwRenderStats.reset()")
     for _ in range(2000):
         assert api.call("POST", f"{path}/jobs", {"sample": "bigbuckbunny"}, lab["token"]).status == 202
+    unfold(page, "jobs")
+    unfold(page, "history")
     expect(page.get_by_test_id("job-row-2000")).to_be_visible(timeout=60_000)
     while_arriving = page.evaluate(f"{widget}.lwRenderStats()")
     # a prefix older than the newest 200 the live model holds: asked of the API, newest first
@@ -198,6 +203,7 @@ def test_a_history_past_the_streams_cap_says_the_oldest_events_are_gone(lab_page
 
     page = lab_page.open_chapter(1)
     lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    unfold(page, "history")
     expect(page.get_by_test_id("scrub-where")).not_to_contain_text("trimmed")
     # more events than the stream keeps, through the append every event takes, pushed live to the page
     for start in range(0, stream.MAXLEN + 1000, 1000):
@@ -207,6 +213,7 @@ def test_a_history_past_the_streams_cap_says_the_oldest_events_are_gone(lab_page
             pipe.execute()
     page.reload()  # a fresh page learns it from the snapshot, not from having watched the events go
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+    unfold(page, "history")
     expect(page.get_by_test_id("scrub-where")).to_contain_text("older ones were trimmed", timeout=LONG)
     page.get_by_test_id("scrubber").focus()
     page.keyboard.press("Home")

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, wait_readout_at_least
+from tests.helpers import unfold
 
 pytestmark = pytest.mark.e2e
 
@@ -23,6 +24,7 @@ lab_page = test_widget.lab_page
 
 def scrub_to(page, pattern: str, max_steps: int = 80) -> str:
     """Home, then one event at a time (arrow keys) until the readout names the moment we want."""
+    unfold(page, "history")
     slider = page.get_by_test_id("scrubber")
     slider.focus()
     page.keyboard.press("Home")
@@ -117,6 +119,7 @@ def test_replay_a_finished_run_at_speed_shows_every_event_in_order_with_pause(la
         new MutationObserver(() => {
           const v = root.dataset.viewEvent; if (v && window.seen.at(-1) !== v) window.seen.push(v); })
           .observe(root, {attributes: true, attributeFilter: ['data-view-event']}); }""")
+    unfold(page, "history")
     page.get_by_test_id("replay-speed").select_option("5")
     play = page.get_by_test_id("replay-play")
     play.click()

@@ -55,6 +55,19 @@ def test_a_page_preloads_every_module_its_scripts_import_transitively_and_nothin
     assert assets.preloads("js/unused.js") == []
 
 
+def test_a_module_loaded_on_first_use_is_fingerprinted_but_not_preloaded(tmp_path):
+    (tmp_path / "js").mkdir()
+    (tmp_path / "js" / "now.js").write_text("export const a = 1;\n")
+    (tmp_path / "js" / "later.js").write_text("import { a } from './now.js';\nexport const b = a;\n")
+    (tmp_path / "js" / "main.js").write_text("import { a } from './now.js';\nconst m = () => import('./later.js');\n")
+    assets = Assets(tmp_path)
+    assert assets.preloads("js/main.js") == ["js/now.js"]  # import() waits for its first use
+    assert f"import('./{assets.url['js/later.js'].rpartition('/')[2]}')" in assets.by_plain["js/main.js"].body.decode()
+    before = assets.url["js/main.js"]
+    (tmp_path / "js" / "later.js").write_text("export const b = 2;\n")
+    assert Assets(tmp_path).url["js/main.js"] != before  # the name it loads changed, so its own URL does
+
+
 def test_a_chapter_page_preloads_the_widgets_whole_module_graph_with_fingerprinted_urls():
     from app import create_app
     from core.config import Config

@@ -76,3 +76,16 @@ def test_the_start_up_warm_up_leaves_every_chapter_body_rendered_and_cached():
     warm(create_app(Config(testing=True)))
     cached = {k[0] for k in chapters._rendered if k[2] == numbers.Inputs()}
     assert cached == {c.number for c in chapters.all_chapters()}
+
+
+def test_each_chapter_shows_what_the_earlier_chapters_did_and_chapter_0_no_lease_redelivery_or_dlq(client):
+    from core.presets import PRESETS
+
+    shows = client.get("/api/meta").get_json()["presets"]
+    order = [c.preset for c in chapters.all_chapters()]  # in the course's order
+    for before, after in zip(order, order[1:], strict=False):
+        assert set(shows[before]["shows"]) <= set(shows[after]["shows"]), f"{after} hides what {before} showed"
+    assert {"queue", "inflight", "workers", "clock"} <= set(shows["ch0"]["shows"])
+    assert not {"lease", "redelivered", "dlq"} & set(shows["ch0"]["shows"])
+    assert {"lease", "redelivered"} <= set(shows["ch1"]["shows"]) and "dlq" in shows["ch4"]["shows"]
+    assert all("shows" in p for p in PRESETS.values())

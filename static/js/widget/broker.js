@@ -24,6 +24,15 @@ export function install(W) {
     // in flight: leased messages with a countdown ring on the simulated clock
     const running = jobs.filter((j) => j.state === 'running');
     const canCut = S.controls.has('kill') && !S.lab.viewer;
+    if (!S.shows.has('lease')) { // a chapter before leases: what runs, and where; no countdown yet
+      setText(q('inflight-empty'), 'nothing is being worked on');
+      syncList(q('inflight'), leaseEls, running, (j) => j.id, (j) => {
+        const text = h('span', { class: 'lw-lease-text' });
+        return { li: h('li', { class: 'lw-lease', testid: `lease-${j.id}` }, text), text };
+      }, (j, e) => setText(e.text, `job ${j.id} on ${j.worker || '?'}`));
+      q('inflight-empty').hidden = running.length > 0;
+      return;
+    }
     syncList(q('inflight'), leaseEls, running, (j) => j.id, (j) => {
       const ring = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
       ring.setAttribute('viewBox', '0 0 36 36');

@@ -27,17 +27,12 @@
 // Plain ES modules, no build step, no CDN.
 
 import { errorText, h, narrate, setText } from './util.js';
-import { Scrubber } from './scrubber.js';
 import { Timeline } from './timeline.js';
 import { simNow } from './model.js';
 import { early } from './boot.js';
-import * as branch from './branch.js';
 import * as broker from './broker.js';
 import * as clock from './clock.js';
 import * as controls from './controls.js';
-import * as history from './history.js';
-import * as inspect from './inspect.js';
-import * as jobDetail from './job-detail.js';
 import * as jobs from './jobs.js';
 import * as keys from './keys.js';
 import * as lab from './lab.js';
@@ -49,8 +44,15 @@ import * as stream from './stream.js';
 import * as upload from './upload.js';
 import * as workers from './workers.js';
 
-const PARTS = [lab, stream, history, branch, controls, upload, settings, clock, readouts, workers, broker, jobs,
-  jobDetail, inspect, log, keys, predict];
+const PARTS = [lab, stream, controls, upload, settings, clock, readouts, workers, broker, jobs, log, keys, predict];
+
+// Parts the first screen does not show load on first use (import()), not before it: the history bar and
+// its "try again from here" form when the History fold opens; a job's, a worker's or a lease's internals
+// when one is first opened. Until then the stand-ins in boot() load them, then pass the call on.
+const LATER = {
+  history: () => Promise.all([import('./history.js'), import('./branch.js'), import('./scrubber.js')]),
+  inspect: () => Promise.all([import('./job-detail.js'), import('./inspect.js')]),
+};
 
 // the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
 for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
@@ -59,7 +61,7 @@ function boot(root) {
   const params = new URLSearchParams(location.search);
   const preset = root.dataset.preset || 'ch8';
   const S = {
-    meta: null, schema: new Map(), controls: new Set(), lab: null,
+    meta: null, schema: new Map(), controls: new Set(), shows: new Set(), lab: null,
     settings: {}, clock: null, counts: {}, workers: new Map(), jobs: new Map(),
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
     tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
@@ -82,6 +84,22 @@ function boot(root) {
   W.early = root.id === 'lab-widget' && !root.dataset.lab && early && early.preset === preset ? early.promise : null;
   for (const part of PARTS) Object.assign(W, part.install(W));
   const { q, els } = W;
+  const loading = new Map();
+  /** Load a LATER group once and install its parts on W (replacing the stand-ins below). */
+  function later(name) {
+    if (!loading.has(name)) {
+      loading.set(name, LATER[name]().then((mods) => {
+        for (const m of mods) if (m.install) Object.assign(W, m.install(W));
+        if (name === 'history') startHistory(mods[2].Scrubber);
+      }));
+    }
+    return loading.get(name);
+  }
+  Object.assign(W, {
+    later, scrubber: null, isOpen: () => false, renderInspect() {}, renderDetail() {}, renderCountdown() {}, fetchHistorySoon() {},
+    openJob: (...a) => later('inspect').then(() => W.openJob(...a)),
+    openInspect: (...a) => later('inspect').then(() => W.openInspect(...a)),
+  });
 
   start().catch(fatal);
 
@@ -97,6 +115,7 @@ function boot(root) {
     const p = S.meta.presets[preset];
     if (!p) throw new Error(`unknown preset ${preset}`);
     S.controls = new Set(p.controls);
+    S.shows = new Set(p.shows);
     setText(q('preset-title'), p.title);
     if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
     const snap = await labP;
@@ -186,12 +205,11 @@ function boot(root) {
     W.buildLogFilters();
     if (S.controls.has('retry_policy')) W.buildRetryHistogram();
     W.timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
-      { onOpenJob: (id) => W.openJob(id, true) });
-    W.scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
-      idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, W.labelOf),
-      trimmed: () => !!S.trimmed,
-      onSeek: W.seek, onLive: W.goLive, canBranch: !W.compact, onBranchForm: W.branchForm,
-    });
+      { onOpenJob: (id) => W.openJob(id, true), leases: S.shows.has('lease') });
+    const hist = q('history');
+    hist.addEventListener('toggle', () => { if (hist.open) later('history'); });
+    // only what this chapter has introduced (core/presets.py `shows`): a later chapter's terms stay out
+    for (const el of root.querySelectorAll('[data-term]')) if (!S.shows.has(el.dataset.term)) el.hidden = true;
     W.buildFind();
     W.buildHelp();
     if (S.controls.has('kill') && !S.lab.viewer) setText(q('workers-hint'), 'click a busy worker to kill it');
@@ -207,6 +225,16 @@ function boot(root) {
     if (W.compact) root.classList.add('lw-compact');
     else document.addEventListener('keydown', W.onKey);
     W.reduceMotion.addEventListener?.('change', () => markDirty());
+  }
+
+  /** The history bar, built the first time its fold opens (its modules have just loaded). */
+  function startHistory(Scrubber) {
+    W.scrubber = new Scrubber({ box: q('history'), banner: q('past-banner') }, {
+      idBase: root.id, events: () => S.events, describe: (ev) => narrate(ev, S.meta, W.labelOf),
+      trimmed: () => !!S.trimmed,
+      onSeek: W.seek, onLive: W.goLive, canBranch: !W.compact, onBranchForm: W.branchForm,
+    });
+    markDirty();
   }
 
   // ---- rendering: one frame per animation frame at most, a tick every 250 ms (1 s reduced motion)
@@ -242,7 +270,7 @@ function boot(root) {
 
   function renderFrame() {
     const now = W.simNow();
-    W.scrubber.sync(S.past ? S.past.buffer.length : 0);
+    if (W.scrubber) W.scrubber.sync(S.past ? S.past.buffer.length : 0);
     W.renderClock(now);
     W.renderReadouts(now);
     W.renderWorkers(now);

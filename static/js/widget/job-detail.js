@@ -3,8 +3,7 @@
 // countdown; optionally the clock pauses while a panel is open.
 
 import { fmtT, h, setText, stateWord, throttled } from './util.js';
-
-export const PAUSE_PREF = 'lw-pause-while-inspecting';
+import { PAUSE_PREF } from './jobs.js';
 
 export function install(W) {
   const { S, els, q } = W;
@@ -17,6 +16,7 @@ export function install(W) {
     S.heldJobs = S.selectedJob && rows.length ? rows : null;
     if (S.selectedJob) fetchHistory();
     pauseForInspect(Boolean(S.selectedJob));
+    if (S.selectedJob) els.detail.closest('details').open = true; // opened from the timeline: unfold the jobs
     renderDetail(true);
     W.markDirty();
     if (fromTimeline && S.selectedJob) {

@@ -2,8 +2,7 @@
 // MP4 in the page's player, download it); a search box that also asks the API for older matches.
 
 import { h, setAttr, setText, stateWord, syncList, throttled, videoLabel } from './util.js';
-import { PAUSE_PREF } from './job-detail.js';
-
+export const PAUSE_PREF = 'lw-pause-while-inspecting'; // the learner's choice, read by job-detail.js too
 const JOBS_SHOWN = 25; // rows of the jobs list in the DOM; a search asks the API for older matches
 
 export function install(W) {

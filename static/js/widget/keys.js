@@ -1,12 +1,14 @@
-// Keyboard shortcuts and their help dialog. Never while typing: inputs, selects and editable text
-// keep their keys; space also leaves buttons, links and the log alone (there it clicks or scrolls).
+// Keyboard shortcuts and their help dialog. They act only where the lab is: focus inside the widget,
+// or nothing focused and the pointer over it; elsewhere (reading the prose) Space scrolls the page as
+// usual. Never while typing: inputs, selects and editable text keep their keys; space also leaves
+// buttons, links and the log alone (there it clicks or scrolls). R asks before resetting (lab.js).
 
 import { h } from './util.js';
 
 const SHORTCUTS = [
   ['Space', 'pause or resume the clock', 'clock'], ['S', 'step a paused clock', 'clock'],
   ['K', 'kill a busy worker', 'kill'], ['U', 'enqueue the chosen sample clip', null],
-  ['R', 'reset the lab', null], ['?', 'show or hide this help', null], ['Esc', 'close this help or the open job', null],
+  ['R', 'reset the lab (asks first)', null], ['?', 'show or hide this help', null], ['Esc', 'close this help or the open job', null],
 ];
 
 // a checkbox or slider takes no letters, so shortcuts still work there; a text box or select does
@@ -55,10 +57,18 @@ export function install(W) {
     }
   }
 
+  // the pointer over the lab counts only while nothing has focus (a click on the prose focuses <main>)
+  let pointerOver = false;
+  root.addEventListener('pointerenter', () => { pointerOver = true; });
+  root.addEventListener('pointerleave', () => { pointerOver = false; });
+  const nothingFocused = (t) => t === document.body || t === document.documentElement;
+  // presenter mode: the lab is the whole screen
+  const inLab = (t) => root.contains(t) || (nothingFocused(t) && (pointerOver || document.documentElement.classList.contains('present')));
+
   function onKey(e) {
     if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
     const t = e.target;
-    if (!t.closest || typing(t)) return;
+    if (!t.closest || typing(t) || !inLab(t)) return;
     const k = e.key.length === 1 ? e.key.toLowerCase() : e.key;
     if (k === '?') { e.preventDefault(); toggleHelp(!helpOpen()); return; }
     if (k === 'Escape') {
@@ -88,7 +98,7 @@ export function install(W) {
       const sample = root.querySelector('#lw-sample');
       if (sample) W.enqueueSample(sample.value);
     } else if (k === 'r' && els.reset) {
-      W.resetLab();
+      W.askReset();
     }
   }
 

@@ -176,8 +176,34 @@ export function install(W) {
     return swapLab(async () => W.banner('This lab was removed after being idle, so a fresh one was started.'));
   }
 
+  // Reset deletes the run, so it asks first, in the page (a modal <dialog>: Esc or "Keep" cancels, focus
+  // goes back to what had it), whether it came from the button or the R key.
+  let confirmBox = null, confirmFrom = null;
+  function askReset() {
+    if (swapping || (confirmBox && confirmBox.open)) return;
+    if (!confirmBox) {
+      const hid = `${root.id}-reset-h`;
+      const keep = h('button', { type: 'button', class: 'lw-btn', testid: 'reset-cancel', onclick: () => confirmBox.close() }, 'Keep this lab');
+      confirmBox = h('dialog', { class: 'lw-help lw-confirm', testid: 'reset-confirm', 'aria-labelledby': hid, 'aria-describedby': `${hid}-d` },
+        h('h3', { id: hid }, 'Reset the lab?'),
+        h('p', { id: `${hid}-d` }, 'This deletes its workers, files and history, and starts a fresh lab from the chapter’s preset.'),
+        h('div', { class: 'lw-row' }, keep, h('button', { type: 'button', class: 'lw-btn lw-danger', testid: 'reset-confirm-yes',
+          onclick: () => { confirmBox.close(); resetLab(); } }, 'Reset now')));
+      confirmBox.addEventListener('close', () => {
+        const back = confirmFrom;
+        confirmFrom = null;
+        if (back && back.isConnected && back !== document.body) back.focus();
+        if (!back || document.activeElement !== back) root.focus({ preventScroll: true }); // e.g. the reset button, disabled meanwhile
+      });
+      root.append(confirmBox);
+    }
+    confirmFrom = document.activeElement;
+    confirmBox.showModal();
+    confirmBox.querySelector('[data-testid="reset-cancel"]').focus();
+  }
+
   function buildLabSection() {
-    els.reset = h('button', { type: 'button', class: 'lw-btn', testid: 'reset-lab', onclick: resetLab }, 'Reset lab');
+    els.reset = h('button', { type: 'button', class: 'lw-btn', testid: 'reset-lab', onclick: askReset }, 'Reset lab');
     els.resetStatus = statusLine('reset-status');
     els.share = h('input', { type: 'text', readonly: true, class: 'lw-share', testid: 'share-url',
       'aria-label': 'Read-only link to this lab', onfocus: (e) => e.target.select() });
@@ -199,5 +225,5 @@ export function install(W) {
     els.share.value = u.href;
   }
 
-  return { api, announceLab, openLab: open, resetLab, labVanished, buildLabSection };
+  return { api, announceLab, openLab: open, resetLab, askReset, labVanished, buildLabSection };
 }

@@ -28,16 +28,16 @@ export function logMatches(e, { type, job, worker }) {
 
 export function install(W) {
   const { S, els, q } = W;
-  const logWorkers = new Set();
+  const logWorkers = new Set(), logTypes = new Set();
   let tlFilterKey = '';
 
   function buildLogFilters() {
     const sel = q('log-type');
-    const types = Object.keys(S.meta.events);
+    // "one type" lists the types this lab has sent so far: a chapter's log names nothing it has not shown
+    els.logTypes = h('optgroup', { label: 'one type' });
     sel.append(h('option', { value: 'default' }, 'all but progress ticks'),
       h('option', { value: 'important' }, 'key moments only'),
-      h('option', { value: 'all' }, 'everything'),
-      h('optgroup', { label: 'one type' }, types.map((t) => h('option', { value: t }, t))));
+      h('option', { value: 'all' }, 'everything'), els.logTypes);
     sel.addEventListener('change', () => { S.logRebuild = true; W.markDirty(); });
     q('log-job').addEventListener('input', () => { S.logRebuild = true; W.markDirty(); });
     q('log-worker').addEventListener('change', () => { S.logRebuild = true; W.markDirty(); });
@@ -59,6 +59,11 @@ export function install(W) {
       if (live && URGENT.has(ev.type)) urgent(last);
       else if (live && last.announced) S.announceQueue.push(last);
       return;
+    }
+    if (!logTypes.has(ev.type)) {
+      logTypes.add(ev.type);
+      const types = [...logTypes].sort();
+      els.logTypes.insertBefore(h('option', { value: ev.type }, ev.type), els.logTypes.children[types.indexOf(ev.type)] || null);
     }
     const entry = { id: ev.id, t: ev.t_sim, types: [ev.type], job: ev.job_id ?? (ev.data && ev.data.job_id) ?? null,
       worker: ev.worker_id ?? null, text, el: null, announced: live && ANNOUNCE.has(ev.type) };

@@ -14,15 +14,17 @@ export function install(W) {
 
   function buildReadouts() {
     const box = q('readouts');
+    // [id, label, sub, the term (core/presets.py `shows`) the chapter must have introduced]
     const tiles = [
-      ['queued', 'Queue depth', 'waiting to be claimed'],
-      ['active', 'Active workers', 'busy / alive'],
-      ['done', 'Completed', 'jobs done'],
-      ['redelivered', 'Redelivered', ''],
-      ['duplicates', 'Duplicates blocked', 'stale attempts refused'],
-      ['lost', 'Lost', 'acked early, then crashed'],
-      ['dlq', 'DLQ depth', 'dead letters'],
-    ];
+      ['queued', 'Queue depth', 'waiting to be claimed', 'queue'],
+      ['active', 'Active workers', 'busy / alive', 'workers'],
+      ['done', 'Completed', 'jobs done', 'done'],
+      ['redelivered', 'Redelivered', '', 'redelivered'],
+      ['duplicates', 'Duplicates blocked', 'stale attempts refused', 'duplicates'],
+      ['lost', 'Lost', 'acked early, then crashed', 'lost'],
+      ['dlq', 'DLQ depth', 'dead letters', 'dlq'],
+    ].filter((t) => S.shows.has(t[3]));
+    const main = tiles.length;
     const c = S.controls;
     if (c.has('idempotent_outputs') || c.has('notify_guard')) {
       tiles.push(['outputs', 'Outputs written', 'files'], ['emails', 'Emails sent', 'completion emails'],
@@ -46,7 +48,7 @@ export function install(W) {
         els.spark = [...spark.children];
         subEl.remove();
       }
-      (i < 7 ? box : extra).append(tile);
+      (i < main ? box : extra).append(tile);
     });
     if (extra.children.length) box.after(extra);
   }
@@ -79,8 +81,9 @@ export function install(W) {
     setReadout('emails', c.emails_sent || 0, null, `${c.emails_suppressed || 0} suppressed as repeats`);
     setReadout('dupdone', c.duplicate_completions || 0);
     setReadout('failed', c.failed || 0, null, `retries scheduled: ${c.retries_scheduled || 0}`);
-    els.readouts.lost.tile.dataset.alarm = c.lost ? 'yes' : 'no';
+    if (els.readouts.lost) els.readouts.lost.tile.dataset.alarm = c.lost ? 'yes' : 'no';
     if (els.readouts.dupdone) els.readouts.dupdone.tile.dataset.alarm = c.duplicate_completions ? 'yes' : 'no';
+    if (!els.rate) return;
     // redeliveries in the last RATE_WINDOW simulated seconds, with a 10-bucket sparkline
     const { total: n, buckets } = recentCounts(S.redeliveries, now, RATE_WINDOW, 10);
     setText(els.rate, `${n} in the last ${RATE_WINDOW} s (${fmtNum((n / RATE_WINDOW) * 60)}/min)`);

@@ -45,7 +45,7 @@ export class Scrubber {
     this.branchBox = h('div', { class: 'lw-branch', testid: 'branch-box', hidden: true });
     this.box.append(
       h('div', { class: 'lw-panel-head' },
-        h('h3', {}, h('label', { for: id }, 'History '), h('small', {}, 'drag back to any moment; the view is rebuilt from the event stream')),
+        h('label', { for: id, class: 'lw-block-label' }, 'Moment ', h('small', {}, 'the view is rebuilt from the event stream')),
         h('div', { class: 'lw-row lw-wrap lw-scrub-actions' }, this.play,
           h('label', { for: `${id}-speed` }, 'at'), this.speedSel, this.live)),
       h('div', { class: 'lw-scrub-row' }, this.range, this.where),

@@ -57,7 +57,9 @@ export function runInterval(a, now) {
 }
 
 export class Timeline {
-  constructor(els, { onOpenJob }) {
+  /** leases: draw lease deadlines (false before the chapter that introduces them: core/presets.py shows) */
+  constructor(els, { onOpenJob, leases = true }) {
+    this.leases = leases;
     this.axis = els.axis;
     this.rows = els.rows;
     this.empty = els.empty;
@@ -80,7 +82,7 @@ export class Timeline {
     for (const j of jobs) {
       for (const a of j.attempts.values()) {
         for (const t of [a.queuedAt, a.start]) if (t != null) t0 = Math.min(t0, t);
-        if (pendingDeadline(a)) t1 = Math.max(t1, a.deadline);
+        if (this.leases && pendingDeadline(a)) t1 = Math.max(t1, a.deadline);
       }
       if (j.created != null) t0 = Math.min(t0, j.created);
     }
@@ -188,6 +190,7 @@ export class Timeline {
       } else {
         sr.push(`Attempt ${a.n} waiting in the queue.`);
       }
+      if (!this.leases) { html += `<div class="lw-tl-lane" style="top:${top}px">${inner}</div>`; return; }
       if (a.deadAt != null && (a.outcome === 'killed' || a.outcome === 'crashed')) {
         const until = a.expiredAt ?? (a.deadline != null ? Math.min(now, a.deadline) : null);
         if (until != null && until > a.deadAt) {
