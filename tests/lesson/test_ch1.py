@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.racing import RACES
 from core import numbers, presets
+from tests.lesson import races
 from tests.lesson.helpers import (
     busy_worker,
     button,
@@ -187,3 +189,36 @@ def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_heal
     assert snap["counts"]["lost"] == 0 and not events_of(api, lab, "worker.killed")  # nobody crashed
     measured.update(interval_s=extend * 1.5, extension_s=extend, redelivered=snap["counts"]["redelivered"],
                     job_s=hb["job_duration"])
+
+
+# --- the lease race (app/racing.py "lease"): the same job in three lanes that differ only in the lease ---
+
+RACE_SPEED = 100  # the issue's figure: every lane's first claim and redelivery within 1 simulated second
+
+
+@pytest.mark.parametrize("hogs", [0, 2], ids=["quiet", "two-cpu-hogs"])
+def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(api, measured, hogs):
+    rc = RACES["lease"]
+    vt, dur = rc["variants"][0]["settings"]["vt_seconds"], rc["base"]["job_duration"]
+    race = races.open_race(api, "lease", RACE_SPEED)
+    lanes = {lane["label"]: lane for lane in race["labs"]}
+    with races.cpu_hogs(hogs):
+        spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
+                            and st["labs"][0]["counts"]["duplicate_completions"] == 1)
+    runs, lags, second = {}, [], None
+    for label, lane in lanes.items():
+        lab = races.lane_lab(lane)
+        ev = api.events(lab)
+        lags += races.claim_lags(ev)
+        runs[label] = sum(races.overlapping_runs(job(api, lab, e["job_id"])["attempts"])
+                          for e in of_type(ev, "job.enqueued"))
+        if lane["side"] == "a":
+            claims = of_type(ev, "job.claimed")
+            second = claims[1]["t_sim"] - claims[0]["t_sim"]
+    measured.update({f"runs_at_once_{hogs}_hogs": runs, f"lane_clock_spread_max_{hogs}_hogs": round(max(spreads), 4),
+                     f"first_claim_lag_max_s_{hogs}_hogs": round(max(lags), 3),
+                     f"redelivered_copy_claimed_at_s_{hogs}_hogs": round(second, 3)})
+    assert runs == {"VT 300 s": 1, "VT 1,200 s": 0, "VT 300 s + heartbeat": 0}, runs
+    assert second == pytest.approx(vt, abs=1)  # the copy starts on the idle worker the instant the lease ends
+    assert max(lags) <= 1, f"a job waited {max(lags):.1f} simulated s for an idle worker"
+    assert max(spreads) <= 0.01, f"the lanes' clocks drifted {max(spreads):.1%} apart"
