@@ -23,13 +23,14 @@ from core.keys import key, msg, queue_name
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 
 
-def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float) -> None:
+def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float = 0.0) -> None:
     """A delivery on its way to an idle worker takes no simulated time: the clock waits until the worker
     receives it (the receive lifts this barrier), so RQ's real pick-up latency (a fork, a few round trips:
     tens of simulated seconds at 200×, more on a busy host) does not shift the lesson's timeline. Only as
     many deliveries as there are idle workers are waited for; the others wait in the queue on the
     simulated clock, as they should. A delivery whose worker never receives it (killed in the hand-off)
-    stops holding the clock after HANDOFF_S real seconds, when `sweep` sends it again (held again)."""
+    stops holding the clock after HANDOFF_S real seconds, when `sweep` sends it again (held again).
+    The barrier goes at `now`, or at the clock's present moment if that is later (0: wherever it is)."""
     idle = sum(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers"))))
     if idle > in_transit(r, lab):
         clock.hold(r, lab, transit_holder(job_id, n), now, ttl=HANDOFF_S)
