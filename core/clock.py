@@ -24,6 +24,7 @@ import redis
 from core.keys import key
 
 BARRIER_TTL = 5.0  # real seconds a barrier outlives its holder's last refresh (a probe may take a few)
+SLOWED_BELOW = 0.9  # a clock achieving less than this share of its asked speed says it slowed
 
 
 def _now(state: dict, real: float | None = None) -> float:
