@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from app import scenarios
 from app.racing import RACES
 from core import numbers, presets
 from tests.lesson import races
@@ -222,3 +223,27 @@ def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(
     assert second == pytest.approx(vt, abs=1)  # the copy starts on the idle worker the instant the lease ends
     assert max(lags) <= 1, f"a job waited {max(lags):.1f} simulated s for an idle worker"
     assert max(spreads) <= 0.01, f"the lanes' clocks drifted {max(spreads):.1%} apart"
+
+
+def test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900(api, measured):
+    """The shared scenario link /s/vt-too-short (app.scenarios), set up through the API as its banner does."""
+    sc = scenarios.SCENARIOS["vt-too-short"]
+    vt, dur = sc["settings"]["vt_seconds"], sc["enqueue"]["duration_s"]
+    lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
+    api.workers_ready(lab, sc["settings"]["workers"])
+    for _ in range(sc["count"]):
+        enqueue(api, lab, **sc["enqueue"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["duplicate_completions"] == 1 and settled(s), timeout=120)
+    ev = api.events(lab)
+    (queued,) = of_type(ev, "job.enqueued")
+    a, b = of_type(ev, "job.claimed")
+    (done,) = of_type(ev, "job.succeeded")
+    (dup,) = of_type(ev, "job.duplicate_completed")
+    t0 = queued["t_sim"]
+    at = {"first_claim": a["t_sim"] - t0, "second_claim": b["t_sim"] - t0, "done": done["t_sim"] - t0,
+          "duplicate": dup["t_sim"] - t0}
+    measured.update({k: round(v, 3) for k, v in at.items()}, done_count=snap["counts"]["done"])
+    assert a["worker_id"] != b["worker_id"] and snap["counts"]["done"] == 1
+    # with the honest clock every moment is exact to a simulated second, hand-offs included
+    assert at == pytest.approx({"first_claim": 0, "second_claim": vt, "done": dur, "duplicate": vt + dur}, abs=1), at
+    assert at["done"] - at["second_claim"] == pytest.approx(dur - vt, abs=1)  # the overlap the banner states

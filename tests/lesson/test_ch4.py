@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from app import scenarios
 from app.racing import RACES
 from core import numbers, presets
 from tests.lesson import races
@@ -250,3 +251,44 @@ def test_race_retry_policies_without_retries_the_outage_dead_letters_every_job_w
     assert got["none"]["dlq"] == n and got["none"]["calls"] == got["none"]["callers"], got
     for policy in ("fixed", "exponential", "full_jitter"):  # a backoff waits the outage out: every job done
         assert got[policy]["done"] == n and got[policy]["calls"] > got[policy]["callers"], (policy, got)
+
+
+def scenario_lab(api, scenario_id: str) -> dict:
+    """A lab set up as the shared scenario link does (its preset and settings), its fault on, its jobs sent."""
+    sc = scenarios.SCENARIOS[scenario_id]
+    lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
+    api.workers_ready(lab, sc["settings"]["workers"])
+    fault(api, lab, **sc["fault"])
+    for _ in range(sc.get("count", 1) if sc.get("enqueue") else 0):
+        enqueue(api, lab, **sc["enqueue"])
+    return lab
+
+
+def test_scenario_retry_storm_every_call_fails_together_and_comes_back_together(api, measured):
+    sc = scenarios.SCENARIOS["retry-storm"]
+    s = sc["settings"]
+    lab = scenario_lab(api, "retry-storm")
+    api.wait_for(lab, lambda snap: snap["counts"]["done"] == sc["count"], timeout=240)
+    st = api.ok("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"])["storage"]
+    callers = sc["count"] * s["upload_parts"]
+    at = [s["retry_base"] * k for k in (1, 3, 7, 15)]  # the banner's 10, 30, 70 and 150 s: 1, 3, 7, 15 × the base
+    got = waves(st["since_first_failure"], at)
+    failed_at = {e["t_sim"] for e in of_type(api.events(lab), "storage.failed")}
+    measured.update(callers=st["callers"], waves_at_s=at, per_wave=got, failures_at=sorted(failed_at))
+    assert st["callers"] == callers
+    assert got == [callers] * len(at), st["since_first_failure"]
+
+
+def test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters(api, measured):
+    s = scenarios.SCENARIOS["poison-pill"]["settings"]
+    lab = scenario_lab(api, "poison-pill")
+    api.wait_for(lab, lambda snap: snap["counts"]["dlq"] == 1 and settled(snap), timeout=120)
+    ev = api.events(lab)
+    failed, claims = of_type(ev, "job.failed"), of_type(ev, "job.claimed")
+    delays = [e["data"]["delay"] for e in of_type(ev, "job.retry_scheduled")]
+    waited = [nxt["t_sim"] - f["t_sim"] for f, nxt in zip(failed, claims[1:], strict=False)]
+    measured.update(attempts=len(failed), delays_s=delays, waited_s=[round(w, 3) for w in waited])
+    assert len(failed) == len(claims) == s["max_attempts"]
+    assert delays == [s["retry_base"] * 2 ** k for k in range(s["max_attempts"] - 1)]  # 10, 20, 40, 80 s
+    assert waited == pytest.approx(delays, abs=1)  # each retry claimed the instant its wait ended
+    assert len(of_type(ev, "job.dead_lettered")) == 1
