@@ -34,7 +34,7 @@ from app.http import json_body, parse
 from app.racing import RACES, for_preset, public
 from app.store import get_redis, get_rq
 from core import clock, presets, registry, settings, stream
-from core.keys import key
+from core.keys import key, queue_name
 from core.registry import _hash as token_hash
 from workers import media
 from workers.broker import producer
@@ -67,13 +67,14 @@ def _lab_settings(race_id: str, variant: dict) -> dict[str, Any]:
 
 
 def _ready(r: redis.Redis, labs: list[dict]) -> bool:
-    """Every lab alive with all its workers up (idle), so no lab's clock runs while its pool boots."""
+    """Every lab alive with all its workers up (idle, and listening on the lab's RQ queue), so no lab's
+    clock runs while its pool boots and a delivery at t = 0 is received at once."""
     for lab in labs:
         if not registry.exists(r, lab["lab_id"]):
             return False
         want = int(registry.settings(r, lab["lab_id"]).get("workers", 0))
         idle = [w for w in registry.workers(r, lab["lab_id"]) if w.get("state") == "idle" and w.get("pid")]
-        if len(idle) < want:
+        if len(idle) < want or r.scard(f"rq:workers:{queue_name(lab['lab_id'])}") < want:
             return False
     return True
 
