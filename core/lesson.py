@@ -98,6 +98,15 @@ CLAIMS: tuple[Claim, ...] = (
           "guard: a second worker starts the job at 300 s, the first finishes at 600 s (done once), the second "
           "at 900 s (a counted duplicate): 300 s of overlap",
           "test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900"),
+    Claim("ch1.why_vt_too_short", 1, "Predict first: VT too short (why)", "The lease ran out before the job was "
+          "done, so another worker took it while the first was still busy: one more attempt per expiry",
+          "test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_off"),
+    Claim("ch1.why_fix_vt", 1, "Predict first: Fix it: VT 1200 s (why)", "A lease that outlives the job keeps "
+          "the message invisible until the ack: no other worker ever sees it, one attempt",
+          "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
+    Claim("ch1.why_fix_heartbeat", 1, "Predict first: Fix it: heartbeat (why)", "The heartbeat pushes the "
+          "deadline while the worker lives, so a 300 s lease never runs out under it: the job runs once",
+          "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
     # --- chapter 2 --------------------------------------------------------------------------------
     Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
           "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page"),
@@ -176,6 +185,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch4.scenario_poison_pill", 4, "Scenario /s/poison-pill", "An undecodable upload fails every attempt; "
           "exponential backoff waits 10, 20, 40, 80 s and the fifth failure sends it to the dead-letter queue",
           "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
+    Claim("ch4.why_poison", 4, "Predict first: Poison pill (why)", "Every attempt fails with an error the "
+          "handler sees, so the retry policy decides: at max attempts the job goes to the dead-letter queue",
+          "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",
@@ -195,6 +207,9 @@ CLAIMS: tuple[Claim, ...] = (
           "goes to the idle second worker. Guard off: both copies run and two emails go out; claim guard: the "
           "copy backs off, one run, one email",
           "test_race_guard_off_runs_both_copies_and_mails_twice_claim_runs_once_and_mails_once"),
+    Claim("ch5.why_emails", 5, "Predict first: VT too short, emails (why)", "With the notified guard on, the "
+          "completion email is a compare-and-swap on a 'notified' flag: only the first finisher sends it",
+          "test_try3_check2_output_path_and_notified_guards_hold_when_the_record_guard_is_off"),
     # --- chapter 6 --------------------------------------------------------------------------------
     Claim("ch6.shared_fifo", 6, "Try this 1", "Shared FIFO: workers take jobs in arrival order whatever the "
           "tier", "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier"),

@@ -207,13 +207,14 @@ def lease_race(api, hogs: int) -> dict:
     with races.cpu_hogs(hogs):
         spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
                             and st["labs"][0]["counts"]["duplicate_completions"] == 1)
-    out = {"runs_at_once": {}, "lags": [], "spread": max(spreads)}
+    out = {"runs_at_once": {}, "attempts": {}, "lags": [], "spread": max(spreads)}
     for lane in race["labs"]:
         lab = races.lane_lab(lane)
         ev = api.events(lab)
         out["lags"] += races.claim_lags(ev)
         out["runs_at_once"][lane["label"]] = sum(races.overlapping_runs(job(api, lab, e["job_id"])["attempts"])
                                                  for e in of_type(ev, "job.enqueued"))
+        out["attempts"][lane["label"]] = len(of_type(ev, "job.claimed"))  # every delivery a worker ran
         if lane["side"] == "a":
             first, copy = of_type(ev, "job.claimed")[:2]
             out["copy_claimed_after_s"] = copy["t_sim"] - first["t_sim"]
@@ -224,10 +225,13 @@ def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(
     vt = RACES["lease"]["variants"][0]["settings"]["vt_seconds"]
     for hogs in (0, 2):  # a quiet box, then a loaded one
         got = lease_race(api, hogs)
-        measured[f"{hogs}_cpu_hogs"] = {"runs_at_once": got["runs_at_once"], "lane_clock_spread_max": got["spread"],
+        measured[f"{hogs}_cpu_hogs"] = {"runs_at_once": got["runs_at_once"], "attempts": got["attempts"],
+                                        "lane_clock_spread_max": got["spread"],
                                         "first_claim_lag_max_s": max(got["lags"]),
                                         "copy_claimed_after_s": got["copy_claimed_after_s"]}
         assert got["runs_at_once"] == {"VT 300 s": 1, "VT 1,200 s": 0, "VT 300 s + heartbeat": 0}, got
+        # the predictions' why: a lease that outlives the job, or one a heartbeat keeps pushing, is never seen again
+        assert got["attempts"] == {"VT 300 s": 2, "VT 1,200 s": 1, "VT 300 s + heartbeat": 1}, got
         # the copy starts on the idle worker the instant the lease ends
         assert got["copy_claimed_after_s"] == pytest.approx(vt, abs=1), got
         assert max(got["lags"]) <= 1, f"{hogs} hogs: a job waited {max(got['lags']):.1f} simulated s for an idle worker"
