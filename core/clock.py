@@ -108,7 +108,8 @@ def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
     re-speeding one lane does the same to all); returns the lab's own new time."""
     peers = r.hget(key(lab, "clock"), "peers")
     for peer in json.loads(peers) if peers else []:
-        _rebase(r, peer, **changes)
+        if r.exists(key(peer, "clock")):  # a lane already deleted keeps no clock (nothing outlives its lab)
+            _rebase(r, peer, **changes)
     return _rebase(r, lab, **changes)
 
 
