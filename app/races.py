@@ -3,7 +3,9 @@
 The interactive queueing essays feed one stream of requests into FIFO, LIFO and priority queues at
 once; here a race opens N labs of one chapter preset whose settings differ only where the race says,
 holds their clocks at t = 0 until every lab's workers are up, then gives each lab the same jobs and
-the same fault at the same simulated instant and starts all the clocks together. Jitter draws come
+the same fault at the same simulated instant and starts all the clocks together. The lanes' clocks are
+linked (clock.link): real work holding one lane's clock holds them all, so every readout on the page is
+of the same simulated instant. Jitter draws come
 from the labs' shared `jitter_seed`, so what differs between the runs is the setting, not the luck.
 
 A race is a link: `/race/<id>`. The id (96 random bits) is the capability to watch it (the labs'
@@ -32,7 +34,7 @@ from app.http import json_body, parse
 from app.racing import RACES, for_preset, public
 from app.store import get_redis, get_rq
 from core import clock, presets, registry, settings, slots, stream
-from core.keys import key
+from core.keys import key, queue_name
 from core.registry import _hash as token_hash
 from workers import media
 from workers.broker import producer
@@ -65,13 +67,14 @@ def _lab_settings(race_id: str, variant: dict) -> dict[str, Any]:
 
 
 def _ready(r: redis.Redis, labs: list[dict]) -> bool:
-    """Every lab alive with all its workers up (idle), so no lab's clock runs while its pool boots."""
+    """Every lab alive with all its workers up (idle, and listening on the lab's RQ queue), so no lab's
+    clock runs while its pool boots and a delivery at t = 0 is received at once."""
     for lab in labs:
         if not registry.exists(r, lab["lab_id"]):
             return False
         want = int(registry.settings(r, lab["lab_id"]).get("workers", 0))
         idle = [w for w in registry.workers(r, lab["lab_id"]) if w.get("state") == "idle" and w.get("pid")]
-        if len(idle) < want:
+        if len(idle) < want or r.scard(f"rq:workers:{queue_name(lab['lab_id'])}") < want:
             return False
     return True
 
@@ -100,6 +103,7 @@ def open_race(r: redis.Redis, race_id: str, speed: float, room: str | None = Non
                      "token": created["token"], "view_token": created["view_token"],
                      "settings": {n: created["settings"].get(n) for n in rc["vary"]}})
     limits.opened(r, ids)
+    clock.link(r, [lab["lab_id"] for lab in labs])  # one timeline: the lanes' clocks move in lockstep
     rid, token = secrets.token_urlsafe(12), secrets.token_urlsafe(24)
     stored = [{k: lab[k] for k in ("side", "label", "lab_id", "view_token", "settings")} for lab in labs]
     r.hset(rkey(rid), mapping={"race": race_id, "labs": json.dumps(stored), "owner": token_hash(token),
@@ -135,20 +139,22 @@ def start_race(r: redis.Redis, race: dict[str, Any]) -> dict[str, Any]:
     rc = RACES[race["race"]]
     for lab in race["labs"]:
         _enqueue_same(r, lab["lab_id"], rc, clock.now(r, lab["lab_id"]))
-    for lab in race["labs"]:  # all clocks go together, back to back
-        stream.emit(r, lab["lab_id"], "clock.resumed", clock.resume(r, lab["lab_id"]))
+    started = clock.resume(r, race["labs"][0]["lab_id"])  # the lanes are linked: one resume starts them all
+    for lab in race["labs"]:
+        stream.emit(r, lab["lab_id"], "clock.resumed", started)
     r.hset(rkey(race["id"]), "started", time.time())
     return status(r, race["id"])
 
 
 def status(r: redis.Redis, rid: str) -> dict[str, Any]:
     race = _load(r, rid)
-    counts = registry.counts_of(r, [lab["lab_id"] for lab in race["labs"]])
+    ids = [lab["lab_id"] for lab in race["labs"]]
+    counts = registry.counts_of(r, ids)
+    clocks = clock.read_many(r, ids)  # every lane's clock at the same real instant
     labs = []
-    for lab in race["labs"]:
+    for lab, lane_clock in zip(race["labs"], clocks, strict=True):
         c = counts[lab["lab_id"]]
-        labs.append({**lab, "alive": c is not None, "counts": c,
-                     "clock": clock.read(r, lab["lab_id"]) if c is not None else None})
+        labs.append({**lab, "alive": c is not None, "counts": c, "clock": lane_clock if c is not None else None})
     return {"id": rid, "race": public(race["race"]), "watch": RACES[race["race"]]["watch"],
             "started": bool(race["started"]), "ready": bool(race["started"]) or _ready(r, race["labs"]),
             "labs": labs, "url": f"/race/{rid}"}

@@ -16,6 +16,7 @@ of holders that died (a killed worker), so the clock never waits for a process t
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
@@ -23,6 +24,7 @@ import redis
 from core.keys import key
 
 BARRIER_TTL = 5.0  # real seconds a barrier outlives its holder's last refresh (a probe may take a few)
+SLOWED_BELOW = 0.9  # a clock achieving less than this share of its asked speed says it slowed
 
 
 def _now(state: dict, real: float | None = None) -> float:
@@ -48,9 +50,23 @@ def reached_at(state: dict, t: float) -> float | None:
 def read(r: redis.Redis, lab: str) -> dict:
     """Clock state plus the current simulated time `t`; `asked` is the learner's speed and
     `effective` what the lab is really achieving (lower when real work holds the clock back)."""
-    state = r.hgetall(key(lab, "clock"))
+    return _reading(r.hgetall(key(lab, "clock")), time.time())
+
+
+def read_many(r: redis.Redis, labs: list[str]) -> list[dict]:
+    """`read` of several labs at one real instant (one round trip), so a race's lanes are compared at the
+    same moment rather than a round trip apart."""
+    with r.pipeline(transaction=False) as pipe:
+        for lab in labs:
+            pipe.hgetall(key(lab, "clock"))
+        states = pipe.execute()
+    real = time.time()
+    return [_reading(state, real) for state in states]
+
+
+def _reading(state: dict, real: float) -> dict:
     speed = float(state.get("speed", 20))
-    t = _now(state)
+    t = _now(state, real)
     barrier = state.get("barrier")
     return {"t": round(t, 3), "t_raw": t, "speed": speed, "paused": state.get("paused") == "1",
             "asked": speed, "effective": float(state.get("effective", speed)),
@@ -77,30 +93,52 @@ def _rebase(r: redis.Redis, lab: str, **changes) -> float:
                 pipe.watch(k)
                 state = pipe.hgetall(k)
                 real = time.time()
-                t = _now(state, real) + float(changes.pop("advance", 0))
+                t = _now(state, real) + float(changes.get("advance", 0))
                 pipe.multi()
-                pipe.hset(k, mapping={"base_sim": t, "base_real": real, **changes})
+                pipe.hset(k, mapping={"base_sim": t, "base_real": real,
+                                      **{n: v for n, v in changes.items() if n != "advance"}})
                 pipe.execute()
                 return t
             except redis.WatchError:
                 continue
 
 
+def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
+    """Apply a rebase to the lab and to every other lane of its race (one timeline: pausing, stepping or
+    re-speeding one lane does the same to all); returns the lab's own new time."""
+    peers = r.hget(key(lab, "clock"), "peers")
+    for peer in json.loads(peers) if peers else []:
+        if r.exists(key(peer, "clock")):  # a lane already deleted keeps no clock (nothing outlives its lab)
+            _rebase(r, peer, **changes)
+    return _rebase(r, lab, **changes)
+
+
 def pause(r: redis.Redis, lab: str) -> float:
-    return _rebase(r, lab, paused=1)
+    return _each_lane(r, lab, paused=1)
 
 
 def resume(r: redis.Redis, lab: str) -> float:
-    return _rebase(r, lab, paused=0)
+    return _each_lane(r, lab, paused=0)
 
 
 def step(r: redis.Redis, lab: str, seconds: float) -> float:
     """Advance a paused clock by `seconds` of simulated time (single-step)."""
-    return _rebase(r, lab, advance=seconds, paused=1)
+    return _each_lane(r, lab, advance=seconds, paused=1)
 
 
 def set_speed(r: redis.Redis, lab: str, speed: float) -> float:
-    return _rebase(r, lab, speed=speed)
+    return _each_lane(r, lab, speed=speed)
+
+
+def link(r: redis.Redis, labs: list[str]) -> None:
+    """Put a race's lanes on one timeline: a barrier in any lane holds every lane's clock (the slowest
+    sets the pace, so their readouts always compare the same simulated instant), and a pause, step or
+    speed change of one lane is made in all."""
+    for lab in labs:
+        others = [o for o in labs if o != lab]
+        r.hset(key(lab, "clock"), mapping={
+            "peers": json.dumps(others),
+            "peer_keys": json.dumps([[key(o, "clock"), _barriers(o)] for o in others])})
 
 
 # --- barriers: the clock waits for real work ------------------------------------------------
@@ -120,15 +158,36 @@ def _alive(lab: str) -> str:
 # from exactly where it waited), applies the change, and points the clock at the lowest barrier left.
 # 'sweep' lifts every barrier whose holder stopped refreshing it — in one step, so a barrier being added
 # at that moment is never mistaken for a dead one.
+# A race's lanes (`peer_keys`, written once by `link`) share one timeline: every lane's clock is rebased
+# with this one and waits at the lowest barrier of any lane. Their keys are read from the clock hash, not
+# passed in KEYS: the server is a single node, and the lanes are fixed when the race opens.
 _BARRIER_LUA = """
-local c = redis.call('HGETALL', KEYS[1])
-local st = {}
-for i = 1, #c, 2 do st[c[i]] = c[i + 1] end
+local function state(k)
+  local c = redis.call('HGETALL', k)
+  local st = {}
+  for i = 1, #c, 2 do st[c[i]] = c[i + 1] end
+  return st
+end
+local function now_of(st, real)
+  local t = tonumber(st['base_sim'] or '0')
+  if st['paused'] ~= '1' then
+    t = t + (real - tonumber(st['base_real'] or real)) * tonumber(st['speed'] or '20')
+    if st['barrier'] and st['barrier'] ~= '' and tonumber(st['barrier']) < t then t = tonumber(st['barrier']) end
+  end
+  return t
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end  -- a deleted lab: no barrier brings its keys back
 local real = tonumber(ARGV[4])
-local t = tonumber(st['base_sim'] or '0')
-if st['paused'] ~= '1' then
-  t = t + (real - tonumber(st['base_real'] or ARGV[4])) * tonumber(st['speed'] or '20')
-  if st['barrier'] and st['barrier'] ~= '' and tonumber(st['barrier']) < t then t = tonumber(st['barrier']) end
+local lanes = {{KEYS[1], KEYS[2], state(KEYS[1])}}
+if lanes[1][3]['peer_keys'] then
+  for _, p in ipairs(cjson.decode(lanes[1][3]['peer_keys'])) do
+    if redis.call('EXISTS', p[1]) == 1 then table.insert(lanes, {p[1], p[2], state(p[1])}) end
+  end
+end
+local ahead = -math.huge
+for _, l in ipairs(lanes) do
+  l[4] = now_of(l[3], real)
+  if l[4] > ahead then ahead = l[4] end
 end
 if ARGV[1] == 'sweep' then
   local dead = 0
@@ -141,19 +200,25 @@ if ARGV[1] == 'sweep' then
     end
   end
   if dead == 0 then return 0 end
-end
-redis.call('HSET', KEYS[1], 'base_sim', string.format('%.17g', t), 'base_real', ARGV[4])
-if ARGV[1] == 'hold' then
+elseif ARGV[1] == 'hold' then
   local at = ARGV[3]
-  if tonumber(at) < t then at = string.format('%.17g', t) end  -- a barrier never takes the clock back
+  if tonumber(at) < ahead then at = string.format('%.17g', ahead) end  -- a barrier never takes a clock back
   redis.call('ZADD', KEYS[2], at, ARGV[2])
   redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
 elseif ARGV[1] == 'lift' then
   redis.call('ZREM', KEYS[2], ARGV[2])
   redis.call('HDEL', KEYS[3], ARGV[2])
 end
-local low = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if #low > 0 then redis.call('HSET', KEYS[1], 'barrier', low[2]) else redis.call('HDEL', KEYS[1], 'barrier') end
+local low = nil
+for _, l in ipairs(lanes) do
+  local b = redis.call('ZRANGE', l[2], 0, 0, 'WITHSCORES')
+  if #b > 0 and (low == nil or tonumber(b[2]) < low) then low = tonumber(b[2]) end
+end
+for _, l in ipairs(lanes) do
+  redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4])
+  if low then redis.call('HSET', l[1], 'barrier', string.format('%.17g', low))
+  else redis.call('HDEL', l[1], 'barrier') end
+end
 return 1
 """
 _scripts: dict[int, object] = {}
@@ -180,6 +245,11 @@ def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> 
 
 def lift(r: redis.Redis, lab: str, holder: str) -> None:
     _set_barrier(r, lab, "lift", holder)
+
+
+def holders(r: redis.Redis, lab: str) -> list[str]:
+    """Who holds a barrier on this lab's clock now."""
+    return r.zrange(_barriers(lab), 0, -1)
 
 
 def lowest_barrier(r: redis.Redis, lab: str, besides: str) -> float:

@@ -62,6 +62,10 @@ CLAIMS: tuple[Claim, ...] = (
           "slots", "test_check2_request_slots_are_littles_law", status="model"),
     Claim("ch0.predict", 0, "Try this 1", "Predict both response times", status="thought",
           why="a prediction step; steps 2 and 3 show the answers"),
+    Claim("ch0.inline_honest_clock", 0, "Try this 5, at the top speed", "The inline handler keeps the honest "
+          "clock: at 1000× a 600 s transcode still holds the request 600 simulated s (the clock waits for ffmpeg) "
+          "and the answer says the clock slowed",
+          "test_try5_at_1000x_an_inline_transcode_takes_its_duration_and_the_readout_says_the_clock_slowed"),
     # --- chapter 1 --------------------------------------------------------------------------------
     Claim("ch1.fixed_vt_note", 1, "Two fixes", "Where we differ: 1,200 s is 1.33× the 900 s p99, not “roughly "
           "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page", status="model"),
@@ -85,6 +89,24 @@ CLAIMS: tuple[Claim, ...] = (
           "test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_healthy_worker"),
     Claim("ch1.silence", 1, "Check yourself 2", "A dead worker and a busy one both send nothing", status="thought",
           why="a reasoning question about what a broker can observe; try this 2 and 4 show its consequence"),
+    Claim("ch1.race_lease", 1, "Race: VT 300 vs VT 1200 vs heartbeat", "One 600 s transcode on two workers: "
+          "with a 300 s lease the idle second worker takes the copy at 300 s and the job runs twice at once; a "
+          "1,200 s lease or a heartbeat keeps it to one run. The lanes' clocks read the same instant (within 1 %) "
+          "and every job is claimed within 1 simulated s, also beside two CPU hogs",
+          "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
+    Claim("ch1.scenario_vt_too_short", 1, "Scenario /s/vt-too-short", "A 300 s lease on a 600 s transcode, no "
+          "guard: a second worker starts the job at 300 s, the first finishes at 600 s (done once), the second "
+          "at 900 s (a counted duplicate): 300 s of overlap",
+          "test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900"),
+    Claim("ch1.why_vt_too_short", 1, "Predict first: VT too short (why)", "The lease ran out before the job was "
+          "done, so another worker took it while the first was still busy: one more attempt per expiry",
+          "test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_off"),
+    Claim("ch1.why_fix_vt", 1, "Predict first: Fix it: VT 1200 s (why)", "A lease that outlives the job keeps "
+          "the message invisible until the ack: no other worker ever sees it, one attempt",
+          "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
+    Claim("ch1.why_fix_heartbeat", 1, "Predict first: Fix it: heartbeat (why)", "The heartbeat pushes the "
+          "deadline while the worker lives, so a 300 s lease never runs out under it: the job runs once",
+          "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
     # --- chapter 2 --------------------------------------------------------------------------------
     Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
           "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page", status="model"),
@@ -149,6 +171,23 @@ CLAIMS: tuple[Claim, ...] = (
           "goes straight back", "test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish"),
     Claim("ch4.breaker", 4, "Check yourself 6", "What a circuit breaker saves that jitter does not",
           status="thought", why="a design comparison; the breaker is a lab control but the page asks for reasoning"),
+    Claim("ch4.race_jitter", 4, "Race: no jitter vs full jitter", "Storage down for 200 s under six thumbnail "
+          "jobs: fixed 20 s retries land together, full jitter spreads them (the fixed lane's peak per bucket is "
+          "at least twice full jitter's)", "test_race_jitter_fixed_retries_land_together_full_jitter_spreads_them"),
+    Claim("ch4.race_retry_policies", 4, "Race: four retry policies", "The same outage four ways: without retries "
+          "every job is dead-lettered after one call per caller; fixed, exponential and full-jitter backoff wait it "
+          "out and finish every job",
+          "test_race_retry_policies_without_retries_the_outage_dead_letters_every_job_with_backoff_all_finish"),
+    Claim("ch4.scenario_retry_storm", 4, "Scenario /s/retry-storm", "Storage down for 100 s under three jobs of "
+          "12 upload parts: all 36 calls fail at once and, with exponential backoff and no jitter, all 36 come "
+          "back together at 10, 30, 70 and 150 s",
+          "test_scenario_retry_storm_every_call_fails_together_and_comes_back_together"),
+    Claim("ch4.scenario_poison_pill", 4, "Scenario /s/poison-pill", "An undecodable upload fails every attempt; "
+          "exponential backoff waits 10, 20, 40, 80 s and the fifth failure sends it to the dead-letter queue",
+          "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
+    Claim("ch4.why_poison", 4, "Predict first: Poison pill (why)", "Every attempt fails with an error the "
+          "handler sees, so the retry policy decides: at max attempts the job goes to the dead-letter queue",
+          "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",
@@ -164,6 +203,13 @@ CLAIMS: tuple[Claim, ...] = (
           "test_check3_doubling_the_vt_recomputes_the_dedup_window", status="model"),
     Claim("ch5.judgement", 5, "Check yourself 4, 5", "Fail open or closed; why a separate notified flag",
           status="thought", why="design judgement about costs the lab does not price (a card charge, racing reads)"),
+    Claim("ch5.race_guard", 5, "Race: claim guard off vs on", "A 300 s lease on a 600 s job: at 300 s the copy "
+          "goes to the idle second worker. Guard off: both copies run and two emails go out; claim guard: the "
+          "copy backs off, one run, one email",
+          "test_race_guard_off_runs_both_copies_and_mails_twice_claim_runs_once_and_mails_once"),
+    Claim("ch5.why_emails", 5, "Predict first: VT too short, emails (why)", "With the notified guard on, the "
+          "completion email is a compare-and-swap on a 'notified' flag: only the first finisher sends it",
+          "test_try3_check2_output_path_and_notified_guards_hold_when_the_record_guard_is_off"),
     # --- chapter 6 --------------------------------------------------------------------------------
     Claim("ch6.shared_fifo", 6, "Try this 1", "Shared FIFO: workers take jobs in arrival order whatever the "
           "tier", "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier"),

@@ -468,7 +468,7 @@ class Supervisor:
         asked = state["speed"]
         achieved = (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
         k = key(pool.lab, "clock")
-        if not state["slowed"] and achieved < 0.9 * asked:
+        if not state["slowed"] and achieved < clock.SLOWED_BELOW * asked:
             busy = os.getloadavg()[0] > (os.cpu_count() or 1)
             reason = ("the machine is busy" if busy else
                       "real work (ffmpeg, storage calls) cannot keep up at this speed")

@@ -72,8 +72,8 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     wid = worker_id()
     now = clock.now(r, lab)
     outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
-    if outcome != leases.STALE:
-        clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
+    # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be)
+    clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
     if outcome != leases.RUN:
         return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
     holder = f"{job_id}:{attempt}"

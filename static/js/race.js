@@ -75,9 +75,14 @@ function racePage() {
   const fmt = (v) => (v == null ? '–' : Number(v).toLocaleString('en'));
   function fill(d) {
     const first = d.labs[0];
+    const at = performance.now();
     for (const lab of d.labs) {
+      // one reading of every lab's clock, the same instant for all: each widget ticks on from it
+      if (lab.clock) document.getElementById(`run-${lab.side}`)?.dispatchEvent(new CustomEvent('lab:clock', { detail: { ...lab.clock, at } }));
       const clockTd = page.querySelector(`[data-clock="${lab.side}"]`);
-      if (clockTd) setText(clockTd, lab.clock ? `t = ${fmt(Math.round(lab.clock.t))} s${lab.clock.paused ? ' (held)' : ''}` : 'expired');
+      // the lanes share one timeline; when real work holds it, the readout says how fast it really runs
+      const slowed = lab.clock && lab.clock.slowed && !lab.clock.paused ? ` (slowed to ${fmt(lab.clock.effective)}×)` : '';
+      if (clockTd) setText(clockTd, lab.clock ? `t = ${fmt(Math.round(lab.clock.t))} s${lab.clock.paused ? ' (held)' : slowed}` : 'expired');
       for (const [key] of d.watch) {
         const td = page.querySelector(`tr[data-count="${key}"] td[data-side="${lab.side}"]`);
         if (!td) continue;

@@ -12,6 +12,7 @@ import pytest
 from core import numbers, presets, settings
 from tests.helpers import sim_time_passes
 from tests.lesson.helpers import events_of, num, page_text, wait_event
+from tests.lesson.races import cpu_hogs
 
 pytestmark = pytest.mark.lesson
 
@@ -113,3 +114,23 @@ def test_check2_request_slots_are_littles_law(api, measured):
     slots = tx["rate_per_s"] * C0["inline_transcode_s"]
     assert f"{num(slots)} request slots" in page_text(api, 0)
     measured.update(request_slots=slots)
+
+
+def test_try5_at_1000x_an_inline_transcode_takes_its_duration_and_the_readout_says_the_clock_slowed(api, measured):
+    """The inline handler keeps the honest clock as a worker does: at the top speed ffmpeg is slower than
+    duration ÷ speed, so the clock waits for it (the request still takes the transcode's simulated duration,
+    not that plus the overrun) and the answer says the clock slowed. Two CPU hogs make sure ffmpeg is slow."""
+    speed = settings.BY_NAME["speed"].max
+    duration = C0["inline_transcode_s"]
+    lab = api.lab("ch0", speed=speed, gateway_timeout=settings.BY_NAME["gateway_timeout"].max)
+    with cpu_hogs(2):
+        started = time.monotonic()
+        res = inline(api, lab)
+        real_s = time.monotonic() - started
+    assert res.status == 200, res.body
+    d = res.json()
+    measured.update(speed=speed, simulated_s=d["simulated_s"], real_s=round(real_s, 3),
+                    running_speed=d["running_speed"], clock_slowed=d["clock_slowed"])
+    assert d["simulated_s"] == pytest.approx(duration, abs=1), "the request's simulated time is not the transcode's"
+    assert real_s > 1.5 * duration / speed, f"ffmpeg kept up with {speed:g}× beside two CPU hogs: nothing to show"
+    assert d["clock_slowed"] and d["running_speed"] < speed, d

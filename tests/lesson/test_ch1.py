@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from app import scenarios
+from app.racing import RACES
 from core import numbers, presets
+from tests.lesson import races
 from tests.lesson.helpers import (
     busy_worker,
     button,
@@ -187,3 +190,73 @@ def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_heal
     assert snap["counts"]["lost"] == 0 and not events_of(api, lab, "worker.killed")  # nobody crashed
     measured.update(interval_s=extend * 1.5, extension_s=extend, redelivered=snap["counts"]["redelivered"],
                     job_s=hb["job_duration"])
+
+
+# --- the lease race (app/racing.py "lease"): the same job in three lanes that differ only in the lease ---
+
+RACE_SPEED = 100  # the issue's figure: every lane's first claim and redelivery within 1 simulated second
+
+
+def lease_race(api, hogs: int) -> dict:
+    """Run the lease race with `hogs` CPU hogs beside it: per lane, pairs of one job's attempts that ran at
+    once; every lane's first-claim lags; the spread of the lanes' clocks while running; when lane A's copy
+    was claimed."""
+    rc = RACES["lease"]
+    vt, dur = rc["variants"][0]["settings"]["vt_seconds"], rc["base"]["job_duration"]
+    race = races.open_race(api, "lease", RACE_SPEED)
+    with races.cpu_hogs(hogs):
+        spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
+                            and st["labs"][0]["counts"]["duplicate_completions"] == 1)
+    out = {"runs_at_once": {}, "attempts": {}, "lags": [], "spread": max(spreads)}
+    for lane in race["labs"]:
+        lab = races.lane_lab(lane)
+        ev = api.events(lab)
+        out["lags"] += races.claim_lags(ev)
+        out["runs_at_once"][lane["label"]] = sum(races.overlapping_runs(job(api, lab, e["job_id"])["attempts"])
+                                                 for e in of_type(ev, "job.enqueued"))
+        out["attempts"][lane["label"]] = len(of_type(ev, "job.claimed"))  # every delivery a worker ran
+        if lane["side"] == "a":
+            first, copy = of_type(ev, "job.claimed")[:2]
+            out["copy_claimed_after_s"] = copy["t_sim"] - first["t_sim"]
+    return out
+
+
+def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(api, measured):
+    vt = RACES["lease"]["variants"][0]["settings"]["vt_seconds"]
+    for hogs in (0, 2):  # a quiet box, then a loaded one
+        got = lease_race(api, hogs)
+        measured[f"{hogs}_cpu_hogs"] = {"runs_at_once": got["runs_at_once"], "attempts": got["attempts"],
+                                        "lane_clock_spread_max": got["spread"],
+                                        "first_claim_lag_max_s": max(got["lags"]),
+                                        "copy_claimed_after_s": got["copy_claimed_after_s"]}
+        assert got["runs_at_once"] == {"VT 300 s": 1, "VT 1,200 s": 0, "VT 300 s + heartbeat": 0}, got
+        # the predictions' why: a lease that outlives the job, or one a heartbeat keeps pushing, is never seen again
+        assert got["attempts"] == {"VT 300 s": 2, "VT 1,200 s": 1, "VT 300 s + heartbeat": 1}, got
+        # the copy starts on the idle worker the instant the lease ends
+        assert got["copy_claimed_after_s"] == pytest.approx(vt, abs=1), got
+        assert max(got["lags"]) <= 1, f"{hogs} hogs: a job waited {max(got['lags']):.1f} simulated s for an idle worker"
+        assert got["spread"] <= 0.01, f"{hogs} hogs: the lanes' clocks drifted {got['spread']:.1%} apart"
+
+
+def test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900(api, measured):
+    """The shared scenario link /s/vt-too-short (app.scenarios), set up through the API as its banner does."""
+    sc = scenarios.SCENARIOS["vt-too-short"]
+    vt, dur = sc["settings"]["vt_seconds"], sc["enqueue"]["duration_s"]
+    lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
+    api.workers_ready(lab, sc["settings"]["workers"])
+    for _ in range(sc["count"]):
+        enqueue(api, lab, **sc["enqueue"])
+    snap = api.wait_for(lab, lambda s: s["counts"]["duplicate_completions"] == 1 and settled(s), timeout=120)
+    ev = api.events(lab)
+    (queued,) = of_type(ev, "job.enqueued")
+    a, b = of_type(ev, "job.claimed")
+    (done,) = of_type(ev, "job.succeeded")
+    (dup,) = of_type(ev, "job.duplicate_completed")
+    t0 = queued["t_sim"]
+    at = {"first_claim": a["t_sim"] - t0, "second_claim": b["t_sim"] - t0, "done": done["t_sim"] - t0,
+          "duplicate": dup["t_sim"] - t0}
+    measured.update({k: round(v, 3) for k, v in at.items()}, done_count=snap["counts"]["done"])
+    assert a["worker_id"] != b["worker_id"] and snap["counts"]["done"] == 1
+    # with the honest clock every moment is exact to a simulated second, hand-offs included
+    assert at == pytest.approx({"first_claim": 0, "second_claim": vt, "done": dur, "duplicate": vt + dur}, abs=1), at
+    assert at["done"] - at["second_claim"] == pytest.approx(dur - vt, abs=1)  # the overlap the banner states

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from app import scenarios
+from app.racing import RACES
 from core import numbers, presets
+from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
 pytestmark = pytest.mark.lesson
@@ -210,3 +213,82 @@ def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(
                     dlq_after_first_claim_s=dlq_after_first_claim,
                     reasons=sorted(set(dead.values())), replayed_by_reason=len(back), replayed_done=len(outage_jobs),
                     pill_replay_attempts=len(of_type(again, "job.claimed")), dlq_after=1)
+
+
+# --- the jitter and retry-policy races (app/racing.py): one outage under the same six jobs, per policy ---
+
+RACE_SPEED = 100
+
+
+def race_storage(api, race_id: str) -> dict[str, dict]:
+    """Run a race until every lane's jobs have finished (done or dead-lettered); per lane's retry policy, its
+    storage arrivals (GET …/retries) and counts."""
+    rc = RACES[race_id]
+    race = races.open_race(api, race_id, RACE_SPEED)
+    races.run(api, race, lambda st: all(lab["counts"]["done"] + lab["counts"]["dlq"] == rc["count"]
+                                        for lab in st["labs"]), timeout=300)
+    st = api.ok("GET", f"/api/races/{race['race_id']}")
+    out = {}
+    for lane, lab in zip(race["labs"], st["labs"], strict=True):
+        ret = api.ok("GET", f"/api/labs/{lane['lab_id']}/retries?bucket_s={LM['bucket_s']}", token=lane["token"])
+        out[lane["settings"]["retry_policy"]] = {"storage": ret["storage"], "counts": lab["counts"]}
+    return out
+
+
+def test_race_jitter_fixed_retries_land_together_full_jitter_spreads_them(api, measured):
+    lanes = race_storage(api, "jitter")
+    fixed, jitter = (lanes[p]["storage"]["peak_since_first_failure"] for p in ("fixed", "full_jitter"))
+    measured.update(peak_per_bucket={"fixed": fixed, "full_jitter": jitter}, bucket_s=LM["bucket_s"])
+    assert fixed >= 2 * jitter, f"fixed peak {fixed} vs full jitter {jitter} per {LM['bucket_s']} s bucket"
+
+
+def test_race_retry_policies_without_retries_the_outage_dead_letters_every_job_with_backoff_all_finish(api, measured):
+    lanes = race_storage(api, "retry-policies")
+    n = RACES["retry-policies"]["count"]
+    got = {p: {"done": v["counts"]["done"], "dlq": v["counts"]["dlq"], "calls": v["storage"]["calls"],
+               "callers": v["storage"]["callers"]} for p, v in lanes.items()}
+    measured.update(lanes=got)
+    # no retries: each storage caller calls once, inside the outage, and its job goes to the DLQ
+    assert got["none"]["dlq"] == n and got["none"]["calls"] == got["none"]["callers"], got
+    for policy in ("fixed", "exponential", "full_jitter"):  # a backoff waits the outage out: every job done
+        assert got[policy]["done"] == n and got[policy]["calls"] > got[policy]["callers"], (policy, got)
+
+
+def scenario_lab(api, scenario_id: str) -> dict:
+    """A lab set up as the shared scenario link does (its preset and settings), its fault on, its jobs sent."""
+    sc = scenarios.SCENARIOS[scenario_id]
+    lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
+    api.workers_ready(lab, sc["settings"]["workers"])
+    fault(api, lab, **sc["fault"])
+    for _ in range(sc.get("count", 1) if sc.get("enqueue") else 0):
+        enqueue(api, lab, **sc["enqueue"])
+    return lab
+
+
+def test_scenario_retry_storm_every_call_fails_together_and_comes_back_together(api, measured):
+    sc = scenarios.SCENARIOS["retry-storm"]
+    s = sc["settings"]
+    lab = scenario_lab(api, "retry-storm")
+    api.wait_for(lab, lambda snap: snap["counts"]["done"] == sc["count"], timeout=240)
+    st = api.ok("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"])["storage"]
+    callers = sc["count"] * s["upload_parts"]
+    at = [s["retry_base"] * k for k in (1, 3, 7, 15)]  # the banner's 10, 30, 70 and 150 s: 1, 3, 7, 15 × the base
+    got = waves(st["since_first_failure"], at)
+    measured.update(callers=st["callers"], waves_at_s=at, per_wave=got)
+    assert st["callers"] == callers
+    assert got == [callers] * len(at), st["since_first_failure"]
+
+
+def test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters(api, measured):
+    s = scenarios.SCENARIOS["poison-pill"]["settings"]
+    lab = scenario_lab(api, "poison-pill")
+    api.wait_for(lab, lambda snap: snap["counts"]["dlq"] == 1 and settled(snap), timeout=120)
+    ev = api.events(lab)
+    failed, claims = of_type(ev, "job.failed"), of_type(ev, "job.claimed")
+    delays = [e["data"]["delay"] for e in of_type(ev, "job.retry_scheduled")]
+    waited = [nxt["t_sim"] - f["t_sim"] for f, nxt in zip(failed, claims[1:], strict=False)]
+    measured.update(attempts=len(failed), delays_s=delays, waited_s=[round(w, 3) for w in waited])
+    assert len(failed) == len(claims) == s["max_attempts"]
+    assert delays == [s["retry_base"] * 2 ** k for k in range(s["max_attempts"] - 1)]  # 10, 20, 40, 80 s
+    assert waited == pytest.approx(delays, abs=1)  # each retry claimed the instant its wait ended
+    assert len(of_type(ev, "job.dead_lettered")) == 1

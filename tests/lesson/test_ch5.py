@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.racing import RACES
 from core import numbers, presets
+from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
@@ -92,3 +94,30 @@ def test_check3_doubling_the_vt_recomputes_the_dedup_window(api, measured):
     assert d2["gap_s"] == 2 * C5["fixed_vt_s"] + C5["transcode_p99_s"] and d2["window_s"] >= d2["gap_s"]
     assert f"{num(d2['key_count'])} keys" in page_text(api, 5)
     measured.update(window_s=d2["window_s"], keys=d2["key_count"], key_mb=d2["key_mb"])
+
+
+# --- the guard race (app/racing.py "guard"): one job, one lease too short, the claim guard off vs on ---
+
+RACE_SPEED = 100
+
+
+def test_race_guard_off_runs_both_copies_and_mails_twice_claim_runs_once_and_mails_once(api, measured):
+    rc = RACES["guard"]
+    vt, dur = rc["base"]["vt_seconds"], rc["base"]["job_duration"]
+    race = races.open_race(api, "guard", RACE_SPEED)
+    spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
+                        and st["labs"][0]["counts"]["duplicate_completions"] == 1)
+    out, lags = {}, []
+    for lane in race["labs"]:
+        lab = races.lane_lab(lane)
+        ev = api.events(lab)
+        lags += races.claim_lags(ev)
+        out[lane["settings"]["guard"]] = {
+            "runs_at_once": sum(races.overlapping_runs(api.job(lab, e["job_id"]).json()["attempts"])
+                                for e in of_type(ev, "job.enqueued")),
+            "emails": len(outbox(api, lab)), "backed_off": len(of_type(ev, "job.duplicate_blocked"))}
+    measured.update(lanes=out, lane_clock_spread_max=round(max(spreads), 4), first_claim_lag_max_s=max(lags))
+    assert out["off"] == {"runs_at_once": 1, "emails": 2, "backed_off": 0}, out
+    assert out["claim"] == {"runs_at_once": 0, "emails": 1, "backed_off": 1}, out
+    assert max(lags) <= 1, f"a job waited {max(lags):.1f} simulated s for an idle worker"
+    assert max(spreads) <= 0.01, f"the lanes' clocks drifted {max(spreads):.1%} apart"

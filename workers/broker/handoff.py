@@ -21,32 +21,43 @@ from core import clock, stream
 from core.keys import key, msg, queue_name
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
-TRANSIT_S = 1.0  # real seconds the clock waits for an idle worker to receive a delivery
 
 
-def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float) -> None:
-    """A delivery on its way to an idle worker takes no simulated time: the clock waits (up to
-    TRANSIT_S real seconds) until the worker receives it, so RQ's real pick-up latency (a fork, a
-    few round trips: tens of simulated seconds at 200×) does not shift the lesson's timeline. With
-    no idle worker the message waits in the queue on the simulated clock, as it should."""
-    if any(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers")))):
-        clock.hold(r, lab, transit_holder(job_id, n), now, ttl=TRANSIT_S)
+def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float = 0.0) -> None:
+    """A delivery on its way to an idle worker takes no simulated time: the clock waits until the worker
+    receives it (the receive lifts this barrier), so RQ's real pick-up latency (a fork, a few round trips:
+    tens of simulated seconds at 200×, more on a busy host) does not shift the lesson's timeline. Only as
+    many deliveries as there are idle workers are waited for; the others wait in the queue on the
+    simulated clock, as they should. A delivery whose worker never receives it (killed in the hand-off)
+    stops holding the clock after HANDOFF_S real seconds, when `sweep` sends it again (held again).
+    The barrier goes at `now`, or at the clock's present moment if that is later (0: wherever it is)."""
+    idle = sum(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers"))))
+    if idle > in_transit(r, lab):
+        clock.hold(r, lab, transit_holder(job_id, n), now, ttl=HANDOFF_S)
 
 
 def hold_for_next(r: redis.Redis, lab: str, now: float) -> None:
     """A worker that finishes while jobs wait takes the next one only after a real hand-off (its horse
-    exits, RQ dequeues, forks a new horse): the clock waits for that delivery (up to TRANSIT_S real
-    seconds) as it does for one sent to an idle worker, so a queued job's wait is the simulated time
-    the jobs ahead of it took, not that plus speed × the hand-off. Called before the finishing attempt
-    lifts its own barrier, so no simulated time slips between the two."""
+    exits, RQ dequeues, forks a new horse): the clock waits for that delivery as it does for one sent to an
+    idle worker, so a queued job's wait is the simulated time the jobs ahead of it took, not that plus
+    speed × the hand-off. Called before the finishing attempt lifts its own barrier, so no simulated time
+    slips between the two."""
     head = r.lindex(f"rq:queue:{queue_name(lab)}", 0)
     parts = head.split("-") if head else []
     if len(parts) == 4 and parts[0] == lab and parts[2].isdigit():  # producer/reaper ids: lab-job-n-ns
-        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=TRANSIT_S)
+        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=HANDOFF_S)
+
+
+def in_transit(r: redis.Redis, lab: str) -> int:
+    """Deliveries the clock is waiting for a worker to receive."""
+    return sum(h.startswith(_TRANSIT) for h in clock.holders(r, lab))
+
+
+_TRANSIT = "transit:"
 
 
 def transit_holder(job_id: str, n: int) -> str:
-    return f"transit:{job_id}:{n}"
+    return f"{_TRANSIT}{job_id}:{n}"
 
 
 def record(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int, rq_id: str) -> None:

@@ -28,6 +28,8 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
     """Create job N of this lab in state queued (attempt 1) and send its first delivery."""
     number = next_job_number(r, lab)
     job_id = str(number)
+    # held before the clock is read: the job is enqueued, and claimed by an idle worker, at one instant
+    handoff.hold_for_transit(r, lab, job_id, 1)
     now = clock.now(r, lab)
     payload = {"job_id": job_id, "job_type": job_type, "video_id": video_id, "resolutions": resolutions,
                "idempotency_key": idempotency_key, "created_at": round(now, 3), "attempt_count": 0,
@@ -45,7 +47,6 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
                       video_id=video_id, duration_s=duration_s, poison=poison or False)
         pipe.execute()
     try:
-        handoff.hold_for_transit(r, lab, job_id, 1, now)
         reaper.send(rq_conn, lab, job_id, 1)
         r.zrem(key(lab, "dispatch"), f"{job_id}:1")
     except redis.exceptions.OutOfMemoryError:

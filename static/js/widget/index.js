@@ -128,6 +128,14 @@ function boot(root) {
     q('body').hidden = false;
     root.dataset.state = 'ready';
     root.dataset.labId = S.lab.id;
+    // a race page reads every lab's clock at one instant and hands each widget its reading (`lab:clock`),
+    // so the labs' readouts tick from the same moment instead of each from its own last snapshot
+    root.addEventListener('lab:clock', (e) => {
+      const c = e.detail;
+      if (S.past || !c) return;
+      S.clock = { t: c.t, speed: c.speed, paused: c.paused, at: c.at };
+      W.markDirty();
+    });
     setInterval(tick, 250);
     W.announceLoop();
     W.startPredictions();

@@ -68,8 +68,10 @@ export function install(W) {
       const d = res.data || {};
       if (res.ok || res.status === 504) {
         rows.inline.ms = (d.simulated_s || 0) * 1000;
+        // the clock waited for ffmpeg (a transcode slower than duration ÷ speed): say so, with the speed it ran at
+        const slowed = d.clock_slowed ? `; the clock slowed to ${fmtNum(d.running_speed)}× of ${fmtNum(d.speed)}× while ffmpeg caught up` : '';
         setText(rows.inline.val, res.ok
-          ? `200 OK after ${fmtNum(d.simulated_s)} s simulated (${ms.toLocaleString('en')} ms real)`
+          ? `200 OK after ${fmtNum(d.simulated_s)} s simulated (${ms.toLocaleString('en')} ms real${slowed})`
           : `504 Gateway Timeout after ${fmtNum(d.simulated_s)} s simulated`);
         setText(note, res.ok
           ? `Inline: the request was held ${fmtNum(d.simulated_s)} s (simulated) for a 200. Every one of those seconds held a web thread.`
