@@ -7,6 +7,8 @@ renders) or the ch0 preset. Nothing here depends on issue 18.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from core import numbers, presets, settings
