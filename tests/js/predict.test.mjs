@@ -59,3 +59,12 @@ test('a class spread lists every choice, or the numbers guessed in order', () =>
   assert.deepEqual(spread(CHOICE, ['more', 'more', 'once']), [['once', 1], ['more', 2]]);
   assert.deepEqual(spread(RUNS, [3, 1, 3, 12]), [['1', 1], ['3', 2], ['12', 1]]);
 });
+
+test('a gap is the simulated seconds from the run\'s first A event to the next B after it', () => {
+  const spec = { kind: 'number', measure: 'gap:job.claimed:job.redelivered' };
+  const S = model([{ id: '1', state: 'running' }]);
+  const events = [{ type: 'job.redelivered', t_sim: 5 }, { type: 'job.claimed', t_sim: 10.2 }];
+  assert.equal(measure(spec, S, { jobs: ['1'], events }), null, 'no redelivery after the claim yet');
+  events.push({ type: 'job.claimed', t_sim: 400 }, { type: 'job.redelivered', t_sim: 1210.4 });
+  assert.deepEqual(measure(spec, S, { jobs: ['1'], events }), { number: 1200, value: 1200 });
+});

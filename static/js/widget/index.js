@@ -19,6 +19,7 @@
 //   job-detail.js inspect.js   the open job; a worker's or a lease's internals
 //   log.js        event log and screen-reader announcements  keys.js  keyboard shortcuts
 //   predict.js predict-model.js   commit a guess, see it beside the measurement (and a room's spread)
+//   stepper.js    the chapter's "Try this" steps, acted out one at a time in the lab
 //   util.js scrubber.js timeline.js                          helpers, the history bar, the Gantt chart
 //
 // Every part is installed on one object W (the widget): `W.S` is the state, `W.els` the elements
@@ -42,6 +43,7 @@ import * as jobs from './jobs.js';
 import * as keys from './keys.js';
 import * as lab from './lab.js';
 import * as predict from './predict.js';
+import * as stepper from './stepper.js';
 import * as log from './log.js';
 import * as readouts from './readouts.js';
 import * as settings from './settings.js';
@@ -50,7 +52,7 @@ import * as upload from './upload.js';
 import * as workers from './workers.js';
 
 const PARTS = [lab, stream, history, branch, controls, upload, settings, clock, readouts, workers, broker, jobs,
-  jobDetail, inspect, log, keys, predict];
+  jobDetail, inspect, log, keys, predict, stepper];
 
 // the chapter's widget (#lab-widget), or the two runs of a compare page (data-lab + data-view)
 for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
@@ -154,6 +156,7 @@ function boot(root) {
     els.detail = q('detail');
     W.buildReadouts();
     W.buildScenarios();
+    W.buildStepper(); // guided steps: mounts in [data-role=stepper] (templates/_widget.html)
     W.buildControls();
     W.buildLogFilters();
     if (S.controls.has('retry_policy')) W.buildRetryHistogram();

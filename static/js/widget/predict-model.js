@@ -3,7 +3,8 @@
 // A prediction spec comes from app/scenarios.py (a scenario button's `predict`, served by /api/meta):
 //   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
 //    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
-// A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started}.
+// A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started, events?: the
+// run's events in stream order (the stepper keeps them; `gap:A:B` reads them)}.
 
 const TERMINAL = new Set(['done', 'dlq', 'lost', 'failed']);
 
@@ -18,12 +19,20 @@ export function attemptsOf(job) {
  */
 export function measure(spec, S, run) {
   if (!run || !run.jobs.length) return null;
+  const [kind, arg, arg2] = String(spec.measure).split(':');
+  if (kind === 'gap') { // simulated seconds from the run's first `arg` event to the next `arg2` after it
+    const evs = run.events || [];
+    const a = evs.find((e) => e.type === arg);
+    const b = a && evs.find((e) => e.type === arg2 && e.t_sim >= a.t_sim && e !== a);
+    if (!b) return null;
+    const n = Math.round(b.t_sim - a.t_sim);
+    return { number: n, value: n };
+  }
   const jobs = run.jobs.map((id) => S.jobs.get(String(id)) || S.jobs.get(Number(id)));
   if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
   const ids = new Set(run.jobs.map(String));
   for (const w of S.workers.values()) if (w.state === 'busy' && ids.has(String(w.job_id))) return null;
   let n;
-  const [kind, arg] = String(spec.measure).split(':');
   if (kind === 'attempts') n = attemptsOf(jobs[0]);
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
   else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);

@@ -1,0 +1,160 @@
+"""Guided steps (issue 28) in real Chromium on the real stack: the stepper acts each "Try this" step out
+with the lab's own controls — asks, runs, pauses the clock at the moment, points at it, and says what the
+lab measured — and the measured number is the lab's own (read back through the API). Every chapter asks a
+question before it tells; Enter commits a guess; the /s/ page's button commits it and gives a verdict."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from app import scenarios
+
+pytestmark = pytest.mark.e2e
+
+SPEED = 200
+LONG = 90_000  # ms: a step's whole run, some simulated minutes, on a shared machine
+
+
+@pytest.fixture
+def lab(page: Page, stack, api):
+    """Open chapter pages at test speed; each page's lab is deleted afterwards."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    opened: list[str] = []
+
+    def open_page(path: str) -> dict:
+        page.goto(f"{stack.url}{path}{'&' if '?' in path else '?'}speed={SPEED}")
+        expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+        expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
+        preset = page.locator("#lab-widget").get_attribute("data-preset")
+        opened.append(preset)
+        saved = json.loads(page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')"))
+        return {"lab_id": saved["id"], "token": saved["token"]}
+
+    yield open_page
+    for preset in opened:
+        saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
+        if saved:
+            s = json.loads(saved)
+            api.call("DELETE", f"/api/labs/{s['id']}", token=s["token"])
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def run_step(page: Page, n: int, total: int, guess: str) -> int:
+    """Act step n out: type a guess, Enter, wait for the pause at its moment, continue, read the measurement."""
+    expect(page.get_by_test_id("stepper-count")).to_contain_text(f"Step {n} of {total}")
+    says = page.get_by_test_id("stepper-says")
+    expect(says).to_be_hidden()  # nothing is told before the run
+    page.get_by_test_id("stepper-guess").fill(guess)
+    page.get_by_test_id("stepper-guess").press("Enter")  # Enter commits the guess
+    status = page.get_by_test_id("stepper-status")
+    expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)  # paused at the moment that matters
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "yes", timeout=10_000)
+    expect(page.locator(".lw-step-look")).to_have_count(1)  # it points at the element that shows it
+    expect(status).to_contain_text("Paused at t = ")
+    if says.is_hidden():
+        page.get_by_test_id("stepper-continue").click()
+    expect(says).to_be_visible(timeout=LONG)
+    measured = int(status.get_attribute("data-measured"))
+    assert str(measured) in says.inner_text(), "the sentence names the number the lab measured"
+    expect(status).to_contain_text("the lab measured")
+    return measured
+
+
+def jobs_of_step(events: list[dict], before: int) -> list[dict]:
+    return [e for e in events[before:] if e["type"] == "job.enqueued"]
+
+
+def test_chapter_1_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(page: Page, lab, api):
+    ids = lab("/chapters/1")
+    total = len(scenarios.STEPS["ch1"])
+    seen = 0
+
+    def step_events() -> tuple[list[dict], str]:
+        nonlocal seen
+        evs = api.events(ids)
+        job = jobs_of_step(evs, seen)[-1]["job_id"]
+        mine = [e for e in evs[seen:] if e.get("job_id") == job]
+        seen = len(evs)
+        return mine, job
+
+    def gap(mine: list[dict]) -> int:
+        claim = next(e for e in mine if e["type"] == "job.claimed")
+        back = next(e for e in mine if e["type"] == "job.redelivered" and e["t_sim"] >= claim["t_sim"])
+        return round(back["t_sim"] - claim["t_sim"])
+
+    # 1: VT too short — attempts of the one job, as the stream counts its claims
+    m = run_step(page, 1, total, "1")
+    mine, _ = step_events()
+    assert m == len({e["attempt"] for e in mine if e["type"] == "job.claimed"}) == 2
+    # 2: kill with the VT above the job — back one VT after the claim
+    page.get_by_test_id("stepper-next").click()
+    m = run_step(page, 2, total, "600")
+    mine, _ = step_events()
+    assert m == gap(mine)
+    # 3: ack early + kill — the lost counter's move is the snapshot's
+    page.get_by_test_id("stepper-next").click()
+    lost0 = api.snapshot(ids)["counts"].get("lost", 0)
+    m = run_step(page, 3, total, "0")
+    assert m == api.wait_for(ids, lambda s: s["counts"].get("lost", 0) > lost0)["counts"]["lost"] - lost0
+    step_events()
+    # 4: heartbeat + kill before the first beat — back one extension after the claim
+    page.get_by_test_id("stepper-next").click()
+    m = run_step(page, 4, total, "300")
+    mine, _ = step_events()
+    assert m == gap(mine)
+    # 5: expire a busy worker's lease — two workers ran it
+    page.get_by_test_id("stepper-next").click()
+    m = run_step(page, 5, total, "2")
+    mine, _ = step_events()
+    assert m == len({e["worker_id"] for e in mine if e["type"] == "job.claimed"})
+    # back and out: the steps can be revisited, and left to play freely
+    page.get_by_test_id("stepper-back").click()
+    expect(page.get_by_test_id("stepper-count")).to_contain_text(f"Step 4 of {total}")
+    page.get_by_test_id("stepper-leave").click()
+    expect(page.get_by_test_id("stepper")).to_be_hidden()
+    expect(page.get_by_test_id("stepper-open")).to_be_focused()
+
+
+@pytest.mark.parametrize("number", range(9))
+def test_every_chapter_asks_before_it_tells(page: Page, lab, number):
+    """The stepper asks its first question on the lab's first screen, and no step's answer is visible."""
+    lab(f"/chapters/{number}")
+    preset = page.locator("#lab-widget").get_attribute("data-preset")
+    first = scenarios.steps_public()[preset][0]
+    expect(page.get_by_test_id("stepper-form")).to_contain_text(first["predict"]["question"])
+    expect(page.get_by_test_id("stepper-says")).to_be_hidden()
+    visible = page.locator("body").inner_text()
+    for step in scenarios.steps_public()[preset]:
+        assert step["claim_text"] not in visible
+    if number == 1:  # the answers chapter 1's steps ask for are folded until asked for
+        assert not re.search(r"done once, at 600 s|first to finish counts|one lease\s+extension \(180 s\)", visible)
+    # each Try-this item opens the stepper at its step
+    page.get_by_test_id("step-link-2").click()
+    expect(page.get_by_test_id("stepper-count")).to_contain_text("Step 2 of")
+
+
+def test_the_s_page_button_commits_the_typed_guess_and_gives_a_verdict(page: Page, lab):
+    lab("/s/vt-too-short")
+    outcome = page.get_by_test_id("url-scenario-outcome")
+    expect(page.locator(".cr-scenario-title")).not_to_contain_text("900")  # the banner asks; it does not tell
+    expect(outcome).to_be_hidden()
+    page.get_by_test_id("predict-guess-vt-too-short").fill("2")
+    page.get_by_test_id("url-scenario-run").click()
+    expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 2 attempts")
+    expect(page.get_by_test_id("predict-result")).to_be_visible(timeout=LONG)
+    expect(page.get_by_test_id("predict-your")).to_have_text("2 attempts")
+    expect(page.get_by_test_id("predict-measured")).to_have_text(re.compile(r"\d+ attempts?"))
+    expect(outcome).to_be_visible()
+
+
+def test_enter_in_a_predict_first_guess_commits_it_and_runs(page: Page, lab):
+    lab("/chapters/1")
+    page.get_by_test_id("predict-guess-fix-vt").fill("1")
+    page.get_by_test_id("predict-guess-fix-vt").press("Enter")
+    expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 1 attempt")
+    expect(page.get_by_test_id("predict-result")).to_be_visible(timeout=LONG)
