@@ -234,7 +234,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
     ],
     "ch1": [
         {"claim": "ch1.vt_short", "title": "VT too short, guard off",
-         "do": [{"settings": {"guard": "off"}}, {"scenario": "vt-too-short"}],
+         "do": [{"settings": {"guard": "off", "ack_mode": "late"}}, {"scenario": "vt-too-short"}],
          "moment": "job.redelivered", "look": "inflight",
          "says": "The lease ran out at t = {moment_t} s while the first worker was still busy, so a second worker "
                  "started the same job: {measured} attempts of one job, the first finisher's result counted."},
@@ -257,7 +257,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "The lost counter moved by {measured}: the message was deleted at the claim, so nothing could "
                  "bring the job back. With acks late the same kill is redelivered."},
         {"claim": "ch1.heartbeat", "title": "Heartbeat on, kill before the first beat",
-         "do": [{"scenario": "fix-heartbeat"}, _KILL_ON_CLAIM],
+         "do": [{"settings": {"guard": "off", "ack_mode": "late"}}, {"scenario": "fix-heartbeat"}, _KILL_ON_CLAIM],
          "predict": {**_GAP, "id": "ch1-step-heartbeat", "measure": "gap:job.claimed:job.redelivered",
                      "question": "Heartbeat on, lease 300 s, and the worker dies a moment after its claim. How many "
                                  "simulated seconds after the claim is the job handed out again?"},

@@ -59,9 +59,14 @@ def run_step(page: Page, n: int, total: int, guess: str) -> int:
     if says.is_hidden():
         page.get_by_test_id("stepper-continue").click()
     expect(says).to_be_visible(timeout=LONG)
-    measured = int(status.get_attribute("data-measured"))
-    assert str(measured) in says.inner_text(), "the sentence names the number the lab measured"
-    expect(status).to_contain_text("the lab measured")
+    verdict = page.get_by_test_id("stepper-verdict")
+    expect(verdict).to_contain_text(f"Your guess: {guess}")
+    expect(verdict).to_contain_text("the lab measured")
+    measured = int(verdict.get_attribute("data-measured"))
+    assert f"{measured:,}" in says.inner_text(), "the sentence names the number the lab measured"
+    continue_ = page.get_by_test_id("stepper-continue")
+    if continue_.count():
+        continue_.click()  # let the run finish before the next step
     return measured
 
 

@@ -31,13 +31,14 @@ export function install(W) {
       head: h('h3', { id: hid, tabindex: '-1', testid: 'stepper-count' }),
       body: h('div', { class: 'lw-step-body' }),
       status: h('p', { class: 'lw-step-status', testid: 'stepper-status', role: 'status', 'aria-live': 'polite' }),
+      verdict: h('p', { class: 'lw-step-verdict', testid: 'stepper-verdict', role: 'status' }),
       says: h('p', { class: 'lw-step-says', testid: 'stepper-says', hidden: true }),
       nav: h('div', { class: 'lw-row lw-wrap lw-step-nav' }),
     };
     const box = h('section', { class: 'lw-stepper', testid: 'stepper', 'aria-labelledby': hid },
       h('div', { class: 'lw-step-top' }, els.head,
         h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely')),
-      els.body, els.status, els.says, els.nav);
+      els.body, els.status, els.verdict, els.says, els.nav);
     els.box = box;
     els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
       onclick: () => open(at) }, `Guided steps (${steps.length})`);
@@ -86,6 +87,9 @@ export function install(W) {
     els.mount.dataset.step = String(at + 1);
     setText(els.head, `Step ${at + 1} of ${steps.length}: ${step.title}`);
     setText(els.status, '');
+    setText(els.verdict, '');
+    delete els.verdict.dataset.measured;
+    delete els.status.dataset.paused;
     els.says.hidden = true;
     const spec = step.predict || {};
     const acts = !!(step.do && step.do.length);
@@ -215,9 +219,9 @@ export function install(W) {
     if (res && res.ok === false) return;
     run.paused = true;
     const el = look(run.step.look);
-    const what = el ? (el.getAttribute('aria-label') || el.closest('section')?.querySelector('h3')?.textContent || '').trim() : '';
-    setText(els.status, `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}. ${what ? `Look at “${what.split('\n')[0]}”. ` : ''}`
-      + 'Continue to let the run finish; the answer appears when it has settled.');
+    const what = el ? nameOf(el) : '';
+    setText(els.status, `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}. ${what ? `Look at “${what}”. ` : ''}`
+      + 'Continue to let the run finish.');
     els.status.dataset.paused = 'yes';
     nav([h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶'),
       rerunButton()]);
@@ -233,12 +237,18 @@ export function install(W) {
     return panel;
   }
 
+  /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
+  function nameOf(el) {
+    const head = el.querySelector('h3, h4');
+    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || el.textContent).trim().split('\n')[0];
+  }
+
   async function resume() {
     if (!run || !run.paused) return;
     run.paused = false;
     delete els.status.dataset.paused;
     await W.clockAction({ action: 'resume' });
-    setText(els.status, 'Running on; the answer appears when the run has settled.');
+    setText(els.status, run.p && run.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
     nav([rerunButton()]);
   }
 
@@ -249,11 +259,11 @@ export function install(W) {
     const t = run.moment ? fmtT(run.moment.t_sim) : '–';
     const text = whyText({ why: step.says || '' }, S.settings, m).replace('{moment_t}', t);
     const right = p.guess != null && String(p.guess) === String(m.value);
-    setText(els.status, `${p.guess == null ? 'No guess this time.' : right ? '✓ Right.' : '✗ Not this time.'} `
+    setText(els.verdict, `${p.guess == null ? 'No guess this time.' : right ? '✓ Right.' : '✗ Not this time.'} `
       + `Your guess: ${shown(p.spec, p.guess)}; the lab measured ${shown(p.spec, m.value)}.`);
-    els.status.dataset.measured = String(m.number);
+    els.verdict.dataset.measured = String(m.number);
     says(text);
-    nav([rerunButton()]);
+    if (!run.paused) nav([rerunButton()]); // paused at its moment: Continue stays offered
   }
 
   function says(text) {
