@@ -211,12 +211,15 @@ def all_public() -> list[dict[str, Any]]:
 #             presses an existing control of the page, {"on": event type, "kill"|"expire": true} kills the
 #             run's worker / cuts its lease when that event arrives for the run's job;
 #   `predict` the question asked first (the predict.js spec; a scenario's own `predict` when absent);
-#   `moment`  the event type at which the stepper pauses the clock, `look` the element (data-testid) it
-#             points at then; `says` the one sentence shown beside the verdict ({measured}, {moment_t}
-#             and settings filled in).
+#   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry),
+#             `look` the element (data-testid) it points at then;
+#   `says`    the one sentence shown beside the verdict ({measured}, {moment_t} and settings filled in).
 # A step with no `do` is a read-and-reason step: it asks `predict.question`, then reveals its claim's text.
 _GAP = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
 _KILL_ON_CLAIM = {"on": "job.claimed", "kill": True}
+_PEAK = {"kind": "number", "min": 0, "max": 500, "unit": "calls", "measure": "peak:storage.called",
+         "question": "Storage goes down under 36 in-flight upload parts. How many retried storage calls will "
+                     "arrive in the busiest simulated second?"}
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch0": [
         {"claim": "ch0.inline_504", "title": "Predict both response times",
@@ -302,15 +305,17 @@ STEPS: dict[str, list[dict[str, Any]]] = {
         {"claim": "ch4.herd", "title": "Storage outage, exponential backoff",
          "do": [{"settings": {"retry_policy": "exponential", "max_attempts": 5, "classify_errors": False}},
                 {"scenario": "outage"}],
-         "moment": "job.retry_started", "look": "retry-histogram",
-         "says": "Without jitter the retries came back together (look at the spikes in the retry-arrivals "
-                 "histogram); {measured} of the 3 jobs ended in the dead-letter queue."},
+         "predict": {**_PEAK, "id": "ch4-step-herd"},
+         "moment": "storage.called", "moment_data": {"try": 2}, "look": "retry-histogram",
+         "says": "Without jitter the retried calls came back together: {measured} of them reached storage in "
+                 "the same simulated second."},
         {"claim": "ch4.jitter", "title": "The same outage, full jitter",
          "do": [{"settings": {"retry_policy": "full_jitter", "max_attempts": 5, "classify_errors": False}},
                 {"scenario": "outage"}],
-         "moment": "job.retry_started", "look": "retry-histogram",
-         "says": "Full jitter spread the same retries over the window (compare the histogram's tallest bar); "
-                 "{measured} of the 3 jobs ended in the dead-letter queue."},
+         "predict": {**_PEAK, "id": "ch4-step-jitter"},
+         "moment": "storage.called", "moment_data": {"try": 2}, "look": "retry-histogram",
+         "says": "Full jitter spread the same retries over the window: the busiest simulated second held "
+                 "{measured} of them."},
         {"claim": "ch4.poison", "title": "Poison pill",
          "do": [{"settings": {"retry_policy": "exponential", "max_attempts": 5}}, {"scenario": "poison-pill"}],
          "moment": "job.dead_lettered", "look": "dlq-list",

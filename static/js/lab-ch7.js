@@ -12,11 +12,12 @@ const REFRESH_MS = 1000;
 
 // One click sets up the lesson's cases (each button carries its settings, from core.presets.CH7_SCENARIOS);
 // the widget's settings above then fine-tune them.
+// What each strategy does, never what it leads to: the guided steps ask that first (issue 28)
 const STRATEGY_TEXT = {
-  none: 'No lock: every replica runs every tick.',
-  lock: 'SET NX EX lock: the first replica takes it, the others skip the tick.',
-  heartbeat: 'Lock extended by the run every third of its TTL, so it lasts exactly as long as the run.',
-  leader: 'Leader lease: one replica holds a renewed lease and runs every tick; followers only watch the lease.',
+  none: 'No lock: each replica fires the entry on its own clock.',
+  lock: 'SET NX EX lock: a replica runs the entry only if it can take the lock.',
+  heartbeat: 'The run extends its lock every third of its TTL.',
+  leader: 'Leader lease: only the replica holding a renewed lease runs the entry; followers watch the lease.',
 };
 
 let ctx = null; // {lab, api}

@@ -68,3 +68,12 @@ test('a gap is the simulated seconds from the run\'s first A event to the next B
   events.push({ type: 'job.claimed', t_sim: 400 }, { type: 'job.redelivered', t_sim: 1210.4 });
   assert.deepEqual(measure(spec, S, { jobs: ['1'], events }), { number: 1200, value: 1200 });
 });
+
+test('a peak is the most retried calls landing in one simulated second; first tries do not count', () => {
+  const S = model([{ id: '1', state: 'done' }]);
+  const call = (t, tr) => ({ type: 'storage.called', t_sim: t, data: { try: tr } });
+  const events = [call(0.1, 1), call(0.2, 1), call(0.3, 1), call(10.1, 2), call(10.6, 2), call(11.2, 2), call(30, 3)];
+  assert.deepEqual(measure({ kind: 'number', measure: 'peak:storage.called' }, S, { jobs: ['1'], events }), { number: 2, value: 2 });
+  assert.equal(measure({ kind: 'number', measure: 'peak:storage.called' }, model([{ id: '1', state: 'running' }]),
+    { jobs: ['1'], events }), null, 'not before the run has settled');
+});

@@ -4,7 +4,7 @@
 //   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
 //    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
 // A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started, events?: the
-// run's events in stream order (the stepper keeps them; `gap:A:B` reads them)}.
+// run's events in stream order (the stepper keeps them; `gap:A:B` and `peak:type` read them)}.
 
 const TERMINAL = new Set(['done', 'dlq', 'lost', 'failed']);
 
@@ -35,9 +35,21 @@ export function measure(spec, S, run) {
   let n;
   if (kind === 'attempts') n = attemptsOf(jobs[0]);
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
+  else if (kind === 'peak') n = peakRetries(run.events || [], arg);
   else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
   else return null;
   return { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
+}
+
+/** The most retried `type` calls (try 2 on) that landed in one simulated second: a herd's spike. */
+export function peakRetries(events, type) {
+  const per = new Map();
+  for (const e of events) {
+    if (e.type !== type || Number((e.data || {}).try || 1) < 2) continue;
+    const b = Math.floor(e.t_sim);
+    per.set(b, (per.get(b) || 0) + 1);
+  }
+  return per.size ? Math.max(...per.values()) : 0;
 }
 
 /** The choice a measured number falls in (spec.buckets: value → [lo, hi], inclusive). */

@@ -209,7 +209,9 @@ export function install(W) {
       if (a.kill && ev.worker_id) W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
       if (a.expire) W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
     }
-    const m = !run.moment && run.step.moment && mine.find((e) => e.type === run.step.moment);
+    const want = Object.entries(run.step.moment_data || {});
+    const m = !run.moment && run.step.moment && mine.find((e) => e.type === run.step.moment
+      && want.every(([k, v]) => (e.data || {})[k] === v));
     if (m) moment(m);
   }
 
