@@ -217,6 +217,7 @@ def all_public() -> list[dict[str, Any]]:
 # A step with no `do` is a read-and-reason step: it asks `predict.question`, then reveals its claim's text.
 _GAP = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
 _KILL_ON_CLAIM = {"on": "job.claimed", "kill": True}
+_PER_TICK = {"kind": "number", "min": 0, "max": 20, "unit": "runs", "measure": "pertick:cron.run_started"}
 _PEAK = {"kind": "number", "min": 0, "max": 500, "unit": "calls", "measure": "peak:storage.called",
          "question": "Storage goes down under 36 in-flight upload parts. How many retried storage calls will "
                      "arrive in the busiest simulated second?"}
@@ -359,12 +360,25 @@ STEPS: dict[str, list[dict[str, Any]]] = {
     ],
     "ch7": [
         {"claim": "ch7.no_lock", "title": "No lock",
-         "predict": {"question": "With no lock, how many runs will one tick produce?"}},
+         "do": [{"click": "ch7-scenario-none"}],
+         "predict": {**_PER_TICK, "id": "ch7-step-none",
+                     "question": "With no lock, how many runs will one tick produce?"},
+         "moment": "cron.overlap", "look": "ch7-counts-box",
+         "says": "One tick, {measured} runs: with no lock every replica that fires runs the task."},
         {"claim": "ch7.short_ttl", "title": "A lock shorter than the run",
-         "predict": {"question": "The lock expires before the run ends and one replica fires late. How many runs "
-                                 "per tick?"}},
+         "do": [{"click": "ch7-scenario-short"}],
+         "predict": {**_PER_TICK, "id": "ch7-step-short",
+                     "question": "The lock expires before the run ends, and one replica fires late. How many runs "
+                                 "per tick?"},
+         "moment": "cron.overlap", "look": "ch7-counts-box",
+         "says": "{measured} runs in one tick: the late replica found the lock expired under a run still going "
+                 "and ran the task again beside it."},
         {"claim": "ch7.fixes", "title": "One click fixes it",
-         "predict": {"question": "A longer TTL, or a heartbeat that extends the lock: how many runs per tick now?"}},
+         "do": [{"click": "ch7-scenario-lock"}],
+         "predict": {**_PER_TICK, "id": "ch7-step-lock",
+                     "question": "A lock whose TTL outlasts the run: how many runs per tick now?"},
+         "moment": "cron.skipped", "look": "ch7-counts-box",
+         "says": "{measured} run per tick: the late replica found the lock held and skipped."},
         {"claim": "ch7.leader", "title": "Kill the leader",
          "predict": {"question": "How long is the schedule silent after the leader dies?"}},
         {"claim": "ch7.catch_up", "title": "All replicas down",

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from app import scenarios
+from core import presets
 
 pytestmark = pytest.mark.e2e
 
@@ -163,3 +164,70 @@ def test_enter_in_a_predict_first_guess_commits_it_and_runs(page: Page, lab):
     page.get_by_test_id("predict-guess-fix-vt").press("Enter")
     expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 1 attempt")
     expect(page.get_by_test_id("predict-result")).to_be_visible(timeout=LONG)
+
+
+def new_events(api, ids: dict, seen: list[int]) -> list[dict]:
+    """The lab's events since the last call (seen[0] counts those already read)."""
+    evs = api.events(ids)
+    out, seen[0] = evs[seen[0]:], len(evs)
+    return out
+
+
+def test_chapter_4_stepper_runs_its_lab_steps_to_their_verdicts_and_asks_the_last(page: Page, lab, api):
+    ids = lab("/chapters/4")
+    total = len(scenarios.STEPS["ch4"])
+    seen = [len(api.events(ids))]
+
+    def peak(evs: list[dict]) -> int:
+        per: dict[int, int] = {}
+        for e in evs:
+            if e["type"] == "storage.called" and e["data"]["try"] >= 2:
+                per[int(e["t_sim"] // 1)] = per.get(int(e["t_sim"] // 1), 0) + 1
+        return max(per.values())
+
+    # 1 and 2: the outage's retried storage calls, in their busiest simulated second, as the stream has them
+    herd = run_step(page, 1, total, "36")
+    assert herd == peak(new_events(api, ids, seen))
+    page.get_by_test_id("stepper-next").click()
+    jitter = run_step(page, 2, total, "10")
+    assert jitter == peak(new_events(api, ids, seen))
+    assert jitter < herd, "full jitter spreads the herd's spike"
+    # 3: a poison pill's attempts, and it is in the DLQ
+    page.get_by_test_id("stepper-next").click()
+    m = run_step(page, 3, total, "5")
+    evs = new_events(api, ids, seen)
+    dead = [e for e in evs if e["type"] == "job.dead_lettered"]
+    assert dead and m == len({e["attempt"] for e in evs if e["type"] == "job.claimed" and e["job_id"] == dead[0]["job_id"]})
+    # 4: a crashing pill's deliveries until Max receives
+    page.get_by_test_id("stepper-next").click()
+    m = run_step(page, 4, total, "5")
+    evs = new_events(api, ids, seen)
+    dead = [e for e in evs if e["type"] == "job.dead_lettered"]
+    assert dead and m == len({e["attempt"] for e in evs if e["type"] == "job.claimed" and e["job_id"] == dead[0]["job_id"]})
+    # 5: read and reason — it asks, then reveals the claim
+    page.get_by_test_id("stepper-next").click()
+    expect(page.get_by_test_id("stepper-says")).to_be_hidden()
+    page.get_by_test_id("stepper-guess").fill("the outage jobs")
+    page.get_by_test_id("stepper-guess").press("Enter")
+    expect(page.get_by_test_id("stepper-says")).to_contain_text(scenarios.steps_public()["ch4"][4]["claim_text"])
+
+
+def test_chapter_7_stepper_counts_the_runs_of_one_tick_as_the_schedule_has_them(page: Page, lab, api):
+    ids = lab("/chapters/7")
+    expect(page.get_by_test_id("ch7-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
+    total = len(scenarios.STEPS["ch7"])
+    seen = [len(api.events(ids))]
+
+    def runs_per_tick(evs: list[dict]) -> set[int]:
+        """Runs of every tick the stream shows whole (a tick is whole once the next one has begun)."""
+        ticks = sorted({e["data"]["tick"] for e in evs if "tick" in e.get("data", {})})
+        return {sum(1 for e in evs if e["type"] == "cron.run_started" and e["data"]["tick"] == k) for k in ticks[1:-1]}
+
+    model = presets.ch7_lab_model()
+    for n, guess, expected in ((1, "4", model["no_lock_runs_per_tick"]),
+                               (2, "1", model["short_ttl_max_concurrent_runs"]), (3, "2", 1)):
+        if n > 1:
+            page.get_by_test_id("stepper-next").click()
+        m = run_step(page, n, total, guess)
+        assert m == expected, f"step {n}: the page's figure"
+        assert m in runs_per_tick(new_events(api, ids, seen)), f"step {n}: a tick the stream shows ran {m} times"

@@ -77,3 +77,13 @@ test('a peak is the most retried calls landing in one simulated second; first tr
   assert.equal(measure({ kind: 'number', measure: 'peak:storage.called' }, model([{ id: '1', state: 'running' }]),
     { jobs: ['1'], events }), null, 'not before the run has settled');
 });
+
+test('runs per tick count the first whole tick after the set-up, once the tick after it has begun', () => {
+  const spec = { kind: 'number', measure: 'pertick:cron.run_started' };
+  const S = model([]);
+  const ev = (type, tick) => ({ type, data: { tick } });
+  const events = [ev('cron.run_started', 4), ev('cron.run_started', 5), ev('cron.skipped', 5), ev('cron.run_started', 5)];
+  assert.equal(measure(spec, S, { jobs: [], events }), null, 'tick 5 may not be over yet');
+  events.push(ev('cron.skipped', 6));
+  assert.deepEqual(measure(spec, S, { jobs: [], events }), { number: 2, value: 2 });
+});

@@ -4,7 +4,7 @@
 //   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
 //    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
 // A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started, events?: the
-// run's events in stream order (the stepper keeps them; `gap:A:B` and `peak:type` read them)}.
+// run's events in stream order (the stepper keeps them; `gap:A:B`, `peak:type` and `pertick:type` read them)}.
 
 const TERMINAL = new Set(['done', 'dlq', 'lost', 'failed']);
 
@@ -18,8 +18,9 @@ export function attemptsOf(job) {
  * state and no worker still runs one of them (a duplicate copy can outlive the job's first "done").
  */
 export function measure(spec, S, run) {
-  if (!run || !run.jobs.length) return null;
   const [kind, arg, arg2] = String(spec.measure).split(':');
+  if (run && kind === 'pertick') return perTick(run.events || [], arg); // a schedule's runs: no jobs to wait for
+  if (!run || !run.jobs.length) return null;
   if (kind === 'gap') { // simulated seconds from the run's first `arg` event to the next `arg2` after it
     const evs = run.events || [];
     const a = evs.find((e) => e.type === arg);
@@ -39,6 +40,20 @@ export function measure(spec, S, run) {
   else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
   else return null;
   return { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
+}
+
+/**
+ * `type` events in one whole tick of a schedule: the first tick the run saw may have begun before its set-up,
+ * so the next one is counted, once an event of the tick after it shows that it is over.
+ */
+export function perTick(events, type) {
+  const tickOf = (e) => Number((e.data || {}).tick ?? e.tick);
+  const ticks = events.map(tickOf).filter(Number.isFinite);
+  if (!ticks.length) return null;
+  const k = Math.min(...ticks) + 1;
+  if (!ticks.some((t) => t > k)) return null;
+  const n = events.filter((e) => e.type === type && tickOf(e) === k).length;
+  return { number: n, value: n };
 }
 
 /** The most retried `type` calls (try 2 on) that landed in one simulated second: a herd's spike. */

@@ -152,7 +152,8 @@ export function install(W) {
 
   async function act(step, guess) {
     const spec = step.predict;
-    run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null };
+    run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null,
+      jobless: step.do.some((a) => a.click) };
     const mine = run;
     setText(els.status, 'Setting the lab up as the step says…');
     nav([rerunButton()]);
@@ -180,6 +181,8 @@ export function install(W) {
         const jobs = s && btn ? await W.runScenario(s, btn, hint) : null;
         if (jobs == null) return null;
         jobs.forEach((id) => mine.ids.add(String(id)));
+      } else if (a.click) {
+        if (!await press(a.click)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
       } else if (a.enqueue) {
         const res = await W.api('POST', W.labPath('/jobs'), a.enqueue);
         if (!res.ok) { setText(els.status, `Could not send the job: ${errorText(res.data, res.status)}`); return null; }
@@ -188,6 +191,17 @@ export function install(W) {
       sync();
     }
     return [...mine.ids];
+  }
+
+  /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
+  async function press(testid) {
+    for (let i = 0; i < 100; i++) {
+      const el = document.querySelector(`[data-testid="${testid}"]`);
+      if (!el) return false;
+      if (!el.disabled) { el.click(); return true; }
+      await new Promise((r) => { setTimeout(r, 100); });
+    }
+    return false;
   }
 
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
@@ -199,7 +213,8 @@ export function install(W) {
 
   function sync() {
     if (!run) return;
-    const mine = run.all.filter((e) => e.job_id != null && run.ids.has(String(e.job_id)));
+    // a step that presses a chapter panel's control (a schedule, no jobs) watches every event after it
+    const mine = run.jobless ? run.all : run.all.filter((e) => e.job_id != null && run.ids.has(String(e.job_id)));
     if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
     for (const [i, a] of run.step.do.entries()) {
       if (!a.on || run.done.has(i)) continue;
