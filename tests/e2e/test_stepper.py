@@ -173,6 +173,12 @@ def new_events(api, ids: dict, seen: list[int]) -> list[dict]:
     return out
 
 
+def attempts_of_dead_letter(evs: list[dict]) -> int:
+    dead = [e for e in evs if e["type"] == "job.dead_lettered"]
+    assert dead, "the job never reached the dead-letter queue"
+    return len({e["attempt"] for e in evs if e["type"] == "job.claimed" and e["job_id"] == dead[0]["job_id"]})
+
+
 def test_chapter_4_stepper_runs_its_lab_steps_to_their_verdicts_and_asks_the_last(page: Page, lab, api):
     ids = lab("/chapters/4")
     total = len(scenarios.STEPS["ch4"])
@@ -196,14 +202,12 @@ def test_chapter_4_stepper_runs_its_lab_steps_to_their_verdicts_and_asks_the_las
     page.get_by_test_id("stepper-next").click()
     m = run_step(page, 3, total, "5")
     evs = new_events(api, ids, seen)
-    dead = [e for e in evs if e["type"] == "job.dead_lettered"]
-    assert dead and m == len({e["attempt"] for e in evs if e["type"] == "job.claimed" and e["job_id"] == dead[0]["job_id"]})
+    assert m == attempts_of_dead_letter(evs)
     # 4: a crashing pill's deliveries until Max receives
     page.get_by_test_id("stepper-next").click()
     m = run_step(page, 4, total, "5")
     evs = new_events(api, ids, seen)
-    dead = [e for e in evs if e["type"] == "job.dead_lettered"]
-    assert dead and m == len({e["attempt"] for e in evs if e["type"] == "job.claimed" and e["job_id"] == dead[0]["job_id"]})
+    assert m == attempts_of_dead_letter(evs)
     # 5: read and reason — it asks, then reveals the claim
     page.get_by_test_id("stepper-next").click()
     expect(page.get_by_test_id("stepper-says")).to_be_hidden()
@@ -215,6 +219,8 @@ def test_chapter_4_stepper_runs_its_lab_steps_to_their_verdicts_and_asks_the_las
 def test_chapter_7_stepper_counts_the_runs_of_one_tick_as_the_schedule_has_them(page: Page, lab, api):
     ids = lab("/chapters/7")
     expect(page.get_by_test_id("ch7-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
+    for rid in ("r1", "r2", "r3", "r4"):  # every replica up, as the lesson's counts assume
+        expect(page.get_by_test_id(f"ch7-replica-{rid}")).to_have_attribute("data-state", "running", timeout=LONG)
     total = len(scenarios.STEPS["ch7"])
     seen = [len(api.events(ids))]
 
