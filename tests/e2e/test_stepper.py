@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from app import scenarios
 from core import presets
+from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ def lab(page: Page, stack, api):
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def run_step(page: Page, n: int, total: int, guess: str) -> int:
+def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     """Act step n out: type a guess, Enter, wait for the pause at its moment, continue, read the measurement."""
     expect(page.get_by_test_id("stepper-count")).to_contain_text(f"Step {n} of {total}")
     says = page.get_by_test_id("stepper-says")
@@ -57,6 +58,8 @@ def run_step(page: Page, n: int, total: int, guess: str) -> int:
     expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "yes", timeout=10_000)
     expect(page.locator(".lw-step-look")).to_have_count(1)  # it points at the element that shows it
     expect(status).to_contain_text("Paused at t = ")
+    if at_pause:
+        at_pause()
     if says.is_hidden():
         page.get_by_test_id("stepper-continue").click()
     expect(says).to_be_visible(timeout=LONG)
@@ -94,7 +97,8 @@ def test_chapter_1_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(
         return round(back["t_sim"] - claim["t_sim"])
 
     # 1: VT too short — attempts of the one job, as the stream counts its claims
-    m = run_step(page, 1, total, "1")
+    m = run_step(page, 1, total, "1", at_pause=lambda: page.screenshot(
+        path=str(ARTIFACTS / "guided-step.png")))
     mine, _ = step_events()
     assert m == len({e["attempt"] for e in mine if e["type"] == "job.claimed"}) == 2
     # 2: kill with the VT above the job — back one VT after the claim

@@ -237,21 +237,36 @@ export function install(W) {
     run.paused = true;
     const el = look(run.step.look);
     const what = el ? nameOf(el) : '';
-    setText(els.status, `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}. ${what ? `Look at “${what}”. ` : ''}`
-      + 'Continue to let the run finish.');
+    const line = `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}.`;
+    setText(els.status, `${line} ${what ? `Look at “${what}”. ` : ''}Continue to let the run finish.`);
+    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the guided steps when you have looked.`);
     els.status.dataset.paused = 'yes';
     nav([h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶'),
       rerunButton()]);
   }
 
   function look(testid) {
-    for (const el of document.querySelectorAll(`.${LOOK}`)) el.classList.remove(LOOK);
+    unlook();
     const el = testid && (root.querySelector(`[data-testid="${testid}"]`) || document.querySelector(`[data-testid="${testid}"]`));
     if (!el) return null;
     const panel = el.closest('.lw-panel') || el;
     panel.classList.add(LOOK);
-    panel.scrollIntoView({ block: 'nearest', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+    // the step's words travel with the element they point at, so the reader need not look back up
+    els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
+      h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
+    panel.prepend(els.callout);
+    panel.scrollIntoView({ block: 'center', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
     return panel;
+  }
+
+  function callout(text) {
+    if (els.callout) setText(els.callout.lastChild, text);
+  }
+
+  function unlook() {
+    for (const el of document.querySelectorAll(`.${LOOK}`)) el.classList.remove(LOOK);
+    els.callout?.remove();
+    els.callout = null;
   }
 
   /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
@@ -280,6 +295,7 @@ export function install(W) {
       + `Your guess: ${shown(p.spec, p.guess)}; the lab measured ${shown(p.spec, m.value)}.`);
     els.verdict.dataset.measured = String(m.number);
     says(text);
+    callout(text);
     if (!run.paused) nav([rerunButton()]); // paused at its moment: Continue stays offered
   }
 
@@ -291,7 +307,7 @@ export function install(W) {
   async function stopRun() {
     const r = run;
     run = null;
-    for (const el of document.querySelectorAll(`.${LOOK}`)) el.classList.remove(LOOK);
+    unlook();
     if (r && r.paused) await W.clockAction({ action: 'resume' });
   }
 
