@@ -337,12 +337,23 @@ STEPS: dict[str, list[dict[str, Any]]] = {
     ],
     "ch5": [
         {"claim": "ch5.claim_guard", "title": "VT too short, claim guard",
-         "predict": {"question": "How many workers transcode the job, how many files per rendition, how many "
-                                 "emails?"}},
+         "do": [{"settings": {"guard": "claim", "idempotent_outputs": True, "notify_guard": True}},
+                {"scenario": "vt-too-short"}],
+         "moment": "job.duplicate_blocked", "look": "workers",
+         "says": "{measured} completion email: the redelivered copy found the record running and backed off, "
+                 "so one run wrote one file per rendition and sent one email."},
         {"claim": "ch5.guards_off", "title": "Every guard off",
-         "predict": {"question": "With every guard off, do the file and email counts follow the runs?"}},
+         "do": [{"settings": {"guard": "off", "idempotent_outputs": False, "notify_guard": False}},
+                {"scenario": "vt-too-short"}],
+         "moment": "job.redelivered", "look": "workers",
+         "says": "{measured} completion emails: with every guard off both runs wrote their own files and each "
+                 "sent its email."},
         {"claim": "ch5.guards", "title": "Output-path and notified guards on",
-         "predict": {"question": "Record guard off, the other two on: how many runs, files and emails?"}},
+         "do": [{"settings": {"guard": "off", "idempotent_outputs": True, "notify_guard": True}},
+                {"scenario": "vt-too-short"}],
+         "moment": "email.suppressed", "look": "event-log",
+         "says": "{measured} completion email: the job still ran twice and overwrote its files, but the "
+                 "notified flag suppressed the second email."},
         {"claim": "ch5.idempotency_key", "title": "Resend with the same key",
          "predict": {"question": "Which job_id comes back, and does the queue grow?"}},
     ],

@@ -241,3 +241,20 @@ def test_chapter_7_stepper_counts_the_runs_of_one_tick_as_the_schedule_has_them(
         m = run_step(page, n, total, guess)
         assert m == expected, f"step {n}: the page's figure"
         assert m in runs_per_tick(new_events(api, ids, seen)), f"step {n}: a tick the stream shows ran {m} times"
+
+
+def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab, api):
+    ids = lab("/chapters/5")
+    total = len(scenarios.STEPS["ch5"])
+    sent = [api.snapshot(ids)["counts"].get("emails_sent", 0)]
+
+    def moved() -> int:
+        now = api.snapshot(ids)["counts"].get("emails_sent", 0)
+        out, sent[0] = now - sent[0], now
+        return out
+
+    for n, guess, expected in ((1, "1", 1), (2, "1", 2), (3, "2", 1)):  # the claims: one, two, one email
+        if n > 1:
+            page.get_by_test_id("stepper-next").click()
+        m = run_step(page, n, total, guess)
+        assert m == moved() == expected, f"step {n}"
