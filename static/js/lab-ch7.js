@@ -120,10 +120,15 @@ function renderMargins(rep) {
     `${label}: ${fmt(x.timeout_s)} s − ${fmt(x.covers_s)} s ${x.covers} − ${fmt(x.clock_skew_s)} s skew = `,
     h('strong', {}, `${fmt(x.margin_s)} s`), x.ok ? '' : ' — gone: a replica can take it while its holder lives');
   q('margins').replaceChildren(line('lock', 'Lock TTL', m.lock), line('heartbeat', 'Heartbeat lock', m.heartbeat),
-    line('leader', 'Leader lease', m.leader),
-    h('li', {}, `Model: ${fmt(rep.model.no_lock_runs_per_tick)} runs per tick with no lock; a dead leader is replaced `
-      + `within ${fmt(rep.model.leader_failover_max_s)} s; a tick counts as missed after ${fmt(rep.model.missed_tick_after_s)} s.`));
+    line('leader', 'Leader lease', m.leader), h('li', {}, modelBox));
+  // the model's answers stay folded (and stay open once opened: the box is kept across refreshes)
+  modelText.textContent = `${fmt(rep.model.no_lock_runs_per_tick)} runs per tick with no lock; a dead leader is replaced `
+    + `within ${fmt(rep.model.leader_failover_max_s)} s; a tick counts as missed after ${fmt(rep.model.missed_tick_after_s)} s.`;
 }
+
+const modelText = h('span', {});
+const modelBox = h('details', { testid: 'ch7-model' }, h('summary', {}, 'The model’s answers (open once you have predicted)'),
+  modelText);
 
 function renderShard(rep) {
   const s = rep.shard;
