@@ -5,7 +5,6 @@ question before it tells; Enter commits a guess; the /s/ page's button commits i
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -14,6 +13,7 @@ from playwright.sync_api import Page, expect
 from app import scenarios
 from core import presets
 from tests.conftest import ARTIFACTS
+from tests.helpers import delete_page_labs, page_lab
 
 pytestmark = pytest.mark.e2e
 
@@ -34,15 +34,10 @@ def lab(page: Page, stack, api):
         expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
         preset = page.locator("#lab-widget").get_attribute("data-preset")
         opened.append(preset)
-        saved = json.loads(page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')"))
-        return {"lab_id": saved["id"], "token": saved["token"]}
+        return page_lab(page, preset)
 
     yield open_page
-    for preset in opened:
-        saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
-        if saved:
-            s = json.loads(saved)
-            api.call("DELETE", f"/api/labs/{s['id']}", token=s["token"])
+    delete_page_labs(page, api, opened)
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
