@@ -87,3 +87,12 @@ test('runs per tick count the first whole tick after the set-up, once the tick a
   events.push(ev('cron.skipped', 6));
   assert.deepEqual(measure(spec, S, { jobs: [], events }), { number: 2, value: 2 });
 });
+
+test('a run the stepper watches settles only once each completion has sent or suppressed its email', () => {
+  const S = model([{ id: '1', state: 'done', attempt: 1, attempts: [{}] }], [], { emails_sent: 1 });
+  const spec = { kind: 'number', measure: 'counter:emails_sent' };
+  const events = [{ type: 'job.succeeded', job_id: '1' }];
+  assert.equal(measure(spec, S, { jobs: ['1'], counts0: {}, events }), null);
+  events.push({ type: 'email.sent', job_id: '1' });
+  assert.deepEqual(measure(spec, S, { jobs: ['1'], counts0: {}, events }), { number: 1, value: 1 });
+});

@@ -33,6 +33,11 @@ export function measure(spec, S, run) {
   if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
   const ids = new Set(run.jobs.map(String));
   for (const w of S.workers.values()) if (w.state === 'busy' && ids.has(String(w.job_id))) return null;
+  if (run.events) { // a completion is over once its email went out or was suppressed (workers/tasks.py notify)
+    const done = run.events.filter((e) => e.type === 'job.succeeded' || e.type === 'job.duplicate_completed').length;
+    const told = run.events.filter((e) => e.type === 'email.sent' || e.type === 'email.suppressed').length;
+    if (told < done) return null;
+  }
   let n;
   if (kind === 'attempts') n = attemptsOf(jobs[0]);
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;

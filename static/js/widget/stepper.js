@@ -221,13 +221,21 @@ export function install(W) {
       const ev = mine.find((e) => e.type === a.on);
       if (!ev) continue;
       run.done.add(i);
-      if (a.kill && ev.worker_id) W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
-      if (a.expire) W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
+      trigger(a, ev);
     }
     const want = Object.entries(run.step.moment_data || {});
     const m = !run.moment && run.step.moment && mine.find((e) => e.type === run.step.moment
       && want.every(([k, v]) => (e.data || {})[k] === v));
     if (m) moment(m);
+  }
+
+  /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. */
+  async function trigger(a, ev) {
+    const mine = run;
+    await W.clockAction({ action: 'pause' });
+    if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
+    if (a.expire) await W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
+    if (run === mine && !mine.moment) await W.clockAction({ action: 'resume' }); // unless its moment came meanwhile
   }
 
   async function moment(ev) {
