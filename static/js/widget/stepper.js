@@ -239,9 +239,10 @@ export function install(W) {
   }
 
   async function moment(ev) {
-    run.moment = ev;
-    const res = await W.clockAction({ action: 'pause' });
-    if (res && res.ok === false) return;
+    const mine = run;
+    mine.moment = ev;
+    await W.clockAction({ action: 'pause' });
+    if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
     run.paused = true;
     const el = look(run.step.look);
     const what = el ? nameOf(el) : '';
@@ -285,10 +286,12 @@ export function install(W) {
 
   async function resume() {
     if (!run || !run.paused) return;
-    run.paused = false;
+    const mine = run;
+    mine.paused = false;
     delete els.status.dataset.paused;
     await W.clockAction({ action: 'resume' });
-    setText(els.status, run.p && run.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
+    if (run !== mine) return;
+    setText(els.status, mine.p && mine.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
     nav([rerunButton()]);
   }
 
