@@ -103,7 +103,7 @@ export function install(W) {
       field = h('div', {}, h('label', { for: fid, testid: 'stepper-question' }, spec.question),
         h('div', { class: 'lw-row' }, h('input', num
           ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
-          : { type: 'text', id: fid, testid: 'stepper-guess', size: 40, autocomplete: 'off' }),
+          : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
         spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null));
     }
     const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
