@@ -142,6 +142,7 @@ def test_every_chapter_asks_before_it_tells(page: Page, lab, number):
     first = scenarios.steps_public()[preset][0]
     expect(page.get_by_test_id("stepper-form")).to_contain_text(first["predict"]["question"])
     expect(page.get_by_test_id("stepper-says")).to_be_hidden()
+    page.get_by_test_id("stepper").screenshot(path=str(ARTIFACTS / f"stepper-ch{number}.png"))
     visible = page.locator("body").inner_text()
     for step in scenarios.steps_public()[preset]:
         assert step["claim_text"] not in visible
