@@ -108,11 +108,11 @@ def running_processes(r: redis.Redis) -> int:
 
 @bp.get("/api/meta")
 def meta():
-    """Settings schema, presets, event vocabulary, scenario buttons, sample clips, fault labels and
+    """Settings schema, presets, event vocabulary, scenario buttons, guided steps, sample clips, fault labels and
     the event stream's cap: the widget builds itself from these and repeats none of them."""
     resp = jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=list(FAULTS), scenario_buttons=scenarios.BUTTONS,
+                   faults=list(FAULTS), scenario_buttons=scenarios.BUTTONS, steps=scenarios.steps_public(),
                    fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
                    samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
                    stream_cap=stream.MAXLEN)

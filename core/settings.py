@@ -143,7 +143,7 @@ SCHEMA: tuple[Setting, ...] = (
     # --- Chapter 7: scheduled work. Replicas are real processes; all times are on their own clocks.
     Setting("scheduler_replicas", "int", 0, "Scheduler replicas: real processes, each running the same cron "
             "entry on its own clock (the lesson's 10 API replicas).", 0, 10, label="Scheduler replicas"),
-    Setting("cron_strategy", "choice", "none", "none: every replica runs every tick; lock: SET NX EX with a "
+    Setting("cron_strategy", "choice", "none", "none: each replica fires on its own clock; lock: SET NX EX with a "
             "TTL, losers skip the tick; heartbeat: the same lock, extended while the run lives; leader: one "
             "replica holds a renewed lease and runs every tick.", choices=("none", "lock", "heartbeat", "leader"),
             label="Run-once strategy"),

@@ -3,6 +3,7 @@ schedule read, changed and waited on. All of them go through the public HTTP con
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -99,3 +100,17 @@ def unfold(page, name: str, root: str = "#lab-widget") -> None:
     if fold.get_attribute("open") is None:
         fold.locator("summary").click()
     expect(fold).to_have_attribute("open", "")
+
+
+def page_lab(page, preset: str) -> dict | None:
+    """The lab a chapter page opened for its preset (kept in its sessionStorage), as {lab_id, token}."""
+    saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
+    return {"lab_id": json.loads(saved)["id"], "token": json.loads(saved)["token"]} if saved else None
+
+
+def delete_page_labs(page, api, presets: list[str]) -> None:
+    """Delete the labs a browser test's pages opened (workers, keys and files)."""
+    for preset in presets:
+        lab = page_lab(page, preset)
+        if lab:
+            api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])

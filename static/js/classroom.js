@@ -171,13 +171,21 @@ async function showScenario({ lab, api }, id) {
   const hint = h('p', { class: 'lw-hint', testid: 'url-scenario-hint', 'aria-live': 'polite' }, sc.hint);
   const run = lab.viewer ? null : h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'url-scenario-run',
     onclick: async (e) => {
+      // the widget's own scenario button commits the guess typed under "Predict first" and measures the run
+      const own = sc.button && root.querySelector(`[data-testid="scenario-${sc.button}"]`);
+      if (own) { own.click(); setText(hint, `Running. ${sc.hint}`); return; }
       const btn = e.currentTarget; // null once the handler has awaited
       btn.disabled = true;
       setText(hint, await runScenario(api, lab.id, sc));
       btn.disabled = false;
     } }, 'Run the scenario');
+  // the answer is told only once the lab has measured it (a verdict for this scenario's run)
+  const outcome = h('p', { class: 'lw-hint', testid: 'url-scenario-outcome', hidden: true }, sc.outcome || '');
+  root.addEventListener('lab:verdict', (e) => {
+    if (sc.outcome && e.detail.scenario === sc.button) outcome.hidden = false;
+  });
   const box = h('div', { class: 'cr-scenario', testid: 'url-scenario', 'data-scenario': sc.id },
-    h('p', { class: 'cr-scenario-title' }, h('strong', {}, `Scenario: ${sc.title}. `), sc.summary), run, hint);
+    h('p', { class: 'cr-scenario-title' }, h('strong', {}, `Scenario: ${sc.title}. `), sc.summary), run, hint, outcome);
   root.querySelector('[data-role="body"]').prepend(box);
 }
 

@@ -12,11 +12,12 @@ const REFRESH_MS = 1000;
 
 // One click sets up the lesson's cases (each button carries its settings, from core.presets.CH7_SCENARIOS);
 // the widget's settings above then fine-tune them.
+// What each strategy does, never what it leads to: the guided steps ask that first (issue 28)
 const STRATEGY_TEXT = {
-  none: 'No lock: every replica runs every tick.',
-  lock: 'SET NX EX lock: the first replica takes it, the others skip the tick.',
-  heartbeat: 'Lock extended by the run every third of its TTL, so it lasts exactly as long as the run.',
-  leader: 'Leader lease: one replica holds a renewed lease and runs every tick; followers only watch the lease.',
+  none: 'No lock: each replica fires the entry on its own clock.',
+  lock: 'SET NX EX lock: a replica runs the entry only if it can take the lock.',
+  heartbeat: 'The run extends its lock every third of its TTL.',
+  leader: 'Leader lease: only the replica holding a renewed lease runs the entry; followers watch the lease.',
 };
 
 let ctx = null; // {lab, api}
@@ -119,10 +120,15 @@ function renderMargins(rep) {
     `${label}: ${fmt(x.timeout_s)} s − ${fmt(x.covers_s)} s ${x.covers} − ${fmt(x.clock_skew_s)} s skew = `,
     h('strong', {}, `${fmt(x.margin_s)} s`), x.ok ? '' : ' — gone: a replica can take it while its holder lives');
   q('margins').replaceChildren(line('lock', 'Lock TTL', m.lock), line('heartbeat', 'Heartbeat lock', m.heartbeat),
-    line('leader', 'Leader lease', m.leader),
-    h('li', {}, `Model: ${fmt(rep.model.no_lock_runs_per_tick)} runs per tick with no lock; a dead leader is replaced `
-      + `within ${fmt(rep.model.leader_failover_max_s)} s; a tick counts as missed after ${fmt(rep.model.missed_tick_after_s)} s.`));
+    line('leader', 'Leader lease', m.leader), h('li', {}, modelBox));
+  // the model's answers stay folded (and stay open once opened: the box is kept across refreshes)
+  modelText.textContent = `${fmt(rep.model.no_lock_runs_per_tick)} runs per tick with no lock; a dead leader is replaced `
+    + `within ${fmt(rep.model.leader_failover_max_s)} s; a tick counts as missed after ${fmt(rep.model.missed_tick_after_s)} s.`;
 }
+
+const modelText = h('span', {});
+const modelBox = h('details', { testid: 'ch7-model' }, h('summary', {}, 'The model’s answers (open once you have predicted)'),
+  modelText);
 
 function renderShard(rep) {
   const s = rep.shard;

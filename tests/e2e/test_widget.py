@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-from tests.helpers import unfold
+from tests.helpers import delete_page_labs, unfold
 from workers import media
 
 pytestmark = pytest.mark.e2e
@@ -46,11 +46,7 @@ def lab_page(page: Page, stack, api, shot, request):
     page.open_chapter = open_chapter
     page.snap = snap
     yield page
-    for preset in opened:
-        saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
-        if saved:
-            lab = json.loads(saved)
-            api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+    delete_page_labs(page, api, opened)
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 

@@ -77,3 +77,40 @@ test("chapter 5's why names the guard the run's counters show acting, not the on
   assert.match(guardThatActed(none, run), /^none/);
   assert.equal(measure(RUNS, model(jobs), { jobs: ['1'] }).guard, undefined); // only asked for by a why that names it
 });
+
+test('a gap is the simulated seconds from the run\'s first A event to the next B after it', () => {
+  const spec = { kind: 'number', measure: 'gap:job.claimed:job.redelivered' };
+  const S = model([{ id: '1', state: 'running' }]);
+  const events = [{ type: 'job.redelivered', t_sim: 5 }, { type: 'job.claimed', t_sim: 10.2 }];
+  assert.equal(measure(spec, S, { jobs: ['1'], events }), null, 'no redelivery after the claim yet');
+  events.push({ type: 'job.claimed', t_sim: 400 }, { type: 'job.redelivered', t_sim: 1210.4 });
+  assert.deepEqual(measure(spec, S, { jobs: ['1'], events }), { number: 1200, value: 1200 });
+});
+
+test('a peak is the most retried calls landing in one simulated second; first tries do not count', () => {
+  const S = model([{ id: '1', state: 'done' }]);
+  const call = (t, tr) => ({ type: 'storage.called', t_sim: t, data: { try: tr } });
+  const events = [call(0.1, 1), call(0.2, 1), call(0.3, 1), call(10.1, 2), call(10.6, 2), call(11.2, 2), call(30, 3)];
+  assert.deepEqual(measure({ kind: 'number', measure: 'peak:storage.called' }, S, { jobs: ['1'], events }), { number: 2, value: 2 });
+  assert.equal(measure({ kind: 'number', measure: 'peak:storage.called' }, model([{ id: '1', state: 'running' }]),
+    { jobs: ['1'], events }), null, 'not before the run has settled');
+});
+
+test('runs per tick count the first whole tick after the set-up, once the tick after it has begun', () => {
+  const spec = { kind: 'number', measure: 'pertick:cron.run_started' };
+  const S = model([]);
+  const ev = (type, tick) => ({ type, data: { tick } });
+  const events = [ev('cron.run_started', 4), ev('cron.run_started', 5), ev('cron.skipped', 5), ev('cron.run_started', 5)];
+  assert.equal(measure(spec, S, { jobs: [], events }), null, 'tick 5 may not be over yet');
+  events.push(ev('cron.skipped', 6));
+  assert.deepEqual(measure(spec, S, { jobs: [], events }), { number: 2, value: 2 });
+});
+
+test('a run the stepper watches settles only once each completion has sent or suppressed its email', () => {
+  const S = model([{ id: '1', state: 'done', attempt: 1, attempts: [{}] }], [], { emails_sent: 1 });
+  const spec = { kind: 'number', measure: 'counter:emails_sent' };
+  const events = [{ type: 'job.succeeded', job_id: '1' }];
+  assert.equal(measure(spec, S, { jobs: ['1'], counts0: {}, events }), null);
+  events.push({ type: 'email.sent', job_id: '1' });
+  assert.deepEqual(measure(spec, S, { jobs: ['1'], counts0: {}, events }), { number: 1, value: 1 });
+});

@@ -19,6 +19,7 @@
 //   job-detail.js inspect.js   the open job; a worker's or a lease's internals
 //   log.js        event log and screen-reader announcements  keys.js  keyboard shortcuts
 //   predict.js predict-model.js   commit a guess, see it beside the measurement (and a room's spread)
+//   stepper.js    the chapter's "Try this" steps, acted out one at a time in the lab
 //   util.js scrubber.js timeline.js                          helpers, the history bar, the Gantt chart
 //
 // Every part is installed on one object W (the widget): `W.S` is the state, `W.els` the elements
@@ -37,6 +38,7 @@ import * as jobs from './jobs.js';
 import * as keys from './keys.js';
 import * as lab from './lab.js';
 import * as predict from './predict.js';
+import * as stepper from './stepper.js';
 import * as log from './log.js';
 import * as readouts from './readouts.js';
 import * as settings from './settings.js';
@@ -44,7 +46,8 @@ import * as stream from './stream.js';
 import * as upload from './upload.js';
 import * as workers from './workers.js';
 
-const PARTS = [lab, stream, controls, upload, settings, clock, readouts, workers, broker, jobs, log, keys, predict];
+const PARTS = [lab, stream, controls, upload, settings, clock, readouts, workers, broker, jobs, log, keys, predict,
+  stepper];
 
 // Parts the first screen does not show load on first use (import()), not before it: the history bar and
 // its "try again from here" form when the History fold opens; a job's, a worker's or a lease's internals
@@ -209,6 +212,7 @@ function boot(root) {
     els.detail = q('detail');
     W.buildReadouts();
     W.buildScenarios();
+    W.buildStepper(); // guided steps: mounts in [data-role=stepper] (templates/_widget.html)
     W.buildControls();
     W.buildLogFilters();
     if (S.controls.has('retry_policy')) W.buildRetryHistogram();

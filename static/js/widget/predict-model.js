@@ -3,7 +3,8 @@
 // A prediction spec comes from app/scenarios.py (a scenario button's `predict`, served by /api/meta):
 //   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
 //    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
-// A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started}.
+// A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started, events?: the
+// run's events in stream order (the stepper keeps them; `gap:A:B`, `peak:type` and `pertick:type` read them)}.
 
 const TERMINAL = new Set(['done', 'dlq', 'lost', 'failed']);
 
@@ -17,15 +18,30 @@ export function attemptsOf(job) {
  * state and no worker still runs one of them (a duplicate copy can outlive the job's first "done").
  */
 export function measure(spec, S, run) {
+  const [kind, arg, arg2] = String(spec.measure).split(':');
+  if (run && kind === 'pertick') return perTick(run.events || [], arg); // a schedule's runs: no jobs to wait for
   if (!run || !run.jobs.length) return null;
+  if (kind === 'gap') { // simulated seconds from the run's first `arg` event to the next `arg2` after it
+    const evs = run.events || [];
+    const a = evs.find((e) => e.type === arg);
+    const b = a && evs.find((e) => e.type === arg2 && e.t_sim >= a.t_sim && e !== a);
+    if (!b) return null;
+    const n = Math.round(b.t_sim - a.t_sim);
+    return { number: n, value: n };
+  }
   const jobs = run.jobs.map((id) => S.jobs.get(String(id)) || S.jobs.get(Number(id)));
   if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
   const ids = new Set(run.jobs.map(String));
   for (const w of S.workers.values()) if (w.state === 'busy' && ids.has(String(w.job_id))) return null;
+  if (run.events) { // a completion is over once its email went out or was suppressed (workers/tasks.py notify)
+    const done = run.events.filter((e) => e.type === 'job.succeeded' || e.type === 'job.duplicate_completed').length;
+    const told = run.events.filter((e) => e.type === 'email.sent' || e.type === 'email.suppressed').length;
+    if (told < done) return null;
+  }
   let n;
-  const [kind, arg] = String(spec.measure).split(':');
   if (kind === 'attempts') n = attemptsOf(jobs[0]);
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
+  else if (kind === 'peak') n = peakRetries(run.events || [], arg);
   else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
   else return null;
   const out = { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
@@ -45,6 +61,31 @@ export function guardThatActed(S, run) {
   }
   if (moved('emails_suppressed') > 0) return 'the notified guard: the duplicate ran to the end and its email was suppressed';
   return 'none: every copy that ran sent its own email';
+}
+
+/**
+ * `type` events in one whole tick of a schedule: the first tick the run saw may have begun before its set-up,
+ * so the next one is counted, once an event of the tick after it shows that it is over.
+ */
+export function perTick(events, type) {
+  const tickOf = (e) => Number((e.data || {}).tick ?? e.tick);
+  const ticks = events.map(tickOf).filter(Number.isFinite);
+  if (!ticks.length) return null;
+  const k = Math.min(...ticks) + 1;
+  if (!ticks.some((t) => t > k)) return null;
+  const n = events.filter((e) => e.type === type && tickOf(e) === k).length;
+  return { number: n, value: n };
+}
+
+/** The most retried `type` calls (try 2 on) that landed in one simulated second: a herd's spike. */
+export function peakRetries(events, type) {
+  const per = new Map();
+  for (const e of events) {
+    if (e.type !== type || Number((e.data || {}).try || 1) < 2) continue;
+    const b = Math.floor(e.t_sim);
+    per.set(b, (per.get(b) || 0) + 1);
+  }
+  return per.size ? Math.max(...per.values()) : 0;
 }
 
 /** The choice a measured number falls in (spec.buckets: value → [lo, hi], inclusive). */

@@ -135,6 +135,12 @@ export function install(W) {
           h('span', { class: 'lw-row' }, inputs[0], spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null), err);
       }
       rows.set(s.id, { field, err, spec });
+      // Enter in a guess commits it: the same as pressing the scenario's button
+      field.addEventListener('keydown', (e) => {
+        if (e.key !== 'Enter' || e.target.tagName !== 'INPUT') return;
+        e.preventDefault();
+        W.root.querySelector(`[data-testid="scenario-${s.id}"]`)?.click();
+      });
       return field;
     }));
     const details = h('details', { class: 'lw-predict-first', testid: 'predict-first', open: true },
@@ -168,14 +174,25 @@ export function install(W) {
       setText(row.err, '');
       for (const input of row.field.querySelectorAll('input')) { input.removeAttribute('aria-invalid'); input.disabled = true; }
     }
-    S.predict = { spec, guess, scenario: s.id, jobs: null, counts0: { ...S.counts }, at: Date.now(), row };
+    await commitAndRun(spec, guess, () => W.runScenario(s, btn, hint), { scenario: s.id, row });
+  }
+
+  /**
+   * Commit a guess (null: just watching), start the run (`start` resolves to its job ids, or null when it
+   * did not start) and measure it when it settles. The stepper (stepper.js) commits its steps' guesses
+   * here too; `extra` rides on S.predict (a step keeps the run's events there for `gap:` measures).
+   */
+  async function commitAndRun(spec, guess, start, extra = {}) {
+    S.predict = { spec, guess, jobs: null, counts0: { ...S.counts }, at: Date.now(), ...extra };
+    const p = S.predict;
     renderPending();
     if (guess != null && room && round && round.prediction.id === spec.id && !instructorToken()) sendGuess(guess);
-    const jobs = await W.runScenario(s, btn, hint);
-    if (!S.predict || S.predict.spec !== spec) return;
-    if (jobs == null) { unlock(S.predict); S.predict = null; show(h('p', {}, 'The scenario did not start, so nothing was measured.')); return; }
-    S.predict.jobs = jobs;
+    const jobs = await start();
+    if (S.predict !== p) return p;
+    if (jobs == null) { unlock(p); S.predict = null; show(h('p', {}, 'The scenario did not start, so nothing was measured.')); return null; }
+    p.jobs = jobs;
     W.markDirty();
+    return p;
   }
 
   function unlock(p) {
@@ -213,6 +230,7 @@ export function install(W) {
         h('div', {}, h('dt', {}, 'the lab measured'), h('dd', { testid: 'predict-measured' }, shown(p.spec, m.value)))),
       h('p', { class: 'lw-predict-verdict', role: 'status' }, h('strong', {}, `${right ? '✓' : p.guess == null ? '·' : '✗'} ${verdict} `),
         right ? '' : h('span', { testid: 'predict-why' }, `Why: ${why}`)));
+    W.emit('lab:verdict', { id: p.spec.id, scenario: p.scenario, guess: p.guess, measured: m.value, number: m.number, right });
     const token = instructorToken();
     if (token && round && round.prediction.id === p.spec.id && round.measured == null) {
       post(`/api/rooms/${encodeURIComponent(room)}/round/result`, { n: round.n, measured: m.value, number: m.number, why }, token);
@@ -294,5 +312,5 @@ export function install(W) {
     if (room && !W.compact) pollRound();
   }
 
-  return { buildPredictFirst, runPredicted, renderPrediction, startPredictions };
+  return { buildPredictFirst, runPredicted, commitAndRun, renderPrediction, startPredictions };
 }

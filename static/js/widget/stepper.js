@@ -1,0 +1,326 @@
+// Guided steps (issue 28): the chapter's "Try this" list, one step at a time, inside the lab.
+//
+// The steps are app/scenarios.py STEPS (served by /api/meta `steps`), each naming the claim in core/lesson.py
+// whose test proves what it shows. A step sets the lab up with the widget's own scenario buttons and
+// settings, asks its question (predict.js commits the guess and measures the run), acts (a kill or a cut
+// lease when the run's job is claimed), pauses the clock at the moment that matters, points at the element
+// that shows it, and when the run has settled says in one sentence what the lab measured. A step the lab
+// cannot act out asks, then reveals its claim. Each "Try this" item in the prose gets a button that opens
+// the stepper at that step.
+
+import { errorText, fmtT, h, narrate, setText } from './util.js';
+import { cleanGuess, shown, whyText } from './predict-model.js';
+
+const LOOK = 'lw-step-look';
+
+export function install(W) {
+  const { S, root, preset } = W;
+  let steps = [];
+  let at = 0;
+  let run = null; // the step being acted out: {step, p (its S.predict), all: events since it started, ids, done: Set}
+  let els = null;
+
+  function buildStepper() {
+    if (els || W.compact || S.lab.viewer) return;
+    steps = (S.meta.steps || {})[preset] || [];
+    const mount = W.q('stepper');
+    if (!mount || !steps.length) return;
+    const hid = `${root.id}-step-h`;
+    els = {
+      mount,
+      head: h('h3', { id: hid, tabindex: '-1', testid: 'stepper-count' }),
+      body: h('div', { class: 'lw-step-body' }),
+      status: h('p', { class: 'lw-step-status', testid: 'stepper-status', role: 'status', 'aria-live': 'polite' }),
+      verdict: h('p', { class: 'lw-step-verdict', testid: 'stepper-verdict', role: 'status' }),
+      says: h('p', { class: 'lw-step-says', testid: 'stepper-says', hidden: true }),
+      nav: h('div', { class: 'lw-row lw-wrap lw-step-nav' }),
+    };
+    const box = h('section', { class: 'lw-stepper', testid: 'stepper', 'aria-labelledby': hid },
+      h('div', { class: 'lw-step-top' }, els.head,
+        h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely')),
+      els.body, els.status, els.verdict, els.says, els.nav);
+    els.box = box;
+    els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
+      onclick: () => open(at) }, `Guided steps (${steps.length})`);
+    mount.replaceChildren(box, els.opener);
+    mount.hidden = false;
+    root.addEventListener('lab:event', (e) => onEvent(e.detail));
+    root.addEventListener('lab:verdict', () => { if (run && run.p === S.predict) settled(); });
+    linkProse();
+    show(0);
+  }
+
+  // ---- the prose: a "Do this step in the lab" button beside every Try-this item ------------------
+  function linkProse() {
+    const prose = document.querySelector('.prose');
+    if (!prose || root.id !== 'lab-widget') return;
+    const marker = [...prose.querySelectorAll('h2, h3, p')].find((el) => /^Try this/.test(el.textContent.trim()));
+    const list = marker && [...prose.querySelectorAll('ol')].find(
+      (ol) => marker.compareDocumentPosition(ol) & Node.DOCUMENT_POSITION_FOLLOWING);
+    if (!list) return;
+    [...list.children].slice(0, steps.length).forEach((li, i) => {
+      li.append(' ', h('button', { type: 'button', class: 'lw-btn lw-small lw-step-link', testid: `step-link-${i + 1}`,
+        onclick: () => { open(i); root.scrollIntoView({ block: 'start', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' }); } },
+      `Do step ${i + 1} in the lab`));
+    });
+  }
+
+  function open(i) {
+    els.box.hidden = false;
+    els.opener.hidden = true;
+    show(i);
+    els.head.focus({ preventScroll: true });
+  }
+
+  async function leave() {
+    await stopRun();
+    els.box.hidden = true;
+    els.opener.hidden = false;
+    els.opener.focus();
+  }
+
+  // ---- one step: ask, then act it out (or reveal) ----------------------------------------------------
+  async function show(i) {
+    await stopRun();
+    at = Math.max(0, Math.min(steps.length - 1, i));
+    const step = steps[at];
+    els.mount.dataset.step = String(at + 1);
+    setText(els.head, `Step ${at + 1} of ${steps.length}: ${step.title}`);
+    setText(els.status, '');
+    setText(els.verdict, '');
+    delete els.verdict.dataset.measured;
+    delete els.status.dataset.paused;
+    els.says.hidden = true;
+    const spec = step.predict || {};
+    const acts = !!(step.do && step.do.length);
+    const fid = `${root.id}-step-guess`;
+    let field;
+    if (spec.kind === 'choice') {
+      field = h('fieldset', {}, h('legend', {}, spec.question), spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
+        h('input', { type: 'radio', name: fid, value: v, testid: `stepper-choice-${v}` }), ` ${label}`)));
+    } else {
+      const num = spec.kind === 'number';
+      field = h('div', {}, h('label', { for: fid, testid: 'stepper-question' }, spec.question),
+        h('div', { class: 'lw-row' }, h('input', num
+          ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
+          : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
+        spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null));
+    }
+    const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
+      h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
+        acts ? 'Lock in my guess and run' : 'Lock in my guess and reveal'));
+    form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
+    els.body.replaceChildren(form);
+    nav();
+  }
+
+  function nav(extra = []) {
+    els.nav.replaceChildren(...extra,
+      h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-back', disabled: at === 0, onclick: () => show(at - 1) }, '← Back'),
+      h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-next', disabled: at === steps.length - 1,
+        onclick: () => show(at + 1) }, 'Next →'));
+  }
+
+  async function go(form) {
+    const step = steps[at];
+    const spec = step.predict || {};
+    const input = form.querySelector('input:checked') || form.querySelector('input[type="number"], input[type="text"]');
+    const raw = input ? input.value : '';
+    let guess = null;
+    if (raw !== '' && spec.kind) {
+      guess = cleanGuess(spec, raw);
+      if (guess == null) {
+        setText(els.status, `Enter a whole number from ${spec.min} to ${spec.max}, or leave it empty to just watch.`);
+        input.focus();
+        return;
+      }
+    }
+    for (const x of form.querySelectorAll('input, button')) x.disabled = true;
+    if (!step.do || !step.do.length) { reveal(step, raw); return; }
+    await act(step, guess);
+  }
+
+  function reveal(step, raw) {
+    setText(els.status, raw ? `Your answer: ${raw}.` : 'No answer typed: just reading.');
+    says(`What the lab shows (tested by the conformance suite): ${step.claim_text}.`);
+    nav([rerunButton()]);
+  }
+
+  function rerunButton() {
+    return h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-rerun', onclick: () => show(at) }, 'Run this step again');
+  }
+
+  async function act(step, guess) {
+    const spec = step.predict;
+    run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null,
+      jobless: step.do.some((a) => a.click) };
+    const mine = run;
+    setText(els.status, 'Setting the lab up as the step says…');
+    nav([rerunButton()]);
+    const p = await W.commitAndRun(spec, guess, () => start(step, mine), { scenario: `step:${step.claim}`, events: [] });
+    if (run !== mine) return;
+    run.p = p;
+    if (!p) { setText(els.status, 'The step could not start; see the message above the lab.'); return; }
+    sync();
+    if (!run.moment) setText(els.status, 'Running. The clock pauses at the moment that matters.');
+  }
+
+  /** The step's set-up, in order; resolves to the run's job ids (null if something was refused). */
+  async function start(step, mine) {
+    for (const a of step.do) {
+      if (run !== mine) return null;
+      if (a.settings) {
+        const res = await W.api('PATCH', W.labPath('/settings'), a.settings);
+        if (!res.ok) { setText(els.status, `Could not apply: ${errorText(res.data, res.status)}`); return null; }
+        S.settings = res.data.settings;
+        W.syncControls();
+      } else if (a.scenario) {
+        const s = (S.meta.scenario_buttons[preset] || []).find((b) => b.id === a.scenario);
+        const btn = root.querySelector(`[data-testid="scenario-${a.scenario}"]`);
+        const hint = root.querySelector('[data-testid="scenario-hint"]');
+        const jobs = s && btn ? await W.runScenario(s, btn, hint) : null;
+        if (jobs == null) return null;
+        jobs.forEach((id) => mine.ids.add(String(id)));
+      } else if (a.click) {
+        if (!await press(a.click)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+      } else if (a.enqueue) {
+        const res = await W.api('POST', W.labPath('/jobs'), a.enqueue);
+        if (!res.ok) { setText(els.status, `Could not send the job: ${errorText(res.data, res.status)}`); return null; }
+        mine.ids.add(String(res.data.job_id));
+      }
+      sync();
+    }
+    return [...mine.ids];
+  }
+
+  /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
+  async function press(testid) {
+    for (let i = 0; i < 100; i++) {
+      const el = document.querySelector(`[data-testid="${testid}"]`);
+      if (!el) return false;
+      if (!el.disabled) { el.click(); return true; }
+      await new Promise((r) => { setTimeout(r, 100); });
+    }
+    return false;
+  }
+
+  // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
+  function onEvent(ev) {
+    if (!run) return;
+    run.all.push(ev); // kept from the start: a claim may arrive before the enqueue's answer names the job
+    sync();
+  }
+
+  function sync() {
+    if (!run) return;
+    // a step that presses a chapter panel's control (a schedule, no jobs) watches every event after it
+    const mine = run.jobless ? run.all : run.all.filter((e) => e.job_id != null && run.ids.has(String(e.job_id)));
+    if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
+    for (const [i, a] of run.step.do.entries()) {
+      if (!a.on || run.done.has(i)) continue;
+      const ev = mine.find((e) => e.type === a.on);
+      if (!ev) continue;
+      run.done.add(i);
+      trigger(a, ev);
+    }
+    const want = Object.entries(run.step.moment_data || {});
+    const m = !run.moment && run.step.moment && mine.find((e) => e.type === run.step.moment
+      && want.every(([k, v]) => (e.data || {})[k] === v));
+    if (m) moment(m);
+  }
+
+  /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. */
+  async function trigger(a, ev) {
+    const mine = run;
+    await W.clockAction({ action: 'pause' });
+    if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
+    if (a.expire) await W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
+    if (run === mine && !mine.moment) await W.clockAction({ action: 'resume' }); // unless its moment came meanwhile
+  }
+
+  async function moment(ev) {
+    const mine = run;
+    mine.moment = ev;
+    await W.clockAction({ action: 'pause' });
+    if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
+    run.paused = true;
+    const el = look(run.step.look);
+    const what = el ? nameOf(el) : '';
+    const line = `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}.`;
+    setText(els.status, `${line} ${what ? `Look at “${what}”. ` : ''}Continue to let the run finish.`);
+    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the guided steps when you have looked.`);
+    els.status.dataset.paused = 'yes';
+    nav([h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶'),
+      rerunButton()]);
+  }
+
+  function look(testid) {
+    unlook();
+    const el = testid && (root.querySelector(`[data-testid="${testid}"]`) || document.querySelector(`[data-testid="${testid}"]`));
+    if (!el) return null;
+    const panel = el.closest('.lw-panel') || el;
+    panel.classList.add(LOOK);
+    // the step's words travel with the element they point at, so the reader need not look back up
+    els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
+      h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
+    panel.prepend(els.callout);
+    panel.scrollIntoView({ block: 'center', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+    return panel;
+  }
+
+  function callout(text) {
+    if (els.callout) setText(els.callout.lastChild, text);
+  }
+
+  function unlook() {
+    for (const el of document.querySelectorAll(`.${LOOK}`)) el.classList.remove(LOOK);
+    els.callout?.remove();
+    els.callout = null;
+  }
+
+  /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
+  function nameOf(el) {
+    const head = el.querySelector('h3, h4');
+    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || el.textContent).trim().split('\n')[0];
+  }
+
+  async function resume() {
+    if (!run || !run.paused) return;
+    const mine = run;
+    mine.paused = false;
+    delete els.status.dataset.paused;
+    await W.clockAction({ action: 'resume' });
+    if (run !== mine) return;
+    setText(els.status, mine.p && mine.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
+    nav([rerunButton()]);
+  }
+
+  /** The verdict is in (predict.js): say what the lab measured, with its own numbers. */
+  function settled() {
+    const { step, p } = run;
+    const m = p.result;
+    const t = run.moment ? fmtT(run.moment.t_sim) : '–';
+    const text = whyText({ why: step.says || '' }, S.settings, m).replace('{moment_t}', t);
+    const right = p.guess != null && String(p.guess) === String(m.value);
+    setText(els.verdict, `${p.guess == null ? 'No guess this time.' : right ? '✓ Right.' : '✗ Not this time.'} `
+      + `Your guess: ${shown(p.spec, p.guess)}; the lab measured ${shown(p.spec, m.value)}.`);
+    els.verdict.dataset.measured = String(m.number);
+    says(text);
+    callout(text);
+    if (!run.paused) nav([rerunButton()]); // paused at its moment: Continue stays offered
+  }
+
+  function says(text) {
+    setText(els.says, text);
+    els.says.hidden = false;
+  }
+
+  async function stopRun() {
+    const r = run;
+    run = null;
+    unlook();
+    if (r && r.paused) await W.clockAction({ action: 'resume' });
+  }
+
+  return { buildStepper };
+}
