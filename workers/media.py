@@ -38,18 +38,22 @@ def ffmpeg() -> str:
 
 
 # The lab's sample clips (their names and labels: core/events.py SAMPLES), made from ffmpeg's own test
-# sources (lavfi testsrc2, a sine tone) the first time each is used and kept under var/samples/. The recipe
-# is deterministic (one thread, fixed seeds), so every pool host makes the same clip on its own disk and
-# none needs another's. Small on purpose: a lab job's real work (two renditions and a thumbnail) then costs
-# a fraction of a CPU-second; a learner's own upload is transcoded in full, whatever its size.
-# name → (frame size, seconds, extra video filter, x264 crf); the car phone clip is grainy (noise) so its
-# ~600 kB stand for a real upload where tests need a few hundred kB (the upload and disk caps).
-SAMPLE_RECIPES: dict[str, tuple[str, float, str, int]] = {
-    "bigbuckbunny": ("320x180", 2.0, "", 23),
-    "bikes": ("320x240", 2.0, "hue=H=t", 23),
-    "carphone_pristine": ("176x144", 2.0, "noise=alls=60:allf=t+u", 18),
+# sources (lavfi testsrc2 and a sine tone) the first time each is used and kept under var/samples/. The recipe
+# is deterministic (one encoder thread, a seeded noise source), so every pool host makes the same clip on its
+# own disk and none needs another's. Small on purpose: a lab job's real work (two renditions and a thumbnail)
+# costs about 0.2 CPU-s; a learner's own upload is transcoded in full, whatever its size.
+# name → (frame size, seconds, audio). The car phone clip carries lossless white noise (ALAC) instead of the
+# tone: ~570 kB of cheap-to-decode bytes, the size of a real small upload, which the upload and disk-cap tests
+# need (one fits in 1 MB, two do not).
+SAMPLE_RECIPES: dict[str, tuple[str, float, str]] = {
+    "bigbuckbunny": ("320x180", 1.0, "tone"),
+    "bikes": ("320x240", 1.0, "tone"),
+    "carphone_pristine": ("176x144", 1.5, "noise"),
 }
 SAMPLE_DIR = ROOT / "var" / "samples"
+_AUDIO = {"tone": (["-f", "lavfi", "-i", "sine=frequency=440:duration={s}"], ["-c:a", "aac", "-b:a", "64k"]),
+          "noise": (["-f", "lavfi", "-i", "anoisesrc=d={s}:c=white:r=96000:a=0.5:seed=1"],
+                    ["-ac", "2", "-c:a", "alac"])}
 
 
 def sample_clip(name: str = "bigbuckbunny") -> Path | None:
@@ -58,27 +62,26 @@ def sample_clip(name: str = "bigbuckbunny") -> Path | None:
         return None
     path = SAMPLE_DIR / f"{name}.mp4"
     if not path.exists():
-        size, seconds, vf, crf = SAMPLE_RECIPES[name]
-        _make_clip(path, seconds, size, vf, crf)
+        make_clip(path, *SAMPLE_RECIPES[name])
     return path
 
 
 def generate_clip(path: Path, seconds: float = 3, size: str = "320x240") -> Path:
-    """A synthetic test clip (lavfi testsrc2 + sine tone), for tests and the samples."""
-    return _make_clip(path, seconds, size, "", 23)
+    """A synthetic test clip (lavfi testsrc2 + sine tone), for tests."""
+    return make_clip(path, size, seconds, "tone")
 
 
-def _make_clip(path: Path, seconds: float, size: str, vf: str, crf: int) -> Path:
-    """Encode the clip next to `path` and move it into place: processes that ask at once never see half a file."""
+def make_clip(path: Path, size: str, seconds: float, audio: str) -> Path:
+    """Encode a clip next to `path`, then move it into place: processes that ask at once never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    source, codec = _AUDIO[audio]
     try:
         subprocess.run([ffmpeg(), "-v", "error", "-y",
                         "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
-                        "-f", "lavfi", "-i", f"sine=frequency=440:duration={seconds}",
-                        *(["-vf", vf] if vf else []), "-c:v", "libx264", "-preset", "veryfast", "-crf", str(crf),
-                        "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k",
-                        "-shortest", str(tmp)], check=True, timeout=60, preexec_fn=die_with_parent)
+                        *(arg.format(s=seconds) for arg in source),
+                        "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", "1", "-pix_fmt", "yuv420p",
+                        *codec, "-shortest", str(tmp)], check=True, timeout=60, preexec_fn=die_with_parent)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

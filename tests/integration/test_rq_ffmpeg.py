@@ -48,10 +48,10 @@ def test_every_sample_is_made_by_ffmpeg_and_the_same_on_every_host(tmp_path):
     from core.events import SAMPLES
 
     assert set(media.SAMPLE_RECIPES) == set(SAMPLES) - {"poison"}, "each sample a learner can pick has a recipe"
-    size, seconds, vf, crf = media.SAMPLE_RECIPES["bigbuckbunny"]
-    a = media._make_clip(tmp_path / "a" / "clip.mp4", seconds, size, vf, crf)
-    b = media._make_clip(tmp_path / "b" / "clip.mp4", seconds, size, vf, crf)
-    assert a.read_bytes() == b.read_bytes(), "two hosts making the same sample would disagree"
+    for name, recipe in media.SAMPLE_RECIPES.items():
+        a = media.make_clip(tmp_path / "a" / f"{name}.mp4", *recipe)
+        b = media.make_clip(tmp_path / "b" / f"{name}.mp4", *recipe)
+        assert a.read_bytes() == b.read_bytes(), f"two hosts making {name} would disagree"
     for name in media.SAMPLE_RECIPES:
         media.probe(media.sample_clip(name))  # decodes without error
     assert media.sample_clip("no-such-sample") is None
