@@ -68,6 +68,7 @@ class LabPool:
     reaper_at: float | None = None  # where this loop's barrier on the lab's clock stands
     due_at: float = 0.0  # real time of the lab's next pass (0: at once; inf: only when something changes)
     deadline: float = math.inf  # real time of its next lease deadline, due retry or worker (re)start
+    heads: dict = field(default_factory=dict)  # as last read: its clock hash, its first lease and first retry
 
 
 def lab_nice(config: Config, settings: dict) -> int:
@@ -620,23 +621,30 @@ class Supervisor:
             return max(0.0, min(MAINTAIN_S, lapse + 0.01))
         return math.inf
 
-    def refresh_deadlines(self, pools: list[LabPool]) -> None:
+    def refresh_deadlines(self, pools: list[LabPool], changed: dict[str, set[str]] | None = None) -> None:
         """Each lab's next deadline in real time: its earliest lease deadline or due retry, and any worker
-        due to respawn or finish booting; one round trip for all of them.
+        due to respawn or finish booting; one round trip for all of them, reading only the keys that
+        `changed` names for a lab (all of them without it).
 
         Those moments are simulated, so each is turned into real time through its lab's clock. One the
         clock cannot reach yet (paused, or held at a barrier before it) has no real time: the resume or
         the barrier's lift changes the clock, whose notification brings the lab back here."""
         if not pools:
             return
+        reads = []
         with self.r.pipeline(transaction=False) as pipe:
             for pool in pools:
-                pipe.hgetall(key(pool.lab, "clock"))
-                pipe.zrange(key(pool.lab, "leases"), 0, 0, withscores=True)
-                pipe.zrange(key(pool.lab, "scheduled"), 0, 0, withscores=True)
-            res = pipe.execute()
-        for i, pool in enumerate(pools):
-            state, leases, scheduled = res[3 * i: 3 * i + 3]
+                for k in DEADLINE_KEYS:
+                    if changed is None or k in changed.get(pool.lab, ()) or k not in pool.heads:
+                        reads.append((pool, k))
+                        if k == "clock":
+                            pipe.hgetall(key(pool.lab, k))
+                        else:
+                            pipe.zrange(key(pool.lab, k), 0, 0, withscores=True)
+            for (pool, k), value in zip(reads, pipe.execute(), strict=True):
+                pool.heads[k] = value
+        for pool in pools:
+            state, leases, scheduled = (pool.heads[k] for k in ("clock", "leases", "scheduled"))
             t = clock._now(state)
             barrier = state.get("barrier")
             speed = max(float(state.get("speed", 20)), 1e-9)
@@ -792,6 +800,7 @@ class Supervisor:
         """Make the labs that a change concerns due: a deadline key refreshes the lab's deadline; a waking
         key brings a lab at rest (not passed on a cadence) back for a pass; new settings are reconciled now."""
         stale: dict[str, LabPool] = {}
+        keys: dict[str, set[str]] = {}
         for k in changed:
             parts = k.split(":", 2)
             pool = self.pools.get(parts[1]) if len(parts) == 3 and parts[0] == "lab" else None
@@ -799,6 +808,7 @@ class Supervisor:
                 continue
             if parts[2] in DEADLINE_KEYS:
                 stale[pool.lab] = pool
+                keys.setdefault(pool.lab, set()).add(parts[2])
             if parts[2] == "settings" or pool.due_at == math.inf:
                 pool.due_at = 0.0
         if waker.child:  # a child exited: the lab whose worker it was looks at it now
@@ -807,7 +817,7 @@ class Supervisor:
                 if any(s.proc is not None and s.state in ("idle", "busy") and s.proc.poll() is not None
                        for s in pool.slots.values()):
                     pool.due_at = 0.0
-        self.refresh_deadlines(list(stale.values()))
+        self.refresh_deadlines(list(stale.values()), keys)
 
     def shutdown(self) -> None:
         """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live
