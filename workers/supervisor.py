@@ -11,8 +11,10 @@ import json
 import math
 import os
 import secrets
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ import redis
 
 from core import clock, parking, registry, stream
 from core.config import Config
-from core.keys import LABS, host_commands, host_running, key, owner, queue_name, spare_assignment
+from core.keys import LABS, PARKED, host_commands, host_running, key, owner, queue_name, spare_assignment
 from workers import hosts, reconcile
 from workers.broker import reaper
 from workers.engines import autoscale, fairness, loadgen, webhooks
@@ -33,11 +35,13 @@ from workers.process import die_with_parent
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (see Waker)
 REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
-HOUSEKEEP_S = 0.1  # process checks and the chapter engines (load generator, fairness, autoscale)
-IDLE_S = 1.0  # with no lab at all, nothing is due: wake only for a command or a new lab
+HOUSEKEEP_S = 0.1  # a lab whose engines run on time (load generator, fairness, autoscale, drains, faults)
+MAINTAIN_S = 1.0  # a lab with work in flight: hand-off sweep, dead barriers, pacing readout, stragglers
 SPARE_REFILL_S = 2.0  # real seconds after a spare worker was taken before the host starts replacements
 STOP_GRACE_S = 2.0  # real seconds a warm-stopped worker holding no job may take to exit before it is killed
-WATCHED = ("leases", "scheduled", "clock", "settings")  # per-lab keys whose change can move a deadline
+DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
+# a change wakes a lab at rest: new settings, a job, a delivery, the load generator, a fault, chapter 6 traffic
+WAKING_KEYS = ("settings", "states", "dispatch", "loadgen", "faults", "fair:pending:*")
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
 
@@ -62,6 +66,9 @@ class LabPool:
     nice: int | None = None  # the nice level its processes run at (see lab_nice)
     pacing: list = field(default_factory=list)  # (real, simulated) samples: the clock's achieved speed
     reaper_at: float | None = None  # where this loop's barrier on the lab's clock stands
+    due_at: float = 0.0  # real time of the lab's next pass (0: at once; inf: only when something changes)
+    deadline: float = math.inf  # real time of its next lease deadline, due retry or worker (re)start
+    heads: dict = field(default_factory=dict)  # as last read: its clock hash, its first lease and first retry
 
 
 def lab_nice(config: Config, settings: dict) -> int:
@@ -93,28 +100,40 @@ def renice(pids: list[int], nice: int) -> None:
 
 
 class Waker:
-    """How the supervisor sleeps: until the next lease deadline or due retry of any lab, or until a
-    change that can move one, never on a fixed poll.
+    """How the supervisor sleeps: until the next deadline of a lab, or until a change that concerns
+    it, never on a fixed poll.
 
     Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here), so
     the code that claims, extends or ends a lease needs no extra call: a ZADD to `lab:*:leases`, a
-    new retry in `lab:*:scheduled`, a clock or settings change, a new lab, or a command pushed to
-    this pool host's command list wakes the loop at once. The timeout is computed from the deadline in real time and
-    enforced by the client's own `select` (a server-side BLPOP timeout rounds up to the server's
-    100 ms cron on an idle server). A server that refuses CONFIG SET falls back to a 20 ms poll.
+    new retry in `lab:*:scheduled`, a clock or settings change, a new job, a new, parked or resumed lab, or a command
+    pushed to this pool host's command list wakes the loop at once. A child process that exits (a
+    worker that crashed, a spare) wakes it too: SIGCHLD writes to a socket the same `select` watches.
+    The timeout is computed from the deadline in real time and enforced by that `select` (a
+    server-side BLPOP timeout rounds up to the server's 100 ms cron on an idle server). A server that
+    refuses CONFIG SET falls back to a 20 ms poll.
     """
 
     def __init__(self, r: redis.Redis, commands: str):
         self.r = r
         self.ps = None
+        self.child = False  # a child process exited since the last wait
+        self.sig_r, sig_w = socket.socketpair()
+        for s in (self.sig_r, sig_w):
+            s.setblocking(False)
+        self.sig_w = sig_w
+        try:
+            signal.signal(signal.SIGCHLD, lambda *a: None)  # a Python handler, so the wakeup fd is written
+            signal.set_wakeup_fd(sig_w.fileno(), warn_on_full_buffer=False)
+        except ValueError:
+            pass  # not the main thread (a test driving the loop): child exits are seen at the next pass
         try:
             flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
             want = set(flags) | set("Kzls$h")
             r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
             db = r.connection_pool.connection_kwargs.get("db", 0)
-            ps.psubscribe(f"__keyspace@{db}__:{commands}", f"__keyspace@{db}__:{LABS}",
-                          *(f"__keyspace@{db}__:lab:*:{k}" for k in WATCHED))
+            ps.psubscribe(f"__keyspace@{db}__:{commands}", f"__keyspace@{db}__:{LABS}", f"__keyspace@{db}__:{PARKED}",
+                          *(f"__keyspace@{db}__:lab:*:{k}" for k in DEADLINE_KEYS + WAKING_KEYS))
             self.ps = ps
         except redis.ResponseError:
             self.ps = None
@@ -124,36 +143,26 @@ class Waker:
         if self.ps is None:
             time.sleep(min(timeout, LOOP_S))
             return set()
+        conn = self.ps.connection
+        if not conn.can_read(timeout=0):
+            select.select([conn._sock, self.sig_r], [], [], max(0.0, timeout))
+        try:
+            while self.sig_r.recv(512):
+                self.child = True
+        except (BlockingIOError, InterruptedError):
+            pass
         changed: set[str] = set()
-        msg = self.ps.get_message(timeout=max(0.0, timeout))
-        while msg:
-            if msg.get("type") == "pmessage":
-                changed.add(msg["channel"].split(":", 1)[1])
+        while conn.can_read(timeout=0):
             msg = self.ps.get_message(timeout=0)
+            if msg and msg.get("type") == "pmessage":
+                changed.add(msg["channel"].split(":", 1)[1])
         return changed
 
-
-def next_deadline(r: redis.Redis, labs: list[str]) -> dict[str, float]:
-    """Per lab, the real time (time.time()) of its earliest lease deadline or due retry; one round trip."""
-    if not labs:
-        return {}
-    with r.pipeline(transaction=False) as pipe:
-        for lab in labs:
-            pipe.hgetall(key(lab, "clock"))
-            pipe.zrange(key(lab, "leases"), 0, 0, withscores=True)
-            pipe.zrange(key(lab, "scheduled"), 0, 0, withscores=True)
-        res = pipe.execute()
-    out = {}
-    for i, lab in enumerate(labs):
-        state, leases, scheduled = res[3 * i: 3 * i + 3]
-        due = [score for _m, score in (leases + scheduled)]
-        if not due or state.get("paused") == "1":
-            continue
-        base_sim = float(state.get("base_sim", 0))
-        base_real = float(state.get("base_real", time.time()))
-        speed = max(float(state.get("speed", 20)), 1e-9)
-        out[lab] = base_real + (min(due) - base_sim) / speed
-    return out
+    def close(self) -> None:
+        if self.ps is not None:
+            self.ps.close()
+        self.sig_r.close()
+        self.sig_w.close()
 
 
 class Supervisor:
@@ -173,6 +182,7 @@ class Supervisor:
         self.waiting: set[str] = set()  # labs no host had room for (narrated once)
         self.reconciler = reconcile.Reconciler(self.r, config, self.host.id)
         self.reported: tuple[int, float] | None = None  # (processes, heartbeat) last written for /metrics
+        self.adopt_soon = False  # a command came for a lab not placed yet: tick before reading commands again
 
     # --- processes ------------------------------------------------------------------------
     def spawn(self, pool: LabPool, slot: Slot) -> None:
@@ -398,7 +408,8 @@ class Supervisor:
             self.after_death(pool, slot, self.row(pool, slot), "worker.died")
 
     # --- broker duties ----------------------------------------------------------------------
-    def broker_tick(self, pool: LabPool, settings: dict) -> None:
+    def broker_tick(self, pool: LabPool, settings: dict) -> dict:
+        """The lab's broker duties due now; returns the clock as read at their start."""
         lab = pool.lab
         clock.lift_dead(self.r, lab)  # a killed worker's barriers: the clock never waits for the dead
         state = clock.read(self.r, lab)
@@ -430,6 +441,7 @@ class Supervisor:
             elif name in pool.fault_active:
                 pool.fault_active.discard(name)
                 stream.emit(self.r, lab, "fault.ended", now, fault=name)
+        return state
 
     def reaper_barrier(self, pool: LabPool) -> None:
         """The clock may not pass the next lease deadline or retry due time before this loop has acted on
@@ -494,10 +506,13 @@ class Supervisor:
                 self.r.rpush(host_commands(holder), raw)  # the lab moved on: forward it
                 return
             if not self.host.leaving:
-                self.r.rpush(self.host.commands, raw)  # being placed or adopted here: after this tick
+                self.r.rpush(self.host.commands, raw)  # being placed or adopted here: after the next tick
+                self.adopt_soon = True
                 return
         if cmd.get("id") and not self.r.set(f"pool:cmd:{cmd['id']}", self.host.id, nx=True, ex=60):
             return  # a copy sent to the lab's previous owner was already carried out
+        if pool:
+            pool.due_at = 0.0  # a killed worker's respawn, a replica's: looked at in this loop
         result: dict = {"ok": False, "error": "unknown lab"}
         if pool and cmd.get("cmd") == "kill":
             slot = pool.slots.get(cmd.get("worker"))
@@ -564,7 +579,7 @@ class Supervisor:
             self.reconciler.run()
 
     def tick(self) -> None:
-        self.keep_spares()
+        """The host's part, once a heartbeat or when the set of labs changes: ownership, labs gone or moved."""
         live = self.r.smembers(LABS)
         parked = parking.parked(self.r)  # parked labs run no process on any host and hold no lease
         self.mine = mine = self.ownership(live - parked)
@@ -576,13 +591,92 @@ class Supervisor:
             elif lab not in mine:  # parked, or another host holds its lease now: this one must not run it
                 self.let_go(lab)
         for lab in mine:
-            pool = self.pools.get(lab) or self.adopt(lab)
-            settings = registry.settings(self.r, lab)
-            self.reconcile(pool, settings)
-            self.fleet.reconcile(lab, settings)
-            self.release_branch(lab, settings)
-            self.broker_tick(pool, settings)
+            if lab not in self.pools:
+                self.adopt(lab)  # its first pass is due at once
         self.report_running()
+
+    def lab_pass(self, pool: LabPool) -> None:
+        """Everything one lab needs now: its processes, its replicas, its broker duties; then when it is
+        due again (see `next_pass`)."""
+        lab = pool.lab
+        settings = registry.settings(self.r, lab)
+        self.reconcile(pool, settings)
+        self.fleet.reconcile(lab, settings)
+        holding = self.release_branch(lab, settings)
+        state = self.broker_tick(pool, settings)
+        pool.due_at = time.time() + self.next_pass(pool, settings, state, holding)
+        self.refresh_deadlines([pool])
+
+    def next_pass(self, pool: LabPool, settings: dict, state: dict, holding: bool) -> float:
+        """Real seconds until the lab's next pass: how a lab becomes due.
+
+        A lab is passed when something that concerns it changes (Waker: its settings, a job, a delivery,
+        the load generator, a fault, chapter 6 traffic, a command, a child process exiting), at its
+        deadline (a lease runs out, a retry is due, a worker respawns or finishes booting: `deadline`),
+        and otherwise only as often as what it runs needs time:
+        HOUSEKEEP_S while an engine works on time (the load generator, chapter 6 traffic, the autoscaler,
+        chapter 7's replicas, a fault to end, a worker draining or rewiring, the stale-job sweeper with
+        a job running, a branch waiting for its workers); MAINTAIN_S while work is in flight (jobs queued,
+        retrying or running, deliveries pending, barriers on the clock, a slowed clock to read out), or
+        sooner when a barrier's holder would lapse; never (math.inf) when nothing is in flight."""
+        lab = pool.lab
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.hmget(key(lab, "states"), "queued", "retrying", "running")
+            pipe.zcard(key(lab, "dispatch"))
+            pipe.hvals(key(lab, "barrier_alive"))
+            pipe.hget(key(lab, "loadgen"), "on")
+            pipe.hlen(fairness.inflight_key(lab))
+            for tier in fairness.TIERS:
+                pipe.zcard(fairness.pending_key(lab, tier))
+            states, dispatching, alive, loadgen_on, *fair = pipe.execute()
+        running = int(states[2] or 0)
+        slots = {s.state for s in pool.slots.values()}
+        if (loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
+                or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
+                or lab in self.fleet.fleets or pool.fault_active or holding or slots & {"draining", "rewiring"}
+                or (running and settings.get("guard") == "claim" and settings.get("stale_after"))):
+            return HOUSEKEEP_S
+        if any(int(n or 0) for n in states) or dispatching or alive or pool.reaper_at is not None \
+                or state["slowed"]:
+            lapse = min((float(u) for u in alive), default=math.inf) - time.time()
+            return max(0.0, min(MAINTAIN_S, lapse + 0.01))
+        return math.inf
+
+    def refresh_deadlines(self, pools: list[LabPool], changed: dict[str, set[str]] | None = None) -> None:
+        """Each lab's next deadline in real time: its earliest lease deadline or due retry, and any worker
+        due to respawn or finish booting; one round trip for all of them, reading only the keys that
+        `changed` names for a lab (all of them without it).
+
+        Those moments are simulated, so each is turned into real time through its lab's clock. One the
+        clock cannot reach yet (paused, or held at a barrier before it) has no real time: the resume or
+        the barrier's lift changes the clock, whose notification brings the lab back here."""
+        if not pools:
+            return
+        reads = []
+        with self.r.pipeline(transaction=False) as pipe:
+            for pool in pools:
+                for k in DEADLINE_KEYS:
+                    if changed is None or k in changed.get(pool.lab, ()) or k not in pool.heads:
+                        reads.append((pool, k))
+                        if k == "clock":
+                            pipe.hgetall(key(pool.lab, k))
+                        else:
+                            pipe.zrange(key(pool.lab, k), 0, 0, withscores=True)
+            for (pool, k), value in zip(reads, pipe.execute(), strict=True):
+                pool.heads[k] = value
+        for pool in pools:
+            state, leases, scheduled = (pool.heads[k] for k in ("clock", "leases", "scheduled"))
+            t = clock._now(state)
+            barrier = state.get("barrier")
+            speed = max(float(state.get("speed", 20)), 1e-9)
+            held = math.inf if barrier in (None, "") else float(barrier)
+            moments = [s for _m, s in leases + scheduled]
+            moments += [-math.inf if s.state == "respawning" else s.respawn_at
+                        for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
+            out = [0.0 if at <= t else
+                   float(state.get("base_real", time.time())) + (at - float(state.get("base_sim", 0))) / speed
+                   for at in moments if at <= t or (state.get("paused") != "1" and at <= held)]
+            pool.deadline = min(out, default=math.inf)
 
     # --- pool hosts (workers/hosts.py) ------------------------------------------------------------
     def ownership(self, live: set[str]) -> set[str]:
@@ -673,79 +767,87 @@ class Supervisor:
         if stale:
             self.r.delete(*stale)
 
-    def release_branch(self, lab: str, settings: dict) -> None:
-        """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs."""
-        if self.r.hget(key(lab, "meta"), "hold_until_ready") and \
-                self.r.scard(f"rq:workers:{queue_name(lab)}") >= int(settings["workers"]):
-            self.r.hdel(key(lab, "meta"), "hold_until_ready")
-            stream.emit(self.r, lab, "clock.resumed", clock.resume(self.r, lab))
+    def release_branch(self, lab: str, settings: dict) -> bool:
+        """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs.
+        True while it still waits for them."""
+        if not self.r.hget(key(lab, "meta"), "hold_until_ready"):
+            return False
+        if self.r.scard(f"rq:workers:{queue_name(lab)}") < int(settings["workers"]):
+            return True
+        self.r.hdel(key(lab, "meta"), "hold_until_ready")
+        stream.emit(self.r, lab, "clock.resumed", clock.resume(self.r, lab))
+        return False
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
         signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
         webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/webhooks.py)
         waker: Waker | None = None
-        last_expiry = next_full = 0.0
-        outage = False
-        deadlines: dict[str, float] = {}
+        last_expiry = next_host = 0.0
+        outage = commands = False
         while self.running:
             try:
-                waker = waker or Waker(self.r, self.host.commands)
+                if waker is None:  # (re)connected: whatever changed meanwhile went unheard, so look at everything
+                    waker = Waker(self.r, self.host.commands)
+                    commands, next_host = True, 0.0
+                    for pool in self.pools.values():
+                        pool.due_at = 0.0
                 if outage:  # the server is back: rq workers sit out their own reconnect backoff (up to
                     outage = False  # 60 s), so restart them now; a lease brings back any attempt they held
                     self.recycle_workers()
-                while (raw := self.r.lpop(self.host.commands)) is not None:
+                while commands and not self.adopt_soon and (raw := self.r.lpop(self.host.commands)) is not None:
                     self.command(raw)
-                now = time.time()
-                due = [lab for lab, t in deadlines.items() if t <= now and lab in self.pools]
-                if now >= next_full or any(t <= now for t in self.slot_timers()):
+                commands = False
+                self.keep_spares()
+                if time.time() >= next_host or self.adopt_soon:
                     self.tick()
-                    next_full = now + HOUSEKEEP_S
-                else:
-                    for lab in due:  # a deadline passed between two housekeeping ticks: just the broker
-                        pool = self.pools[lab]
-                        self.broker_tick(pool, registry.settings(self.r, lab))
+                    next_host = self.host.last_beat + self.host.beat_every
+                    commands, self.adopt_soon = commands or self.adopt_soon, False
+                for pool in list(self.pools.values()):
+                    if pool.lab in self.pools and min(pool.due_at, pool.deadline) <= time.time():
+                        self.lab_pass(pool)
                 if time.time() - last_expiry > 5:
                     self.expire_idle()
                     last_expiry = time.time()
-                deadlines = next_deadline(self.r, list(self.pools))
-                wake = min([next_full if self.pools else time.time() + IDLE_S, *deadlines.values(),
-                            *self.slot_timers()])
+                wake = min([next_host, last_expiry + 5, *(min(p.due_at, p.deadline) for p in self.pools.values()),
+                            self.refill_at if len(self.spares) < self.config.spare_workers else math.inf])
                 changed = waker.wait(wake - time.time() + 0.0002)
-                if any(k == LABS or k.endswith((":settings", ":clock")) for k in changed):
-                    next_full = 0.0  # a new lab, new settings or a clock change: reconcile now
+                commands = self.host.commands in changed
+                if LABS in changed or PARKED in changed:
+                    next_host = 0.0  # a new, deleted, parked or resumed lab: place or stop it now
+                self.note(changed, waker)
             except redis.exceptions.OutOfMemoryError:
                 time.sleep(0.5)  # the server is at its maxmemory: what could not be written is retried next tick
             except redis.ConnectionError:
                 outage = True
                 time.sleep(0.5)  # the server restarts (the launcher brings it back); keep going
+                if waker is not None:
+                    waker.close()
                 waker = None
         self.shutdown()
 
-    def slot_timers(self) -> list[float]:
-        """Real times a worker is due to respawn or finish booting.
-
-        Those moments are simulated (Slot.respawn_at), so each is turned into real time through its lab's
-        clock. One the clock cannot reach yet (paused, or held at a barrier before it) has no real time:
-        the resume or the barrier's lift changes the clock, whose notification wakes the loop."""
-        out: list[float] = []
-        for pool in self.pools.values():
-            waiting = [s for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
-            if not waiting:
+    def note(self, changed: set[str], waker: Waker) -> None:
+        """Make the labs that a change concerns due: a deadline key refreshes the lab's deadline; a waking
+        key brings a lab at rest (not passed on a cadence) back for a pass; new settings are reconciled now."""
+        stale: dict[str, LabPool] = {}
+        keys: dict[str, set[str]] = {}
+        for k in changed:
+            parts = k.split(":", 2)
+            pool = self.pools.get(parts[1]) if len(parts) == 3 and parts[0] == "lab" else None
+            if pool is None:
                 continue
-            state = self.r.hgetall(key(pool.lab, "clock"))
-            t = clock._now(state)
-            barrier = state.get("barrier")
-            speed = max(float(state.get("speed", 20)), 1e-9)
-            for slot in waiting:
-                if slot.state == "respawning" or t >= slot.respawn_at:
-                    out.append(0.0)
-                elif state.get("paused") == "1" or (barrier not in (None, "") and slot.respawn_at > float(barrier)):
-                    continue
-                else:
-                    out.append(float(state.get("base_real", time.time()))
-                               + (slot.respawn_at - float(state.get("base_sim", 0))) / speed)
-        return out
+            if parts[2] in DEADLINE_KEYS:
+                stale[pool.lab] = pool
+                keys.setdefault(pool.lab, set()).add(parts[2])
+            if parts[2] == "settings" or pool.due_at == math.inf:
+                pool.due_at = 0.0
+        if waker.child:  # a child exited: the lab whose worker it was looks at it now
+            waker.child = False
+            for pool in self.pools.values():
+                if any(s.proc is not None and s.state in ("idle", "busy") and s.proc.poll() is not None
+                       for s in pool.slots.values()):
+                    pool.due_at = 0.0
+        self.refresh_deadlines(list(stale.values()), keys)
 
     def shutdown(self) -> None:
         """A graceful stop hands every lab over: this host stops taking labs, releases each lease (a live

@@ -26,7 +26,10 @@ from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
 from workers.process import die_with_parent
 
-TICK = 0.05  # real seconds between clock reads while a job is paced
+TICK = 0.05  # real seconds between local looks at ffmpeg while a job is paced (no server round trip)
+PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock (a pause, a new speed,
+# a storage outage that began: an in-flight upload fails at its first instant, so the retry keeps its moment)
+REFRESH_S = 1.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
 _conn: redis.Redis | None = None
 
 
@@ -250,7 +253,7 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
     parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
-    barrier, held_at = None, 0.0
+    barrier, held_at, fresh_at = None, 0.0, 0.0  # real times the barrier was last held, last held or refreshed
     while True:
         state = clock.read(r, lab)
         now = state["t_raw"]
@@ -280,13 +283,21 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
             if barrier is not None:
                 clock.lift(r, lab, holder)
                 barrier = None
-        elif nxt != barrier or time.monotonic() - held_at > 1.0:  # re-hold now and then: a long stall may
-            clock.hold(r, lab, holder, nxt)                       # have let the supervisor lift it
+        elif nxt != barrier or time.monotonic() - held_at > 2 * REFRESH_S:  # re-hold now and then: a long stall
+            clock.hold(r, lab, holder, nxt)                                  # may have let the supervisor lift it
             barrier, held_at = nxt, time.monotonic()
-        else:
+            fresh_at = held_at
+        elif time.monotonic() - fresh_at > REFRESH_S:
             clock.refresh(r, lab, holder)
-        wait = (nxt - now) / state["speed"] if state["speed"] > 0 and not state["paused"] else TICK
-        time.sleep(min(TICK, max(0.002, wait)))
+            fresh_at = time.monotonic()
+        # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress) or ffmpeg
+        # ends, looking at ffmpeg locally meanwhile: the clock is read only when something is due
+        step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
+        wait = ((min(nxt, step) - now) / state["speed"] if state["speed"] > 0 and not state["paused"]
+                else PACE_MAX_S)
+        until = time.monotonic() + min(PACE_MAX_S, max(0.002, wait))
+        while (left := until - time.monotonic()) > 0 and not (real_work and all(p.poll() is not None for p in procs)):
+            time.sleep(min(TICK, left))
 
 
 class UploadParts:

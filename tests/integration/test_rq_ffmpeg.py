@@ -42,3 +42,37 @@ def test_probe_refuses_what_is_not_a_video(tmp_path):
         assert "183" in str(e)
     else:
         raise AssertionError("a text file passed the probe")
+
+
+def test_every_sample_is_made_by_ffmpeg_and_the_same_on_every_host(tmp_path):
+    from core.events import SAMPLES
+
+    assert set(media.SAMPLE_RECIPES) == set(SAMPLES) - {"poison"}, "each sample a learner can pick has a recipe"
+    for name, recipe in media.SAMPLE_RECIPES.items():
+        a = media.make_clip(tmp_path / "a" / f"{name}.mp4", *recipe)
+        b = media.make_clip(tmp_path / "b" / f"{name}.mp4", *recipe)
+        assert a.read_bytes() == b.read_bytes(), f"two hosts making {name} would disagree"
+    for name in media.SAMPLE_RECIPES:
+        media.probe(media.sample_clip(name))  # decodes without error
+    assert media.sample_clip("no-such-sample") is None
+
+
+def test_the_default_sample_job_makes_playable_renditions_and_a_thumbnail(api, tmp_path):
+    lab = api.lab("ch1", speed=200, workers=2)
+    api.workers_ready(lab, 2)
+    base = f"/api/labs/{lab['lab_id']}/jobs"
+    transcode = api.call("POST", base, {"duration_s": 10}, lab["token"]).json()["job_id"]
+    thumb = api.call("POST", base, {"job_type": "thumbnail", "duration_s": 10}, lab["token"]).json()["job_id"]
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 2, timeout=120, what="both default jobs done")
+    outputs = {j["id"]: j["outputs"] for j in snap["jobs"]}
+    got = {**{rend: outputs[transcode][rend] for rend in ("240p", "144p")}, "thumb": outputs[thumb]["thumb"]}
+    for rend, url in got.items():
+        res = api.call("GET", url, token=lab["token"])
+        assert res.status == 200, f"{rend}: {res.status}"
+        path = tmp_path / f"{rend}{'.jpg' if rend == 'thumb' else '.mp4'}"
+        path.write_bytes(res.body)
+        if rend == "thumb":
+            assert res.body[:2] == b"\xff\xd8", "the thumbnail is not a JPEG"
+        else:
+            media.probe(path)  # ffmpeg decodes every frame without error
+            assert media.duration_of(path) > 0.5

@@ -185,10 +185,13 @@ def generate(r: redis.Redis, lab: str, settings: dict, now: float) -> int:
     """Open-loop traffic at `arrival_rate` (jobs per simulated second), split by `pro_share`;
     a spike doubles one tier's rate until it ends. Poisson counts from a seeded RNG."""
     meta = key(lab, "fair", "meta")
+    rate = float(settings["arrival_rate"])
+    if rate <= 0:  # off: the next rate starts from its own moment (a lab at rest is not ticked meanwhile)
+        r.hdel(meta, "gen_t")
+        return 0
     last = r.hget(meta, "gen_t")
     r.hset(meta, "gen_t", now)
-    rate = float(settings["arrival_rate"])
-    if last is None or rate <= 0 or now <= float(last):
+    if last is None or now <= float(last):
         return 0
     dt = now - float(last)
     spikes = r.hgetall(key(lab, "fair", "spike"))

@@ -38,7 +38,8 @@ from workers.broker import retry
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
-LOOP_S = 0.05
+LOOP_S = 0.05  # real seconds between ticks while some lab has a webhook registered
+RESCAN_S = 5.0  # real seconds between looks for registrations a missed notification would hide
 TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
 # Due times are on the lab's simulated clock, like its jobs' retries: pausing the lab holds its
 # webhook retries too, and the spread the learner reads is the lesson's seconds, not ours.
@@ -148,6 +149,7 @@ class Deliverer:
         self.base = f"http://{host}:{config.port}"
         self.running = True
         self.lease = self.r.register_script(_LEASE_TRY)
+        self.hooked: set[str] = set()  # labs that had a webhook registered when last looked at
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="webhooks", daemon=True)
@@ -155,17 +157,33 @@ class Deliverer:
         return t
 
     def run(self) -> None:
+        """Tick every LOOP_S while a lab has a webhook; with none, sleep until one is registered (a keyspace
+        notification on `lab:*:webhook`, switched on by the supervisor's Waker) or RESCAN_S passes."""
+        ps, rescan_at = None, 0.0
         while self.running:
             try:
+                if ps is None:
+                    ps = self.r.pubsub(ignore_subscribe_messages=True)
+                    db = self.r.connection_pool.connection_kwargs.get("db", 0)
+                    ps.psubscribe(f"__keyspace@{db}__:lab:*:webhook")
+                if time.time() >= rescan_at:
+                    self.hooked = set(self.r.smembers(LABS))
+                    rescan_at = time.time() + RESCAN_S
                 self.tick()
+                msg = ps.get_message(timeout=LOOP_S if self.hooked else max(0.0, rescan_at - time.time()))
+                while msg:
+                    if msg.get("type") == "pmessage":
+                        self.hooked.add(msg["channel"].split(":")[2])
+                    msg = ps.get_message(timeout=0)
             except (redis.ConnectionError, redis.exceptions.OutOfMemoryError):  # restarting, or at maxmemory
+                ps, rescan_at = None, 0.0
                 time.sleep(0.5)
-            time.sleep(LOOP_S)
 
     def tick(self) -> None:
-        for lab in self.r.smembers(LABS):
+        for lab in list(self.hooked):
             reg = self.r.hgetall(hook(lab))
             if not reg.get("url"):
+                self.hooked.discard(lab)  # none registered: looked at again when one is (or at the rescan)
                 continue
             now = clock.now(self.r, lab)
             collect(self.r, lab, reg, now)

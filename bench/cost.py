@@ -1,0 +1,101 @@
+"""cost: what one lab costs the server and the supervisor, idle and busy, against issue 30's goals.
+
+Three windows of COST_SECONDS (20) real seconds on the bench stack, each after a short settle:
+- floor: no lab at all (the web tier, the pool host's heartbeat, whatever runs with nothing to do);
+- idle:  COST_IDLE_LABS (12) labs of the chapter 1 preset, nothing running, no page open;
+- busy:  one lab (chapter 1, 20×, 3 workers, heartbeat every 10 simulated s) kept at 3 jobs of 120 simulated
+         s in flight, as `bench classroom` loads each of its labs (enqueued through the API, the states read
+         straight from the server so the driver's own reads stay out of the count but its clicks are in).
+Each window reads the server's own counters (INFO commandstats: calls by command, and
+total_commands_processed) and the supervisor process's own CPU (/proc, without its reaped children: the
+workers' CPU is the jobs', not the loop's). A lab's figure is its window minus the floor, over its labs.
+Goals (issue 30): an idle lab ≤ 5 server commands/s and ≤ 0.3 % of a core in the supervisor; a busy lab
+≤ 80 server commands/s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.common import Bench, report, rnd, wait
+from runtime.procs import cpu_s
+
+NAME = "cost"
+SECONDS = float(os.environ.get("COST_SECONDS", "20"))
+IDLE_LABS = int(os.environ.get("COST_IDLE_LABS", "12"))
+SETTLE_S = 3.0  # real seconds after the labs are up before a window opens (workers registering, first passes)
+GOAL = {"idle_cmds_s": 5.0, "idle_cpu_pct": 0.3, "busy_cmds_s": 80.0}
+TOP = 8  # commands listed per row
+
+
+def _counters(b: Bench) -> tuple[dict[str, int], int, float]:
+    stats = b.r.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    return calls, int(b.r.info("stats")["total_commands_processed"]), cpu_s(b.stack.supervisor.pid,
+                                                                            with_children=False)
+
+
+def window(b: Bench, seconds: float, during=None) -> dict:
+    """Server commands/s (total and by command) and supervisor CPU (% of a core) over `seconds`."""
+    calls0, total0, cpu0 = _counters(b)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        if during:
+            during()
+        time.sleep(0.5)
+    calls1, total1, cpu1 = _counters(b)
+    elapsed = time.time() - t0
+    by_cmd = {c: (n - calls0.get(c, 0)) / elapsed for c, n in calls1.items() if n > calls0.get(c, 0)}
+    return {"cmds_s": (total1 - total0) / elapsed, "by_cmd": by_cmd, "cpu_pct": 100 * (cpu1 - cpu0) / elapsed}
+
+
+def per_lab(w: dict, floor: dict, labs: int) -> dict:
+    by_cmd = {c: (n - floor["by_cmd"].get(c, 0)) / labs for c, n in w["by_cmd"].items()}
+    top = sorted(((c, n) for c, n in by_cmd.items() if n >= 0.05), key=lambda x: -x[1])[:TOP]
+    return {"cmds_s": rnd((w["cmds_s"] - floor["cmds_s"]) / labs, 1),
+            "cpu_pct": rnd((w["cpu_pct"] - floor["cpu_pct"]) / labs, 2),
+            "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top)}
+
+
+def run(b: Bench) -> dict:
+    b.delete_labs()
+    time.sleep(SETTLE_S)
+    floor = window(b, SECONDS)
+    idle = [b.lab("ch1", speed=20) for _ in range(IDLE_LABS)]
+    for lab in idle:
+        b.workers_ready(lab, 1, timeout=120)
+    time.sleep(SETTLE_S)
+    idle_w = window(b, SECONDS)
+    for lab in idle:
+        b.delete_lab(lab)
+    busy = b.lab("ch1", speed=20, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
+                 heartbeat_extend=30, max_attempts=20, respawn_delay=20)
+    b.workers_ready(busy, 3, timeout=120)
+
+    def fill() -> None:
+        s = b.states(busy)
+        for _ in range(max(0, 3 - s.get("running", 0) - s.get("queued", 0))):
+            b.enqueue(busy, {"sample": "carphone_pristine", "duration_s": 120})
+
+    fill()
+    wait(lambda: b.states(busy).get("running", 0) >= 3, 60, "3 jobs never ran at once")
+    busy_w = window(b, SECONDS, during=fill)
+    top = sorted(floor["by_cmd"].items(), key=lambda x: -x[1])[:TOP]
+    rows = [{"row": "floor (no lab)", "labs": 0, "cmds_s": rnd(floor["cmds_s"], 1), "cpu_pct": rnd(floor["cpu_pct"], 2),
+             "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top)},
+            {"row": "idle lab", "labs": IDLE_LABS, **per_lab(idle_w, floor, IDLE_LABS),
+             "goal": f"≤ {GOAL['idle_cmds_s']:g} cmds/s, ≤ {GOAL['idle_cpu_pct']:g} %"},
+            {"row": "busy lab (3 in flight, 20×, heartbeat)", "labs": 1, **per_lab(busy_w, floor, 1),
+             "goal": f"≤ {GOAL['busy_cmds_s']:g} cmds/s"}]
+    ok = (rows[1]["cmds_s"] <= GOAL["idle_cmds_s"] and rows[1]["cpu_pct"] <= GOAL["idle_cpu_pct"]
+          and rows[2]["cmds_s"] <= GOAL["busy_cmds_s"])
+    return report(NAME, "server commands/s and supervisor CPU per lab, idle and busy",
+                  ["row", "labs", "cmds_s", "cpu_pct", "goal", "by_cmd"], rows,
+                  {"label": "busy-lab commands/s over the goal",
+                   "value": rnd(rows[2]["cmds_s"] / GOAL["busy_cmds_s"], 2),
+                   "baseline": f"goal {GOAL['busy_cmds_s']:g} commands/s", "also": "all goals met" if ok else
+                   "a goal is not met"},
+                  {"seconds": SECONDS, "idle_labs": IDLE_LABS, "goal": GOAL},
+                  notes=["cmds_s and cpu_pct per lab: the window's minus the floor's, over its labs; cpu_pct is "
+                         "the supervisor process alone (% of one core)"])
