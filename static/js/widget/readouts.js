@@ -32,11 +32,13 @@ export function install(W) {
     }
     if (c.has('retry_policy') || c.has('faults')) tiles.push(['failed', 'Failed attempts', 'retries scheduled: 0']);
     els.readouts = {};
-    const extra = h('div', { class: 'lw-readouts-extra' });
+    // one row: the chapter's extra tiles (outputs, emails, failed attempts) sit beside the main ones, so the
+    // pipeline stays on the first screen; a compact widget (race lanes, compare) leaves the extras out
     tiles.forEach(([id, label, sub], i) => {
       const value = h('span', { class: 'lw-ro-value' }, '0');
-      const subEl = h('span', { class: 'lw-ro-sub' }, sub);
-      const tile = h('div', { class: `lw-ro lw-ro-${id}`, testid: `readout-${id}`, 'data-value': '0' },
+      const subEl = h('span', { class: 'lw-ro-sub', title: sub }, sub);
+      const tile = h('div', { class: `lw-ro lw-ro-${id}${i < main ? '' : ' lw-ro-extra'}`, testid: `readout-${id}`,
+        'data-value': '0' },
         h('span', { class: 'lw-ro-label' }, label), value, subEl);
       els.readouts[id] = { tile, value, sub: subEl, last: null };
       if (id === 'redelivered') {
@@ -48,9 +50,8 @@ export function install(W) {
         els.spark = [...spark.children];
         subEl.remove();
       }
-      (i < main ? box : extra).append(tile);
+      box.append(tile);
     });
-    if (extra.children.length) box.after(extra);
   }
 
   function setReadout(id, value, display, sub) {

@@ -35,10 +35,13 @@ export function install(W) {
       says: h('p', { class: 'lw-step-says', testid: 'stepper-says', hidden: true }),
       nav: h('div', { class: 'lw-row lw-wrap lw-step-nav' }),
     };
+    // the step's buttons share the heading's row, so the card stays short enough for the pipeline to fit
+    // under it on the first screen (1280×800)
     const box = h('section', { class: 'lw-stepper', testid: 'stepper', 'aria-labelledby': hid },
       h('div', { class: 'lw-step-top' }, els.head,
-        h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely')),
-      els.body, els.status, els.verdict, els.says, els.nav);
+        h('div', { class: 'lw-row lw-wrap lw-step-tools' }, els.nav,
+          h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely'))),
+      els.body, els.status, els.verdict, els.says);
     els.box = box;
     els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
       onclick: () => open(at) }, `Guided steps (${steps.length})`);
@@ -95,20 +98,23 @@ export function install(W) {
     const acts = !!(step.do && step.do.length);
     const fid = `${root.id}-step-guess`;
     let field;
+    let answer = [];
     if (spec.kind === 'choice') {
       field = h('fieldset', {}, h('legend', {}, spec.question), spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
         h('input', { type: 'radio', name: fid, value: v, testid: `stepper-choice-${v}` }), ` ${label}`)));
     } else {
       const num = spec.kind === 'number';
-      field = h('div', {}, h('label', { for: fid, testid: 'stepper-question' }, spec.question),
-        h('div', { class: 'lw-row' }, h('input', num
-          ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
-          : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
-        spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null));
+      field = h('label', { for: fid, testid: 'stepper-question' }, spec.question);
+      answer = [h('input', num
+        ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
+        : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
+      spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null];
     }
+    // the guess and its button on one line under the question: the card stays short on the first screen
     const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
-      h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
-        acts ? 'Lock in my guess and run' : 'Lock in my guess and reveal'));
+      h('div', { class: 'lw-row lw-step-answer' }, ...answer,
+        h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
+          acts ? 'Lock in my guess and run' : 'Lock in my guess and reveal')));
     form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
     els.body.replaceChildren(form);
     nav();
