@@ -188,6 +188,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch4.why_poison", 4, "Predict first: Poison pill (why)", "Every attempt fails with an error the "
           "handler sees, so the retry policy decides: at max attempts the job goes to the dead-letter queue",
           "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
+    Claim("ch4.why_outage", 4, "Predict first: 3 jobs + storage outage (why)", "A job dead-letters only if all "
+          "its attempts land inside the outage: under the preset's exponential backoff none of the three does, "
+          "with no retries all three do",
+          "test_why_outage_a_job_dead_letters_only_if_all_its_attempts_land_inside_the_outage"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",
@@ -260,6 +264,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch8.judgement", 8, "Try this 4 / Check yourself 2", "Which dashboard rows move; why a small "
           "dollar figure is worth fixing", status="thought",
           why="reading the dashboard and weighing a cost's shape; try 2–3 produce the movements it asks about"),
+    Claim("ch8.why_kills_lost", 8, "Predict first: Three rapid kills (why)", "Acks are late: the message is "
+          "deleted only after success, so each killed worker's job comes back when its lease runs out and "
+          "finishes; none is lost", "test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate"),
 )
 
 BY_ID = {c.id: c for c in CLAIMS}
