@@ -95,11 +95,14 @@ def test_autoscaler_scales_out_by_the_drain_time_rule_and_new_workers_wait_out_t
                         and s["settings"]["workers"] == 1, timeout=120, every=0.3)
     ev = api.events(lab)
     out, back = types(ev, "autoscale.scaled")[0], types(ev, "autoscale.scaled")[-1]
-    # the lesson's rule: depth × 30 s / 1 worker > 150 s → scale to ceil(depth × 30 / 150)
-    depth = out["data"]["depth"]
-    assert depth * 30 / 1 > 150 and out["data"]["to"] == math.ceil(depth * 30 / 150) > 1
+    # the lesson's rule: depth × 30 s / 1 worker > 150 s → scale to ceil(depth × 30 / 150), on what the event
+    # stream shows, not on the decision's own figures: the queue at that instant (enqueued, not yet claimed)
+    # and the pool the scale-out really started (the one worker plus every booted one)
+    enq = {e["job_id"] for e in types(ev, "job.enqueued") if e["t_sim"] <= out["t_sim"]}
+    depth = len(enq - {e["job_id"] for e in types(ev, "job.claimed") if e["t_sim"] <= out["t_sim"]})
     booting = types(ev, "worker.booting")
-    assert len(booting) == out["data"]["to"] - 1
+    assert depth * 30 / 1 > 150 and 1 + len(booting) == math.ceil(depth * 30 / 150) > 1, (depth, len(booting))
+    assert out["data"]["to"] == 1 + len(booting)
     for b in booting:  # a new worker starts only after its boot lag, on the simulated clock
         started = next(e for e in types(ev, "worker.started") if e["worker_id"] == b["worker_id"])
         assert started["t_sim"] - b["t_sim"] >= 90 - 1e-3  # both times rounded to the ms
