@@ -207,6 +207,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch4.caption_panel_peaks", 4, "Lab panel: storage calls per bucket (caption)", "Measured peaks beside "
           "the model's: with no jitter all the storage callers land in one bucket",
           "test_try1_check1_without_jitter_the_whole_herd_comes_back_together"),
+    Claim("ch4.caption_jitter_wave", 4, "Chart: the first retry wave with and without full jitter (caption)",
+          "Without jitter all the retries land in one bucket; full jitter spreads the same retries evenly over the "
+          "window, about the model's band per bucket",
+          "test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry", status="model"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",

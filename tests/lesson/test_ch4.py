@@ -10,7 +10,7 @@ import pytest
 
 from app import scenarios
 from app.racing import RACES
-from core import numbers, presets
+from core import numbers, presets, series
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
@@ -35,6 +35,17 @@ def test_try_this_renders_the_lab_model(api):
     assert f"the model's mean is {num(LM['jitter_mean_per_bucket'], 1)}" in text
     assert f"about {num(LM['jitter_expected_peak'], 1)}" in text
     assert f"the DLQ about {num(LM['poison_exponential_to_dlq_s'])} s after the first failure" in text
+
+
+def test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry(api, measured):
+    """The first-wave chart (a model figure): its caption and summary state the model's N retries in one bucket
+    without jitter and the full-jitter band per bucket; the lab's own herd is try 1's test."""
+    chart = series.jitter_first_wave(numbers.Inputs(), numbers.derive())
+    text = page_text(api, 4)
+    assert chart.summary in text
+    assert f"Each bar is one synchronised wave of all {num(C4['outage_workers'])} retries" in text
+    assert "Both shapes hold the same number of retries" in text
+    measured.update(retries=C4["outage_workers"], full_jitter_per_bucket=C4["full_jitter_peak_per_bucket"])
 
 
 def waves(hist, at, width=1.0):
