@@ -107,6 +107,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch1.why_fix_heartbeat", 1, "Predict first: Fix it: heartbeat (why)", "The heartbeat pushes the "
           "deadline while the worker lives, so a 300 s lease never runs out under it: the job runs once",
           "test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never"),
+    Claim("ch1.caption_redelivery_timeline", 1, "Chart: timeline of one transcode (caption)", "The duplicate "
+          "starts when the visibility timeout runs out, while the original still runs: both workers spend the "
+          "overlap on the same job", "test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_off"),
+    Claim("ch1.caption_heartbeat", 1, "Chart: when a crash is noticed (caption)", "The heartbeat lease of a dead "
+          "worker lapses one extension after the last beat it sent, long before a static VT would",
+          "test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_within_one_extension"),
     # --- chapter 2 --------------------------------------------------------------------------------
     Claim("ch2.mmc_note", 2, "The utilisation curve", "Where we differ: the exact M/M/c wait beside the lesson's "
           "W/(1−ρ)", "test_lesson_note_mmc_wait_is_on_the_page", status="model"),
@@ -125,6 +131,9 @@ CLAIMS: tuple[Claim, ...] = (
           "test_check1_doubling_traffic_doubles_in_flight_and_workers", status="model"),
     Claim("ch2.peak_rho", 2, "Check yourself 3", "The 1.8× peak on the average pool is past ρ = 1",
           "test_check3_the_peak_on_the_average_pool_is_past_rho_1", status="model"),
+    Claim("ch2.caption_wait_curve", 2, "Chart: mean queue wait against ρ (caption)", "The exact Erlang C wait "
+          "stays far below the W/(1−ρ) approximation all the way to ρ = 1",
+          "test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1", status="model"),
     # --- chapter 3 --------------------------------------------------------------------------------
     Claim("ch3.etag", 3, "Try this 2 / Check yourself 2", "Polling with an ETag: unchanged status answers 304 "
           "with no body", "test_try2_check2_an_unchanged_job_answers_304_to_its_etag"),
@@ -188,6 +197,20 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch4.why_poison", 4, "Predict first: Poison pill (why)", "Every attempt fails with an error the "
           "handler sees, so the retry policy decides: at max attempts the job goes to the dead-letter queue",
           "test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters"),
+    Claim("ch4.why_outage", 4, "Predict first: 3 jobs + storage outage (why)", "A job dead-letters only if all "
+          "its attempts land inside the outage: under the preset's exponential backoff none of the three does, "
+          "with no retries all three do",
+          "test_why_outage_a_job_dead_letters_only_if_all_its_attempts_land_inside_the_outage"),
+    Claim("ch4.caption_herd", 4, "Chart: retry arrivals without jitter (caption)", "Each bar is one "
+          "synchronised wave of all the retries: every storage caller comes back in the same wave",
+          "test_try1_check1_without_jitter_the_whole_herd_comes_back_together"),
+    Claim("ch4.caption_panel_peaks", 4, "Lab panel: storage calls per bucket (caption)", "Measured peaks beside "
+          "the model's: with no jitter all the storage callers land in one bucket",
+          "test_try1_check1_without_jitter_the_whole_herd_comes_back_together"),
+    Claim("ch4.caption_jitter_wave", 4, "Chart: the first retry wave with and without full jitter (caption)",
+          "Without jitter all the retries land in one bucket; full jitter spreads the same retries evenly over the "
+          "window, about the model's band per bucket",
+          "test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry", status="model"),
     # --- chapter 5 --------------------------------------------------------------------------------
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "
           "returns the same job and the queue does not grow; a new key makes a new job",
@@ -260,6 +283,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch8.judgement", 8, "Try this 4 / Check yourself 2", "Which dashboard rows move; why a small "
           "dollar figure is worth fixing", status="thought",
           why="reading the dashboard and weighing a cost's shape; try 2–3 produce the movements it asks about"),
+    Claim("ch8.why_kills_lost", 8, "Predict first: Three rapid kills (why)", "Acks are late: the message is "
+          "deleted only after success, so each killed worker's job comes back when its lease runs out and "
+          "finishes; none is lost", "test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate"),
 )
 
 BY_ID = {c.id: c for c in CLAIMS}

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from core import numbers, presets
+from core import numbers, presets, series
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 from workers.engines import loadgen
 
@@ -176,3 +176,16 @@ def test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take
     assert first["t_sim"] >= started["t_sim"]
     measured.update(boot_lag_s=lag, booting_to_started_s=round(started["t_sim"] - booting["t_sim"], 1),
                     booting_to_first_job_s=round(first["t_sim"] - booting["t_sim"], 1))
+
+
+def test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1(api, measured):
+    """The utilisation chart's caption (a model figure): at every ρ below 1 of the model's curve, the exact
+    Erlang C wait for the pool sized for that ρ is below W/(1−ρ); the page states the caption and the chart's
+    summary with the model's highest exact wait."""
+    rows = [r for r in C2["wait_curve"] if r["rho"] < 1 and None not in (r["approx_wait_s"], r["mmc_wait_s"])]
+    assert rows and all(r["mmc_wait_s"] < r["approx_wait_s"] for r in rows), rows
+    text = page_text(api, 2)
+    assert "The dashed exact curve stays far below the approximation all the way to ρ = 1" in text
+    assert series.wait_vs_utilisation(numbers.Inputs(), numbers.derive()).summary in text
+    measured.update(points=len(rows), max_exact_wait_s=max(r["mmc_wait_s"] for r in rows),
+                    min_approx_wait_s=min(r["approx_wait_s"] for r in rows))

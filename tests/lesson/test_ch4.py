@@ -10,7 +10,7 @@ import pytest
 
 from app import scenarios
 from app.racing import RACES
-from core import numbers, presets
+from core import numbers, presets, series
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
@@ -37,8 +37,32 @@ def test_try_this_renders_the_lab_model(api):
     assert f"the DLQ about {num(LM['poison_exponential_to_dlq_s'])} s after the first failure" in text
 
 
+def test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry(api, measured):
+    """The first-wave chart (a model figure): its caption and summary state the model's N retries in one bucket
+    without jitter and the full-jitter band per bucket; the lab's own herd is try 1's test."""
+    chart = series.jitter_first_wave(numbers.Inputs(), numbers.derive())
+    text = page_text(api, 4)
+    assert chart.summary in text
+    assert f"Each bar is one synchronised wave of all {num(C4['outage_workers'])} retries" in text
+    assert "Both shapes hold the same number of retries" in text
+    measured.update(retries=C4["outage_workers"], full_jitter_per_bucket=C4["full_jitter_peak_per_bucket"])
+
+
 def waves(hist, at, width=1.0):
     return [sum(n for b, n in hist if t - width / 2 <= b + 0.5 <= t + width / 2 + 1) for t in at]
+
+
+def press_outage(api, lab) -> tuple[list[str], dict]:
+    """"3 jobs + storage outage" as the widget presses it (static/js/widget/controls.js): the jobs first, the
+    outage once every upload part of theirs has made its first storage call. Returns the job ids and the fault."""
+    b = button("ch4", "outage")
+    snap = api.snapshot(lab)
+    calls0 = snap["counts"]["storage_calls"]
+    jobs = [enqueue(api, lab, **b["enqueue"]) for _ in range(b["count"])]
+    want = calls0 + len(jobs) * snap["settings"]["upload_parts"]
+    api.wait_for(lab, lambda s: s["counts"]["storage_calls"] >= want, timeout=60, every=0.05,
+                 what="every upload part's first storage call")
+    return jobs, fault(api, lab, **b["fault"])
 
 
 def herd(api, policy: str, outage_first: bool = True, speed: int = 100) -> dict:
@@ -50,11 +74,7 @@ def herd(api, policy: str, outage_first: bool = True, speed: int = 100) -> dict:
     if outage_first:
         press(api, lab, "ch4", "outage")
     else:
-        b = button("ch4", "outage")
-        for _ in range(b["count"]):
-            enqueue(api, lab, **b["enqueue"])
-        api.wait_for(lab, lambda s: s["counts"]["storage_calls"] >= LM["callers"], timeout=60, every=0.05)
-        fault(api, lab, **b["fault"])
+        press_outage(api, lab)
     snap = api.wait_for(lab, lambda s: s["counts"]["done"] == LM["workers"], timeout=240)
     assert snap["counts"]["dlq"] == 0  # recovered inside the attempts once storage came back
     out = api.call("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s={LM['bucket_s']}", token=lab["token"]).json()
@@ -87,6 +107,35 @@ def test_try2_check2_full_jitter_flattens_the_peak(api, measured):
     measured.update(peak_per_bucket=peak, callers=st["callers"],
                     model_expected_peak=round(LM["jitter_expected_peak"], 2),
                     model_mean=LM["jitter_mean_per_bucket"], no_jitter_peak=LM["callers"])
+
+
+def outage_dead_letters(api, policy: str) -> tuple[set[str], set[str], dict[str, str]]:
+    """Press "3 jobs + storage outage" under `policy` and wait for every job to end. Returns the jobs the stream
+    dead-letters, the jobs whose every attempt ended (failed or succeeded) before storage came back, and each
+    job record's state."""
+    lab = api.lab("ch4", speed=RACE_SPEED, retry_policy=policy)
+    api.workers_ready(lab, LM["workers"])
+    jobs, outage = press_outage(api, lab)
+    api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == len(jobs) and settled(s), timeout=240,
+                 what=f"every job of the button done or dead-lettered under {policy}")
+    ev = [e for e in api.events(lab) if e.get("job_id") in jobs]
+    dead = {e["job_id"] for e in of_type(ev, "job.dead_lettered")}
+    inside = {j for j in jobs if all(e["t_sim"] <= outage["until"] for e in ev
+                                     if e["job_id"] == j and e["type"] in ("job.failed", "job.succeeded"))}
+    states = {j: job(api, lab, j)["state"] for j in jobs}
+    api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])  # free the cores
+    return dead, inside, states
+
+
+def test_why_outage_a_job_dead_letters_only_if_all_its_attempts_land_inside_the_outage(api, measured):
+    """The "3 jobs + storage outage" prediction's why: a job ends in the DLQ exactly when every one of its
+    attempts ended inside the outage. The preset's backoff outlasts the outage; with no retries it does not."""
+    for policy in (PRESET["retry_policy"], "none"):
+        dead, inside, states = outage_dead_letters(api, policy)
+        measured[policy] = {"dlq": len(dead), "all_attempts_inside_outage": len(inside)}
+        assert dead == inside, (policy, dead, inside)
+        assert {j for j, st in states.items() if st == "dlq"} == dead, (policy, states)
+        assert len(dead) == (len(states) if policy == "none" else 0), (policy, states)
 
 
 def poison(api, policy: str, speed: int = 200) -> tuple[list[dict], dict]:

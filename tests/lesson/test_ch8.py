@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from core import numbers, presets
-from tests.lesson.helpers import busy_worker, enqueue, job, kill, of_type, page_text, press, settled
+from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
@@ -74,10 +74,18 @@ def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, 
     jobs = press(api, lab, "ch8", "load")
     assert len(jobs) == n
     api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= n, timeout=60, every=0.02)
+    kills_n = button("ch8", "rapid-kills")["kills"]
+    assert kills_n == n  # the button kills every busy worker: one per job of "Steady load"
     for job_id in jobs:  # "Three rapid kills": every busy worker, in quick succession
         kill(api, lab, busy_worker(api, lab, job_id)["id"])
     snap = api.wait_for(lab, lambda s: s["counts"]["redelivered"] >= n, timeout=120)
+    # the prediction's why: late acks, so every killed job comes back and finishes; none is lost
+    assert PRESET["ack_mode"] == "late"
+    api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["lost"] >= n and settled(s), timeout=180,
+                 what="the killed jobs finished or were lost")
+    states = {j: job(api, lab, j)["state"] for j in jobs}
     ev = api.events(lab)
+    assert of_type(ev, "job.lost") == [] and states == dict.fromkeys(jobs, "done"), states
     kills = [e["t_sim"] for e in of_type(ev, "worker.killed")]
     red = [e["t_sim"] for e in of_type(ev, "job.redelivered")][:n]
     assert len(kills) == n == len(red)  # every redelivery matches a kill (check 5)
@@ -86,7 +94,8 @@ def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, 
     assert max(red) - min(red) <= max(kills) - min(kills) + TOL and max(red) - min(kills) <= RATE_WINDOW_S
     assert all(0 < r - k <= C1["heartbeat_extend_s"] + TOL for r, k in zip(red, sorted(kills), strict=True))
     measured.update(redelivered=snap["counts"]["redelivered"], kills_spread_s=round(max(kills) - min(kills), 1),
-                    redeliveries_spread_s=round(max(red) - min(red), 1), rate_window_s=RATE_WINDOW_S)
+                    redeliveries_spread_s=round(max(red) - min(red), 1), rate_window_s=RATE_WINDOW_S,
+                    lost=len(of_type(ev, "job.lost")), done=sum(st == "done" for st in states.values()))
 
 
 def test_check3_doubled_traffic_doubles_the_pool(api, measured):
