@@ -63,8 +63,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch0.predict", 0, "Try this 1", "Predict both response times", status="thought",
           why="a prediction step; steps 2 and 3 show the answers"),
     Claim("ch0.inline_honest_clock", 0, "Try this 5, at the top speed", "The inline handler keeps the honest "
-          "clock: at 1000× a 600 s transcode still holds the request 600 simulated s (the clock waits for ffmpeg) "
-          "and the answer says the clock slowed",
+          "clock: at 1000× a transcode holds the request exactly its simulated duration (600 s), never that plus "
+          "ffmpeg's overrun; when ffmpeg is slower than duration ÷ speed the clock waits for it and the answer "
+          "says the clock slowed",
           "test_try5_at_1000x_an_inline_transcode_takes_its_duration_and_the_readout_says_the_clock_slowed"),
     # --- chapter 1 --------------------------------------------------------------------------------
     Claim("ch1.fixed_vt_note", 1, "Two fixes", "Where we differ: 1,200 s is 1.33× the 900 s p99, not “roughly "
