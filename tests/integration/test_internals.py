@@ -3,7 +3,9 @@
 import time
 
 import pytest
+import redis
 
+from runtime.stack import Stack
 from tests.integration.test_delivery import busy_worker, enqueue, kill, types
 
 pytestmark = pytest.mark.integration
@@ -43,12 +45,25 @@ def test_an_unknown_include_is_a_clear_422(api):
     assert res.status == 422 and b"history" in res.body
 
 
-def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_processes(api, stack):
+@pytest.fixture
+def spare_stack(redis_server, tmp_path_factory):
+    """A stack of this test's own, on its own database: on the session's shared stack another test's labs
+    may take the spares between the check that two are ready and this lab's start."""
+    db = redis_server.url.rsplit("/", 1)[0] + "/11"
+    redis.Redis.from_url(db).flushdb()
+    with Stack("spares", root=tmp_path_factory.mktemp("spares"), redis_url=db) as s:
+        client = s.api()
+        yield s, client
+        client.delete_created()
+
+
+def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_processes(spare_stack):
     """workers/spare.py: a lab's workers are processes started before the lab was asked for (Python, RQ and
     the job code loaded), which then run as its `rq worker`; so is a killed worker's replacement; and the
-    host tops its spares back up. (The session's stack is shared: other labs may take spares meanwhile, so
-    each process is judged by its own start time, not by which spare it was.)"""
+    host tops its spares back up."""
     from runtime.procs import processes_matching, started_at, wait
+
+    stack, api = spare_stack
 
     def spares() -> dict[int, str]:
         return processes_matching(f"workers.spare --url {stack.redis_url}")
