@@ -367,14 +367,15 @@ def test_on_one_lab_and_one_scale_the_fixed_policys_peak_is_at_least_twice_full_
 # --- the honest clock ---------------------------------------------------------------------------
 
 def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_says_it_slowed(api):
-    lab = api.lab("ch1", speed=1000, vt_seconds=1200, job_duration=60, workers=2, guard="claim")
+    lab = api.lab("ch1", speed=1000, vt_seconds=1200, job_duration=10, workers=2, guard="claim")
     api.workers_ready(lab, 2)
-    # enough rounds that real work holds the clock for longer than the pacing window (a few real seconds)
-    jobs = [enqueue(api, lab) for _ in range(8)]
-    api.wait_for(lab, lambda s: s["counts"]["done"] == 8, timeout=120)
+    # enough rounds that real work holds the clock for longer than the pacing window (a few real seconds): a
+    # 10 s job is 10 real ms at 1000×, the small sample's ffmpeg run some 0.2 s, so each job holds the clock
+    jobs = [enqueue(api, lab) for _ in range(30)]
+    api.wait_for(lab, lambda s: s["counts"]["done"] == 30, timeout=240)
     for job_id in jobs:
         a = job(api, lab, job_id)["attempts"][0]
-        assert a["end"] - a["start"] == pytest.approx(60, rel=0.05)  # real ffmpeg needs ~1 s: 1,000 sim s
+        assert a["end"] - a["start"] == pytest.approx(10, rel=0.05)  # not 10 s plus ffmpeg's overrun
     ev = api.events(lab)
     slowed = types(ev, "clock.slowed")
     assert slowed and slowed[0]["data"]["asked"] == 1000 and slowed[0]["data"]["running"] < 1000
