@@ -104,7 +104,9 @@ def test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted(api, 
     api.wait_for(lab, lambda _s: counted_apart(), timeout=60, every=0.5,
                  what="the report's in-flight count to equal enqueued minus finished jobs on the event stream")
     backlog = [s["backlog"] for s in samples]
-    assert all(b2 >= b1 for b1, b2 in zip(backlog, backlog[1:], strict=False)), backlog  # never comes back down
+    # never comes back down: at the in-flight bound a sample may land between a finish and the next arrival,
+    # so it may read up to one pool's worth of finishes lower, never less
+    assert all(b2 >= b1 - PRESET["workers"] for b1, b2 in zip(backlog, backlog[1:], strict=False)), backlog
     assert backlog[-1] > backlog[0] and samples[-1]["shed"] > 0  # and past the lab's bound it is counted
     assert max(s["in_flight"] for s in samples) <= loadgen.MAX_IN_FLIGHT
     assert f"at most {num(loadgen.MAX_IN_FLIGHT)} jobs at once" in page_text(api, 2)
