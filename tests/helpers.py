@@ -35,8 +35,9 @@ def wait_sched(api, lab: dict, predicate: Callable[[dict], bool], timeout: float
     rep = sched(api, lab)
     while not predicate(rep):
         if time.monotonic() > deadline:
+            last = [(e["t_sim"], e["type"], e["data"]) for e in api.events(lab)[-12:]]
             raise AssertionError(f"condition not met: totals={rep['totals']} ticks={rep['ticks'][-5:]} "
-                                 f"replicas={rep['replicas']}")
+                                 f"replicas={rep['replicas']} last events={last}")
         time.sleep(0.1)
         rep = sched(api, lab)
     return rep

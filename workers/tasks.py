@@ -353,20 +353,24 @@ class UploadParts:
         for i, p in enumerate(self.parts):
             if p["due"] is None or now < p["due"] - 1e-6:
                 continue
+            # The call is made at its due instant of simulated time. A step that runs late (this process
+            # waited for a core) must not stack calls due at different instants into one: that bunching
+            # would be the host's, not the retry policy's.
+            at = p["due"]
             try_no = p["tries"] + 1
-            if not retry.breaker_allows(self.r, self.lab, now, self.s):
-                self._schedule(p, now, "circuit open: not calling storage")
+            if not retry.breaker_allows(self.r, self.lab, at, self.s):
+                self._schedule(p, at, "circuit open: not calling storage")
                 continue
-            down = down_from <= now < down_until
+            down = down_from <= at < down_until
             self.r.hincrby(key(self.lab, "storage"), "calls", 1)  # the call itself: one round trip to storage
-            retry.breaker_record(self.r, self.lab, now, self.s, ok=not down)
-            events.append(("storage.called", now, {
+            retry.breaker_record(self.r, self.lab, at, self.s, ok=not down)
+            events.append(("storage.called", at, {
                 "part": i + 1, "try": try_no, "ok": not down, "due": round(p["due"], 3),
                 "policy": self.s["retry_policy"], "outcome": "storage down" if down else "ok"}))
             if down:
-                self._schedule(p, now, "outage")
+                self._schedule(p, at, "outage")
             else:
-                p.update(ok=True, since=now, due=None)
+                p.update(ok=True, since=at, due=None)
 
     def _emit(self, events: list) -> None:
         if not events:

@@ -68,6 +68,8 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
             # chapter 7: schedulers, no job queue; its settings (a long list) start on the first screen
             assert page.evaluate(BOX, "#lab-widget .lw-ctl-section")["top"] < 700
         else:
+            # the cards come with the workers' first heartbeat, which may follow the socket's first frame
+            page.locator("#lab-widget .lw-workers .lw-worker").first.wait_for(state="attached", timeout=30_000)
             for sel in (".lw-queue", ".lw-inflight", ".lw-workers-panel h3", ".lw-workers .lw-worker"):
                 on_screen(page, f"#lab-widget {sel}", 800)
             # every worker of the first row of cards (a pool of four or more wraps to a second row)

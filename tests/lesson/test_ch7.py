@@ -166,10 +166,9 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict]]:
     control(api, lab, action="slow", duration_s=100)
 
     def cut_point(rep: dict) -> bool:
-        slow = events_of(api, lab, "cron.slow_next")[-1]["t_sim"]
-        started = [e for e in events_of(api, lab, "cron.run_started") if e["t_sim"] >= slow]
-        return bool(started) and any(t["tick"] == started[0]["data"]["tick"] and t["emails"] > 0
-                                     for t in rep["ticks"])
+        """The slow run (the one that took the 100 s) has mailed part of its bucket."""
+        slow = [e["data"]["tick"] for e in events_of(api, lab, "cron.run_started") if e["data"]["duration"] == 100]
+        return bool(slow) and any(t["tick"] == slow[0] and t["emails"] > 0 for t in rep["ticks"])
     wait_sched(api, lab, cut_point)
     down = 330  # the panel's "All replicas down 330 s"
     control(api, lab, action="down", duration_s=down)
