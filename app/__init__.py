@@ -34,6 +34,7 @@ def create_app(config: Config | None = None) -> Flask:
         errors,
         fairness,
         filters,
+        http,
         loadgen,
         pages,
         retries,
@@ -52,6 +53,7 @@ def create_app(config: Config | None = None) -> Flask:
     filters.init_app(app)
     charts.init_app(app)
     errors.init_app(app)
+    app.before_request(http.guard_request)  # path and query values checked before any route
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(fairness.bp)

@@ -28,7 +28,7 @@ from app.pool import ask_pool
 from app.store import get_redis, get_rq
 from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
-from core.keys import LABS, host_running, key
+from core.keys import LABS, host_running, key, lab_dir
 from workers import hosts, media
 from workers.broker import dlq, leases, producer
 
@@ -346,7 +346,7 @@ def inline_transcode(lab_id: str):
     if not r.set(lock, 1, nx=True, ex=int(hold_real) + 1):
         raise ApiError(409, "inline_busy", "an inline transcode is already holding a request thread")
     src = media.sample_clip(sample)
-    out = registry.lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
+    out = lab_dir(current_app.config["LAB"].var_dir, lab_id) / "inline" / f"{uuid.uuid4().hex}.mp4"
     started_real = time.perf_counter()
     # The honest clock, as a worker's attempt keeps it: held while ffmpeg starts, then at the transcode's
     # end until ffmpeg is done, so a transcode slower in real time than duration ÷ speed slows the clock

@@ -26,6 +26,17 @@ def _wants_json() -> bool:
     return request.path.startswith(("/api/", "/ws/", "/healthz", "/metrics"))
 
 
+def close_after_response() -> None:
+    """Close the connection once this response is sent, when the request's chunked body is broken or unread.
+
+    gunicorn drops a `Connection: close` the app sets, and it would then discard the rest of the body to
+    reach the next request, meet the same bad framing and write a second answer on the same connection;
+    its chunked reader holds the request, whose `must_close` it honours."""
+    req = getattr(getattr(request.environ.get("wsgi.input"), "reader", None), "req", None)
+    if req is not None:
+        req.must_close = True
+
+
 def init_app(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def api_error(e: ApiError):
@@ -64,10 +75,6 @@ def init_app(app: Flask) -> None:
         connection's framing is lost with it, so it is closed rather than reused for another request."""
         close_after_response()
         return jsonify(error="invalid_framing", detail=f"the request body is not valid HTTP framing: {e}"[:200]), 400
-
-    from app.http import close_after_response, guard_request
-
-    app.before_request(guard_request)
 
     @app.errorhandler(HTTPException)
     def http_error(e: HTTPException):

@@ -130,17 +130,6 @@ def parse_after(value: str | None) -> str:
     return value
 
 
-def close_after_response() -> None:
-    """Close the connection once this response is sent, when the request's chunked body is broken or unread.
-
-    gunicorn drops a `Connection: close` the app sets, and it would then discard the rest of the body to
-    reach the next request, meet the same bad framing and write a second answer on the same connection;
-    its chunked reader holds the request, whose `must_close` it honours."""
-    req = getattr(getattr(request.environ.get("wsgi.input"), "reader", None), "req", None)
-    if req is not None:
-        req.must_close = True
-
-
 def valid_id(value: str) -> bool:
     """An id fit to reach Redis: short, ASCII letters, digits and -_.: only."""
     return isinstance(value, str) and bool(ID.match(value))

@@ -30,8 +30,8 @@ from wsproto.utilities import LocalProtocolError
 
 from app import limits
 from app.auth import authorise, bearer_token, same_origin
-from app.errors import ApiError
-from app.http import close_after_response, parse_after
+from app.errors import ApiError, close_after_response
+from app.http import parse_after
 from app.store import get_redis
 from core import parking, slots, stream
 from core.config import Config

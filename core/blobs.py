@@ -27,7 +27,7 @@ from pathlib import Path
 import redis
 from redis.client import NEVER_DECODE
 
-from core.keys import LABS, key
+from core.keys import LABS, key, lab_dir
 
 PREFIX = "blob:"  # a job `source` starting with this names a blob; anything else is a path on every host
 TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
@@ -241,8 +241,6 @@ def recount(r: redis.Redis) -> int:
 
 
 def cache_path(var_dir: Path, lab: str, name: str) -> Path:
-    from core.registry import lab_dir
-
     return lab_dir(var_dir, lab) / "cache" / name
 
 

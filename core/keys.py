@@ -1,6 +1,9 @@
-"""Redis key names for one lab: every key a lab owns starts with `lab:{id}:`, so teardown is a scan."""
+"""Where a lab's things are named: Redis keys (every key a lab owns starts with `lab:{id}:`, so teardown is a
+scan) and the lab's local directory on a host (scratch files only; nothing another host needs)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def key(lab: str, *parts: str) -> str:
@@ -13,6 +16,10 @@ def job(lab: str, job_id: str) -> str:
 
 def attempts(lab: str, job_id: str) -> str:
     return key(lab, "job", job_id, "attempts")
+
+
+def lab_dir(var_dir: Path, lab: str) -> Path:
+    return var_dir / "labs" / lab
 
 
 def queue_name(lab: str) -> str:

@@ -20,7 +20,7 @@ import redis
 
 from core import blobs, clock, presets, slots, stream
 from core.events import COUNTERS
-from core.keys import LABS, PARKED, job, key, msg, queue_name
+from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
 
 
 class LabFull(Exception):
@@ -263,10 +263,6 @@ def events_trimmed(r: redis.Redis, lab: str) -> int:
     except redis.ResponseError:  # no events yet
         return 0
     return max(0, int(info.get("entries-added", info["length"])) - int(info["length"]))
-
-
-def lab_dir(var_dir: Path, lab: str) -> Path:
-    return var_dir / "labs" / lab
 
 
 TMP_PREFIX = ".tmp-"

@@ -25,7 +25,17 @@ import redis
 
 from core import clock, parking, registry, stream
 from core.config import Config
-from core.keys import LABS, PARKED, host_commands, host_running, key, owner, queue_name, spare_assignment
+from core.keys import (
+    LABS,
+    PARKED,
+    host_commands,
+    host_running,
+    key,
+    lab_dir,
+    owner,
+    queue_name,
+    spare_assignment,
+)
 from workers import hosts, reconcile
 from workers.broker import reaper
 from workers.engines import autoscale, fairness, loadgen, webhooks
@@ -553,7 +563,7 @@ class Supervisor:
         """Remove partial outputs (`transcoded/<job>/.tmp-*`) a killed attempt left; with `older_than`, only
         files untouched that long (no live ffmpeg run lasts past FFMPEG_TIMEOUT). Never counted as usage."""
         removed = 0
-        for tmp in (registry.lab_dir(self.config.var_dir, lab) / "transcoded").glob(f"*/{pattern}"):
+        for tmp in (lab_dir(self.config.var_dir, lab) / "transcoded").glob(f"*/{pattern}"):
             try:
                 if older_than is None or time.time() - tmp.stat().st_mtime > older_than:
                     tmp.unlink()
@@ -761,9 +771,9 @@ class Supervisor:
         self.drop_cache(lab)
 
     def drop_cache(self, lab: str) -> None:
-        lab_dir = registry.lab_dir(self.config.var_dir, lab)
-        shutil.rmtree(lab_dir, ignore_errors=True)
-        stale = list(self.r.scan_iter(match=f"media:valid:{lab_dir}/*", count=500))
+        here = lab_dir(self.config.var_dir, lab)
+        shutil.rmtree(here, ignore_errors=True)
+        stale = list(self.r.scan_iter(match=f"media:valid:{here}/*", count=500))
         if stale:
             self.r.delete(*stale)
 

@@ -19,7 +19,7 @@ import redis
 
 from core import blobs, clock, registry, stream
 from core.config import Config
-from core.keys import job, key
+from core.keys import job, key, lab_dir
 from workers import media
 from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
@@ -60,7 +60,7 @@ def set_worker(r: redis.Redis, lab: str, **fields) -> None:
 def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
                  idempotent: bool, ext: str = "mp4") -> tuple[Path, Path]:
     """(temp, final). Deterministic final path when guarded; per-attempt names when not."""
-    base = registry.lab_dir(var_dir, lab) / "transcoded" / job_id
+    base = lab_dir(var_dir, lab) / "transcoded" / job_id
     name = f"{rendition}.{ext}" if idempotent else f"{rendition}-{worker_id()}-a{attempt}.{ext}"
     return base / f".tmp-{worker_id()}-a{attempt}-{rendition}.{ext}", base / name
 
@@ -137,7 +137,7 @@ def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, sett
 
 def drop_temps(lab: str, job_id: str, attempt: int) -> None:
     """This attempt's partial outputs, gone (a failed attempt's, or a fenced-off one's)."""
-    base = registry.lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
+    base = lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
     for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
         tmp.unlink(missing_ok=True)
 
