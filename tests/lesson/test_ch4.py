@@ -106,7 +106,7 @@ def test_try2_check2_full_jitter_flattens_the_peak(api, measured):
     assert peak < LM["callers"]
     measured.update(peak_per_bucket=peak, callers=st["callers"],
                     model_expected_peak=round(LM["jitter_expected_peak"], 2),
-                    model_mean=LM["jitter_mean_per_bucket"], no_jitter_peak=LM["callers"])
+                    model_mean=LM["jitter_mean_per_bucket"], model_no_jitter_peak=LM["callers"])
 
 
 def outage_dead_letters(api, policy: str) -> tuple[set[str], set[str], dict[str, str]]:
