@@ -36,6 +36,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
                              "attempt {attempt} sent again"),
     "job.lost": ("lost", "job {job} lost: acked early, its worker died"),
     "fairness.started": (None, "worker {worker} took a {tier} job from customer {customer} after {wait}s"),
+    "fairness.finished": (None, "worker {worker} finished a {tier} job from customer {customer}"),
     "fairness.requeued": ("fair_requeued", "a {tier} job from customer {customer} was taken back ({reason}): "
                                            "queued again at its original place"),
     "fairness.crashed": ("fair_crashes", "a poison {tier} job took worker {worker} down with it (crash {crashes})"),

@@ -302,7 +302,8 @@ def by_test() -> dict[str, list[Claim]]:
 
 
 def load_results(path: Path = RESULTS) -> dict[str, Any]:
-    """The suite's last run: {claim id: {outcome, measured, test, when}}; empty if it never ran here."""
+    """The suite's last run: {claim id: {outcome, measured (or model, for a model claim), test, when}}; empty
+    if it never ran here."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

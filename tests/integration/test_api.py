@@ -212,7 +212,8 @@ def test_deleting_a_lab_removes_its_keys_and_files(api, stack):
     assert api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 204
     r = redis.Redis.from_url(stack.redis_url)
     deadline = time.monotonic() + 10
-    while list(r.scan_iter(match=f"*{lab['lab_id']}*")) and time.monotonic() < deadline:
+    while left := list(r.scan_iter(match=f"*{lab['lab_id']}*")):
+        assert time.monotonic() < deadline, f"keys outlived their lab: {left[:10]}"
         time.sleep(0.2)  # the supervisor stops the lab's workers, whose RQ keys then go too
     assert not (stack.var_dir / "labs" / lab["lab_id"]).exists()
     assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 404

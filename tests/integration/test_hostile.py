@@ -238,14 +238,13 @@ def test_ffmpeg_itself_refuses_playlists_that_reach_for_local_files(tmp_path, fi
         media.probe(only_local)
 
 
+@pytest.mark.timeout(60)  # a probe that never gives up fails here with a traceback, not by a stopwatch
 def test_an_ffmpeg_that_hangs_is_stopped_by_its_time_limit(tmp_path):
     """A FIFO nobody writes to makes ffmpeg wait forever on its input: the decode check gives up."""
     fifo = tmp_path / "stuck.mp4"
     os.mkfifo(fifo)
-    started = time.monotonic()
     with pytest.raises(media.InvalidMedia, match="longer than 1 s"):
         media.probe(fifo, timeout=1)
-    assert time.monotonic() - started < 30
     assert not processes_mentioning(str(fifo)), "the timed-out ffmpeg was killed"
 
 

@@ -40,20 +40,17 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
     errors = (tmp_path / "stderr").open("w+")
+    out = tmp_path / "stdout"  # a file, read until it says where to go: a pipe's readline could block forever
     proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=errors, text=True)
-    url, redis_url, lines = None, None, []
+                            stdout=out.open("w"), stderr=errors, text=True)
     deadline = time.monotonic() + 90
-    while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if m := re.search(r"embedded Redis-protocol server \(valkey\) on (\S+)", line):
-            redis_url = m.group(1)
-        if m := re.search(r"open (http://\S+)", line):
-            url = m.group(1)
-    assert url, "".join(lines) + (tmp_path / "stderr").read_text()
+    while not re.search(r"open http://\S+\n", text := out.read_text()) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the launcher never printed its URL: " + text + \
+            (tmp_path / "stderr").read_text()
+        time.sleep(0.1)
+    url = next(iter(re.findall(r"open (http://\S+)\n", text)), None)
+    redis_url = next(iter(re.findall(r"embedded Redis-protocol server \(valkey\) on (\S+)", text)), None)
+    assert url, text + (tmp_path / "stderr").read_text()
     assert redis_url and (tmp_path / "var" / "redis").is_dir()
     # a clean start says nothing alarming (gevent's MonkeyPatchWarning about ssl used to print on every one)
     assert "Warning" not in (tmp_path / "stderr").read_text(), (tmp_path / "stderr").read_text()

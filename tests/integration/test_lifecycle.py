@@ -64,11 +64,15 @@ def upload_across_delete(own, lab: dict) -> int:
     body, headers = clip()
     conn = http.client.HTTPConnection(own.url.split("//")[1], timeout=60)
     conn.putrequest("POST", f"/api/labs/{lab['lab_id']}/jobs")
-    for k, v in {**headers, "Content-Length": str(len(body)), "Authorization": f"Bearer {lab['token']}"}.items():
+    for k, v in {**headers, "Content-Length": str(len(body)), "Authorization": f"Bearer {lab['token']}",
+                 "Idempotency-Key": "across-delete"}.items():
         conn.putheader(k, v)
     conn.endheaders()
     conn.send(body[: len(body) // 2])
-    time.sleep(0.3)  # not a wait for a state: the half-sent body must reach the server before the delete
+    # the server is reading this upload before the delete: it has claimed the request's Idempotency-Key
+    held = f"/api/labs/{lab['lab_id']}/idempotency"
+    wait(lambda: own.api().call("GET", held, token=lab["token"]).json()["keys_held"] >= 1, 20,
+         "the half-sent upload never reached the server")
     assert own.api().call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 204
     conn.send(body[len(body) // 2:])
     status = conn.getresponse().status

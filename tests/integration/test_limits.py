@@ -361,15 +361,16 @@ def test_slow_headers_are_cut_and_past_its_connection_cap_a_client_is_closed_at_
         socks.append(s)
     try:
         assert get_from(tight, "127.0.0.2", "/healthz")[0] == 200
-        t0 = time.monotonic()
         closed = []
         for s in socks:
             try:
                 closed.append(s.recv(1024) == b"")
             except ConnectionResetError:
                 closed.append(True)
-        assert all(closed)  # every one cut: the cap's extras at once, the rest by the header timeout
-        assert time.monotonic() - t0 < 15  # not left to the client's own 15 s socket timeout
+            except TimeoutError:  # the client's own 15 s socket timeout: the server left it open
+                closed.append(False)
+        # every one cut by the server: the cap's extras at once, the rest by the header timeout
+        assert all(closed), f"{closed.count(False)} of {len(socks)} half-sent requests were left open"
         assert get_from(tight, "127.0.0.3", "/healthz")[0] == 200  # the same client, well-behaved, is served
     finally:
         for s in socks:

@@ -21,6 +21,7 @@ from core import parking, slots
 from core.keys import key
 from runtime.procs import wait
 from runtime.stack import Stack
+from tests.helpers import ws_until
 
 pytestmark = pytest.mark.integration
 PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
@@ -99,7 +100,8 @@ def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connec
         wait(lambda: running_processes(pr, lab["lab_id"]) == 2, 30, "the resumed lab's two workers to run")
         assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "0"
         assert not pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"])
-        got = [json.loads(ws.recv())["type"] for _ in range(len(before))]
+        got = [e["type"] for e in ws_until(ws, lambda evs: len(evs) >= len(before), timeout=30,
+                                           what="the catch-up of the lab's history")][:len(before)]
         assert got == before  # the page's catch-up replays the lab's history
     finally:
         ws.close()

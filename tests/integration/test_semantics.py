@@ -309,7 +309,9 @@ def test_without_jitter_every_caller_comes_back_together_at_1_3_7_15_scaled(api)
     assert st["schedule_s"][:4] == [10, 30, 70, 150]
     # the whole herd lands in one 1 s bucket at each time of the schedule; the fourth finds storage back
     assert waves(st["histogram"], st["schedule_s"][:4]) == [callers] * 4
-    assert st["peak_per_bucket"] == callers == st["model"]["no_jitter_peak_per_bucket"]
+    # the tallest bucket is the whole herd the test set up (the report's model line is its callers count by
+    # construction, so comparing with it would prove nothing)
+    assert st["peak_per_bucket"] == callers
     MEASURED["herd_no_jitter_peak"] = st["peak_per_bucket"]
     print("no jitter, storage arrivals per 1 s bucket:", st["histogram"])
 

@@ -31,7 +31,8 @@ def test_try2_check2_an_unchanged_job_answers_304_to_its_etag(api, measured):
     tag = first.headers["ETag"]
     again = api.call("GET", job_path(lab, job["job_id"]), token=lab["token"], headers={"If-None-Match": tag})
     assert again.status == 304 and again.body == b""
-    measured.update(first=first.status, first_bytes=len(first.body), unchanged=again.status, unchanged_bytes=0)
+    measured.update(first=first.status, first_bytes=len(first.body), unchanged=again.status,
+                    unchanged_bytes=len(again.body))
 
 
 def test_try1_a_long_poll_returns_when_the_job_changes(api, measured):

@@ -7,11 +7,12 @@ threshold) and the ch6 preset. Nothing here depends on issue 18.
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from core import numbers, presets
 from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, tier_waits
-from workers.engines import fairness
 
 pytestmark = pytest.mark.lesson
 
@@ -29,8 +30,8 @@ def test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier(api, r, meas
     by_customer = {c: [w["order"] for w in rows if w["customer"] == c] for c in ("f1", "p1", "f2")}
     # one queue: every f1 job before any p1 job, every p1 job before any f2 job — the tier buys nothing
     assert max(by_customer["f1"]) < min(by_customer["p1"]) and max(by_customer["p1"]) < min(by_customer["f2"])
-    measured.update(pro_p50=fairness.percentiles(tier_waits(rows, "pro"))["p50"],
-                    free_p50=fairness.percentiles(tier_waits(rows, "free"))["p50"])
+    measured.update(pro_p50=statistics.median(tier_waits(rows, "pro")),
+                    free_p50=statistics.median(tier_waits(rows, "free")))
 
 
 NOISY = [("free", "f0", 45)] + [("free", f"f{i}", 1) for i in range(1, 10)]
@@ -69,8 +70,8 @@ def test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits(api, r,
     assert most_at_once(rows) == workers - reserved
     assert most_at_once(weighted) == workers
     measured.update(split_free_running_at_once=most_at_once(rows), weighted_free_running_at_once=most_at_once(weighted),
-                    split_free_p50=fairness.percentiles(tier_waits(rows, "free"))["p50"],
-                    weighted_free_p50=fairness.percentiles(tier_waits(weighted, "free"))["p50"])
+                    split_free_p50=statistics.median(tier_waits(rows, "free")),
+                    weighted_free_p50=statistics.median(tier_waits(weighted, "free")))
 
 
 def most_at_once(rows: list[dict], job_s: float = JOB_S) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from core import numbers, presets
-from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, of_type, page_text, press, settled
+from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
@@ -31,7 +31,8 @@ def test_the_dashboard_has_one_row_per_chapter(api, measured):
 
 def test_try1_a_transcode_takes_its_simulated_duration_so_real_time_is_duration_over_speed(api, measured):
     dur = C1["transcode_mean_s"]
-    assert C8["demo_transcode_real_s"] == pytest.approx(dur / C8["demo_speed"])  # the page's prediction
+    # the page's prediction is the numbers model's figure (the model's arithmetic is not re-checked here)
+    assert f"finishes in {num(C8['demo_transcode_real_s'], 1)} real seconds" in page_text(api, 8)
     lab = api.lab("ch8", speed=SPEED, job_duration=dur)
     api.workers_ready(lab, PRESET["workers"])
     job_id = enqueue(api, lab)
@@ -39,7 +40,12 @@ def test_try1_a_transcode_takes_its_simulated_duration_so_real_time_is_duration_
     a = job(api, lab, job_id)["attempts"][0]
     took = a["end"] - a["start"]
     assert took == pytest.approx(dur, rel=0.05)  # the honest clock: simulated duration holds, so real = dur/speed
-    measured.update(simulated_s=round(took, 1), model_real_s_at_demo_speed=C8["demo_transcode_real_s"])
+    ev = [e for e in api.events(lab) if e.get("job_id") == job_id]
+    real = of_type(ev, "job.succeeded")[0]["t_real"] - of_type(ev, "job.claimed")[0]["t_real"]
+    # never faster than the asked speed (a busy box may only slow the clock, and the lab then says so)
+    assert real >= 0.95 * dur / SPEED, (real, dur / SPEED)
+    measured.update(simulated_s=round(took, 1), real_s=round(real, 2), real_s_model_at_this_speed=dur / SPEED,
+                    model_real_s_at_demo_speed=C8["demo_transcode_real_s"])
 
 
 def test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last_beat(api, stack, measured):
@@ -64,7 +70,7 @@ def test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last
     assert len(emails) == 1 and snap["counts"]["succeeded"] == 1
     measured.update(last_beat_to_freed_s=round(freed["t_sim"] - beats[-1], 1),
                     kill_to_freed_s=round(freed["t_sim"] - kill_t, 1),
-                    outputs=2, emails=len(emails))
+                    outputs=len(paths), emails=len(emails))
 
 
 def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, measured):

@@ -16,9 +16,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
-def functions_in(chapter: int) -> set[str]:
+def proving_tests(chapter: int) -> dict[str, ast.FunctionDef]:
     tree = ast.parse((HERE / f"test_ch{chapter}.py").read_text())
-    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+
+
+def functions_in(chapter: int) -> set[str]:
+    return set(proving_tests(chapter))
 
 
 @pytest.mark.parametrize("claim", lesson.CLAIMS, ids=lambda c: c.id)
@@ -28,6 +32,25 @@ def test_each_claim_is_proven_or_says_why_not(claim):
         assert claim.test in functions_in(claim.chapter), f"{claim.id}: no {claim.test} in test_ch{claim.chapter}.py"
     else:
         assert claim.why, f"{claim.id}: a {claim.status} claim says why it is not proven here"
+
+
+@pytest.mark.parametrize("claim", [c for c in lesson.CLAIMS if c.status in ("tested", "model")], ids=lambda c: c.id)
+def test_each_claims_test_records_what_it_measured(claim):
+    """The /lesson "measured" column is filled by the `measured` fixture (tests/lesson/conftest.py, which
+    also fails a passing test of a tested claim that recorded nothing): every proving test takes it."""
+    fn = proving_tests(claim.chapter)[claim.test]
+    assert "measured" in [a.arg for a in fn.args.args], f"{claim.test} records nothing for /lesson"
+
+
+def test_a_parametrized_claim_is_recorded_per_parameter_with_its_worst_outcome():
+    from tests.lesson.conftest import merged
+
+    runs = [{"param": "fixed", "outcome": "passed", "seconds": 1.0, "measured": {"attempts": 5}},
+            {"param": "none", "outcome": "failed", "seconds": 2.0, "measured": {"attempts": 1}}]
+    assert merged(runs) == {"outcome": "failed", "seconds": 3.0,
+                             "values": {"fixed": {"attempts": 5}, "none": {"attempts": 1}}}
+    one = [{"param": None, "outcome": "passed", "seconds": 1.0, "measured": {"emails": 1}}]
+    assert merged(one) == {"outcome": "passed", "seconds": 1.0, "values": {"emails": 1}}
 
 
 def test_every_chapter_has_a_file_and_a_claim():

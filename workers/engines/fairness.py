@@ -348,17 +348,21 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
          order: int, wid: str) -> None:
     start = clock.now(r, lab)
     wait = max(0.0, start - enqueued)
+    seq = int(member.split(":")[0])
     r.rpush(key(lab, "fair", "waits"), json.dumps({"tier": tier, "customer": customer, "wait": round(wait, 3),
-                                                   "t": round(start, 3), "seq": int(member.split(":")[0]),
+                                                   "t": round(start, 3), "seq": seq,
                                                    "order": order, "worker": wid}))
     r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
     stream.emit(r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer,
-                wait=round(wait, 1))
+                wait=round(wait, 1), seq=seq)
     while clock.now(r, lab) - start < duration:
         time.sleep(TICK)
     if r.hdel(inflight_key(lab), member):  # 0: the sweep already gave up on this copy
         r.hincrbyfloat(key(lab, "fair", "used"), tier, duration)
         r.hincrby(key(lab, "fair", "meta"), f"done_{tier}", 1)
+        # the end of the run the bill pays for, so the bill can be checked against the time a worker was held
+        stream.emit(r, lab, "fairness.finished", clock.now(r, lab), worker_id=wid, tier=tier, customer=customer,
+                    seq=seq)
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
