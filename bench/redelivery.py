@@ -16,7 +16,7 @@ Two modes per speed:
          demo's case (one upload, one kill).
 The baseline (the floor) is a bare timer in this process: sleep until a deadline 50–150 ms ahead and
 note how late the wake-up was, sampled in the same run (what any process on this box, under the same
-load, can do at best). The reaper sleeps until the next deadline itself (workers.supervisor.Waker),
+load, can do at best). The reaper sleeps until the next deadline itself (workers.wait.Waker),
 so its lateness should sit a Redis round trip or two above that floor. Also: the supervisor's own
 CPU while its labs are idle (and with no lab at all), as a share of one core.
 Finally every job must finish: none lost, none left behind.

@@ -1,7 +1,8 @@
 """Process configuration from environment variables, with defaults that work on a laptop.
 
 Every tunable a deployer may set lives here, once; lab *settings* (what a learner changes)
-live in `core.settings` instead.
+live in `core.settings` instead. The pool supervisor's own timings, which no deployer sets, close the
+file.
 """
 
 from __future__ import annotations
@@ -206,3 +207,13 @@ class Config:
             body_timeout=_float("BODY_TIMEOUT", cls.body_timeout),
             webhook_allowlist=tuple(p for p in os.environ.get("WEBHOOK_TEST_ALLOWLIST", "").split(",") if p),
         )
+
+
+# --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------
+LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (workers/wait.py: Waker)
+REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
+PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
+HOUSEKEEP_S = 0.1  # a lab whose engines run on time (load generator, fairness, autoscale, drains, faults)
+MAINTAIN_S = 1.0  # a lab with work in flight: hand-off sweep, dead barriers, pacing readout, stragglers
+SPARE_REFILL_S = 2.0  # real seconds after a spare worker was taken before the host starts replacements
+STOP_GRACE_S = 2.0  # real seconds a warm-stopped worker holding no job may take to exit before it is killed

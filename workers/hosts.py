@@ -19,14 +19,17 @@ never chosen; it releases its leases itself so its labs move without waiting for
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
+from collections.abc import Container
 
 import redis
 
-from core import slots
-from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, owner
+from core import clock, registry, slots, stream
+from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, host_running, key, owner
+from workers.broker import reaper
 
 CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
 
@@ -104,6 +107,9 @@ class HostAgent:
         self.last_beat = 0.0
         self.leaving = False
         self.started = time.time()
+        self.waiting: set[str] = set()  # labs no host had room for (narrated once)
+        self.reported: tuple[int, float] | None = None  # (processes, heartbeat) last written for /metrics
+        self.adopt_soon = False  # a command came for a lab not placed yet: tick before reading commands again
 
     # --- registry -----------------------------------------------------------------------------
     def heartbeat(self, workers: int, labs: int) -> None:
@@ -158,6 +164,93 @@ class HostAgent:
 
     def due(self) -> bool:
         return time.time() - self.last_beat >= self.beat_every
+
+    # --- the labs this host runs (the supervisor's side) -----------------------------------------
+    def ownership(self, live: set[str], running: Container[str]) -> set[str]:
+        """The labs this host runs: those whose lease it holds, after placing the unowned ones (`running`: the
+        labs it ran until now)."""
+        owners = self.owners(sorted(live))
+        mine = {lab for lab, holder in owners.items() if holder == self.id}
+        if self.due():  # renew first: placement below reads this host's fresh entry
+            mine = self.renew(sorted(mine))
+            demand = sum(int(registry.settings(self.r, lab).get("workers", 0)) for lab in mine)
+            self.heartbeat(demand, len(mine))
+            self.last_beat = time.time()
+        for lab, holder in owners.items():
+            if holder is not None or self.leaving:
+                continue
+            if lab in running and self.claim_back(lab):
+                mine.add(lab)  # its lease lapsed while the server was away and nobody took it: keep running it
+                continue
+            demand = int(registry.settings(self.r, lab).get("workers", 0))
+            placed = self.place(lab, demand)
+            if placed == self.id:
+                mine.add(lab)
+            elif placed is None and lab not in self.waiting:
+                self.waiting.add(lab)
+                stream.emit(self.r, lab, "pool.waiting", clock.now(self.r, lab), workers=demand)
+        return mine
+
+    def adopt(self, lab: str, here: Container[str]) -> None:
+        """A lab this host now owns: new, moved from a silent host, or handed over by a stopping one (`here`:
+        its workers on this host already)."""
+        self.waiting.discard(lab)
+        prev, handed = self.r.hmget(key(lab, "meta"), "host", "handover_from")
+        self.r.hset(key(lab, "meta"), "host", self.id)
+        self.r.hdel(key(lab, "meta"), "handover_from")
+        now = clock.now(self.r, lab)
+        if prev and prev != self.id:
+            stream.emit(self.r, lab, "pool.handover" if handed == prev else "pool.host_silent", now,
+                        host=self.id, from_host=prev)
+        elif not prev:
+            stream.emit(self.r, lab, "pool.placed", now, host=self.id)
+        self.sweep_departed(lab, here)
+
+    def sweep_departed(self, lab: str, here: Container[str]) -> None:
+        """Worker rows left by a host that is gone (or by this host's previous life): those workers died
+        with it. An ack-early job one of them held is lost, as with any crashed worker; an ack-late one
+        comes back when its lease expires. Rows of a live host still draining after a handover stay."""
+        rows = self.r.hgetall(key(lab, "workers"))
+        if not rows:
+            return
+        live = live_hosts(self.r)
+        now = clock.now(self.r, lab)
+        for wid, raw in rows.items():
+            row = json.loads(raw)
+            h = row.get("host")
+            if wid in here or (h and h != self.id and h in live):
+                continue
+            if row.get("job_id") and row.get("attempt"):
+                reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), wid, now)
+            self.r.hdel(key(lab, "workers"), wid)
+            stream.emit(self.r, lab, "worker.lost", now, worker_id=wid, from_host=h or "?")
+
+    def take_command(self, raw: str, placed: Container[str]) -> dict | None:
+        """A kill or replica command (app/pool.py routes it to the lab's owner) if this host is to carry it out;
+        None when it expired, went on to the lab's owner, waits here until the lab is placed (`adopt_soon`), or
+        a copy sent to the lab's previous owner was already carried out."""
+        cmd = json.loads(raw)
+        if float(cmd.get("expires") or "inf") < time.time():
+            return None  # its asker gave up long ago
+        if cmd.get("lab") not in placed and cmd.get("lab") and registry.exists(self.r, cmd["lab"]):
+            holder = self.r.get(owner(cmd["lab"]))
+            if holder and holder != self.id:
+                self.r.rpush(host_commands(holder), raw)  # the lab moved on: forward it
+                return None
+            if not self.leaving:
+                self.r.rpush(self.commands, raw)  # being placed or adopted here: after the next tick
+                self.adopt_soon = True
+                return None
+        if cmd.get("id") and not self.r.set(f"pool:cmd:{cmd['id']}", self.id, nx=True, ex=60):
+            return None  # a copy sent to the lab's previous owner was already carried out
+        return cmd
+
+    def report_running(self, n: int) -> None:
+        """The processes this host really runs (`n`: live workers and scheduler replicas, not what settings ask
+        for), for /metrics: written when the count changes and renewed with the host's heartbeat."""
+        if (n, self.last_beat) != self.reported:
+            self.reported = (n, self.last_beat)
+            self.r.set(host_running(self.id), n, px=self.lease_ms)
 
 
 def live_hosts(r: redis.Redis) -> dict[str, dict]:

@@ -1,7 +1,14 @@
-"""Process lifetime: a child that must not outlive its parent."""
+"""Process lifetime and priority: a child that must not outlive its parent, and a lab's nice level."""
+
+from __future__ import annotations
 
 import ctypes
+import math
+import os
 import signal
+
+from core import registry
+from core.config import Config
 
 
 def die_with_parent() -> None:
@@ -14,3 +21,31 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
+
+
+def lab_nice(config: Config, settings: dict) -> int:
+    """The nice level of a lab's processes: a base above the web tier, supervisor and server (LAB_NICE),
+    plus log1.25 of the lab's process count. CFS weighs nice n at ≈ 1024/1.25^n, so a lab's eight busy
+    workers together weigh about what one lab's single worker does: CPU is shared between labs, not
+    between processes, and a lab that floods at its limits cannot take the box from a quiet one."""
+    n = max(1, registry.processes_of(settings))
+    return max(0, min(19, config.lab_nice + round(math.log(n) / math.log(1.25))))
+
+
+def start_lab_process(nice: int) -> None:
+    """preexec_fn of every lab process: die with the supervisor, run at the lab's nice level."""
+    die_with_parent()
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass
+
+
+def renice(pids: list[int], nice: int) -> None:
+    """Move live processes to a new nice level (the lab grew or shrank); raising priority back needs
+    CAP_SYS_NICE, so without it a lab that shrinks keeps its lower priority until its workers restart."""
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+        except OSError:
+            pass

@@ -11,26 +11,94 @@ worker class as a freshly started one, so from then on it *is* that worker: same
 kills, same queues, same horse per job.
 
 `python -m workers.spare --url REDIS_URL --token T` (started by the supervisor, which it dies with).
+`Spares` is the supervisor's side: it keeps the host's spares topped up and hands one to a lab.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import redis
-from rq.cli import main as rq_main
-from setproctitle import setproctitle
 
-import workers.rqworker  # noqa: F401  (what `rq worker --worker-class workers.rqworker.LabWorker` imports)
+from core.config import SPARE_REFILL_S, Config
 from core.keys import spare_assignment
+from workers.process import start_lab_process
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
 
 
+class Spares:
+    """This host's pre-started worker processes, each with the token of the list it waits on."""
+
+    def __init__(self, r: redis.Redis, config: Config):
+        self.r = r
+        self.config = config
+        self.ready: list[tuple[subprocess.Popen, str]] = []  # pre-started worker processes, each with its token
+        self.refill_at = 0.0
+        self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
+
+    def take(self, argv: list[str], env: dict[str, str], nice: int) -> subprocess.Popen | None:
+        """A pre-started worker process made into this worker: it runs `rq worker argv` in-process at once.
+        None if no spare is ready (then the caller starts one the slow way)."""
+        while self.ready:
+            proc, token = self.ready.pop(0)
+            self.refill_at = time.time() + SPARE_REFILL_S
+            if proc.poll() is not None:
+                continue
+            try:
+                with self.r.pipeline(transaction=True) as pipe:
+                    pipe.rpush(spare_assignment(token), json.dumps({"argv": argv, "env": env, "nice": nice}))
+                    pipe.expire(spare_assignment(token), 60)  # not left behind if the spare died meanwhile
+                    pipe.execute()
+            except redis.RedisError:
+                proc.kill()  # it would wait for an assignment that never comes
+                proc.wait()
+                raise
+            return proc
+        return None
+
+    def keep(self, running: Callable[[], bool]) -> None:
+        """Top the host's pre-started workers back up to SPARE_WORKERS, SPARE_REFILL_S after the last was
+        taken: a burst of new labs (a class opening a chapter) is not slowed by the loading of their
+        replacements. A spare loads at nice 19 where this host may give it back a lab's priority on
+        assignment (root or CAP_SYS_NICE), else at the lowest lab level."""
+        self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
+        if time.time() < self.refill_at:
+            return
+        env = dict(os.environ, REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))
+        nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
+        while running() and len(self.ready) < self.config.spare_workers:
+            token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)
+            self.ready.append((subprocess.Popen(
+                [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url, "--token", token], env=env,
+                stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)), token))
+
+    def due_at(self) -> float:
+        """Real time the host next starts spares (inf: it has all it keeps)."""
+        return self.refill_at if len(self.ready) < self.config.spare_workers else math.inf
+
+    def stop(self) -> None:
+        """The host stops: its spares hold no lab yet, so nothing to finish."""
+        for proc, _token in self.ready:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
+    # The job code is loaded before the wait (that is what a spare is for), here and not at the top: the
+    # supervisor imports this module for `Spares` and runs no job code itself.
+    from rq.cli import main as rq_main
+    from setproctitle import setproctitle
+
+    import workers.rqworker  # noqa: F401  (what `rq worker --worker-class workers.rqworker.LabWorker` imports)
+
     url = sys.argv[sys.argv.index("--url") + 1]
     token = sys.argv[sys.argv.index("--token") + 1]
     r = redis.Redis.from_url(url, decode_responses=True)

@@ -40,7 +40,7 @@ class LabFleet:
 class SchedulerFleet:
     def __init__(self, r: redis.Redis, redis_url: str, nice_of=None):
         self.r, self.redis_url = r, redis_url
-        self.nice_of = nice_of or (lambda settings: 0)  # settings → nice level (the supervisor's lab_nice)
+        self.nice_of = nice_of or (lambda settings: 0)  # settings → nice level (workers.process.lab_nice)
         self.fleets: dict[str, LabFleet] = {}
 
     def spawn(self, fleet: LabFleet, slot: ReplicaSlot, settings: dict) -> None:

@@ -158,7 +158,7 @@ class Deliverer:
 
     def run(self) -> None:
         """Tick every LOOP_S while a lab has a webhook; with none, sleep until one is registered (a keyspace
-        notification on `lab:*:webhook`, switched on by the supervisor's Waker) or RESCAN_S passes."""
+        notification on `lab:*:webhook`, switched on by the supervisor's Waker, workers/wait.py) or RESCAN_S passes."""
         ps, rescan_at = None, 0.0
         while self.running:
             try:

@@ -1,0 +1,191 @@
+"""The supervisor's wait: how it sleeps, and when each lab is next due.
+
+A lab is passed when something that concerns it changes (`Waker`), at its deadline (`refresh_deadlines`)
+and otherwise only as often as what it runs needs time (`next_pass`); `note` turns what the Waker heard
+into labs that are due.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import signal
+import socket
+import time
+from collections.abc import Container
+
+import redis
+
+from core import clock
+from core.config import HOUSEKEEP_S, LOOP_S, MAINTAIN_S
+from core.keys import LABS, PARKED, key
+from workers.engines import fairness
+from workers.pool import LabPool
+
+DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
+# a change wakes a lab at rest: new settings, a job, a delivery, the load generator, a fault, chapter 6 traffic
+WAKING_KEYS = ("settings", "states", "dispatch", "loadgen", "faults", "fair:pending:*")
+
+
+class Waker:
+    """How the supervisor sleeps: until the next deadline of a lab, or until a change that concerns
+    it, never on a fixed poll.
+
+    Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here), so
+    the code that claims, extends or ends a lease needs no extra call: a ZADD to `lab:*:leases`, a
+    new retry in `lab:*:scheduled`, a clock or settings change, a new job, a new, parked or resumed lab, or a command
+    pushed to this pool host's command list wakes the loop at once. A child process that exits (a
+    worker that crashed, a spare) wakes it too: SIGCHLD writes to a socket the same `select` watches.
+    The timeout is computed from the deadline in real time and enforced by that `select` (a
+    server-side BLPOP timeout rounds up to the server's 100 ms cron on an idle server). A server that
+    refuses CONFIG SET falls back to a 20 ms poll.
+    """
+
+    def __init__(self, r: redis.Redis, commands: str):
+        self.r = r
+        self.ps = None
+        self.child = False  # a child process exited since the last wait
+        self.sig_r, sig_w = socket.socketpair()
+        for s in (self.sig_r, sig_w):
+            s.setblocking(False)
+        self.sig_w = sig_w
+        try:
+            signal.signal(signal.SIGCHLD, lambda *a: None)  # a Python handler, so the wakeup fd is written
+            signal.set_wakeup_fd(sig_w.fileno(), warn_on_full_buffer=False)
+        except ValueError:
+            pass  # not the main thread (a test driving the loop): child exits are seen at the next pass
+        try:
+            flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
+            want = set(flags) | set("Kzls$h")
+            r.config_set("notify-keyspace-events", "".join(sorted(want)))
+            ps = r.pubsub(ignore_subscribe_messages=True)
+            db = r.connection_pool.connection_kwargs.get("db", 0)
+            ps.psubscribe(f"__keyspace@{db}__:{commands}", f"__keyspace@{db}__:{LABS}", f"__keyspace@{db}__:{PARKED}",
+                          *(f"__keyspace@{db}__:lab:*:{k}" for k in DEADLINE_KEYS + WAKING_KEYS))
+            self.ps = ps
+        except redis.ResponseError:
+            self.ps = None
+
+    def wait(self, timeout: float) -> set[str]:
+        """Sleep up to `timeout` s; the keys that changed meanwhile (empty: the timeout passed)."""
+        if self.ps is None:
+            time.sleep(min(timeout, LOOP_S))
+            return set()
+        conn = self.ps.connection
+        if not conn.can_read(timeout=0):
+            select.select([conn._sock, self.sig_r], [], [], max(0.0, timeout))
+        try:
+            while self.sig_r.recv(512):
+                self.child = True
+        except (BlockingIOError, InterruptedError):
+            pass
+        changed: set[str] = set()
+        while conn.can_read(timeout=0):
+            msg = self.ps.get_message(timeout=0)
+            if msg and msg.get("type") == "pmessage":
+                changed.add(msg["channel"].split(":", 1)[1])
+        return changed
+
+    def close(self) -> None:
+        if self.ps is not None:
+            self.ps.close()
+        self.sig_r.close()
+        self.sig_w.close()
+
+
+def next_pass(r: redis.Redis, pool: LabPool, settings: dict, state: dict, holding: bool,
+              replicas: Container[str]) -> float:
+    """Real seconds until the lab's next pass: how a lab becomes due.
+
+    A lab is passed when something that concerns it changes (Waker: its settings, a job, a delivery,
+    the load generator, a fault, chapter 6 traffic, a command, a child process exiting), at its
+    deadline (a lease runs out, a retry is due, a worker respawns or finishes booting: `deadline`),
+    and otherwise only as often as what it runs needs time:
+    HOUSEKEEP_S while an engine works on time (the load generator, chapter 6 traffic, the autoscaler,
+    chapter 7's replicas, a fault to end, a worker draining or rewiring, the stale-job sweeper with
+    a job running, a branch waiting for its workers); MAINTAIN_S while work is in flight (jobs queued,
+    retrying or running, deliveries pending, barriers on the clock, a slowed clock to read out), or
+    sooner when a barrier's holder would lapse; never (math.inf) when nothing is in flight."""
+    lab = pool.lab
+    with r.pipeline(transaction=False) as pipe:
+        pipe.hmget(key(lab, "states"), "queued", "retrying", "running")
+        pipe.zcard(key(lab, "dispatch"))
+        pipe.hvals(key(lab, "barrier_alive"))
+        pipe.hget(key(lab, "loadgen"), "on")
+        pipe.hlen(fairness.inflight_key(lab))
+        for tier in fairness.TIERS:
+            pipe.zcard(fairness.pending_key(lab, tier))
+        states, dispatching, alive, loadgen_on, *fair = pipe.execute()
+    running = int(states[2] or 0)
+    slots = {s.state for s in pool.slots.values()}
+    if (loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
+            or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
+            or lab in replicas or pool.fault_active or holding or slots & {"draining", "rewiring"}
+            or (running and settings.get("guard") == "claim" and settings.get("stale_after"))):
+        return HOUSEKEEP_S
+    if any(int(n or 0) for n in states) or dispatching or alive or pool.reaper_at is not None \
+            or state["slowed"]:
+        lapse = min((float(u) for u in alive), default=math.inf) - time.time()
+        return max(0.0, min(MAINTAIN_S, lapse + 0.01))
+    return math.inf
+
+
+def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, set[str]] | None = None) -> None:
+    """Each lab's next deadline in real time: its earliest lease deadline or due retry, and any worker
+    due to respawn or finish booting; one round trip for all of them, reading only the keys that
+    `changed` names for a lab (all of them without it).
+
+    Those moments are simulated, so each is turned into real time through its lab's clock. One the
+    clock cannot reach yet (paused, or held at a barrier before it) has no real time: the resume or
+    the barrier's lift changes the clock, whose notification brings the lab back here."""
+    if not pools:
+        return
+    reads = []
+    with r.pipeline(transaction=False) as pipe:
+        for pool in pools:
+            for k in DEADLINE_KEYS:
+                if changed is None or k in changed.get(pool.lab, ()) or k not in pool.heads:
+                    reads.append((pool, k))
+                    if k == "clock":
+                        pipe.hgetall(key(pool.lab, k))
+                    else:
+                        pipe.zrange(key(pool.lab, k), 0, 0, withscores=True)
+        for (pool, k), value in zip(reads, pipe.execute(), strict=True):
+            pool.heads[k] = value
+    for pool in pools:
+        state, leases, scheduled = (pool.heads[k] for k in ("clock", "leases", "scheduled"))
+        t = clock._now(state)
+        barrier = state.get("barrier")
+        speed = max(float(state.get("speed", 20)), 1e-9)
+        held = math.inf if barrier in (None, "") else float(barrier)
+        moments = [s for _m, s in leases + scheduled]
+        moments += [-math.inf if s.state == "respawning" else s.respawn_at
+                    for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
+        out = [0.0 if at <= t else
+               float(state.get("base_real", time.time())) + (at - float(state.get("base_sim", 0))) / speed
+               for at in moments if at <= t or (state.get("paused") != "1" and at <= held)]
+        pool.deadline = min(out, default=math.inf)
+
+
+def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Waker) -> None:
+    """Make the labs that a change concerns due: a deadline key refreshes the lab's deadline; a waking
+    key brings a lab at rest (not passed on a cadence) back for a pass; new settings are reconciled now."""
+    stale: dict[str, LabPool] = {}
+    keys: dict[str, set[str]] = {}
+    for k in changed:
+        parts = k.split(":", 2)
+        pool = pools.get(parts[1]) if len(parts) == 3 and parts[0] == "lab" else None
+        if pool is None:
+            continue
+        if parts[2] in DEADLINE_KEYS:
+            stale[pool.lab] = pool
+            keys.setdefault(pool.lab, set()).add(parts[2])
+        if parts[2] == "settings" or pool.due_at == math.inf:
+            pool.due_at = 0.0
+    if waker.child:  # a child exited: the lab whose worker it was looks at it now
+        waker.child = False
+        for pool in pools.values():
+            if any(s.proc is not None and s.state in ("idle", "busy") and s.proc.poll() is not None
+                   for s in pool.slots.values()):
+                pool.due_at = 0.0
+    refresh_deadlines(r, list(stale.values()), keys)
