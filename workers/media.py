@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,9 +73,10 @@ def generate_clip(path: Path, seconds: float = 3, size: str = "320x240") -> Path
 
 
 def make_clip(path: Path, size: str, seconds: float, audio: str) -> Path:
-    """Encode a clip next to `path`, then move it into place: processes that ask at once never see half a file."""
+    """Encode a clip next to `path`, then move it into place: processes (and threads of one process) that ask
+    at once never see half a file, and each writes its own temporary name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.mp4")
     source, codec = _AUDIO[audio]
     try:
         subprocess.run([ffmpeg(), "-v", "error", "-y",
