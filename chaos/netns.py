@@ -17,6 +17,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ import redis
 from chaos.pool_host_killed import LEASE_S, HostsStack
 from runtime import embedded_redis
 from runtime.launcher import wait_healthy
-from runtime.procs import processes_matching, wait
+from runtime.procs import alive, processes_matching, wait
 
 SERVER_PORT = 6390  # fixed: each namespace has ports of its own, nothing else listens there
 WEB_PORT = 8000
@@ -59,7 +60,7 @@ def free_subnet() -> str:
     taken = set(re.findall(r"\b10\.(\d+)\.(\d+)\.", used))
     for _ in range(1000):
         x, y = random.randint(100, 250), random.randint(0, 254)
-        if (str(x), str(y)) not in taken and (str(x), "0") not in taken:
+        if (str(x), str(y)) not in taken:
             return f"10.{x}.{y}"
     raise RuntimeError("no free 10.x.y.0/24 subnet")
 
@@ -73,6 +74,10 @@ class Net:
         self.bridge = f"{self.tag}br"
         self.spaces: dict[str, str] = {}  # part → namespace
         self.addrs: dict[str, str] = {}  # part → its address
+        self.links: list[str] = []  # this namespace's ends of the veth pairs
+
+    def open(self) -> None:
+        """Make the bridge (apart from __init__: close() can then undo whatever part of it was made)."""
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.prefix}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -83,6 +88,7 @@ class Net:
         _ip("netns", "add", ns)
         self.spaces[part] = ns
         _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+        self.links.append(outer)
         _ip("link", "set", inner, "netns", ns)
         _ip("link", "set", outer, "master", self.bridge)
         _ip("link", "set", outer, "up")
@@ -97,10 +103,25 @@ class Net:
         return ["ip", "netns", "exec", self.spaces[part]]
 
     def close(self) -> None:
-        for ns in self.spaces.values():  # its veth pair goes with it
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
-        self.spaces.clear()
+        """Kill what still runs inside (a namespace lives on while a process is in it, and an orphan such as
+        a server whose launcher was SIGKILLed would keep it and its port), then remove it and the bridge."""
+        pids = [int(pid) for ns in self.spaces.values()
+                for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+        try:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for pid in pids:
+                wait(lambda pid=pid: not alive(pid), 10, f"process {pid} of a namespace to exit")
+        finally:
+            for ns in self.spaces.values():
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            for link in [*self.links, self.bridge]:  # a veth's pair goes with it (gone already with its namespace)
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+            self.links.clear()
+            self.spaces.clear()
 
 
 class NetStack(HostsStack):
@@ -141,6 +162,7 @@ class NetStack(HostsStack):
     # --- parts --------------------------------------------------------------------------------
     def start(self) -> NetStack:
         self.net = Net()
+        self.net.open()
         for part in ("server", "web", *(f"p{i}" for i in range(1, self.n_hosts + 1))):
             self.net.add(part)
         return super().start()
