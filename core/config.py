@@ -34,6 +34,22 @@ class Config:
     """Port the web process listens on."""
     host: str = "127.0.0.1"
     """Interface the web process binds; set HOST=0.0.0.0 for a classroom on the local network."""
+    public_url: str = ""
+    """How other machines reach this web tier (e.g. http://10.0.0.3:8000): the address the launcher prints and
+    the webhook deliverer posts a lab's own receiver to. Empty: http://HOST:PORT (127.0.0.1 for 0.0.0.0)."""
+    server_bind: str = "127.0.0.1"
+    """Address the embedded Redis-protocol server listens on (only that one). On several machines: the
+    server machine's own address, with the three passwords below set."""
+    server_port: int = 0
+    """Port of the embedded server (0: a free one; set it when other machines must find it)."""
+    web_password: str = ""
+    """Password of the server's ACL user `web` (web processes: REDIS_URL=redis://web:…@server:port/0). Setting
+    any of the three passwords turns the server's ACL on: the default user is switched off, and a user whose
+    password is unset cannot log in."""
+    pool_password: str = ""
+    """Password of the ACL user `pool` (pool hosts: the supervisor, its rq workers and their horses)."""
+    admin_password: str = ""
+    """Password of the ACL user `admin` (every command; the operator's and the launcher's own checks)."""
     speed: float = 20.0
     """Default simulated seconds per real second for new labs (the lesson's demo runs at 20x)."""
     max_upload_bytes: int = 20 * 1024 * 1024
@@ -155,6 +171,12 @@ class Config:
         return int(self.max_blob_bytes * min(1.0, max(0.0, self.client_blob_share)))
 
     @property
+    def self_url(self) -> str:
+        """This web tier's address as other processes reach it (`public_url`, else HOST:PORT)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return (self.public_url or f"http://{host}:{self.port}").rstrip("/")
+
+    @property
     def redis_maxmemory(self) -> int:
         return self.server_max_memory or self.max_blob_bytes + 512 * 1024 * 1024
 
@@ -164,6 +186,12 @@ class Config:
             redis_url=os.environ.get("REDIS_URL") or cls.redis_url,
             port=_int("PORT", cls.port),
             host=os.environ.get("HOST") or cls.host,
+            public_url=os.environ.get("PUBLIC_URL", ""),
+            server_bind=os.environ.get("SERVER_BIND") or cls.server_bind,
+            server_port=_int("SERVER_PORT", cls.server_port),
+            web_password=os.environ.get("REDIS_WEB_PASSWORD", ""),
+            pool_password=os.environ.get("REDIS_POOL_PASSWORD", ""),
+            admin_password=os.environ.get("REDIS_ADMIN_PASSWORD", ""),
             speed=_float("SPEED", cls.speed),
             max_upload_bytes=_int("MAX_UPLOAD_BYTES", cls.max_upload_bytes),
             max_lab_bytes=_int("MAX_LAB_BYTES", cls.max_lab_bytes),

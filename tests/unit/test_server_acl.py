@@ -1,0 +1,34 @@
+"""The server's ACL and address settings (issue 30): what the users file grants, what logs show, and the
+launcher's refusal to open the server to a network without passwords. The live check (a client refused
+without its password, each role held to its commands) is tests/integration/test_network.py."""
+
+from __future__ import annotations
+
+import hashlib
+
+from runtime import embedded_redis, launcher
+
+
+def test_the_users_file_turns_the_default_user_off_and_stores_no_password():
+    text = embedded_redis.acl_file({"web": "w-secret", "pool": "p-secret"})
+    lines = {line.split()[1]: line for line in text.splitlines()}
+    assert lines["default"].startswith("user default off")
+    assert "w-secret" not in text and "p-secret" not in text
+    assert f"#{hashlib.sha256(b'w-secret').hexdigest()}" in lines["web"]
+    assert " off " in lines["admin"], "a role without a password must not be able to log in"
+    assert "-@dangerous" in lines["web"] and "-@dangerous" in lines["pool"] and "-@" not in lines["admin"]
+
+
+def test_a_url_shown_in_a_log_hides_its_password():
+    url = embedded_redis.server_url("10.0.0.2", 6390, "pool", "p@ss:w/rd")
+    assert url == "redis://pool:p%40ss%3Aw%2Frd@10.0.0.2:6390/0"
+    assert embedded_redis.shown(url) == "redis://pool:***@10.0.0.2:6390/0"
+    assert embedded_redis.shown("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_the_launcher_will_not_open_the_server_to_a_network_without_passwords(monkeypatch, capsys):
+    monkeypatch.setenv("SERVER_BIND", "10.0.0.2")
+    for name in ("REDIS_WEB_PASSWORD", "REDIS_POOL_PASSWORD", "REDIS_ADMIN_PASSWORD", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert launcher.main(["server"]) == 2
+    assert "no password" in capsys.readouterr().err
