@@ -69,6 +69,14 @@ def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     return measured
 
 
+def shot(page: Page, name: str):
+    """At the pause: a screenshot once the step's words beside the element it points at are in view."""
+    def take() -> None:
+        expect(page.get_by_test_id("stepper-callout")).to_be_in_viewport(timeout=10_000)
+        page.screenshot(path=str(ARTIFACTS / name))
+    return take
+
+
 def jobs_of_step(events: list[dict], before: int) -> list[dict]:
     return [e for e in events[before:] if e["type"] == "job.enqueued"]
 
@@ -226,13 +234,16 @@ def test_chapter_4_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(
     # 5: outage jobs and a poison pill in the DLQ with different reasons; replayed by reason once storage is
     # back, the outage jobs come back and finish and the pill stays
     page.get_by_test_id("stepper-next").click()
-    m = run_step(page, 5, total, "3", at_pause=lambda: page.screenshot(path=str(ARTIFACTS / "guided-step-ch4.png")))
+    m = run_step(page, 5, total, "3", at_pause=shot(page, "guided-step-ch4.png"))
     evs = new_events(api, ids, seen)
-    dead = {e["job_id"]: e["data"]["reason"] for e in evs if e["type"] == "job.dead_lettered"}
+    # (the reason filter also brings back step 3's pill, dead-lettered by the same reason before this step: it
+    # fails once more and goes straight back; the step measures its own jobs)
+    own = {e["job_id"] for e in evs if e["type"] == "job.enqueued"}
+    dead = {e["job_id"]: e["data"]["reason"] for e in reversed(evs) if e["type"] == "job.dead_lettered"
+            and e["job_id"] in own}  # each job's first dead-letter reason
     replayed = {e["job_id"] for e in evs if e["type"] == "job.replayed"}
     pills = [j for j, reason in dead.items() if reason.startswith("non_retryable")]
     assert len(pills) == 1 and pills[0] not in replayed, dead
-    # (the filter also brings back step 3's pill, dead-lettered by the same reason before this step began)
     outage_jobs = {j for j, reason in dead.items() if reason.startswith("max_attempts")}
     assert len(outage_jobs) == len(dead) - 1 and outage_jobs <= replayed, (dead, replayed)
     finished = {e["job_id"] for e in evs if e["type"] == "job.succeeded"}
@@ -264,7 +275,7 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
         assert m in runs_per_tick(new_events(api, ids, seen)), f"step {n}: a tick the stream shows ran {m} times"
     # 4: kill the leader once elected — no leader from its SIGKILL until a follower takes the lease
     page.get_by_test_id("stepper-next").click()
-    m = run_step(page, 4, total, "30", at_pause=lambda: page.screenshot(path=str(ARTIFACTS / "guided-step-ch7.png")))
+    m = run_step(page, 4, total, "30", at_pause=shot(page, "guided-step-ch7.png"))
     evs = new_events(api, ids, seen)
     killed = next(e for e in evs if e["type"] == "replica.killed")
     elected = next(e for e in evs if e["type"] == "leader.elected" and e["t_sim"] >= killed["t_sim"])

@@ -159,7 +159,7 @@ export function install(W) {
   async function act(step, guess) {
     const spec = step.predict;
     run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null, after: null,
-      jobless: step.do.some((a) => a.click) };
+      jobless: step.do.some((a) => a.click && !a.on) }; // a panel's set-up (a schedule), not a job's act
     const mine = run;
     setText(els.status, 'Setting the lab up as the step says…');
     nav([rerunButton()]);
