@@ -214,10 +214,12 @@ def all_public() -> list[dict[str, Any]]:
 #             jobs), {"settings": {...}} PATCHes settings, {"enqueue": {...}} sends a job, {"click": testid}
 #             presses an existing control of the page, {"on": event type, "kill"|"expire": true} kills the
 #             run's worker / cuts its lease when that event arrives for the run's job, {"on": event type,
-#             "click": testid} presses a control when it arrives (a schedule's leader, once one is elected);
+#             "click": testid, "choose": {select testid: value}} picks an option and presses a control when it
+#             arrives (the DLQ's replay by reason, once the outage is over), {"fault": {...}} starts a fault;
 #   `predict` the question asked first (the predict.js spec; a scenario's own `predict` when absent);
 #   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry; with
-#             `on` actions, the first one after they have all fired), `look` the element (data-testid) it
+#             `on` actions, the first one after they have all fired; `moment_after`: the first one after an
+#             event of that type, e.g. the leader elected after the kill), `look` the element (data-testid) it
 #             points at then;
 #   `says`    the one sentence shown beside the verdict ({measured}, {moment_t} and settings filled in).
 # A step with no `do` is a read-and-reason step: it asks `predict.question`, then reveals its claim's text.
@@ -411,13 +413,12 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "{measured} run per tick: the late replica found the lock held and skipped."},
         {"claim": "ch7.leader", "title": "Kill the leader",
          # as its conformance test has it: the killed leader stays dead, so a follower takes over (not its own
-         # restart, which would re-take the lease it still holds)
-         "do": [{"settings": {"respawn_delay": 3600}}, {"click": "ch7-scenario-leader"},
-                {"on": "leader.elected", "click": "ch7-kill-leader"}],
+         # restart, which would re-take the lease it still holds); the kill waits for a leader to exist
+         "do": [{"settings": {"respawn_delay": 3600}}, {"click": "ch7-scenario-leader"}, {"click": "ch7-kill-leader"}],
          "predict": {**_GAP, "id": "ch7-step-leader", "measure": "gap:replica.killed:leader.elected",
                      "question": "You kill the leader as soon as it is elected. For how many simulated seconds "
                                  "does the schedule have no leader?"},
-         "moment": "leader.elected", "look": "ch7-replicas-box",
+         "moment": "leader.elected", "moment_after": "replica.killed", "look": "ch7-replicas-box",
          "says": "No leader for {measured} s after the kill: the followers waited out what was left of the dead "
                  "leader's {leader_lease} s lease (the lesson's bound), then the next one to poll took it."},
         {"claim": "ch7.catch_up", "title": "All replicas down",

@@ -205,29 +205,28 @@ export function install(W) {
     return [...mine.ids];
   }
 
-  /** Pick an option of one of the page's own selects (the DLQ's reasons), once the option is offered. */
-  async function choose(testid, value) {
+  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 10 s); null if it never does. */
+  async function control(testid, ready) {
     for (let i = 0; i < 100; i++) {
       const el = document.querySelector(`[data-testid="${testid}"]`);
-      if (el && [...el.options].some((o) => o.value === value)) {
-        el.value = value;
-        el.dispatchEvent(new Event('change', { bubbles: true }));
-        return true;
-      }
+      if (el && ready(el)) return el;
       await new Promise((r) => { setTimeout(r, 100); });
     }
-    return false;
+    return null;
+  }
+
+  /** Pick an option of one of the page's own selects (the DLQ's reasons), once the option is offered. */
+  async function choose(testid, value) {
+    const el = await control(testid, (x) => [...x.options].some((o) => o.value === value));
+    if (el) { el.value = value; el.dispatchEvent(new Event('change', { bubbles: true })); }
+    return !!el;
   }
 
   /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
   async function press(testid) {
-    for (let i = 0; i < 100; i++) {
-      const el = document.querySelector(`[data-testid="${testid}"]`);
-      if (!el) return false;
-      if (!el.disabled) { el.click(); return true; }
-      await new Promise((r) => { setTimeout(r, 100); });
-    }
-    return false;
+    const el = await control(testid, (x) => !x.disabled);
+    el?.click();
+    return !!el;
   }
 
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
@@ -253,14 +252,16 @@ export function install(W) {
     }
     // the moment comes after the step's own acts: a leader elected after the kill, not the one it killed
     const acted = run.step.do.every((a, i) => !a.on || run.done.has(i));
+    const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
-    const m = !run.moment && run.step.moment && acted && mine.slice(mine.indexOf(run.after) + 1).find(
-      (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v));
+    const m = !run.moment && run.step.moment && acted && (anchor || !run.step.moment_after)
+      && mine.slice(mine.indexOf(anchor) + 1).find(
+        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v));
     if (m) moment(m);
   }
 
   /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. A control
-   * of the page (kill the leader) is pressed as the learner would, on the running clock. */
+   * of the page (the DLQ's replay by reason) is used as the learner would, on the running clock. */
   async function trigger(a, ev) {
     if (a.click) {
       const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
