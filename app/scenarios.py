@@ -76,7 +76,8 @@ _OUTAGE_JOB = {**_JOB, "job_type": "thumbnail", "duration_s": 200}  # uploads it
 # {setting} filled in from the lab's own settings, {measured} from the measurement and {guard_that_acted}
 # from the run's own counters (which guard stopped the duplicate). A guided step's run (STEPS below) may also
 # measure its events: `gap:A:B` seconds from an A to the next B, `peak:type` the busiest second's retried
-# calls, `pertick:type` one tick's events, `count:type` how many there were once the tick after them began.
+# calls, `pertick:type` one tick's events, `count:type[:after]` how many there were (after the first `after` event)
+# once the tick after them began.
 _RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "attempts", "measure": "attempts",
          "question": "How many attempts will this one job get (every delivery counts, duplicates included)?"}
 _CH1_BUTTONS: list[dict[str, Any]] = [
@@ -427,10 +428,10 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                               "respawn_delay": presets.settings_for("ch7")["respawn_delay"]}},
                 {"click": "ch7-down"}],
          "predict": {"kind": "number", "min": 0, "max": 20, "unit": "runs", "id": "ch7-step-catch-up",
-                     "measure": "count:cron.catch_up",
+                     "measure": "count:cron.catch_up:scheduler.up",
                      "question": f"Every replica is down for {presets.DOWNTIME_DRILL_S:g} s. When they come back, how "
                                  "many catch-up runs mail the missed buckets?"},
-         "moment": "cron.catch_up", "look": "ch7-counts-box",
+         "moment": "cron.catch_up", "moment_after": "scheduler.up", "look": "ch7-counts-box",
          "says": "{measured} catch-up run at t = {moment_t} s: the first replica back took the lock and mailed "
                  "the missed buckets; the others found the tick already run."},
     ],

@@ -131,4 +131,11 @@ test('a count of catch-up runs is final once the tick after the first of them ha
   events.push(ev('cron.run_started', 8));
   assert.deepEqual(measure(spec, model([]), { jobs: [], events }), { number: 1, value: 1 });
   assert.equal(measure(spec, model([]), { jobs: [], events: [ev('cron.run_started', 9)] }), null, 'none yet');
+  // counted from the replicas' return: a catch-up before the outage is not this one
+  const after = { kind: 'number', measure: 'count:cron.catch_up:scheduler.up' };
+  const down = [ev('cron.catch_up', 2), ev('cron.run_started', 3), { type: 'scheduler.up' }, ev('cron.catch_up', 7)];
+  assert.equal(measure(after, model([]), { jobs: [], events: down }), null, 'tick 7 is not over yet');
+  down.push(ev('cron.skipped', 8));
+  assert.deepEqual(measure(after, model([]), { jobs: [], events: down }), { number: 1, value: 1 });
+  assert.deepEqual(measure(spec, model([]), { jobs: [], events: down }), { number: 2, value: 2 }, 'without the anchor');
 });
