@@ -69,11 +69,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 # build a whole lab from a shared link). The widget reads them from /api/meta.
 _JOB = {"sample": "bigbuckbunny"}
 _LONG_JOB = {**_JOB, "duration_s": 600}
+_OUTAGE_JOB = {**_JOB, "job_type": "thumbnail", "duration_s": 200}  # uploads its parts while storage is down
 # `predict` (issue 22): what the learner commits to before the run, and how the lab measures it
 # (static/js/widget/predict-model.js): `attempts` of the run's first job, `state:<s>` jobs of the run that
 # end in state s, `counter:<name>` how far a counter moved. `why` is shown when the guess misses, with
 # {setting} filled in from the lab's own settings, {measured} from the measurement and {guard_that_acted}
-# from the run's own counters (which guard stopped the duplicate).
+# from the run's own counters (which guard stopped the duplicate). A guided step's run (STEPS below) may also
+# measure its events: `gap:A:B` seconds from an A to the next B, `peak:type` the busiest second's retried
+# calls, `pertick:type` one tick's events, `count:type[:after]` how many there were (after the first `after` event)
+# once the tick after them began.
 _RUNS = {"kind": "number", "min": 1, "max": 20, "unit": "attempts", "measure": "attempts",
          "question": "How many attempts will this one job get (every delivery counts, duplicates included)?"}
 _CH1_BUTTONS: list[dict[str, Any]] = [
@@ -116,8 +120,7 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
         {"id": "crashing-pill", "label": "Crashing pill", "fault": {"type": "poison_crash"},
          "hint": "A job that kills its worker every time: no handler sees an error, so no retry policy runs. "
                  "Predict what brings it back, and what finally stops it."},
-        {"id": "outage", "label": "3 jobs + storage outage", "enqueue": {**_JOB, "job_type": "thumbnail",
-                                                                         "duration_s": 200}, "count": 3,
+        {"id": "outage", "label": "3 jobs + storage outage", "enqueue": _OUTAGE_JOB, "count": 3,
          "fault": {"type": "storage_outage", "duration_s": 100}, "fault_after_calls": True,
          "hint": "36 upload parts mid-call when storage goes down for 100 s. Watch when their retries reach storage "
                  "under the policy you chose.",
@@ -211,15 +214,20 @@ def all_public() -> list[dict[str, Any]]:
 #   `do`      in order: {"scenario": id} presses that scenario button (BUTTONS above: its settings, fault and
 #             jobs), {"settings": {...}} PATCHes settings, {"enqueue": {...}} sends a job, {"click": testid}
 #             presses an existing control of the page, {"on": event type, "kill"|"expire": true} kills the
-#             run's worker / cuts its lease when that event arrives for the run's job;
+#             run's worker / cuts its lease when that event arrives for the run's job, {"on": event type,
+#             "click": testid, "choose": {select testid: value}} picks an option and presses a control when it
+#             arrives (the DLQ's replay by reason, once the outage is over), {"fault": {...}} starts a fault;
 #   `predict` the question asked first (the predict.js spec; a scenario's own `predict` when absent);
-#   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry),
-#             `look` the element (data-testid) it points at then;
+#   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry; with
+#             `on` actions, the first one after they have all fired; `moment_after`: the first one after an
+#             event of that type, e.g. the leader elected after the kill), `look` the element (data-testid) it
+#             points at then;
 #   `says`    the one sentence shown beside the verdict ({measured}, {moment_t} and settings filled in).
 # A step with no `do` is a read-and-reason step: it asks `predict.question`, then reveals its claim's text.
 _GAP = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
 _KILL_ON_CLAIM = {"on": "job.claimed", "kill": True}
 _PER_TICK = {"kind": "number", "min": 0, "max": 20, "unit": "runs", "measure": "pertick:cron.run_started"}
+_CH4 = presets.ch4_lab_model()
 _PEAK = {"kind": "number", "min": 0, "max": 500, "unit": "calls", "measure": "peak:storage.called",
          "question": "Storage goes down under 36 in-flight upload parts. How many retried storage calls will "
                      "arrive in the busiest simulated second?"}
@@ -334,8 +342,20 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "{measured} deliveries, each brought back by its lease; at Max receives ({max_receives}) the "
                  "broker moved it to the dead-letter queue at t = {moment_t} s."},
         {"claim": "ch4.replay", "title": "Replay the DLQ by reason",
-         "predict": {"question": "Replaying only the max_attempts reason: which jobs come back, and what does "
-                                 "the replayed poison pill do?"}},
+         # as the page and its conformance test set it up: an outage long enough for the outage jobs to spend
+         # every attempt, a poison pill that skips its retries, then a replay of one reason once storage is back
+         "do": [{"settings": {"retry_policy": "exponential", "max_attempts": _CH4["max_attempts"],
+                              "classify_errors": True}},
+                {"fault": {"type": "storage_outage", "duration_s": _CH4["replay_outage_s"]}},
+                *[{"enqueue": _OUTAGE_JOB}] * _CH4["workers"], {"scenario": "poison-pill"},
+                {"on": "fault.ended", "choose": {"dlq-reason": "max_attempts"}, "click": "dlq-replay"}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch4-step-replay",
+                     "measure": "state:done",
+                     "question": "Outage jobs and a poison pill sit in the DLQ. You replay only the max_attempts "
+                                 "reason once storage is back: how many of them come back and finish?"},
+         "moment": "job.replayed", "look": "dlq-list",
+         "says": "{measured} jobs came back and finished: the replay picked exactly the jobs that ran out of "
+                 "attempts; the poison pill, dead-lettered as non_retryable, stayed in the DLQ."},
     ],
     "ch5": [
         {"claim": "ch5.claim_guard", "title": "VT too short, claim guard",
@@ -393,9 +413,27 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "moment": "cron.skipped", "look": "ch7-counts-box",
          "says": "{measured} run per tick: the late replica found the lock held and skipped."},
         {"claim": "ch7.leader", "title": "Kill the leader",
-         "predict": {"question": "How long is the schedule silent after the leader dies?"}},
+         # as its conformance test has it: the killed leader stays dead, so a follower takes over (not its own
+         # restart, which would re-take the lease it still holds); the kill waits for a leader to exist
+         "do": [{"settings": {"respawn_delay": 3600}}, {"click": "ch7-scenario-leader"}, {"click": "ch7-kill-leader"}],
+         "predict": {**_GAP, "id": "ch7-step-leader", "measure": "gap:replica.killed:leader.elected",
+                     "question": "You kill the leader as soon as it is elected. For how many simulated seconds "
+                                 "does the schedule have no leader?"},
+         "moment": "leader.elected", "moment_after": "replica.killed", "look": "ch7-replicas-box",
+         "says": "No leader for {measured} s after the kill: the followers waited out what was left of the dead "
+                 "leader's {leader_lease} s lease (the lesson's bound), then the next one to poll took it."},
         {"claim": "ch7.catch_up", "title": "All replicas down",
-         "predict": {"question": "When the replicas come back, how many catch-up runs mail the missed buckets?"}},
+         "do": [{"click": "ch7-scenario-lock"},
+                {"settings": {"cron_shard": True, "cron_catch_up": True,
+                              "respawn_delay": presets.settings_for("ch7")["respawn_delay"]}},
+                {"click": "ch7-down"}],
+         "predict": {"kind": "number", "min": 0, "max": 20, "unit": "runs", "id": "ch7-step-catch-up",
+                     "measure": "count:cron.catch_up:scheduler.up",
+                     "question": f"Every replica is down for {presets.DOWNTIME_DRILL_S:g} s. When they come back, how "
+                                 "many catch-up runs mail the missed buckets?"},
+         "moment": "cron.catch_up", "moment_after": "scheduler.up", "look": "ch7-counts-box",
+         "says": "{measured} catch-up run at t = {moment_t} s: the first replica back took the lock and mailed "
+                 "the missed buckets; the others found the tick already run."},
     ],
     "ch8": [
         {"claim": "ch8.demo_time", "title": "Everything on, one upload",

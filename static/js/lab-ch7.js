@@ -149,6 +149,9 @@ function render(rep) {
   setText(q('now'), `Now tick ${rep.tick} (t = ${fmt(rep.now, 0)} s).`);
   setAttr(q('strategy'), 'data-strategy', rep.settings.cron_strategy);
   renderReplicas(rep);
+  // a leader can be killed only while there is one (the API refuses otherwise): the button says so first
+  setAttr(root.querySelector('[data-action="kill-leader"]'), 'disabled',
+    Boolean(ctx.lab.viewer) || !rep.replicas.some((x) => x.leader));
   setText(q('lock'), lockText(rep.lock, 'the lock was', 'its TTL'));
   setText(q('leader'), rep.settings.cron_strategy === 'leader' || rep.leader.holder ? lockText(rep.leader, 'the lease was', 'the lease') : 'not in use');
   const fo = rep.failovers[0];

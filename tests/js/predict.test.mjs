@@ -114,3 +114,28 @@ test('a run the stepper watches settles only once each completion has sent or su
   events.push({ type: 'email.sent', job_id: '1' });
   assert.deepEqual(measure(spec, S, { jobs: ['1'], counts0: {}, events }), { number: 1, value: 1 });
 });
+
+test('a gap needs no job: a leader\'s failover is timed from the kill to the next election', () => {
+  const spec = { kind: 'number', measure: 'gap:replica.killed:leader.elected' };
+  const events = [{ type: 'leader.elected', t_sim: 100 }, { type: 'replica.killed', t_sim: 101 }];
+  assert.equal(measure(spec, model([]), { jobs: [], events }), null, 'no leader elected after the kill yet');
+  events.push({ type: 'leader.elected', t_sim: 132.6 });
+  assert.deepEqual(measure(spec, model([]), { jobs: [], events }), { number: 32, value: 32 });
+});
+
+test('a count of catch-up runs is final once the tick after the first of them has begun', () => {
+  const spec = { kind: 'number', measure: 'count:cron.catch_up' };
+  const ev = (type, tick) => ({ type, data: { tick } });
+  const events = [ev('cron.run_started', 3), ev('cron.catch_up', 7), ev('cron.run_started', 7), ev('cron.skipped', 7)];
+  assert.equal(measure(spec, model([]), { jobs: [], events }), null, 'another replica may still catch tick 7 up');
+  events.push(ev('cron.run_started', 8));
+  assert.deepEqual(measure(spec, model([]), { jobs: [], events }), { number: 1, value: 1 });
+  assert.equal(measure(spec, model([]), { jobs: [], events: [ev('cron.run_started', 9)] }), null, 'none yet');
+  // counted from the replicas' return: a catch-up before the outage is not this one
+  const after = { kind: 'number', measure: 'count:cron.catch_up:scheduler.up' };
+  const down = [ev('cron.catch_up', 2), ev('cron.run_started', 3), { type: 'scheduler.up' }, ev('cron.catch_up', 7)];
+  assert.equal(measure(after, model([]), { jobs: [], events: down }), null, 'tick 7 is not over yet');
+  down.push(ev('cron.skipped', 8));
+  assert.deepEqual(measure(after, model([]), { jobs: [], events: down }), { number: 1, value: 1 });
+  assert.deepEqual(measure(spec, model([]), { jobs: [], events: down }), { number: 2, value: 2 }, 'without the anchor');
+});

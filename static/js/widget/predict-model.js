@@ -20,7 +20,8 @@ export function attemptsOf(job) {
 export function measure(spec, S, run) {
   const [kind, arg, arg2] = String(spec.measure).split(':');
   if (run && kind === 'pertick') return perTick(run.events || [], arg); // a schedule's runs: no jobs to wait for
-  if (!run || !run.jobs.length) return null;
+  if (run && kind === 'count') return countOfTick(run.events || [], arg, arg2);
+  if (!run || (!run.jobs.length && kind !== 'gap')) return null; // a gap reads events only (a leader's failover)
   if (kind === 'gap') { // simulated seconds from the run's first `arg` event to the next `arg2` after it
     const evs = run.events || [];
     const a = evs.find((e) => e.type === arg);
@@ -75,6 +76,22 @@ export function perTick(events, type) {
   if (!ticks.some((t) => t > k)) return null;
   const n = events.filter((e) => e.type === type && tickOf(e) === k).length;
   return { number: n, value: n };
+}
+
+/**
+ * How many `type` events a schedule's run had (one catch-up run, or several), after the first `after` event
+ * when one is named (the replicas coming back), once the tick after the first of them has begun: by then
+ * every replica has fired that tick and found it run or not.
+ */
+export function countOfTick(events, type, after) {
+  const tickOf = (e) => Number((e.data || {}).tick ?? e.tick);
+  const from = after ? events.findIndex((e) => e.type === after) : 0;
+  if (from < 0) return null;
+  const hits = events.slice(from).filter((e) => e.type === type);
+  if (!hits.length) return null;
+  const k = Math.min(...hits.map(tickOf));
+  if (!events.some((e) => tickOf(e) > k)) return null;
+  return { number: hits.length, value: hits.length };
 }
 
 /** The most retried `type` calls (try 2 on) that landed in one simulated second: a herd's spike. */

@@ -214,7 +214,7 @@ export function install(W) {
   /** Called every frame: once the run settles, the guess beside the measurement, and why. */
   function renderPrediction() {
     const p = S.predict;
-    if (!p || !p.jobs || p.result) return;
+    if (!p || !p.jobs || p.result || p.hold) return; // a guided step holds its answer until its moment
     const m = measure(p.spec, S, p);
     if (!m) return;
     p.result = m;

@@ -158,12 +158,14 @@ export function install(W) {
 
   async function act(step, guess) {
     const spec = step.predict;
-    run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null,
-      jobless: step.do.some((a) => a.click) };
+    run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null, after: null,
+      jobless: step.do.some((a) => a.click && !a.on) }; // a panel's set-up (a schedule), not a job's act
     const mine = run;
     setText(els.status, 'Setting the lab up as the step says…');
     nav([rerunButton()]);
-    const p = await W.commitAndRun(spec, guess, () => start(step, mine), { scenario: `step:${step.claim}`, events: [] });
+    // the answer waits for the moment: a DLQ that is full before its replay is not the step's answer yet
+    const p = await W.commitAndRun(spec, guess, () => start(step, mine),
+      { scenario: `step:${step.claim}`, events: [], hold: true });
     if (run !== mine) return;
     run.p = p;
     if (!p) { setText(els.status, 'The step could not start; see the message above the lab.'); return; }
@@ -175,6 +177,7 @@ export function install(W) {
   async function start(step, mine) {
     for (const a of step.do) {
       if (run !== mine) return null;
+      if (a.on) continue; // acted when its event arrives (sync)
       if (a.settings) {
         const res = await W.api('PATCH', W.labPath('/settings'), a.settings);
         if (!res.ok) { setText(els.status, `Could not apply: ${errorText(res.data, res.status)}`); return null; }
@@ -189,6 +192,9 @@ export function install(W) {
         jobs.forEach((id) => mine.ids.add(String(id)));
       } else if (a.click) {
         if (!await press(a.click)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+      } else if (a.fault) {
+        const res = await W.api('POST', W.labPath('/faults'), a.fault);
+        if (!res.ok) { setText(els.status, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
       } else if (a.enqueue) {
         const res = await W.api('POST', W.labPath('/jobs'), a.enqueue);
         if (!res.ok) { setText(els.status, `Could not send the job: ${errorText(res.data, res.status)}`); return null; }
@@ -199,15 +205,28 @@ export function install(W) {
     return [...mine.ids];
   }
 
-  /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
-  async function press(testid) {
+  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 10 s); null if it never does. */
+  async function control(testid, ready) {
     for (let i = 0; i < 100; i++) {
       const el = document.querySelector(`[data-testid="${testid}"]`);
-      if (!el) return false;
-      if (!el.disabled) { el.click(); return true; }
+      if (el && ready(el)) return el;
       await new Promise((r) => { setTimeout(r, 100); });
     }
-    return false;
+    return null;
+  }
+
+  /** Pick an option of one of the page's own selects (the DLQ's reasons), once the option is offered. */
+  async function choose(testid, value) {
+    const el = await control(testid, (x) => [...x.options].some((o) => o.value === value));
+    if (el) { el.value = value; el.dispatchEvent(new Event('change', { bubbles: true })); }
+    return !!el;
+  }
+
+  /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
+  async function press(testid) {
+    const el = await control(testid, (x) => !x.disabled);
+    el?.click();
+    return !!el;
   }
 
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
@@ -220,23 +239,36 @@ export function install(W) {
   function sync() {
     if (!run) return;
     // a step that presses a chapter panel's control (a schedule, no jobs) watches every event after it
-    const mine = run.jobless ? run.all : run.all.filter((e) => e.job_id != null && run.ids.has(String(e.job_id)));
+    // (and a lab-wide event, such as an outage ending, is every run's)
+    const mine = run.jobless ? run.all : run.all.filter((e) => e.job_id == null || run.ids.has(String(e.job_id)));
     if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
     for (const [i, a] of run.step.do.entries()) {
       if (!a.on || run.done.has(i)) continue;
       const ev = mine.find((e) => e.type === a.on);
       if (!ev) continue;
       run.done.add(i);
+      run.after = ev;
       trigger(a, ev);
     }
+    // the moment comes after the step's own acts: a leader elected after the kill, not the one it killed
+    const acted = run.step.do.every((a, i) => !a.on || run.done.has(i));
+    const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
-    const m = !run.moment && run.step.moment && mine.find((e) => e.type === run.step.moment
-      && want.every(([k, v]) => (e.data || {})[k] === v));
+    const m = !run.moment && run.step.moment && acted && (anchor || !run.step.moment_after)
+      && mine.slice(mine.indexOf(anchor) + 1).find(
+        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v));
     if (m) moment(m);
   }
 
-  /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. */
+  /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. A control
+   * of the page (the DLQ's replay by reason) is used as the learner would, on the running clock. */
   async function trigger(a, ev) {
+    if (a.click) {
+      const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
+      if (picked.every(Boolean) && await press(a.click)) return;
+      setText(els.status, 'The control this step presses is not on the page.');
+      return;
+    }
     const mine = run;
     await W.clockAction({ action: 'pause' });
     if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
@@ -247,6 +279,7 @@ export function install(W) {
   async function moment(ev) {
     const mine = run;
     mine.moment = ev;
+    if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) S.predict.hold = false; // measured from now
     await W.clockAction({ action: 'pause' });
     if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
     run.paused = true;
@@ -265,11 +298,13 @@ export function install(W) {
     const el = testid && (root.querySelector(`[data-testid="${testid}"]`) || document.querySelector(`[data-testid="${testid}"]`));
     if (!el) return null;
     const panel = el.closest('.lw-panel') || el;
+    if (panel.tagName === 'DETAILS') panel.open = true; // a folded panel (the DLQ) is unfolded to be seen
     panel.classList.add(LOOK);
     // the step's words travel with the element they point at, so the reader need not look back up
     els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
-    panel.prepend(els.callout);
+    const summary = panel.querySelector(':scope > summary');
+    if (summary) summary.after(els.callout); else panel.prepend(els.callout);
     panel.scrollIntoView({ block: 'center', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
     return panel;
   }
