@@ -139,3 +139,16 @@ test('a count of catch-up runs is final once the tick after the first of them ha
   assert.deepEqual(measure(after, model([]), { jobs: [], events: down }), { number: 1, value: 1 });
   assert.deepEqual(measure(spec, model([]), { jobs: [], events: down }), { number: 2, value: 2 }, 'without the anchor');
 });
+
+test('a scenario run (no events kept) settles only once the counters show an email for each completion', () => {
+  const spec = { kind: 'number', measure: 'counter:emails_sent' };
+  const run = { jobs: ['1'], counts0: { succeeded: 3, emails_sent: 3 } };
+  // the job is done and its copy completed again, one email written so far: not settled (it would say 1, or 0)
+  const early = model([{ id: '1', state: 'done', attempt: 2, attempts: [{}, {}] }], [],
+    { succeeded: 4, duplicate_completions: 1, emails_sent: 4 });
+  assert.equal(measure(spec, early, run), null);
+  const later = { ...early, counts: { ...early.counts, emails_sent: 5 } };
+  assert.deepEqual(measure(spec, later, run), { number: 2, value: 2 });
+  const suppressed = { ...early, counts: { ...early.counts, emails_suppressed: 1 } };
+  assert.deepEqual(measure(spec, suppressed, run), { number: 1, value: 1 });
+});

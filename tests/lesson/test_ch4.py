@@ -148,7 +148,6 @@ def poison(api, policy: str, speed: int = 200) -> tuple[list[dict], dict]:
 
 @pytest.mark.parametrize("policy", ["exponential", "fixed", "none"])
 def test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits(api, measured, policy):
-    tol = 0.4 * 200
     ev, j = poison(api, policy)
     failed, claims = of_type(ev, "job.failed"), of_type(ev, "job.claimed")
     assert of_type(ev, "job.crashed") == []
@@ -163,10 +162,13 @@ def test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits(api,
         want = LM["poison_exponential_delays_s"] if policy == "exponential" else \
             [LM["retry_base_s"]] * (LM["max_attempts"] - 1)
         assert delays == want
+        # each retry is claimed the instant its wait ends (the due barrier holds the clock there, at any load)
         for f, nxt, d in zip(failed, claims[1:], delays, strict=False):
-            assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, abs=tol)
+            assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, abs=1)
+        # "about": the waits, plus each retried attempt's own few seconds of probing its input
+        runs = sum(f["t_sim"] - c["t_sim"] for c, f in zip(claims[1:], failed[1:], strict=True))
         total = LM["poison_exponential_to_dlq_s"] if policy == "exponential" else LM["poison_fixed_to_dlq_s"]
-        assert to_dlq >= total and to_dlq == pytest.approx(total, abs=len(delays) * tol)  # "about"
+        assert to_dlq >= total and to_dlq == pytest.approx(total + runs, abs=len(delays))
     measured.update(attempts=len(failed), first_failure_to_dlq_s=round(to_dlq, 1))  # recorded per policy
 
 

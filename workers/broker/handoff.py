@@ -18,6 +18,7 @@ import time
 import redis
 
 from core import clock, stream
+from core.config import REAPER_BARRIER_S
 from core.keys import key, msg, queue_name
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
@@ -46,6 +47,20 @@ def hold_for_next(r: redis.Redis, lab: str, now: float) -> None:
     parts = head.split("-") if head else []
     if len(parts) == 4 and parts[0] == lab and parts[2].isdigit():  # producer/reaper ids: lab-job-n-ns
         clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=HANDOFF_S)
+
+
+def hold_until_due(r: redis.Redis, lab: str, job_id: str, due: float, now: float) -> None:
+    """A retry scheduled for `due` holds the clock there until the supervisor has put it back in the queue
+    (reaper.start_due_retries lifts it). The failing attempt places it while its own barrier still holds the
+    clock, so simulated time cannot pass the due moment before the supervisor has acted, however late its
+    next pass (the reaper's own barrier is placed only on that pass: a 10 s delay at 200× is 50 ms of real
+    time). It lapses, as the reaper's does, REAPER_BARRIER_S real seconds after the clock would get there."""
+    speed = max(clock.read(r, lab)["speed"], 1e-9)
+    clock.hold(r, lab, due_holder(job_id), due, ttl=max(0.0, due - now) / speed + REAPER_BARRIER_S)
+
+
+def due_holder(job_id: str) -> str:
+    return f"due:{job_id}"
 
 
 def in_transit(r: redis.Redis, lab: str) -> int:

@@ -197,6 +197,7 @@ def start_due_retries(r: redis.Redis, lab: str, now: float, upto: float | None =
         n += res > 0
         if res > 0:
             handoff.hold_for_transit(r, lab, job_id, res, now)
+        clock.lift(r, lab, handoff.due_holder(job_id))  # back in the queue (or gone): the due barrier is done
     return n
 
 

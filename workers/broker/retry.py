@@ -13,7 +13,7 @@ import redis
 
 from core import stream
 from core.keys import key
-from workers.broker import leases
+from workers.broker import handoff, leases
 from workers.broker.state import script
 
 
@@ -141,7 +141,10 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
               json.dumps(attempt_record), message, reason or "", now])
     if not res:
         return "stale"
-    return "retry" if reason is None else "dlq"
+    if reason is None:
+        handoff.hold_until_due(r, lab, job_id, now + delay, now)
+        return "retry"
+    return "dlq"
 
 
 # --- circuit breaker on the storage dependency ---------------------------------------------

@@ -34,20 +34,29 @@ export function measure(spec, S, run) {
   if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
   const ids = new Set(run.jobs.map(String));
   for (const w of S.workers.values()) if (w.state === 'busy' && ids.has(String(w.job_id))) return null;
-  if (run.events) { // a completion is over once its email went out or was suppressed (workers/tasks.py notify)
-    const done = run.events.filter((e) => e.type === 'job.succeeded' || e.type === 'job.duplicate_completed').length;
-    const told = run.events.filter((e) => e.type === 'email.sent' || e.type === 'email.suppressed').length;
-    if (told < done) return null;
-  }
+  // a completion is over once its email went out or was suppressed (workers/tasks.py notify): the events of the
+  // run when the stepper keeps them, else how far the lab's counters moved since the run began (on a busy host
+  // the email is written a moment after the job is done, and an answer read between the two would say 0)
+  const [done, told] = run.events
+    ? [['job.succeeded', 'job.duplicate_completed'], ['email.sent', 'email.suppressed']]
+      .map((types) => run.events.filter((e) => types.includes(e.type)).length)
+    : [moved(S, run, 'succeeded') + moved(S, run, 'duplicate_completions'),
+      moved(S, run, 'emails_sent') + moved(S, run, 'emails_suppressed')];
+  if (told < done) return null;
   let n;
   if (kind === 'attempts') n = attemptsOf(jobs[0]);
   else if (kind === 'state') n = jobs.filter((j) => j.state === arg).length;
   else if (kind === 'peak') n = peakRetries(run.events || [], arg);
-  else if (kind === 'counter') n = (Number(S.counts[arg]) || 0) - (Number((run.counts0 || {})[arg]) || 0);
+  else if (kind === 'counter') n = moved(S, run, arg);
   else return null;
   const out = { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
   if (String(spec.why || '').includes('{guard_that_acted}')) out.guard = guardThatActed(S, run);
   return out;
+}
+
+/** How far the lab's counter `name` moved since the run began. */
+function moved(S, run, name) {
+  return (Number(S.counts[name]) || 0) - (Number((run.counts0 || {})[name]) || 0);
 }
 
 /**
@@ -55,12 +64,13 @@ export function measure(spec, S, run) {
  * settings: with both guards on, the claim guard blocks the copy before the notified flag is ever asked).
  */
 export function guardThatActed(S, run) {
-  const moved = (name) => (Number(S.counts[name]) || 0) - (Number((run.counts0 || {})[name]) || 0);
   const guard = (S.settings && S.settings.guard) || 'claim';
-  if (moved('duplicates_blocked') > 0) {
+  if (moved(S, run, 'duplicates_blocked') > 0) {
     return `the ${guard} guard: it blocked the duplicate delivery before it ran, so the copy never reached the email`;
   }
-  if (moved('emails_suppressed') > 0) return 'the notified guard: the duplicate ran to the end and its email was suppressed';
+  if (moved(S, run, 'emails_suppressed') > 0) {
+    return 'the notified guard: the duplicate ran to the end and its email was suppressed';
+  }
   return 'none: every copy that ran sent its own email';
 }
 
