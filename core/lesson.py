@@ -244,7 +244,7 @@ CLAIMS: tuple[Claim, ...] = (
           "aging caps free's wait near the aging threshold",
           "test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait"),
     Claim("ch6.hard_split_idle", 6, "Try this 4 / Check yourself 1", "Hard split: with no pro traffic the "
-          "reserved workers sit idle while free jobs wait",
+          "reserved workers sit idle while free jobs wait, and are paid for all the same",
           "test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits"),
     Claim("ch6.poison_storm", 6, "Try this 5", "Separate fleets keep a free poison storm off pro's workers",
           "test_try5_separate_fleets_keep_a_free_poison_storm_off_pro_workers"),

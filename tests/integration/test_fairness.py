@@ -17,6 +17,12 @@ def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int
     """Queue `batches` (tier, customer, count) in order on a paused clock, then run them all. Each row is one
     job's start record, with "waited": its wait measured by the test, from the job's start timestamp and the
     instant the paused clock showed when the job was queued (the product's own "wait" is checked against it)."""
+    return run_with_summary(api, r, strategy, batches, workers, **settings)[0]
+
+
+def run_with_summary(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3,
+                     **settings) -> tuple[list[dict], dict]:
+    """`run`, and the chapter's table (GET …/fairness) once every job has started."""
     lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=workers, fair_job_s=JOB_S, **settings)
     lid, tok = lab["lab_id"], lab["token"]
     api.workers_ready(lab, workers)
@@ -36,7 +42,7 @@ def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int
     rows = [dict(w, waited=w["t"] - queued_at) for w in fairness.waits(r, lid)]
     for w in rows:  # what the chapter plots is the wait the job had
         assert abs(w["wait"] - w["waited"]) < 0.5, w
-    return rows
+    return rows, summary
 
 
 def tier_waits(rows: list[dict], tier: str) -> list[float]:

@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from core import numbers, presets
-from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, tier_waits
+from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, run_with_summary, tier_waits
 
 pytestmark = pytest.mark.lesson
 
@@ -63,15 +63,22 @@ def test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait(api, r
 
 def test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits(api, r, measured):
     workers, reserved = 3, 1
-    rows = run(api, r, "split", [("free", "f1", 12)], workers=workers, pro_workers=reserved)
-    weighted = run(api, r, "weighted", [("free", "f1", 12)], workers=workers)
+    rows, split_bill = run_with_summary(api, r, "split", [("free", "f1", 12)], workers=workers, pro_workers=reserved)
+    weighted, shared_bill = run_with_summary(api, r, "weighted", [("free", "f1", 12)], workers=workers)
     # a hard split is a count: free never has more than workers − reserved jobs running, while the
     # reserved worker idles; weighted polling lets every worker take free work when pro has none
     assert most_at_once(rows) == workers - reserved
     assert most_at_once(weighted) == workers
+    # the table's bill: the idle reservation is still paid for (its share of the pool), a shared pool bills
+    # only what each tier used
+    used, paid = split_bill["used_worker_s"], split_bill["paid_worker_s"]
+    assert used["pro"] == 0 and used["free"] > 0
+    assert paid["pro"] / (paid["pro"] + paid["free"]) == pytest.approx(reserved / workers, abs=0.01), paid
+    assert shared_bill["used_worker_s"]["pro"] == 0 and shared_bill["paid_worker_s"]["pro"] == 0, shared_bill
     measured.update(split_free_running_at_once=most_at_once(rows), weighted_free_running_at_once=most_at_once(weighted),
                     split_free_p50=statistics.median(tier_waits(rows, "free")),
-                    weighted_free_p50=statistics.median(tier_waits(weighted, "free")))
+                    weighted_free_p50=statistics.median(tier_waits(weighted, "free")),
+                    split_paid_idle_pro_worker_s=paid["pro"], split_used_pro_worker_s=used["pro"])
 
 
 def most_at_once(rows: list[dict], job_s: float = JOB_S) -> int:
