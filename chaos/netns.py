@@ -211,7 +211,7 @@ class NetStack(HostsStack):
     def leftovers(self) -> dict[int, str]:
         if self.net is None:
             return {}
-        return processes_matching(f"{self.root}/var-", f"--url {self.role_url('pool')} ")
+        return processes_matching(f"{self.root}/var-", f"{embedded_redis.server_tag(self.redis_url)} ")
 
     def stop(self) -> None:
         try:
