@@ -248,10 +248,12 @@ def run(b=None) -> dict:
 
 
 def cores_taken(row: dict) -> float:
-    """The cores a step's labs took: the hosts' budgets (the cores they used, where unlimited), the server's and
-    the web tier's."""
-    hosts = row["hosts"] * row["host_cpus"] if isinstance(row["host_cpus"], (int, float)) else sum(row["host_cores"])
-    return hosts + row["server_cores"] + row["web_cores"]
+    """The cores a step's labs had: the hosts' budgets and what the server and the web tier used, at most the
+    box; with the hosts unlimited, the whole box (they could take any of it)."""
+    box = float(os.cpu_count() or 1)
+    if not isinstance(row["host_cpus"], (int, float)):
+        return box
+    return min(box, row["hosts"] * row["host_cpus"] + row["server_cores"] + row["web_cores"])
 
 
 def verdict(rows: list[dict], budget: dict) -> str:
@@ -272,7 +274,7 @@ def verdict(rows: list[dict], budget: dict) -> str:
     if best:
         parts.append(f"held {best['labs']} labs on {best['hosts']} host(s) × {best['host_cpus']} cores "
                      f"(+ server {best['server_cores']:.2f}, web {best['web_cores']:.2f} cores) "
-                     f"= {got:.1f} per 2 cores")
+                     f"= {got:.1f} per 2 cores (load {best['load1']})")
     else:
         parts.append("no step held")
     parts.append(f"a busy lab costs {per_lab:.2f} cores (" + ", ".join(f"{k} {v:.3f}" for k, v in cost.items())
@@ -280,7 +282,8 @@ def verdict(rows: list[dict], budget: dict) -> str:
     failed = next((r for r in rows if not r["ok"]), None)
     if failed:
         broke = [f"{k} {failed[k]} > {v}" for k, v in budget.items() if failed[k] is None or failed[k] > v]
-        parts.append(f"first over budget: {failed['labs']} labs on {failed['hosts']} host(s): {', '.join(broke)}")
+        parts.append(f"first over budget: {failed['labs']} labs on {failed['hosts']} host(s): {', '.join(broke)} "
+                     f"(load {failed['load1']}, throttled {failed['throttled_pct']} % of periods)")
     return "; ".join(parts)
 
 
