@@ -30,9 +30,10 @@ is bound by its quota, not by the box. Where quotas cannot be set (not root, cgr
 unlimited and the report says why (`host_cpus`).
 
 The verdict line weighs the result against issue 30's goal, ≥ 6 busy labs per 2 cores within the budgets:
-labs per 2 cores = 2 × labs ÷ the cores they took (the hosts' budgets, or the cores they used where unlimited,
-plus what the server and the web process used), for the largest step that held; and, whatever held, the
-projection from the cost of one busy lab measured at the largest step (host tree + server + web cores).
+labs per 2 cores = 2 × labs ÷ the cores they had (the hosts' budgets plus what the server and the web process
+used, at most the box; the whole box where the hosts are unlimited), for the best step that held; and, whatever
+held, the projection from the cost of one busy lab measured at the largest step (host tree + server + web
+cores), which is what CPU alone would allow.
 
 `python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS ("1,2,3"),
 CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per host; 0: no
