@@ -273,9 +273,11 @@ def verdict(rows: list[dict], budget: dict) -> str:
     parts = [f"VERDICT (goal ≥ {GOAL_PER_2_CORES} busy labs per 2 cores within the budgets): "
              + ("MET" if got >= GOAL_PER_2_CORES else "NOT MET")]
     if best:
-        parts.append(f"held {best['labs']} labs on {best['hosts']} host(s) × {best['host_cpus']} cores "
-                     f"(+ server {best['server_cores']:.2f}, web {best['web_cores']:.2f} cores) "
-                     f"= {got:.1f} per 2 cores (load {best['load1']})")
+        had = (f"{best['hosts']} host(s) × {best['host_cpus']} cores (+ server {best['server_cores']:.2f}, "
+               f"web {best['web_cores']:.2f} cores; {2 * best['labs'] / (best['hosts'] * best['host_cpus']):.1f} "
+               "per 2 cores of pool host alone)" if isinstance(best["host_cpus"], (int, float))
+               else f"{best['hosts']} host(s) unlimited, the whole box's {cores_taken(best):g} cores")
+        parts.append(f"held {best['labs']} labs on {had} = {got:.1f} per 2 cores (load {best['load1']})")
     else:
         parts.append("no step held")
     parts.append(f"a busy lab costs {per_lab:.2f} cores (" + ", ".join(f"{k} {v:.3f}" for k, v in cost.items())
