@@ -15,14 +15,25 @@ process trees, the server's commands per second and the server process's own CPU
 per busy lab per second are reported; from the last, how many busy labs one server core carries: 1 / (server
 CPU-s per lab-second).
 
-A machine of its own per pool host: on one box every host would share the same cores, so a second host could
-add no capacity. Each host therefore gets its own CPU budget, CLASSROOM_HOST_CPUS cores (a cgroup v1 CPU
+A machine of its own per pool host, as in a class: the server, the web process and each pool host run in a
+network namespace of their own (chaos/netns.py's NetStack: own address, no loopback between them, the server
+on its own address with an ACL user and password per role, each part started with the launcher's role), and
+the driver reaches the web tier across the bridge. Where namespaces cannot be made (not root, no `ip`) the
+parts run on loopback (HostsStack) and the report says why (`network`). On one box every host would also
+share the same cores, so a second host could add no capacity. Each host therefore gets its own CPU budget,
+CLASSROOM_HOST_CPUS cores (a cgroup v1 CPU
 quota, runtime/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses, ffmpeg),
 and the server, the web process and this driver run on what is left of the box (3 hosts × 0.5 cores leave 0.5
 of 2). Each row shows the cores each host actually used (`host_cores`, its cgroup's cpuacct count) and the
 share of 100 ms periods in which the kernel throttled it (`throttled_pct`): a host at its budget and throttled
 is bound by its quota, not by the box. Where quotas cannot be set (not root, cgroup v2 only) the hosts run
 unlimited and the report says why (`host_cpus`).
+
+The verdict line weighs the result against issue 30's goal, ≥ 6 busy labs per 2 cores within the budgets:
+labs per 2 cores = 2 × labs ÷ the cores they had (the hosts' budgets plus what the server and the web process
+used, at most the box; the whole box where the hosts are unlimited), for the best step that held; and, whatever
+held, the projection from the cost of one busy lab measured at the largest step (host tree + server + web
+cores), which is what CPU alone would allow.
 
 `python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS ("1,2,3"),
 CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per host; 0: no
@@ -37,6 +48,7 @@ import threading
 import time
 
 from bench.common import pct, report, rnd
+from chaos import netns
 from chaos.common import WsTail, drill_client
 from chaos.pool_host_killed import HostsStack
 from runtime.procs import children, cpu_s, rss_kb, wait
@@ -44,6 +56,7 @@ from runtime.procs import children, cpu_s, rss_kb, wait
 BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
 CLOCK_LAG_PP = 5  # a lab's clock may run at most this many points slower than one lab's alone on a free host
 SPEED = 20
+GOAL_PER_2_CORES = 6  # issue 30 item 3: busy labs per 2 cores within the budgets
 WARMUP_S = 8.0  # real seconds of steady load before a step measures (one job is 6 real s at 20×)
 
 
@@ -67,6 +80,12 @@ def tree(pid: int) -> list[int]:
         out.append(p)
         todo += children(p)
     return out
+
+
+def web_cpu_s(stack: HostsStack) -> float:
+    """CPU seconds the web tier has used so far (its process tree: a launcher, gunicorn's master and worker)."""
+    assert stack.web is not None
+    return sum(cpu_s(p) for p in tree(stack.web.pid))
 
 
 def host_cpu_s(stack: HostsStack, host: str) -> float:
@@ -97,8 +116,11 @@ def fill(api, labs: list[dict], seconds: float = 0) -> None:
         time.sleep(0.5)
 
 
-def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
-    with HostsStack("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
+def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool) -> dict:
+    """One stack of `hosts` pool hosts carrying `labs` busy labs for `seconds`: the budgets' figures and costs.
+    network: each part in a namespace of its own (netns.NetStack), else on loopback."""
+    kind = netns.NetStack if network else HostsStack
+    with kind("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
         stack.wait_hosts()
         api, r = drill_client(stack), stack.redis_client()
         opened = [api.lab("ch1", speed=SPEED, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
@@ -113,7 +135,7 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
         fill(api, opened, WARMUP_S)  # steady load before measuring: first attempts check their input cold
         cpu0 = {h: host_cpu_s(stack, h) for h in stack.hosts}
         thr0 = {h: throttled(stack, h) for h in stack.hosts}
-        ops0, srv0 = int(r.info("stats")["total_commands_processed"]), server_cpu_s(stack)
+        ops0, srv0, web0 = int(r.info("stats")["total_commands_processed"]), server_cpu_s(stack), web_cpu_s(stack)
         sim0 = [api.snapshot(lab)["clock"]["t_raw"] for lab in opened]
         stop, rng, t0 = threading.Event(), random.Random(20), time.time()
         kills = 0
@@ -131,6 +153,7 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
         clock_lag = [100 * (1 - s / elapsed / SPEED) for s in sim]  # % of the asked speed the clock did not run
         ops = (int(r.info("stats")["total_commands_processed"]) - ops0) / elapsed
         srv = (server_cpu_s(stack) - srv0) / elapsed  # server CPU-s per second
+        web = (web_cpu_s(stack) - web0) / elapsed
         used = {h: host_cpu_s(stack, h) - cpu0[h] for h in stack.hosts}
         thr = {h: [b - a for a, b in zip(thr0[h], throttled(stack, h), strict=True)] for h in stack.hosts}
         rss = sum(_rss(p) for h in stack.hosts.values() for p in tree(h.pid))
@@ -161,6 +184,7 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float) -> dict:
                "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
                "server_ops_s": rnd(ops, 0), "ops_per_lab_s": rnd(ops / labs, 0),
                "server_cpu_pct": rnd(100 * srv, 1), "server_ms_per_lab_s": rnd(1000 * srv / labs, 2),
+               "server_cores": rnd(srv, 3), "web_cores": rnd(web, 3),
                "load1": rnd(os.getloadavg()[0], 1)}
         print(f"  {row}", flush=True)
         return row
@@ -175,10 +199,16 @@ def run(b=None) -> dict:
     max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
     host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
+    why = netns.unavailable()
+    network = "namespaces (server, web, each pool host its own address; ACL passwords)" if not why else \
+        f"loopback ({why})"
+    print(f"classroom: parts on {network}", flush=True)
     # the floor: one lab alone on a host with the whole box. Its clock already runs a little under the asked
     # speed — every hand-off, heartbeat and redelivery is real work the honest clock waits for — so the
-    # budget is that lag plus CLOCK_LAG_PP, not an absolute figure
-    floor = step(1, 1, seconds, 0)
+    # budget is that lag plus CLOCK_LAG_PP, not an absolute figure. Its "quota" is the whole box's cores, which
+    # limits nothing but counts its CPU the way the other steps' is counted (the cgroup's, with the spares it
+    # starts and the processes that died unreaped), where quotas can be set
+    floor = step(1, 1, seconds, float(os.cpu_count() or 1) if host_cpus else 0, not why)
     floor["ok"] = within(floor, BUDGET)
     budget_all = {**BUDGET, "clock_lag_max_pct": rnd(floor["clock_lag_max_pct"] + CLOCK_LAG_PP, 1)}
     rows, capacity = [], {}
@@ -186,7 +216,7 @@ def run(b=None) -> dict:
         capacity[h] = 0
         n = h
         while n <= max_labs:
-            row = step(h, n, seconds, host_cpus)
+            row = step(h, n, seconds, host_cpus, not why)
             row["ok"] = within(row, budget_all)
             rows.append(row)
             if not row["ok"]:
@@ -194,24 +224,70 @@ def run(b=None) -> dict:
             capacity[h] = n
             n += h
     budget = rows[0]["host_cpus"] if rows else host_cpus  # as applied: cores, or "unlimited (why)"
-    return report("classroom", "follow-along labs per pool host within the budgets",
+    line = verdict(rows, budget_all)
+    doc = report("classroom", "follow-along labs per pool host within the budgets",
                   ["hosts", "labs", "kills", "redeliveries", "late_p99_ms", "overrun_p50_pct", "overrun_p99_pct",
                    "clock_lag_p50_pct", "clock_lag_max_pct",
                    "event_p99_ms", "cpu_per_lab", "host_cores", "throttled_pct", "rss_mb_per_lab", "server_ops_s",
-                   "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "load1", "ok"],
+                   "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "web_cores", "load1", "ok"],
                   [{**floor, "hosts": "floor"}, *rows],
                   {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",
                    "also": server_projection(rows)},
                   {"budget": budget_all, "seconds": seconds, "max_labs": max_labs, "host_cpus": budget,
-                   "floor_clock_lag_pct": floor["clock_lag_max_pct"]},
-                  notes=[f"floor (first row): one lab alone, its host unlimited: clock lag "
+                   "floor_clock_lag_pct": floor["clock_lag_max_pct"], "network": network},
+                  notes=[f"parts on {network}", f"floor (first row): one lab alone, its host the whole box: clock lag "
                          f"{floor['clock_lag_max_pct']} % — the budget is that + {CLOCK_LAG_PP} points",
                          f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
                          "host_cores: cores each host used, throttled_pct: share of 100 ms periods its quota "
                          "throttled it",
                          "each step its own stack; other load on the box moves the figures (see load1)",
                          "server CPU per lab includes the fixed cost of hosts and web (heartbeats, leases, "
-                         "pub/sub) shared over N labs, and this driver's snapshot poll (one per lab per 0.5 s)"])
+                         "pub/sub) shared over N labs, and this driver's snapshot poll (one per lab per 0.5 s)"],
+                 extra={"verdict": line})
+    print(line, flush=True)
+    return doc
+
+
+def cores_taken(row: dict) -> float:
+    """The cores a step's labs had: the hosts' budgets and what the server and the web tier used, at most the
+    box; with the hosts unlimited, the whole box (they could take any of it)."""
+    box = float(os.cpu_count() or 1)
+    if not isinstance(row["host_cpus"], (int, float)):
+        return box
+    return min(box, row["hosts"] * row["host_cpus"] + row["server_cores"] + row["web_cores"])
+
+
+def verdict(rows: list[dict], budget: dict) -> str:
+    """One line against issue 30's goal: busy labs per 2 cores within the budgets (the largest step that held),
+    what one busy lab costs (host tree, server, web, at the largest step) and the CPU-bound projection from it,
+    and the first budget the first failing step broke."""
+    if not rows:
+        return "VERDICT: no steps ran"
+    held = [r for r in rows if r["ok"]]
+    best = max(held, key=lambda r: r["labs"] / cores_taken(r), default=None)
+    got = 2 * best["labs"] / cores_taken(best) if best else 0.0
+    top = max(rows, key=lambda r: r["labs"])
+    cost = {"host tree": top["cpu_per_lab"], "server": top["server_cores"] / top["labs"],
+            "web": top["web_cores"] / top["labs"]}
+    per_lab = sum(cost.values())
+    parts = [f"VERDICT (goal ≥ {GOAL_PER_2_CORES} busy labs per 2 cores within the budgets): "
+             + ("MET" if got >= GOAL_PER_2_CORES else "NOT MET")]
+    if best:
+        had = (f"{best['hosts']} host(s) × {best['host_cpus']} cores (+ server {best['server_cores']:.2f}, "
+               f"web {best['web_cores']:.2f} cores; {2 * best['labs'] / (best['hosts'] * best['host_cpus']):.1f} "
+               "per 2 cores of pool host alone)" if isinstance(best["host_cpus"], (int, float))
+               else f"{best['hosts']} host(s) unlimited, the whole box's {cores_taken(best):g} cores")
+        parts.append(f"held {best['labs']} labs on {had} = {got:.1f} per 2 cores (load {best['load1']})")
+    else:
+        parts.append("no step held")
+    parts.append(f"a busy lab costs {per_lab:.2f} cores (" + ", ".join(f"{k} {v:.3f}" for k, v in cost.items())
+                 + f", at {top['labs']} labs) → CPU alone allows {2 / per_lab if per_lab else 0:.1f} per 2 cores")
+    failed = next((r for r in rows if not r["ok"]), None)
+    if failed:
+        broke = [f"{k} {failed[k]} > {v}" for k, v in budget.items() if failed[k] is None or failed[k] > v]
+        parts.append(f"first over budget: {failed['labs']} labs on {failed['hosts']} host(s): {', '.join(broke)} "
+                     f"(load {failed['load1']}, throttled {failed['throttled_pct']} % of periods)")
+    return "; ".join(parts)
 
 
 def server_projection(rows: list[dict]) -> str:

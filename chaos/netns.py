@@ -28,7 +28,7 @@ import redis
 from chaos.pool_host_killed import LEASE_S, HostsStack
 from runtime import embedded_redis
 from runtime.launcher import wait_healthy
-from runtime.procs import alive, processes_matching, wait
+from runtime.procs import alive, children, processes_matching, wait
 
 SERVER_PORT = 6390  # fixed: each namespace has ports of its own, nothing else listens there
 WEB_PORT = 8000
@@ -125,11 +125,13 @@ class Net:
 
 
 class NetStack(HostsStack):
-    """HostsStack's parts (a server, a web process, `n_hosts` pool hosts) each in a namespace of its own."""
+    """HostsStack's parts (a server, a web process, `n_hosts` pool hosts) each in a namespace of its own; each
+    pool host with its CPU budget when `host_cpus` is given (HostsStack's cgroup quota, as a machine's cores)."""
 
     def __init__(self, name: str, n_hosts: int = 2, lease_s: float = LEASE_S, **kw):
         super().__init__(name, n_hosts=n_hosts, lease_s=lease_s, **kw)
         self.net: Net | None = None
+        self.server_part: subprocess.Popen | None = None  # the server's launcher (`launcher server`)
         self.passwords = {role: secrets.token_urlsafe(16) for role in embedded_redis.ROLES}
         self.port = WEB_PORT
 
@@ -173,7 +175,7 @@ class NetStack(HostsStack):
                    VAR_DIR=str(self.root / "var-server"),
                    **{f"REDIS_{r.upper()}_PASSWORD": pw for r, pw in self.passwords.items()})
         env.pop("REDIS_URL")
-        self._part("server", env, "server")
+        self.server_part = self._part("server", env, "server")
         r = self.redis_client()
         wait(lambda: _answers(r), 30, f"the server on {self.net.addrs['server']}:{SERVER_PORT} to answer the admin")
 
@@ -185,8 +187,15 @@ class NetStack(HostsStack):
 
     def start_host(self, host: str) -> subprocess.Popen:
         env = self.part_env("pool", POOL_HOST_ID=host, VAR_DIR=str(self.root / f"var-{host}"))
-        proc = self.hosts[host] = self._part(host, env, "pool")
+        proc = self.hosts[host] = self._budgeted(host, lambda: self._part(host, env, "pool"))
         return proc
+
+    @property
+    def server_pid(self) -> int | None:
+        """The server process (valkey, the server launcher's child), for its own CPU and commands."""
+        if self.server_part is None:
+            return None
+        return wait(lambda: (children(self.server_part.pid) or [0])[0], 20, "the server launcher's valkey")
 
     def start_web(self, timeout: float = 60) -> subprocess.Popen:
         assert self.net is not None
@@ -211,7 +220,7 @@ class NetStack(HostsStack):
     def leftovers(self) -> dict[int, str]:
         if self.net is None:
             return {}
-        return processes_matching(f"{self.root}/var-", f"--url {self.role_url('pool')} ")
+        return processes_matching(f"{self.root}/var-", f"{embedded_redis.server_tag(self.redis_url)} ")
 
     def stop(self) -> None:
         try:

@@ -78,6 +78,16 @@ def shown(url: str) -> str:
     return parts._replace(netloc=f"{parts.username}:***@{parts.hostname}:{parts.port}").geturl()
 
 
+def server_tag(url: str) -> str:
+    """`@host:port/db`, the server and database `url` names without its user or password: what a lab's
+    processes carry on their command line (ps, the reconcile, the sweeps) to tell one stack's from another's.
+    The URL itself, which may hold the pool role's password, reaches them in their environment only."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"@{parts.hostname}:{parts.port or 6379}/{parts.path.strip('/') or '0'}"
+
+
 @dataclass
 class EmbeddedRedis:
     process: subprocess.Popen

@@ -215,8 +215,8 @@ class Stack:
 
     # --- teardown ----------------------------------------------------------------------------
     def leftovers(self) -> dict[int, str]:
-        """Processes still naming this stack (its Redis URL or its data dir)."""
-        return processes_matching(str(self.var_dir), f"--url {self.redis_url} ")
+        """Processes still naming this stack (its server, as its lab processes show it, or its data dir)."""
+        return processes_matching(str(self.var_dir), f"{embedded_redis.server_tag(self.redis_url)} ")
 
     def stop(self) -> None:
         stop_all(self.started)

@@ -24,6 +24,7 @@ import redis
 from core import clock, registry, stream
 from core.config import STOP_GRACE_S, Config
 from core.keys import key, lab_dir, queue_name
+from runtime.embedded_redis import server_tag
 from workers import reconcile
 from workers.broker import reaper
 from workers.engines import fairness
@@ -84,13 +85,13 @@ class Keeper:
     def spawn(self, pool: LabPool, slot: Slot) -> None:
         slot.generation += 1
         slot.fleet = self.fleet_of(pool, slot, registry.settings(self.r, pool.lab))
-        name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}"
+        name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}{server_tag(self.config.redis_url)}"
         env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
-                   VAR_DIR=str(self.config.var_dir))
+                   RQ_REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))  # no password in argv (ps)
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
         nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
         pool.nice = nice
-        argv = ["worker", "--url", self.config.redis_url, "--name", name, "--quiet",
+        argv = ["worker", "--name", name, "--quiet",
                 "--worker-class", "workers.rqworker.LabWorker",
                 "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)]
         slot.proc = self.spares.take(argv, {"LAB_WORKER_ID": slot.id}, nice) or subprocess.Popen(

@@ -30,7 +30,7 @@ import redis
 from core import blobs, registry
 from core.config import Config
 from core.keys import LABS
-from runtime.embedded_redis import AOF_REWRITE_MIN
+from runtime.embedded_redis import AOF_REWRITE_MIN, server_tag
 from runtime.procs import cmdline, ppid
 
 AOF_MAX_RATIO = 4  # the AOF may be this many times the live data (plus the server's rewrite min-size)
@@ -65,9 +65,10 @@ def kill_tree(pids: list[int]) -> None:
 
 def lab_processes(redis_url: str) -> dict[int, str]:
     """Processes of this server's labs: pid → lab id. rq workers (and their horses, which keep the worker's
-    command line) name the server's URL and the lab's queue; scheduler replicas name the lab and get the
-    URL in their environment. Other stacks on this machine (another server) are never matched."""
-    needle = f"--url {redis_url} "
+    command line) name the server (its `server_tag`, at the end of the worker's name) and the lab's queue;
+    scheduler replicas name the lab and get the URL in their environment. Other stacks on this machine
+    (another server or database) are never matched."""
+    needle = f"{server_tag(redis_url)} "
     found = {}
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():

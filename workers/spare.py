@@ -10,7 +10,9 @@ The process then runs RQ's own `rq worker` command in-process, with the same arg
 worker class as a freshly started one, so from then on it *is* that worker: same pid the supervisor
 kills, same queues, same horse per job.
 
-`python -m workers.spare --url REDIS_URL --token T` (started by the supervisor, which it dies with).
+`python -m workers.spare --server @host:port/db --token T` (started by the supervisor, which it dies with): the
+server's URL, which may hold the pool role's password, comes in the environment (REDIS_URL, and RQ_REDIS_URL
+for `rq worker`), never on the command line other users of the machine can read; `--server` only names it.
 `Spares` is the supervisor's side: it keeps the host's spares topped up and hands one to a lab.
 """
 
@@ -29,6 +31,7 @@ import redis
 
 from core.config import SPARE_REFILL_S, Config
 from core.keys import spare_assignment
+from runtime.embedded_redis import server_tag
 from workers.process import start_lab_process
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
@@ -72,13 +75,14 @@ class Spares:
         self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
         if time.time() < self.refill_at:
             return
-        env = dict(os.environ, REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))
+        env = dict(os.environ, REDIS_URL=self.config.redis_url, RQ_REDIS_URL=self.config.redis_url,
+                   VAR_DIR=str(self.config.var_dir))
         nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while running() and len(self.ready) < self.config.spare_workers:
             token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)
             self.ready.append((subprocess.Popen(
-                [sys.executable, "-m", "workers.spare", "--url", self.config.redis_url, "--token", token], env=env,
-                stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)), token))
+                [sys.executable, "-m", "workers.spare", "--server", server_tag(self.config.redis_url), "--token",
+                 token], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)), token))
 
     def due_at(self) -> float:
         """Real time the host next starts spares (inf: it has all it keeps)."""
@@ -99,9 +103,8 @@ def main() -> None:
 
     import workers.rqworker  # noqa: F401  (what `rq worker --worker-class workers.rqworker.LabWorker` imports)
 
-    url = sys.argv[sys.argv.index("--url") + 1]
     token = sys.argv[sys.argv.index("--token") + 1]
-    r = redis.Redis.from_url(url, decode_responses=True)
+    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
     parent = os.getppid()
     got = None
     while got is None:

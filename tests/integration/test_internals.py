@@ -61,12 +61,13 @@ def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_p
     """workers/spare.py: a lab's workers are processes started before the lab was asked for (Python, RQ and
     the job code loaded), which then run as its `rq worker`; so is a killed worker's replacement; and the
     host tops its spares back up."""
+    from runtime.embedded_redis import server_tag
     from runtime.procs import processes_matching, started_at, wait
 
     stack, api = spare_stack
 
     def spares() -> dict[int, str]:
-        return processes_matching(f"workers.spare --url {stack.redis_url}")
+        return processes_matching(f"workers.spare --server {server_tag(stack.redis_url)} ")
 
     wait(lambda: len(spares()) >= 2, 30, "two spare workers")
     asked = time.time()
@@ -75,7 +76,7 @@ def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_p
     rows = api.snapshot(lab)["workers"]
     assert all(0 < started_at(w["pid"]) < asked for w in rows), rows  # nothing was started for this lab
     titles = processes_matching(f"lab-{lab['lab_id']}")
-    assert all(titles.get(w["pid"], "").startswith("rq worker --url") for w in rows), titles
+    assert all(titles.get(w["pid"], "").startswith("rq worker --name") for w in rows), titles
     job = enqueue(api, lab)
     victim = busy_worker(api, lab, job)
     wait(lambda: spares() or None, 30, "a spare to be ready for the respawn")

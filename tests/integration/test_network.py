@@ -8,14 +8,18 @@ drill runs there.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import redis
 
 from chaos import netns, pool_host_killed
 from core.keys import owner
-from runtime.procs import wait
+from runtime.procs import cmdline, wait
+from tests.helpers import enqueue
 from tests.integration.test_api import multipart
-from workers import media
+from tests.integration.test_delivery import busy_worker
+from workers import media, reconcile
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +85,29 @@ def test_an_upload_is_transcoded_on_a_pool_host_and_its_webhook_reaches_the_web_
     arrivals = wait(lambda: api.call("GET", f"/api/labs/{lab['lab_id']}/webhook", token=lab["token"]).json()[
         "arrivals"], 60, "the webhook deliverer (a pool host) to reach the web tier's public address")
     assert arrivals[0]["verified"] and arrivals[0]["job_id"] == job
+
+
+def test_no_process_of_the_class_shows_a_password_on_its_command_line(net):
+    """`ps` shows every user of a machine every process's command line. A pool host's rq workers (five: from
+    spares, whose title is set in-process, and started afresh), a busy worker's horse, the spares and every
+    other process the parts started get the server's URL in their environment only; the reconcile still
+    finds the lab's workers and horse, by the server's tag on their command line."""
+    net.wait_hosts()
+    api = net.api(timeout=30)
+    lab = api.lab("ch1", speed=5, workers=5, job_duration=600)
+    api.workers_ready(lab, 5)
+    horse = busy_worker(api, lab, enqueue(api, lab))["horse_pid"]  # written with the busy state (workers/tasks.py)
+    workers = {w["pid"] for w in api.snapshot(lab)["workers"]}
+    mine = {pid for ns in net.net.spaces.values() for pid in map(int, subprocess.run(
+        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split())}
+    assert workers | {horse} <= mine, "the lab's workers and horse must run inside the pool hosts' namespaces"
+    found = reconcile.lab_processes(net.role_url("pool"))
+    assert {pid: lab["lab_id"] for pid in workers | {horse}}.items() <= found.items(), found
+    shown = {pid: cmdline(pid) for pid in mine}
+    leaks = {pid: cmd for pid, cmd in shown.items() if any(pw in cmd for pw in net.passwords.values())}
+    assert not leaks, f"a password on a command line (ps): {leaks}"
+    assert sum("workers.spare" in cmd for cmd in shown.values()) >= 1 and len(shown) >= 12, shown
+    api.delete_created()
 
 
 def test_a_pool_host_killed_across_the_network_loses_no_job(net):

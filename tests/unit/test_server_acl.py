@@ -26,6 +26,14 @@ def test_a_url_shown_in_a_log_hides_its_password():
     assert embedded_redis.shown("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
+def test_the_tag_on_a_lab_processs_command_line_names_the_server_and_database_but_no_user_or_password():
+    tag = embedded_redis.server_tag(embedded_redis.server_url("10.0.0.2", 6390, "pool", "p@ss:w/rd"))
+    assert tag == "@10.0.0.2:6390/0" and "ss" not in tag and "pool" not in tag
+    tags = {embedded_redis.server_tag(u) for u in ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6390/11",
+                                                     "redis://127.0.0.1:16390/1", "redis://127.0.0.2:6390/1")}
+    assert len(tags) == 4, tags  # another database, port or address is another stack
+
+
 def test_the_launcher_will_not_open_the_server_to_a_network_without_passwords(monkeypatch, capsys):
     monkeypatch.setenv("SERVER_BIND", "10.0.0.2")
     for name in ("REDIS_WEB_PASSWORD", "REDIS_POOL_PASSWORD", "REDIS_ADMIN_PASSWORD", "REDIS_URL"):
