@@ -25,6 +25,9 @@ from workers.pool import LabPool
 DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
 # a change wakes a lab at rest: new settings, a job, a delivery, the load generator, a fault, chapter 6 traffic
 WAKING_KEYS = ("settings", "states", "dispatch", "loadgen", "faults", "fair:pending:*")
+# The keyspace event of a lease pushed later (a ZINCRBY). The lab's known lease head can then only be early,
+# never late, so it is not read again: an early head wakes the lab at most once too soon, and its pass reads all.
+PUSHED_LATER = "zincr"
 
 
 class Waker:
@@ -83,7 +86,10 @@ class Waker:
         while conn.can_read(timeout=0):
             msg = self.ps.get_message(timeout=0)
             if msg and msg.get("type") == "pmessage":
-                changed.add(msg["channel"].split(":", 1)[1])
+                k = msg["channel"].split(":", 1)[1]
+                if msg["data"] == PUSHED_LATER and k.endswith(":leases"):
+                    continue  # a heartbeat pushed a lease later: no deadline came earlier (leases.extend_lease)
+                changed.add(k)
         return changed
 
     def close(self) -> None:
