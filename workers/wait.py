@@ -123,6 +123,11 @@ def next_pass(r: redis.Redis, pool: LabPool, settings: dict, state: dict, holdin
             pipe.zcard(fairness.pending_key(lab, tier))
         states, dispatching, alive, loadgen_on, *fair = pipe.execute()
     running = int(states[2] or 0)
+    # engines with nothing to do skip their tick until their keys change (note): the load generator while it is
+    # off; chapter 6 traffic while none arrives, waits or runs (a full tick at rate 0 has dropped its last
+    # generation time, so traffic that starts again starts from its own moment)
+    pool.quiet = ({"loadgen"} if loadgen_on != "1" else set()) | \
+        ({"fair"} if not any(fair) and float(settings.get("arrival_rate", 0)) <= 0 else set())
     slots = {s.state for s in pool.slots.values()}
     if (loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
             or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
@@ -186,6 +191,8 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
         if parts[2] in DEADLINE_KEYS:
             stale[pool.lab] = pool
             keys.setdefault(pool.lab, set()).add(parts[2])
+        if parts[2] == "loadgen" or parts[2].startswith("fair:"):
+            pool.quiet.discard("loadgen" if parts[2] == "loadgen" else "fair")
         if parts[2] == "settings" or pool.due_at == math.inf:
             pool.due_at = 0.0
     if waker.child:  # a child exited: the lab whose worker it was looks at it now
