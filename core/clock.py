@@ -50,7 +50,7 @@ def reached_at(state: dict, t: float) -> float | None:
 def read(r: redis.Redis, lab: str) -> dict:
     """Clock state plus the current simulated time `t`; `asked` is the learner's speed and
     `effective` what the lab is really achieving (lower when real work holds the clock back)."""
-    return _reading(r.hgetall(key(lab, "clock")), time.time())
+    return reading(r.hgetall(key(lab, "clock")), time.time())
 
 
 def read_many(r: redis.Redis, labs: list[str]) -> list[dict]:
@@ -61,10 +61,12 @@ def read_many(r: redis.Redis, labs: list[str]) -> list[dict]:
             pipe.hgetall(key(lab, "clock"))
         states = pipe.execute()
     real = time.time()
-    return [_reading(state, real) for state in states]
+    return [reading(state, real) for state in states]
 
 
-def _reading(state: dict, real: float) -> dict:
+def reading(state: dict, real: float) -> dict:
+    """`read` of a clock hash already in hand (as stored), at real time `real`: one that has not changed since
+    it was read gives the same reading as a fresh read."""
     speed = float(state.get("speed", 20))
     t = _now(state, real)
     barrier = state.get("barrier")
@@ -154,8 +156,11 @@ def _alive(lab: str) -> str:
 # KEYS: [1] the clock hash, [2] barriers zset (holder → sim time), [3] alive hash (holder → real expiry)
 # ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
 #       [5] alive-until (hold)
-# Moves the base point to now (clamped at the current barrier, so a lifted barrier resumes simulated time
-# from exactly where it waited), applies the change, and points the clock at the lowest barrier left.
+# Applies the change and, only if that moves the lowest barrier, moves the base point to now (clamped at the
+# current barrier, so a lifted barrier resumes simulated time from exactly where it waited) and points the
+# clock at the lowest barrier left. A change that leaves the lowest barrier where it was (another holder is
+# lower, or a holder moves above it) leaves the clock hash untouched: its time is the same function of real
+# time either way, and nobody watching the clock (the supervisor's keyspace notifications) is woken for it.
 # 'sweep' lifts every barrier whose holder stopped refreshing it — in one step, so a barrier being added
 # at that moment is never mistaken for a dead one.
 # A race's lanes (`peer_keys`, written once by `link`) share one timeline: every lane's clock is rebased
@@ -176,12 +181,14 @@ local function now_of(st, real)
   end
   return t
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end  -- a deleted lab: no barrier brings its keys back
+local own = state(KEYS[1])
+if next(own) == nil then return 0 end  -- a deleted lab: no barrier brings its keys back
 local real = tonumber(ARGV[4])
-local lanes = {{KEYS[1], KEYS[2], state(KEYS[1])}}
-if lanes[1][3]['peer_keys'] then
-  for _, p in ipairs(cjson.decode(lanes[1][3]['peer_keys'])) do
-    if redis.call('EXISTS', p[1]) == 1 then table.insert(lanes, {p[1], p[2], state(p[1])}) end
+local lanes = {{KEYS[1], KEYS[2], own}}
+if own['peer_keys'] then
+  for _, p in ipairs(cjson.decode(own['peer_keys'])) do
+    local st = state(p[1])
+    if next(st) ~= nil then table.insert(lanes, {p[1], p[2], st}) end
   end
 end
 local ahead = -math.huge
@@ -215,9 +222,16 @@ for _, l in ipairs(lanes) do
   if #b > 0 and (low == nil or tonumber(b[2]) < low) then low = tonumber(b[2]) end
 end
 for _, l in ipairs(lanes) do
-  redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4])
-  if low then redis.call('HSET', l[1], 'barrier', string.format('%.17g', low))
-  else redis.call('HDEL', l[1], 'barrier') end
+  local was = tonumber(l[3]['barrier'] or '')
+  if was ~= low then
+    if low then
+      redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4],
+                 'barrier', string.format('%.17g', low))
+    else
+      redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4])
+      redis.call('HDEL', l[1], 'barrier')
+    end
+  end
 end
 return 1
 """
@@ -261,8 +275,11 @@ def lowest_barrier(r: redis.Redis, lab: str, besides: str) -> float:
 
 
 def lift_dead(r: redis.Redis, lab: str) -> int:
-    """Lift barriers whose holders stopped refreshing them (the supervisor calls this each tick)."""
-    if not r.exists(_barriers(lab)):
+    """Lift barriers whose holders stopped refreshing them (the supervisor calls this each tick).
+
+    The script runs only when a holder's real-time expiry has passed (one read of the expiries, instead of
+    the sweep's reads of the clock and of every holder): a live lab's barriers are almost always fresh."""
+    if not any(float(u) < time.time() for u in r.hvals(_alive(lab))):
         return 0
     if id(r) not in _scripts:
         _scripts[id(r)] = r.register_script(_BARRIER_LUA)

@@ -88,7 +88,9 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
 
 
 def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
-    with r.pipeline(transaction=True) as pipe:
+    # a MULTI only where there is a counter to keep in step: an uncounted event is one XADD and its doorbell,
+    # which one connection's pipeline sends in order anyway (a MULTI and an EXEC are two more commands)
+    with r.pipeline(transaction=bool(counter(type_))) as pipe:
         append(pipe, lab, type_, t_sim, **fields)
         pipe.execute()
 

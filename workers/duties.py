@@ -32,7 +32,8 @@ class Duties:
         """The lab's broker duties due now; returns the clock as read at their start."""
         lab = pool.lab
         clock.lift_dead(self.r, lab)  # a killed worker's barriers: the clock never waits for the dead
-        state = clock.read(self.r, lab)
+        pool.heads["clock"] = self.r.hgetall(key(lab, "clock"))  # also what the lab's deadline is computed from
+        state = clock.reading(pool.heads["clock"], time.time())
         now = state["t_raw"]
         self.watch_pacing(pool, state)
         # Work due at the same simulated moment as a deadline happens first: while another barrier holds
@@ -44,10 +45,11 @@ class Duties:
         moved += reaper.start_due_retries(self.r, lab, now, upto)
         reaper.sweep_stale(self.r, lab, now, settings)
         self.reaper_barrier(pool)
-        moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
+        if "loadgen" not in pool.quiet:
+            moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
-        if not state["paused"]:
+        if not state["paused"] and (float(settings["arrival_rate"]) > 0 or "fair" not in pool.quiet):
             fairness.tick(self.r, self.rq, lab, settings, now)
         if time.time() - pool.handoffs_swept > 1:
             pool.handoffs_swept = time.time()
@@ -67,8 +69,9 @@ class Duties:
         """The clock may not pass the next lease deadline or retry due time before this loop has acted on
         it: a busy host delays the redelivery in real time, never in simulated time."""
         lab = pool.lab
-        nxt = [s for k in ("leases", "scheduled")
-               for _m, s in self.r.zrange(key(lab, k), 0, 0, withscores=True)]
+        for k in ("leases", "scheduled"):  # also the heads the lab's deadline is computed from (wait.refresh_deadlines)
+            pool.heads[k] = self.r.zrange(key(lab, k), 0, 0, withscores=True)
+        nxt = [s for k in ("leases", "scheduled") for _m, s in pool.heads[k]]
         at = min(nxt) if nxt else None
         if at != pool.reaper_at:
             if at is None:

@@ -59,6 +59,8 @@ class LabPool:
     due_at: float = 0.0  # real time of the lab's next pass (0: at once; inf: only when something changes)
     deadline: float = math.inf  # real time of its next lease deadline, due retry or worker (re)start
     heads: dict = field(default_factory=dict)  # as last read: its clock hash, its first lease and first retry
+    quiet: set = field(default_factory=set)  # engines found with nothing to do at its last pass (wait.next_pass),
+    # until a change to their keys says otherwise (wait.note): their tick would only read that again
 
 
 def stop_pool(pool: LabPool) -> None:

@@ -148,7 +148,8 @@ class Supervisor:
         holding = self.duties.release_branch(lab, settings)
         state = self.duties.tick(pool, settings)
         pool.due_at = time.time() + wait.next_pass(self.r, pool, settings, state, holding, self.fleet.fleets)
-        wait.refresh_deadlines(self.r, [pool])
+        # the clock, lease and retry heads were just read by the tick; a write since then notifies (Waker)
+        wait.refresh_deadlines(self.r, [pool], {lab: set()})
 
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes

@@ -27,16 +27,19 @@ from workers.broker.state import record_attempt
 from workers.process import die_with_parent
 
 TICK = 0.05  # real seconds between local looks at ffmpeg while a job is paced (no server round trip)
-PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock (a pause, a new speed,
-# a storage outage that began: an in-flight upload fails at its first instant, so the retry keeps its moment)
+PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock when the server sends
+# no keyspace notifications (a pause, a new speed, a storage outage that began: an in-flight upload fails at its
+# first instant, so the retry keeps its moment); with them, it reads the clock and faults only when they change
 REFRESH_S = 1.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
+SUBSCRIBE_CONFIRM_S = 10.0  # real seconds the server may take to confirm a subscription (a busy box)
 _conn: redis.Redis | None = None
 
 
 def connection() -> redis.Redis:
     global _conn
     if _conn is None:
-        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+        # no CLIENT SETINFO on connect: a horse is one process per job, and its connections are its own
+        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, lib_name=None, lib_version=None)
     return _conn
 
 
@@ -243,7 +246,16 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     until the attempt has acted, so a busy host or a slow ffmpeg slows the clock instead of making
     the job overrun its duration or a heartbeat miss its lease.
     """
-    faults = r.hgetall(key(lab, "faults"))
+    watch = Watch(r, lab)
+    try:
+        _pace(r, lab, job_id, attempt, settings, start, duration, procs, rng, watch)
+    finally:
+        watch.close()
+
+
+def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
+          duration: float, procs: list, rng, watch: Watch) -> None:
+    faults = watch.faults()
     if float(faults.get("slow_until", -1)) > start:
         duration *= float(faults.get("slow_factor", 3))
     if not retry.breaker_allows(r, lab, start, settings):
@@ -255,10 +267,10 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     last_beat, last_pct, real_start = start, 0, time.monotonic()
     barrier, held_at, fresh_at = None, 0.0, 0.0  # real times the barrier was last held, last held or refreshed
     while True:
-        state = clock.read(r, lab)
+        state = clock.reading(watch.clock(), time.time())
         now = state["t_raw"]
         elapsed = now - start
-        parts.step(now)
+        parts.step(now, watch.faults())
         if time.monotonic() - real_start > media.LIMITS.ffmpeg_timeout and any(p.poll() is None for p in procs):
             raise NonRetryable(f"ffmpeg ran longer than {media.LIMITS.ffmpeg_timeout:g} real seconds")
         if now >= timeout_at - 1e-6:
@@ -294,10 +306,77 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         # ends, looking at ffmpeg locally meanwhile: the clock is read only when something is due
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
         wait = ((min(nxt, step) - now) / state["speed"] if state["speed"] > 0 and not state["paused"]
-                else PACE_MAX_S)
-        until = time.monotonic() + min(PACE_MAX_S, max(0.002, wait))
+                else watch.longest)
+        until = time.monotonic() + min(watch.longest, max(0.002, wait))
         while (left := until - time.monotonic()) > 0 and not (real_work and all(p.poll() is not None for p in procs)):
-            time.sleep(min(TICK, left))
+            if watch.wait(min(TICK, left)):
+                break
+
+
+class Watch:
+    """What a paced attempt knows of its lab's clock and faults hashes, and how it waits for them to change.
+
+    The server's keyspace notifications (switched on by the supervisor's Waker) say when either hash is
+    written: a pause, a new speed, a step, the lowest barrier moving (a lifted barrier lets the clock reach
+    this attempt's next moment), a fault that begins. The attempt then reads that hash again, and only then,
+    so a paced job costs the server nothing between the moments it acts at, yet reacts to any of those at
+    once. Subscribed before the first read, so no change between the two is missed. A server that sends no
+    notifications (it refused CONFIG SET) is polled every PACE_MAX_S instead, as before.
+    """
+
+    def __init__(self, r: redis.Redis, lab: str):
+        self.r = r
+        self.keys = {"clock": key(lab, "clock"), "faults": key(lab, "faults")}
+        self.state: dict[str, dict] = {}
+        self.stale = set(self.keys)
+        self.ps = None
+        try:
+            flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
+        except redis.ResponseError:
+            flags = ""
+        if "K" in flags and ("h" in flags or "A" in flags):
+            db = r.connection_pool.connection_kwargs.get("db", 0)
+            self.channels = {f"__keyspace@{db}__:{k}": name for name, k in self.keys.items()}
+            self.ps = r.pubsub()
+            self.ps.subscribe(*self.channels)
+            for _ in self.channels:  # both subscriptions confirmed before anything is read
+                while (msg := self.ps.get_message(timeout=SUBSCRIBE_CONFIRM_S)) is None or msg["type"] != "subscribe":
+                    if msg is None:
+                        raise RuntimeError("the server did not confirm a keyspace subscription")
+        # how long a wait may last with nothing due: with notifications, until the barrier's next refresh
+        self.longest = REFRESH_S / 2 if self.ps is not None else PACE_MAX_S
+
+    def _get(self, name: str) -> dict:
+        if name in self.stale or self.ps is None:
+            self.state[name] = self.r.hgetall(self.keys[name])
+            self.stale.discard(name)
+        return self.state[name]
+
+    def clock(self) -> dict:
+        """The clock hash as stored now (read again only if it changed)."""
+        return self._get("clock")
+
+    def faults(self) -> dict:
+        """The faults hash as stored now (read again only if it changed)."""
+        return self._get("faults")
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True as soon as the clock or faults changed meanwhile."""
+        if self.ps is None:
+            time.sleep(seconds)
+            return False
+        changed = False
+        msg = self.ps.get_message(timeout=seconds)
+        while msg is not None:
+            if msg["type"] == "message":
+                self.stale.add(self.channels[msg["channel"]])
+                changed = True
+            msg = self.ps.get_message(timeout=0)
+        return changed
+
+    def close(self) -> None:
+        if self.ps is not None:
+            self.ps.close()
 
 
 class UploadParts:
@@ -333,15 +412,16 @@ class UploadParts:
         p["due"] = at + delay
         return delay
 
-    def step(self, now: float) -> None:
+    def step(self, now: float, faults: dict) -> None:
+        """Make the calls due by `now`, with the lab's faults hash as it stands."""
         events: list = []
         try:
-            self._step(now, events)
+            self._step(now, faults, events)
         finally:
             self._emit(events)
 
-    def _step(self, now: float, events: list) -> None:
-        until, since = self.r.hmget(key(self.lab, "faults"), "storage_outage_until", "storage_outage_from")
+    def _step(self, now: float, faults: dict, events: list) -> None:
+        until, since = faults.get("storage_outage_until"), faults.get("storage_outage_from")
         down_from, down_until = (float(since), float(until)) if until and since else (math.inf, -math.inf)
         # calls in flight when the outage began fail at its first instant, all together
         in_flight = [p for p in self.parts if p["ok"] and p["since"] <= down_from <= now]

@@ -25,6 +25,9 @@ from workers.pool import LabPool
 DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
 # a change wakes a lab at rest: new settings, a job, a delivery, the load generator, a fault, chapter 6 traffic
 WAKING_KEYS = ("settings", "states", "dispatch", "loadgen", "faults", "fair:pending:*")
+# The keyspace event of a lease pushed later (a ZINCRBY). The lab's known lease head can then only be early,
+# never late, so it is not read again: an early head wakes the lab at most once too soon, and its pass reads all.
+PUSHED_LATER = "zincr"
 
 
 class Waker:
@@ -83,7 +86,10 @@ class Waker:
         while conn.can_read(timeout=0):
             msg = self.ps.get_message(timeout=0)
             if msg and msg.get("type") == "pmessage":
-                changed.add(msg["channel"].split(":", 1)[1])
+                k = msg["channel"].split(":", 1)[1]
+                if msg["data"] == PUSHED_LATER and k.endswith(":leases"):
+                    continue  # a heartbeat pushed a lease later: no deadline came earlier (leases.extend_lease)
+                changed.add(k)
         return changed
 
     def close(self) -> None:
@@ -117,6 +123,11 @@ def next_pass(r: redis.Redis, pool: LabPool, settings: dict, state: dict, holdin
             pipe.zcard(fairness.pending_key(lab, tier))
         states, dispatching, alive, loadgen_on, *fair = pipe.execute()
     running = int(states[2] or 0)
+    # engines with nothing to do skip their tick until their keys change (note): the load generator while it is
+    # off; chapter 6 traffic while none arrives, waits or runs (a full tick at rate 0 has dropped its last
+    # generation time, so traffic that starts again starts from its own moment)
+    pool.quiet = ({"loadgen"} if loadgen_on != "1" else set()) | \
+        ({"fair"} if not any(fair) and float(settings.get("arrival_rate", 0)) <= 0 else set())
     slots = {s.state for s in pool.slots.values()}
     if (loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
             or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
@@ -180,6 +191,8 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
         if parts[2] in DEADLINE_KEYS:
             stale[pool.lab] = pool
             keys.setdefault(pool.lab, set()).add(parts[2])
+        if parts[2] == "loadgen" or parts[2].startswith("fair:"):
+            pool.quiet.discard("loadgen" if parts[2] == "loadgen" else "fair")
         if parts[2] == "settings" or pool.due_at == math.inf:
             pool.due_at = 0.0
     if waker.child:  # a child exited: the lab whose worker it was looks at it now

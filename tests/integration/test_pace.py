@@ -1,0 +1,90 @@
+"""What a paced attempt costs the server, on the real server.
+
+Its watch on the lab's clock and faults (workers/tasks.py Watch): a paced job used to read both hashes every
+0.25 s whatever happened; it now reads them only when the server's keyspace notifications say they changed,
+and must still hear a pause or a fault at once. Its heartbeat: a lease pushed later must not make the
+supervisor read the leases again (workers/wait.py Waker), while a lease that may have come earlier must.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+import redis
+
+from core import clock
+from core.keys import job, key, msg
+from runtime.procs import wait
+from workers.broker import leases
+from workers.tasks import Watch
+from workers.wait import Waker
+
+
+def _commands_of(r: redis.Redis, client_id: int) -> int:
+    """Commands the server has run for one client connection so far (its own count, `tot-cmds`)."""
+    line = r.execute_command("CLIENT LIST ID", client_id)
+    return int(dict(f.split("=", 1) for f in line.split())["tot-cmds"])
+
+
+@pytest.fixture
+def lab(r):
+    flags = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    r.config_set("notify-keyspace-events", "".join(sorted(set(flags) | set("Kh"))))  # as the supervisor does
+    name = f"t-pace-{uuid.uuid4().hex[:8]}"
+    clock.start(r, name, speed=20)
+    yield name
+    r.delete(key(name, "clock"), key(name, "faults"))
+
+
+def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, redis_server, lab):
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
+    watch = Watch(own, lab)
+    try:
+        first = watch.clock()
+        assert watch.faults() == {}
+        me = own.client_id()
+        before = _commands_of(r, me)
+        for _ in range(5):
+            assert watch.clock() == first
+            assert watch.faults() == {}
+        assert not watch.wait(0.05), "the watch woke with nothing changed"
+        assert _commands_of(r, me) == before, "the attempt read a hash that had not changed"
+
+        clock.pause(r, lab)
+        wait(lambda: watch.wait(0.1), 10, "a pause never woke the paced attempt")
+        assert clock.reading(watch.clock(), 0)["paused"], "the attempt did not see the pause"
+        r.hset(key(lab, "faults"), mapping={"storage_outage_from": 5, "storage_outage_until": 65})
+        wait(lambda: watch.wait(0.1), 10, "a storage outage never woke the paced attempt")
+        assert watch.faults()["storage_outage_until"] == "65"
+    finally:
+        watch.close()
+        own.close()
+
+
+def test_a_heartbeat_does_not_wake_the_supervisor_but_a_cut_lease_does(r, lab):
+    waker = Waker(r, f"t-commands-{lab}")
+    mine = key(lab, "leases")
+    try:
+        r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
+        r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1, "deadline": 30.0})
+        r.zadd(mine, {"j": 30.0})
+        wait(lambda: mine in waker.wait(0.1), 10, "the first lease never woke the supervisor")
+        assert leases.extend_lease(r, lab, "j", 1, "w1", 10.0, 30.0), "the heartbeat did not extend the lease"
+        assert r.zscore(mine, "j") == pytest.approx(40.0, abs=1e-9)
+        assert r.hget(msg(lab, "j"), "deadline") == "40.0"
+        # a later change the supervisor hears: notifications arrive in the order the server made them, so
+        # everything the heartbeat caused has been heard once this one is
+        r.hset(key(lab, "settings"), "x", 1)
+        heard: set[str] = set()
+        wait(lambda: heard.update(waker.wait(0.1)) or key(lab, "settings") in heard, 10, "the sentinel was never heard")
+        assert mine not in heard, "a heartbeat that only pushed its lease later woke the supervisor"
+        assert leases.cut(r, lab, "j", 12.0), "the lease was not cut"
+        wait(lambda: mine in waker.wait(0.1), 10, "a cut lease (a deadline come earlier) never woke the supervisor")
+        assert r.zscore(mine, "j") == 12.0
+    finally:
+        waker.close()
+        signal.set_wakeup_fd(-1)  # the Waker's SIGCHLD wake-up, which the supervisor keeps for its life
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        r.delete(job(lab, "j"), msg(lab, "j"), mine, *(key(lab, k) for k in ("events", "counts", "alive", "settings")))
