@@ -75,16 +75,19 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     wid = worker_id()
     now = clock.now(r, lab)
     outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
-    # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be)
-    clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
     if outcome != leases.RUN:
+        # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be)
+        handoff.received(r, lab, job_id, attempt)
         return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
     holder = f"{job_id}:{attempt}"
-    rec = r.hgetall(job(lab, job_id))
     # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
-    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on
+    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on. Held
+    # before the hand-off's barrier goes, so the clock never runs between the two, and the row says busy
+    # before then, so a producer never counts this worker idle with no delivery on its way to it
     clock.hold(r, lab, holder, now)
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
+    handoff.received(r, lab, job_id, attempt)
+    rec = r.hgetall(job(lab, job_id))
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     try:
