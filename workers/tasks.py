@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import time
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
 from workers.process import die_with_parent
 
-TICK = 0.05  # real seconds between local looks at ffmpeg while a job is paced (no server round trip)
 PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock (a pause, a new speed,
 # a storage outage that began: an in-flight upload fails at its first instant, so the retry keeps its moment)
 REFRESH_S = 1.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
@@ -298,9 +298,27 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
         wait = ((min(nxt, step) - now) / state["speed"] if state["speed"] > 0 and not state["paused"]
                 else PACE_MAX_S)
-        until = time.monotonic() + min(PACE_MAX_S, max(0.002, wait))
-        while (left := until - time.monotonic()) > 0 and not (real_work and all(p.poll() is not None for p in procs)):
-            time.sleep(min(TICK, left))
+        sleep_until(time.monotonic() + min(PACE_MAX_S, max(0.002, wait)), procs if real_work else [])
+
+
+def sleep_until(until: float, procs: list) -> None:
+    """Sleep until `until` (time.monotonic()), or until every one of `procs` has exited if that is sooner.
+
+    Woken by the kernel the moment ffmpeg exits (a pidfd becomes readable), not by looking now and then: the
+    attempt's barrier holds the lab's clock at its end until ffmpeg is done, so every millisecond between
+    ffmpeg's exit and this attempt noticing it is one the lab's other workers wait for too."""
+    while (left := until - time.monotonic()) > 0:
+        running = [p for p in procs if p.poll() is None]
+        if not running:
+            if procs:
+                return
+            time.sleep(left)
+            return
+        fd = os.pidfd_open(running[0].pid)  # still unreaped (only this process reaps it): the pid is its own
+        try:
+            select.select([fd], [], [], left)
+        finally:
+            os.close(fd)
 
 
 class UploadParts:
