@@ -76,8 +76,9 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     now = clock.now(r, lab)
     outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
     if outcome != leases.RUN:
-        # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be)
-        handoff.received(r, lab, job_id, attempt)
+        # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be); its
+        # own barrier only: this worker is idle again at once and takes the delivery any other was held for
+        clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
         return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
     holder = f"{job_id}:{attempt}"
     # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
