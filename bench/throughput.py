@@ -10,8 +10,8 @@ Rows, each with N worker processes (N = 2 and 4):
                 `workers.rqworker` preloaded it in the worker parent), and the no-op plus
                 `media.ffmpeg()` (imageio_ffmpeg import + `ffmpeg -version`, paid by every raw-RQ
                 horse that runs ffmpeg, because its lru_cache dies with the horse; the lab's worker
-                parent resolves it once before it forks, `workers.rqworker`, so the raw ffmpeg row
-                pays it and the lab row does not: the difference of those two rows is that cost).
+                parent resolves it once before it forks, `workers.rqworker`: the raw ffmpeg row pays
+                it, the lab row does not, and this row shows how much it is).
 The rate is jobs / (last job end − first job start), from the lab's event stream (t_real of
 job.claimed / job.succeeded) and from RQ's own started_at / ended_at, so worker start-up is out.
 CPU per job (user + sys, horses and ffmpeg included) is reported next to it: on a shared box the
