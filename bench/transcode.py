@@ -175,7 +175,7 @@ def run(b: Bench) -> dict:
     notes = [f"clip {media.sample_clip().name}: {size}, {seconds:g} s (made by ffmpeg, media.SAMPLE_RECIPES); "
              "libx264 veryfast crf 28 + aac (media.start_transcode)",
              "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop wakes at the attempt's "
-             "end (its barrier holds the clock there) and looks at ffmpeg every 50 real ms (workers.tasks.TICK)",
+             "end (its barrier holds the clock there) and the moment ffmpeg exits (tasks.sleep_until)",
              f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)",
              "cpu_s_per_job: CPU-seconds (user + system) from /proc; vs_bare = lab job ÷ bare ffmpeg of the "
              "job's encode (one decode, both renditions); the rest is the worker's own pacing and bookkeeping"]

@@ -26,7 +26,7 @@ from core.config import STOP_GRACE_S, Config
 from core.keys import key, lab_dir, queue_name
 from runtime.embedded_redis import server_tag
 from workers import reconcile
-from workers.broker import reaper
+from workers.broker import handoff, reaper
 from workers.engines import fairness
 from workers.engines.fleet import SchedulerFleet
 from workers.process import lab_nice, renice, start_lab_process
@@ -145,7 +145,10 @@ class Keeper:
         stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid,
                     job_id=row.get("job_id"))
         if row.get("job_id") and row.get("attempt"):
-            clock.lift(self.r, lab, f"{row['job_id']}:{row['attempt']}")  # the clock never waits for the dead
+            # the clock never waits for the dead: its attempt's barrier, and its hand-off's if it was killed
+            # between saying busy and taking that barrier
+            clock.lift(self.r, lab, f"{row['job_id']}:{row['attempt']}")
+            clock.lift(self.r, lab, handoff.transit_holder(row["job_id"], int(row["attempt"])))
             # Ack early: the message was deleted on claim, so no lease will bring it back.
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs

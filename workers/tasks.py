@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import time
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt
 from workers.process import die_with_parent
 
-TICK = 0.05  # real seconds between local looks at ffmpeg while a job is paced (no server round trip)
 PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock when the server sends
 # no keyspace notifications (a pause, a new speed, a storage outage that began: an in-flight upload fails at its
 # first instant, so the retry keeps its moment); with them, it reads the clock and faults only when they change
@@ -78,16 +78,20 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     wid = worker_id()
     now = clock.now(r, lab)
     outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
-    # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be)
-    clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
     if outcome != leases.RUN:
+        # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be); its
+        # own barrier only: this worker is idle again at once and takes the delivery any other was held for
+        clock.lift(r, lab, handoff.transit_holder(job_id, attempt))
         return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
     holder = f"{job_id}:{attempt}"
-    rec = r.hgetall(job(lab, job_id))
     # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
-    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on
+    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on. Held
+    # before the hand-off's barrier goes, so the clock never runs between the two, and the row says busy
+    # before then, so a producer never counts this worker idle with no delivery on its way to it
     clock.hold(r, lab, holder, now)
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
+    handoff.received(r, lab, job_id, attempt)
+    rec = r.hgetall(job(lab, job_id))
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     try:
@@ -307,10 +311,7 @@ def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, s
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
         wait = ((min(nxt, step) - now) / state["speed"] if state["speed"] > 0 and not state["paused"]
                 else watch.longest)
-        until = time.monotonic() + min(watch.longest, max(0.002, wait))
-        while (left := until - time.monotonic()) > 0 and not (real_work and all(p.poll() is not None for p in procs)):
-            if watch.wait(min(TICK, left)):
-                break
+        watch.wait(min(watch.longest, max(0.002, wait)), procs if real_work else [])
 
 
 class Watch:
@@ -360,18 +361,42 @@ class Watch:
         """The faults hash as stored now (read again only if it changed)."""
         return self._get("faults")
 
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; True as soon as the clock or faults changed meanwhile."""
-        if self.ps is None:
-            time.sleep(seconds)
-            return False
+    def wait(self, seconds: float, procs: list | None = None) -> bool:
+        """Sleep up to `seconds`, or until every one of `procs` has exited if that is sooner; True as soon as
+        the clock or faults changed meanwhile.
+
+        Woken by the kernel, not by looking now and then: the moment ffmpeg exits (a pidfd becomes readable)
+        or a notification arrives (the subscription's socket does). The attempt's barrier holds the lab's
+        clock at its end until ffmpeg is done, so every millisecond between ffmpeg's exit and this attempt
+        noticing it is one the lab's other workers wait for too."""
+        procs = procs or []
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self._heard():
+                return True
+            running = [p for p in procs if p.poll() is None]
+            if procs and not running:
+                return False
+            sock = getattr(self.ps.connection, "_sock", None) if self.ps is not None else None
+            fds = [sock.fileno()] if sock is not None else []
+            pidfd = os.pidfd_open(running[0].pid) if running else None  # unreaped (only we reap it): its own pid
+            try:
+                if pidfd is None and not fds:
+                    time.sleep(left)
+                else:
+                    select.select(fds + ([pidfd] if pidfd is not None else []), [], [], left)
+            finally:
+                if pidfd is not None:
+                    os.close(pidfd)
+        return self._heard()
+
+    def _heard(self) -> bool:
+        """Take every notification already received (without blocking); True if any came."""
         changed = False
-        msg = self.ps.get_message(timeout=seconds)
-        while msg is not None:
+        while self.ps is not None and (msg := self.ps.get_message(timeout=0)) is not None:
             if msg["type"] == "message":
                 self.stale.add(self.channels[msg["channel"]])
                 changed = True
-            msg = self.ps.get_message(timeout=0)
         return changed
 
     def close(self) -> None:

@@ -31,10 +31,39 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
     many deliveries as there are idle workers are waited for; the others wait in the queue on the
     simulated clock, as they should. A delivery whose worker never receives it (killed in the hand-off)
     stops holding the clock after HANDOFF_S real seconds, when `sweep` sends it again (held again).
-    The barrier goes at `now`, or at the clock's present moment if that is later (0: wherever it is)."""
-    idle = sum(w.get("state") == "idle" for w in (json.loads(v) for v in r.hvals(key(lab, "workers"))))
-    if idle > in_transit(r, lab):
-        clock.hold(r, lab, transit_holder(job_id, n), now, ttl=HANDOFF_S)
+    The barrier goes at `now`, or at the clock's present moment if that is later (0: wherever it is).
+
+    A barrier for a delivery no worker is free to take would hold the clock until it lapses (the running jobs
+    cannot finish past it, so none frees up to take it): HANDOFF_S real seconds of standstill. Two producers
+    that look at once can both see the same idle worker, so each checks again after holding and takes its
+    barrier back if there are now more deliveries in transit than idle workers (one of them, or both: a
+    hand-off that goes unheld costs a few milliseconds of simulated time, a lapse seconds)."""
+    if _free(r, lab) > 0:
+        holder = transit_holder(job_id, n)
+        clock.hold(r, lab, holder, now, ttl=HANDOFF_S)
+        if _free(r, lab) < 0:
+            clock.lift(r, lab, holder)
+
+
+def _free(r: redis.Redis, lab: str) -> int:
+    """Idle workers no delivery is on its way to (negative: more deliveries in transit than idle workers),
+    both read at one instant."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.hvals(key(lab, "workers"))
+        clock.holders(pipe, lab)  # queued in the same MULTI
+        rows, holders = pipe.execute()
+    return sum(json.loads(v).get("state") == "idle" for v in rows) - sum(h.startswith(_TRANSIT) for h in holders)
+
+
+def received(r: redis.Redis, lab: str, job_id: str, n: int) -> None:
+    """Delivery n has reached its worker: the hand-off is over, so its barrier goes. A delivery that went
+    ahead of the one a barrier was placed for (two producers' sends crossing on the way to RQ's queue)
+    takes that barrier instead: the other is queued behind a busy worker now, and holding the clock for it
+    would stop the very jobs it waits for."""
+    mine = transit_holder(job_id, n)
+    transit = [h for h in clock.holders(r, lab) if h.startswith(_TRANSIT)]
+    if transit:
+        clock.lift(r, lab, mine if mine in transit else transit[0])
 
 
 def hold_for_next(r: redis.Redis, lab: str, now: float) -> None:
@@ -61,11 +90,6 @@ def hold_until_due(r: redis.Redis, lab: str, job_id: str, due: float, now: float
 
 def due_holder(job_id: str) -> str:
     return f"due:{job_id}"
-
-
-def in_transit(r: redis.Redis, lab: str) -> int:
-    """Deliveries the clock is waiting for a worker to receive."""
-    return sum(h.startswith(_TRANSIT) for h in clock.holders(r, lab))
 
 
 _TRANSIT = "transit:"
