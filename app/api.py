@@ -156,6 +156,9 @@ def create_lab():
         raise limits.labs_full(cfg.max_labs) from None
     limits.opened(r, [lab])
     created["preset"] = preset
+    # what GET /api/labs/{lab} would answer now: the page that opened the lab starts from it without a
+    # second round trip before its first live event
+    created["snapshot"] = registry.snapshot(r, created["lab_id"])
     return _lab_created(created, 201)
 
 

@@ -55,8 +55,9 @@ QUERY: dict[str, list[dict[str, Any]]] = {
 # What a call answers when it succeeds, where that is not "200 with a JSON object". Errors are
 # always `{error, detail}` JSON (4XX, and 503 when a dependency is down).
 SUCCESS: dict[str, dict[str, Any]] = {
-    "api.create_lab": {"201": _json("the new lab", {"type": "object", "required": [
-        "lab_id", "token", "view_token", "settings", "ws_url"]})},
+    "api.create_lab": {"201": _json("the new lab; one from a preset also carries its `snapshot` (as GET answers it)",
+                                    {"type": "object", "required": [
+                                        "lab_id", "token", "view_token", "settings", "ws_url"]})},
     "api.delete_lab": {"204": {"description": "removed with its keys, files and workers"}},
     "api.create_job": {"202": _json("queued", {"type": "object", "required": ["job_id", "status_url"]})},
     "api.inject_fault": {"202": _json("fault started", {"type": "object", "required": ["fault"]})},
