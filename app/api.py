@@ -109,10 +109,19 @@ def running_processes(r: redis.Redis) -> int:
 @bp.get("/api/meta")
 def meta():
     """Settings schema, presets, event vocabulary, scenario buttons, guided steps, sample clips, fault labels and
-    the event stream's cap: the widget builds itself from these and repeats none of them."""
+    the event stream's cap: the widget builds itself from these and repeats none of them.
+
+    ?preset= keeps only that preset's scenario buttons and steps (a chapter's widget shows no other: about a
+    third of the answer's bytes, on every chapter page's first load)."""
+    buttons, steps = scenarios.BUTTONS, scenarios.steps_public()
+    preset = request.args.get("preset")
+    if preset is not None:
+        if preset not in presets.PRESETS:
+            raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(presets.PRESETS)}"})
+        buttons, steps = {preset: buttons.get(preset, [])}, {preset: steps.get(preset, [])}
     resp = jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=list(FAULTS), scenario_buttons=scenarios.BUTTONS, steps=scenarios.steps_public(),
+                   faults=list(FAULTS), scenario_buttons=buttons, steps=steps,
                    fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
                    samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
                    stream_cap=stream.MAXLEN)
@@ -147,6 +156,9 @@ def create_lab():
         raise limits.labs_full(cfg.max_labs) from None
     limits.opened(r, [lab])
     created["preset"] = preset
+    # what GET /api/labs/{lab} would answer now: the page that opened the lab starts from it without a
+    # second round trip before its first live event
+    created["snapshot"] = registry.snapshot(r, created["lab_id"])
     return _lab_created(created, 201)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from flask import Flask
 
 from app import bodies
+from core import presets
 
 ERROR = {"type": "object", "required": ["error"],
          "properties": {"error": {"type": "string"}, "detail": {}}}
@@ -37,6 +38,8 @@ def _query(name: str, schema: dict, doc: str) -> dict[str, Any]:
 _STREAM_ID = {"type": "string", "pattern": r"^\d+(-\d+)?$"}
 QUERY: dict[str, list[dict[str, Any]]] = {
     "api.get_events": [_query("after", _STREAM_ID, "only events after this id")],
+    "api.meta": [_query("preset", {"type": "string", "enum": list(presets.PRESETS)},
+                        "only this preset's scenario buttons and steps")],
     "api.get_job": [_query("wait", {"type": "number", "minimum": 0, "maximum": 25}, "long-poll seconds"),
                     _query("include", {"type": "string", "enum": ["history"]}, "add every attempt's internals")],
     "api.list_jobs": [_query("prefix", {"type": "string", "pattern": r"^[1-9][0-9]{0,11}$"},
@@ -52,8 +55,9 @@ QUERY: dict[str, list[dict[str, Any]]] = {
 # What a call answers when it succeeds, where that is not "200 with a JSON object". Errors are
 # always `{error, detail}` JSON (4XX, and 503 when a dependency is down).
 SUCCESS: dict[str, dict[str, Any]] = {
-    "api.create_lab": {"201": _json("the new lab", {"type": "object", "required": [
-        "lab_id", "token", "view_token", "settings", "ws_url"]})},
+    "api.create_lab": {"201": _json("the new lab; one from a preset also carries its `snapshot` (as GET answers it)",
+                                    {"type": "object", "required": [
+                                        "lab_id", "token", "view_token", "settings", "ws_url"]})},
     "api.delete_lab": {"204": {"description": "removed with its keys, files and workers"}},
     "api.create_job": {"202": _json("queued", {"type": "object", "required": ["job_id", "status_url"]})},
     "api.inject_fault": {"202": _json("fault started", {"type": "object", "required": ["fault"]})},

@@ -21,8 +21,44 @@
     if (msg) input.setAttribute('aria-invalid', 'true'); else input.removeAttribute('aria-invalid');
   }
 
+  // htmx (17 kB, the largest file a chapter loads) is fetched only when the reader comes near the form: as
+  // it nears the screen, or on the first focus, pointer or input in it. It is added after the page's
+  // `load` (htmx started any earlier waits for a DOMContentLoaded that has passed), and an input made
+  // before it is there is sent again once it has processed the page, so no change is lost.
+  const form = document.querySelector('.model-inputs[data-htmx]');
+  let requested = false, pending = null;
+  function loadHtmx() {
+    if (requested || !form || window.htmx) return;
+    requested = true;
+    const add = () => {
+      const script = document.createElement('script');
+      script.src = form.dataset.htmx;
+      script.onload = () => {
+        const input = pending;
+        pending = null;
+        if (input && input.isConnected) input.dispatchEvent(new Event('input', { bubbles: true }));
+      };
+      document.head.append(script);
+    };
+    if (document.readyState === 'complete') add(); else window.addEventListener('load', add, { once: true });
+  }
+  if (form) {
+    const near = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) { near.disconnect(); loadHtmx(); }
+    }, { rootMargin: '50% 0px' });
+    // watched once the lab above it is built: its loading stand-in is a screen shorter, and would put the
+    // form on the first screen for a moment
+    const lab = document.getElementById('lab-widget');
+    if (!lab || lab.labReady) near.observe(form);
+    else lab.addEventListener('lab:ready', () => near.observe(form), { once: true });
+    form.addEventListener('focusin', loadHtmx);
+    form.addEventListener('pointerover', loadHtmx);
+  }
+
   document.addEventListener('input', (e) => {
-    if (e.target.matches('.model-inputs input[type="number"]')) explain(e.target);
+    if (!e.target.matches('.model-inputs input[type="number"]')) return;
+    explain(e.target);
+    if (!window.htmx) { pending = e.target; loadHtmx(); }
   });
   // after a swap the server's own messages (if any) are shown; nothing to redo
 }());

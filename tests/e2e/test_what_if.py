@@ -50,7 +50,9 @@ def test_every_what_if_input_is_valid_at_load_and_arrow_up_recomputes_the_chapte
     invalid = page.eval_on_selector_all(".model-inputs input[type=number]", """els => els
         .filter((e) => !e.checkValidity()).map((e) => `${e.name}=${e.value} (min ${e.min}, step ${e.step})`)""")
     assert invalid == [], f"chapter {number}: inputs invalid as the page loads: {invalid}"
-    wait(lambda: page.evaluate("window.htmx !== undefined"), SWAP_S, "htmx to load")
+    # htmx loads as the reader nears the form (static/js/model-inputs.js), not with the page
+    page.locator(".model-inputs").scroll_into_view_if_needed()
+    wait(lambda: page.evaluate("window.htmx !== undefined"), SWAP_S, "htmx to load once the form is in view")
     page.evaluate("document.body.addEventListener('htmx:afterSettle', () => { window.__swaps++; })")
     for name in names:
         field = page.locator(f"#mi-{name}")
@@ -65,3 +67,32 @@ def test_every_what_if_input_is_valid_at_load_and_arrow_up_recomputes_the_chapte
         assert page.evaluate("document.activeElement && document.activeElement.id") == f"mi-{name}", \
             f"chapter {number}: focus left {name} after the recompute"
         assert figures(page) != before, f"chapter {number}: no figure changed when {name} went up one step"
+
+
+def test_htmx_waits_for_the_reader_and_a_change_made_before_it_arrives_is_still_sent(chapter_page, stack):
+    """The first screen does not fetch htmx; focusing the form does, and an ArrowUp pressed while htmx is
+    still on its way (its response held back here until after the key) recomputes the chapter all the same."""
+    page = chapter_page
+    held = []
+    page.route("**/vendor/htmx-*.js", lambda route: held.append(route))
+    page.goto(f"{stack.url}/chapters/1")
+    page.wait_for_selector("#lab-widget[data-state=ready]")
+    # two frames after the lab is built: the form's watcher has seen where the form is
+    page.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    assert not held, "htmx was requested with the first screen"
+    name = page.eval_on_selector(".model-inputs input[type=number]", "e => e.name")
+    field = page.locator(f"#mi-{name}")
+    before, value = figures(page), field.input_value()
+    field.focus()
+    # (the sync API hands `held` its route only while it waits on the page)
+    wait(lambda: page.wait_for_timeout(20) or held, SWAP_S, "focusing the form to request htmx")
+    field.press("ArrowUp")
+    assert page.evaluate("window.htmx === undefined")  # the change was made before htmx arrived
+    page.evaluate("document.body.addEventListener('htmx:afterSettle', () => { window.__swaps = 1; })")
+    with page.expect_request(lambda req: req.headers.get("hx-request") == "true" and f"{name}=" in req.url,
+                             timeout=SWAP_S * 1000):
+        held[0].continue_()
+    wait(lambda: page.evaluate("window.__swaps === 1"), SWAP_S, "the recompute of the change made before htmx")
+    assert page.locator(f"#mi-{name}").input_value() != value
+    assert figures(page) != before
+    assert page.evaluate("document.activeElement && document.activeElement.id") == f"mi-{name}"

@@ -68,6 +68,16 @@ def test_bad_settings_get_422_with_a_message_per_field(api):
     assert res.status == 400 and res.json()["error"] == "invalid_json"
 
 
+def test_a_new_labs_answer_carries_its_snapshot_as_get_answers_it(api):
+    lab = api.lab("ch1")
+    snap, got = lab["snapshot"], api.ok("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+    assert set(snap) == set(got) and snap["lab_id"] == got["lab_id"] == lab["lab_id"]
+    assert snap["preset"] == "ch1" and snap["settings"] == got["settings"] == lab["settings"]
+    # taken at creation: its newest event is at most the one a later GET sees
+    assert snap["last_event_id"] is None or tuple(map(int, snap["last_event_id"].split("-"))) <= \
+        tuple(map(int, got["last_event_id"].split("-")))
+
+
 def test_unknown_preset_and_bad_speed_are_refused_at_creation(api):
     assert api.call("POST", "/api/labs", {"preset": "ch99"}).status == 422
     assert api.call("POST", "/api/labs", {"preset": "ch1", "speed": 10**9}).status == 422

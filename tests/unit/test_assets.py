@@ -79,7 +79,25 @@ def test_a_chapter_page_preloads_the_widgets_whole_module_graph_with_fingerprint
     want = [assets.url[p] for p in assets.preloads("js/widget/index.js", "js/classroom.js")]
     assert preloaded == want and "js/widget/timeline-model" in " ".join(preloaded)  # three imports deep
     # the widget's first request starts with the page, and a reload revalidates it without a body
-    assert '<link rel="preload" href="/api/meta" as="fetch" crossorigin="anonymous">' in html
-    first = app.test_client().get("/api/meta")
-    again = app.test_client().get("/api/meta", headers={"If-None-Match": first.headers["ETag"]})
+    # (only its preset's part, at the URL the widget asks: data-meta)
+    assert '<link rel="preload" href="/api/meta?preset=ch1" as="fetch" crossorigin="anonymous">' in html
+    assert 'data-meta="/api/meta?preset=ch1"' in html
+    first = app.test_client().get("/api/meta?preset=ch1")
+    again = app.test_client().get("/api/meta?preset=ch1", headers={"If-None-Match": first.headers["ETag"]})
     assert first.status_code == 200 and again.status_code == 304 and not again.get_data()
+
+
+def test_a_presets_meta_keeps_its_own_steps_and_buttons_and_all_the_rest():
+    from app import create_app
+    from core.config import Config
+
+    client = create_app(Config(testing=True)).test_client()
+    full = client.get("/api/meta").get_json()
+    one = client.get("/api/meta?preset=ch4").get_json()
+    assert len(full["steps"]) > 1 and len(full["scenario_buttons"]) > 1
+    assert one["steps"] == {"ch4": full["steps"]["ch4"]} and one["steps"]["ch4"]
+    assert one["scenario_buttons"] == {"ch4": full["scenario_buttons"]["ch4"]}
+    assert {k: v for k, v in one.items() if k not in ("steps", "scenario_buttons")} == \
+        {k: v for k, v in full.items() if k not in ("steps", "scenario_buttons")}
+    bad = client.get("/api/meta?preset=ch99")
+    assert bad.status_code == 422 and bad.get_json()["error"] == "invalid_preset"

@@ -111,7 +111,8 @@ function boot(root) {
     // refused by the server too); /api/meta's own failure is the one reported if both fail
     const labP = W.openLab();
     labP.catch(() => {});
-    const metaRes = await W.api('GET', '/api/meta');
+    // a chapter's widget asks only its preset's part (data-meta, the URL its page preloads)
+    const metaRes = await W.api('GET', root.dataset.meta || '/api/meta');
     if (!metaRes.ok) throw new Error(`could not load /api/meta: ${errorText(metaRes.data, metaRes.status)}`);
     S.meta = metaRes.data;
     for (const s of S.meta.settings) S.schema.set(s.name, s);
@@ -122,9 +123,11 @@ function boot(root) {
     setText(q('preset-title'), p.title);
     if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
     const snap = await labP;
-    // the socket's handshake runs while the panels are built; nothing it brings is handled before
-    // this task ends, so every event still meets a built widget and the snapshot
-    W.connectWs();
+    // boot.js opened the lab's socket as soon as the lab was known, and holds what it brought; a widget
+    // without one opens its own here, so its handshake runs while the panels are built. Either way nothing
+    // it brings is handled before the widget is built, has the snapshot and has announced its lab.
+    const held = W.takeHeldSocket();
+    if (!held) W.connectWs();
     buildUi();
     W.applySnapshot(snap);
     q('loading').hidden = true;
@@ -144,6 +147,7 @@ function boot(root) {
     W.startPredictions();
     tick(true);
     W.announceLab(snap);
+    if (held) W.connectWs(held);
   }
 
   /**

@@ -36,28 +36,30 @@ export class LabRefused extends Error {
 
 /**
  * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
- * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap}. Pure of any widget
- * state, so a page can start it before the widget's modules have loaded (boot.js).
+ * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket}. Pure of any
+ * widget state, so a page can start it before the widget's modules have loaded (boot.js). With `live`, the
+ * lab's socket opens as soon as the lab is known (a new lab's: beside the snapshot's fetch) and holds what
+ * it brings until the widget attaches (`socket`, see heldSocket); without it `socket` is null.
  */
-export async function openLab({ preset, viewLab, viewToken, speed, storeKey }) {
+export async function openLab({ preset, viewLab, viewToken, speed, storeKey, live = false }) {
   if (viewLab && viewToken) {
     const lab = { id: viewLab, token: viewToken, viewer: true };
     const res = await makeApi(() => lab)('GET', `/api/labs/${viewLab}`);
-    if (res.ok) return { lab, snap: res.data };
+    if (res.ok) return { lab, snap: res.data, socket: live ? heldSocket(lab) : null };
     throw new Error(`this read-only link no longer opens a lab (${errorText(res.data, res.status)})`);
   }
   let saved = null;
   try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
   if (saved && saved.id && saved.token) {
     const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
-    if (res.ok) return { lab: saved, snap: res.data };
+    if (res.ok) return { lab: saved, snap: res.data, socket: live ? heldSocket(saved) : null };
     if (![401, 403, 404].includes(res.status)) throw new LabRefused(res);
   }
-  return createLab({ preset, speed, storeKey });
+  return createLab({ preset, speed, storeKey, live });
 }
 
-/** A new lab for the preset, remembered for this tab; resolves {lab, snap}. The POST carries no token. */
-export async function createLab({ preset, speed, storeKey }) {
+/** A new lab for the preset, remembered for this tab; resolves {lab, snap, socket} (see openLab). The POST carries no token. */
+export async function createLab({ preset, speed, storeKey, live = false }) {
   const body = { preset };
   if (speed) body.speed = speed;
   const res = await makeApi(() => null)('POST', '/api/labs', body);
@@ -65,9 +67,44 @@ export async function createLab({ preset, speed, storeKey }) {
   const d = res.data;
   const lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
   try { sessionStorage.setItem(storeKey, JSON.stringify(lab)); } catch { /* private mode */ }
+  const socket = live ? heldSocket(lab) : null;
+  if (d.snapshot) return { lab, snap: d.snapshot, socket }; // the POST's answer carries it (app/api.py)
   const snap = await makeApi(() => lab)('GET', `/api/labs/${d.lab_id}`);
-  if (!snap.ok) throw new Error(errorText(snap.data, snap.status));
-  return { lab, snap: snap.data };
+  if (!snap.ok) {
+    if (socket) socket.sock.close();
+    throw new Error(errorText(snap.data, snap.status));
+  }
+  return { lab, snap: snap.data, socket };
+}
+
+/** The lab's live stream, resuming after event id `after` (the token rides in the URL: a WebSocket sends no header). */
+export function socketUrl(lab, after) {
+  const u = new URL(lab.ws || `/ws/labs/${lab.id}`, location.href);
+  u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  u.searchParams.set('after', after || '0');
+  u.searchParams.set('token', lab.token);
+  return u;
+}
+
+/**
+ * A socket opened before the widget can handle its frames, from the stream's start (as the widget's own
+ * first socket is). Its handshake then runs while the page's modules load and its panels are built. Every
+ * frame, and its open and close, is kept in order until `attach(handlers)` replays them to the widget's
+ * handlers and hands those the socket: nothing is lost or reordered.
+ */
+export function heldSocket(lab) {
+  const sock = new WebSocket(socketUrl(lab, '0'));
+  const held = [];
+  sock.onopen = (e) => held.push(['onopen', e]);
+  sock.onmessage = (e) => held.push(['onmessage', e]);
+  sock.onclose = (e) => held.push(['onclose', e]);
+  return {
+    lab, sock,
+    attach(handlers) {
+      Object.assign(sock, handlers);
+      for (const [name, e] of held.splice(0)) handlers[name](e);
+    },
+  };
 }
 
 /**
@@ -105,11 +142,21 @@ export function install(W) {
     W.emit('lab:ready', { lab: S.lab, api, meta: S.meta, snapshot });
   }
 
+  let held = null; // boot.js's socket for this lab, until the widget takes it (takeHeldSocket)
+
   /** This widget's lab (the one boot.js started opening, if it did): sets S.lab, resolves the snapshot. */
   async function open() {
-    const { lab, snap } = await (W.early || openLab(openArgs(root, params)));
+    const { lab, snap, socket } = await (W.early || openLab(openArgs(root, params)));
     S.lab = lab;
+    held = socket;
     return snap;
+  }
+
+  /** The socket boot.js opened for the current lab, once (null if none): stream.js attaches it. */
+  function takeHeldSocket() {
+    const socket = held && held.lab === S.lab ? held : null;
+    held = null;
+    return socket;
   }
 
   /**
@@ -225,5 +272,5 @@ export function install(W) {
     els.share.value = u.href;
   }
 
-  return { api, announceLab, openLab: open, resetLab, askReset, labVanished, buildLabSection };
+  return { api, announceLab, openLab: open, takeHeldSocket, resetLab, askReset, labVanished, buildLabSection };
 }

@@ -4,6 +4,7 @@
 
 import { throttled, setText } from './util.js';
 import { applySnapshot as foldSnapshot, ingestEvent } from './model.js';
+import { socketUrl } from './lab.js';
 
 const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fetch for these
 
@@ -11,21 +12,22 @@ export function install(W) {
   const { root, S, els } = W;
   let ws = null, wsGen = 0, backoff = 500;
 
-  function connectWs() {
+  /** Open the lab's socket, after the last event seen; or take `held`, the one boot.js opened (lab.js heldSocket). */
+  function connectWs(held) {
     const gen = ++wsGen;
-    const u = new URL(S.lab.ws || `/ws/labs/${S.lab.id}`, location.href);
-    u.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    u.searchParams.set('after', S.lastId || '0');
-    u.searchParams.set('token', S.lab.token);
     let sock;
-    try { sock = new WebSocket(u); } catch { reconnectLater(gen); return; }
+    if (held) sock = held.sock;
+    else {
+      try { sock = new WebSocket(socketUrl(S.lab, S.lastId)); } catch { reconnectLater(gen); return; }
+    }
     ws = sock;
-    sock.onopen = () => { if (gen === wsGen) { setConn('live'); backoff = 500; } };
-    sock.onmessage = (m) => {
+    const handlers = {};
+    handlers.onopen = () => { if (gen === wsGen) { setConn('live'); backoff = 500; } };
+    handlers.onmessage = (m) => {
       if (gen !== wsGen) return;
       try { ingest(JSON.parse(m.data)); } catch (e) { console.error('bad event', e); }
     };
-    sock.onclose = (e) => {
+    handlers.onclose = (e) => {
       if (gen !== wsGen) return;
       ws = null;
       if (e.code === 4429) { // refused: this address or this lab holds its maximum of live sockets
@@ -34,6 +36,8 @@ export function install(W) {
       } else setConn('reconnecting');
       reconnectLater(gen, e.code);
     };
+    if (held) held.attach(handlers); // replays, in order, what the socket brought before now
+    else Object.assign(sock, handlers);
   }
 
   function closeWs() {
