@@ -30,6 +30,7 @@ from workers.process import die_with_parent
 PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock when the server sends
 # no keyspace notifications (a pause, a new speed, a storage outage that began: an in-flight upload fails at its
 # first instant, so the retry keeps its moment); with them, it reads the clock and faults only when they change
+POLL_FFMPEG_S = 0.05  # real seconds between looks at ffmpeg where no pidfd can wake the attempt when it exits
 REFRESH_S = 1.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
 SUBSCRIBE_CONFIRM_S = 10.0  # real seconds the server may take to confirm a subscription (a busy box)
 _conn: redis.Redis | None = None
@@ -379,12 +380,14 @@ class Watch:
                 return False
             sock = getattr(self.ps.connection, "_sock", None) if self.ps is not None else None
             fds = [sock.fileno()] if sock is not None else []
-            pidfd = os.pidfd_open(running[0].pid) if running else None  # unreaped (only we reap it): its own pid
+            pidfd = _pidfd(running[0].pid) if running else None
+            # without a pidfd (a kernel before 5.3, not Linux) ffmpeg is looked at every POLL_FFMPEG_S instead
+            nap = min(left, POLL_FFMPEG_S) if running and pidfd is None else left
             try:
                 if pidfd is None and not fds:
-                    time.sleep(left)
+                    time.sleep(nap)
                 else:
-                    select.select(fds + ([pidfd] if pidfd is not None else []), [], [], left)
+                    select.select(fds + ([pidfd] if pidfd is not None else []), [], [], nap)
             finally:
                 if pidfd is not None:
                     os.close(pidfd)
@@ -402,6 +405,16 @@ class Watch:
     def close(self) -> None:
         if self.ps is not None:
             self.ps.close()
+
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (it is unreaped: only this process reaps it, so the
+    pid is still its own), or None where the system has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 class UploadParts:

@@ -8,7 +8,11 @@ supervisor read the leases again (workers/wait.py Waker), while a lease that may
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -59,6 +63,29 @@ def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, red
         wait(lambda: watch.wait(0.1), 10, "a storage outage never woke the paced attempt")
         assert watch.faults()["storage_outage_until"] == "65"
     finally:
+        watch.close()
+        own.close()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_a_paced_attempt_wakes_when_ffmpeg_exits_not_at_the_end_of_its_wait(r, redis_server, lab, monkeypatch, pidfd):
+    """The attempt's barrier holds the clock until its ffmpeg is done, so it must notice the exit, not sleep on
+    to the end of its wait; where the system has no pidfd (a kernel before 5.3) it looks now and then instead."""
+    if not pidfd:
+        def no_pidfd(_pid):
+            raise OSError(38, "Function not implemented")
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    watch = Watch(own, lab)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    try:
+        began = time.monotonic()
+        assert not watch.wait(120, [proc]), "nothing changed, yet the watch said so"
+        assert proc.poll() is not None, "the wait ended while the process still ran"
+        assert time.monotonic() - began < 120, "the wait ran to its end instead of ending with the process"
+    finally:
+        proc.kill()
+        proc.wait()
         watch.close()
         own.close()
 
