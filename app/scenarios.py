@@ -280,7 +280,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                  "({heartbeat_extend} s) long, not the VT or the job's length."},
         {"claim": "ch1.expire_now", "title": "Expire a busy worker's lease",
          "do": [{"settings": {"vt_seconds": 1200, "heartbeat": False, "job_duration": 600, "guard": "off",
-                              "ack_mode": "late"}}, {"enqueue": _LONG_JOB}, {"on": "job.claimed", "expire": True}],
+                              "ack_mode": "late"}}, {"enqueue": _LONG_JOB}, {"on": "job.progress", "expire": True}],
          "predict": {"kind": "number", "min": 1, "max": 10, "unit": "workers", "id": "ch1-step-expire",
                      "measure": "attempts",
                      "question": "You cut the lease of a healthy, busy worker. How many workers end up running "

@@ -155,6 +155,11 @@ def _expire_now(api, guard: str) -> tuple[dict, list[dict], str]:
     api.workers_ready(lab, PRESET["workers"])
     job_id = enqueue(api, lab)
     busy_worker(api, lab, job_id)
+    # pressed while the job runs, as a learner would (and as the guided step does, at its first tenth): pressed
+    # in the instant its attempt holds the clock to check its input, both copies would start at one simulated
+    # moment and tie, and either could finish first
+    api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and (w.get("progress") or 0) >= 10
+                                    for w in s["workers"]), timeout=60)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/{job_id}/lease/expire", {}, lab["token"])
     assert res.status == 200, res.body
     key = "duplicate_completions" if guard == "off" else "duplicates_blocked"

@@ -260,8 +260,9 @@ export function install(W) {
     if (m) moment(m);
   }
 
-  /** A kill or a cut lease when the run's job is claimed: the clock holds still while it lands. A control
-   * of the page (the DLQ's replay by reason) is used as the learner would, on the running clock. */
+  /** A kill or a cut lease when the step's event comes (its job's claim, its first tenth): the clock holds
+   * still while it lands. A control of the page (the DLQ's replay by reason) is used as the learner would, on
+   * the running clock. */
   async function trigger(a, ev) {
     if (a.click) {
       const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
