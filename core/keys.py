@@ -4,6 +4,15 @@ scan) and the lab's local directory on a host (scratch files only; nothing anoth
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
+
+
+def keyspace(r: redis.Redis, name: str) -> str:
+    """The keyspace-notification channel of key `name` (or a glob of keys) on `r`'s database."""
+    return f"__keyspace@{r.connection_pool.connection_kwargs.get('db', 0)}__:{name}"
 
 
 def key(lab: str, *parts: str) -> str:

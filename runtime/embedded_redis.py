@@ -14,6 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 
@@ -70,8 +71,6 @@ def server_url(host: str, port: int, user: str = "", password: str = "") -> str:
 
 def shown(url: str) -> str:
     """`url` fit for a log or a status file: its password replaced by `***`."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     if not parts.password:
         return url
@@ -82,8 +81,6 @@ def server_tag(url: str) -> str:
     """`@host:port/db`, the server and database `url` names without its user or password: what a lab's
     processes carry on their command line (ps, the reconcile, the sweeps) to tell one stack's from another's.
     The URL itself, which may hold the pool role's password, reaches them in their environment only."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     return f"@{parts.hostname}:{parts.port or 6379}/{parts.path.strip('/') or '0'}"
 

@@ -29,7 +29,7 @@ from workers import reconcile
 from workers.broker import handoff, reaper
 from workers.engines import fairness
 from workers.engines.fleet import SchedulerFleet
-from workers.process import lab_nice, renice, start_lab_process
+from workers.process import lab_env, lab_nice, renice, start_lab_process
 from workers.spare import Spares
 
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
@@ -88,8 +88,7 @@ class Keeper:
         slot.generation += 1
         slot.fleet = self.fleet_of(pool, slot, registry.settings(self.r, pool.lab))
         name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}{server_tag(self.config.redis_url)}"
-        env = dict(os.environ, LAB_WORKER_ID=slot.id, REDIS_URL=self.config.redis_url,
-                   RQ_REDIS_URL=self.config.redis_url, VAR_DIR=str(self.config.var_dir))  # no password in argv (ps)
+        env = lab_env(self.config, LAB_WORKER_ID=slot.id)
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
         nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
         pool.nice = nice

@@ -32,7 +32,7 @@ import redis
 from core.config import SPARE_REFILL_S, Config
 from core.keys import spare_assignment
 from runtime.embedded_redis import server_tag
-from workers.process import start_lab_process
+from workers.process import lab_env, start_lab_process
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
 
@@ -75,8 +75,7 @@ class Spares:
         self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
         if time.time() < self.refill_at:
             return
-        env = dict(os.environ, REDIS_URL=self.config.redis_url, RQ_REDIS_URL=self.config.redis_url,
-                   VAR_DIR=str(self.config.var_dir))
+        env = lab_env(self.config)
         nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while running() and len(self.ready) < self.config.spare_workers:
             token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)

@@ -20,7 +20,7 @@ import redis
 
 from core import blobs, clock, registry, stream
 from core.config import Config
-from core.keys import job, key, lab_dir
+from core.keys import job, key, keyspace, lab_dir
 from workers import media
 from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
@@ -337,8 +337,7 @@ class Watch:
         except redis.ResponseError:
             flags = ""
         if "K" in flags and ("h" in flags or "A" in flags):
-            db = r.connection_pool.connection_kwargs.get("db", 0)
-            self.channels = {f"__keyspace@{db}__:{k}": name for name, k in self.keys.items()}
+            self.channels = {keyspace(r, k): name for name, k in self.keys.items()}
             self.ps = r.pubsub()
             self.ps.subscribe(*self.channels)
             for _ in self.channels:  # both subscriptions confirmed before anything is read
@@ -405,7 +404,6 @@ class Watch:
     def close(self) -> None:
         if self.ps is not None:
             self.ps.close()
-
 
 
 def _pidfd(pid: int) -> int | None:

@@ -18,7 +18,7 @@ import redis
 
 from core import clock
 from core.config import HOUSEKEEP_S, LOOP_S, MAINTAIN_S
-from core.keys import LABS, PARKED, key
+from core.keys import LABS, PARKED, key, keyspace
 from workers.engines import fairness
 from workers.pool import LabPool
 
@@ -62,9 +62,8 @@ class Waker:
             want = set(flags) | set("Kzls$h")
             r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
-            db = r.connection_pool.connection_kwargs.get("db", 0)
-            ps.psubscribe(f"__keyspace@{db}__:{commands}", f"__keyspace@{db}__:{LABS}", f"__keyspace@{db}__:{PARKED}",
-                          *(f"__keyspace@{db}__:lab:*:{k}" for k in DEADLINE_KEYS + WAKING_KEYS))
+            ps.psubscribe(*(keyspace(r, k) for k in (commands, LABS, PARKED)),
+                          *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS))
             self.ps = ps
         except redis.ResponseError:
             self.ps = None

@@ -31,7 +31,7 @@ import redis
 
 from core import clock, registry, stream
 from core.config import Config
-from core.keys import LABS, key
+from core.keys import LABS, key, keyspace
 from core.webhook_targets import TargetRefused, sign, validate_target
 from workers.broker import retry
 
@@ -163,8 +163,7 @@ class Deliverer:
             try:
                 if ps is None:
                     ps = self.r.pubsub(ignore_subscribe_messages=True)
-                    db = self.r.connection_pool.connection_kwargs.get("db", 0)
-                    ps.psubscribe(f"__keyspace@{db}__:lab:*:webhook")
+                    ps.psubscribe(keyspace(self.r, "lab:*:webhook"))
                 if time.time() >= rescan_at:
                     self.hooked = set(self.r.smembers(LABS))
                     rescan_at = time.time() + RESCAN_S
