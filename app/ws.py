@@ -1,8 +1,9 @@
 """Live event push over WebSocket: `WS /ws/labs/{lab}?after=ID`.
 
-One hub (a greenlet under the gevent web worker) listens for "new event" notifications (Redis
-pub/sub, published in the same step as each append), reads each lab's new entries once, encodes
-each as a WebSocket frame once and hands the same bytes to every socket of that lab. A socket
+One hub (a greenlet under the gevent web worker) blocks on the event streams of the labs this process
+has sockets on (one XREAD BLOCK over all of them), so it reads each new entry once, as it is appended,
+encodes each as a WebSocket frame once and hands the same bytes to every socket of that lab. An append
+needs no doorbell beside it, and a lab nobody watches costs the web tier nothing. A socket
 never blocks on Redis itself and holds no thread: hundreds cost a mailbox and two greenlets each.
 A reconnect with `after=<last id>` resumes with no gap and no repeat.
 
@@ -39,6 +40,8 @@ from core.keys import key
 
 sock = Sock()
 QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
+HUB_BLOCK_MS = 5000  # the hub's XREAD returns at least this often with nothing new (a lost server is noticed)
+HUB_BATCH = 5000  # entries one XREAD takes from one lab's stream
 STALL_S = 30.0  # a peer that takes no bytes for this long is cut even while its mailbox has room
 TOO_SLOW = "too slow: reconnect with after=<last id>"
 CLOSE_LIMIT = 4429  # refused: the client or the lab already holds its maximum of sockets
@@ -193,11 +196,15 @@ class Hub:
         self.thread: threading.Thread | None = None
         # this web process as a watcher of labs (core/parking.py): its entries go stale if it dies
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        # the hub's blocking read also watches this stream: a lab newly watched is added to it there, so the
+        # read in progress returns and the next one includes the lab (it expires with an idle process)
+        self.wake_key = f"web:hub:{self.me}:wake"
 
     def subscribe(self, lab: str) -> Mailbox:
         q = Mailbox(maxsize=QUEUE_MAX)
         with self.lock:
-            if lab not in self.last:
+            new = lab not in self.last
+            if new:
                 top = self.r.xrevrange(key(lab, "events"), count=1)
                 self.last[lab] = top[0][0] if top else "0-0"
             self.subs[lab].add(q)
@@ -205,6 +212,14 @@ class Hub:
                 self.thread = threading.Thread(target=self.run, name="ws-hub", daemon=True)
                 self.thread.start()
                 threading.Thread(target=self.keep_watching, name="ws-watch", daemon=True).start()
+        if new:
+            try:
+                with self.r.pipeline(transaction=False) as pipe:
+                    pipe.xadd(self.wake_key, {"lab": lab}, maxlen=1)
+                    pipe.expire(self.wake_key, 3600)
+                    pipe.execute()
+            except redis.ResponseError:
+                pass  # the server is at its maxmemory: the hub's next read (within HUB_BLOCK_MS) takes the lab in
         parking.watch(self.r, lab, self.me)
         return q
 
@@ -238,18 +253,18 @@ class Hub:
                 except (slots.Refused, redis.RedisError):
                     pass  # still at the cap (its page keeps its own message), or the server is restarting
 
-    def fan_out(self, lab: str) -> None:
+    def fan_out(self, lab: str, entries: list[tuple[str, dict]]) -> None:
+        """Hand a lab's new stream entries (as XREAD returns them) to every socket watching it."""
         with self.lock:
             if lab not in self.subs:
                 return
-            after = self.last[lab]
-        entries = stream.read_after(self.r, lab, after, count=5000)
-        if not entries:
-            return
-        with self.lock:
-            self.last[lab] = entries[-1]["id"]
+            after = id_tuple(self.last[lab])
+            entries = [(i, f) for i, f in entries if id_tuple(i) > after]  # (a lab watched again meanwhile)
+            if not entries:
+                return
+            self.last[lab] = entries[-1][0]
             targets = list(self.subs.get(lab, ()))
-        frames = [encode(ev) for ev in entries]
+        frames = [encode(stream.decode(i, f)) for i, f in entries]
         for q in targets:
             for eid, frame in frames:
                 if DIRECT and q.try_direct(eid, frame):
@@ -261,12 +276,18 @@ class Hub:
                     break
 
     def run(self) -> None:
+        """Block on every watched lab's stream (and the wake stream) at once; hand out what arrives."""
+        woke = "0-0"
         while True:
             try:
-                ps = self.r.pubsub(ignore_subscribe_messages=True)
-                ps.psubscribe("lab:*:events")
-                for msg in ps.listen():
-                    self.fan_out(msg["channel"].split(":")[1])
+                with self.lock:
+                    streams = {key(lab, "events"): last for lab, last in self.last.items()}
+                streams[self.wake_key] = woke
+                for k, entries in self.r.xread(streams, count=HUB_BATCH, block=HUB_BLOCK_MS) or ():
+                    if k == self.wake_key:
+                        woke = entries[-1][0]
+                    else:
+                        self.fan_out(k.split(":")[1], entries)
             except redis.ConnectionError:
                 threading.Event().wait(0.5)
 

@@ -1,6 +1,6 @@
 """latency: event append → a WebSocket client has it, at 1, 20 and 200 open sockets on one lab.
 
-Events are appended with the engine's own `stream.emit` (XADD + PUBLISH in one MULTI, as every
+Events are appended with the engine's own `stream.emit` (an XADD, its counter in the same MULTI, as every
 worker and the reaper do); `t_real` inside each event is its append time, compared with
 `time.time()` right after the client's frame read. All sockets are read by one selector thread,
 which parses the (unmasked) server frames itself: websocket-client's per-frame reads cost more

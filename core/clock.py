@@ -153,9 +153,14 @@ def _alive(lab: str) -> str:
     return key(lab, "barrier_alive")  # hash holder → real time the barrier lapses unless refreshed
 
 
-# KEYS: [1] the clock hash, [2] barriers zset (holder → sim time), [3] alive hash (holder → real expiry)
-# ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
-#       [5] alive-until (hold)
+# The barrier change as a Lua function, so a script that must move a barrier in the same round trip as its
+# own work (a heartbeat: workers/broker/leases.py) calls it too:
+#   barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
+# ck the clock hash, bk the barriers zset (holder → sim time), ak the alive hash (holder → real expiry);
+# op 'hold' | 'lift' | 'sweep'; at the barrier's sim time (hold); real_s the real now (a string: the clock's
+# new base_real, stored as is); alive_until the holder's real expiry and refresh '1' to stamp it (hold). With
+# '0' the stamp of the holder's last refresh stays: a holder that moves its barrier several times a second
+# need not restamp it each time. A new holder is always stamped.
 # Applies the change and, only if that moves the lowest barrier, moves the base point to now (clamped at the
 # current barrier, so a lifted barrier resumes simulated time from exactly where it waited) and points the
 # clock at the lowest barrier left. A change that leaves the lowest barrier where it was (another holder is
@@ -166,14 +171,14 @@ def _alive(lab: str) -> str:
 # A race's lanes (`peer_keys`, written once by `link`) share one timeline: every lane's clock is rebased
 # with this one and waits at the lowest barrier of any lane. Their keys are read from the clock hash, not
 # passed in KEYS: the server is a single node, and the lanes are fixed when the race opens.
-_BARRIER_LUA = """
-local function state(k)
+BARRIER_FN = """
+local function clock_state(k)
   local c = redis.call('HGETALL', k)
   local st = {}
   for i = 1, #c, 2 do st[c[i]] = c[i + 1] end
   return st
 end
-local function now_of(st, real)
+local function clock_now(st, real)
   local t = tonumber(st['base_sim'] or '0')
   if st['paused'] ~= '1' then
     t = t + (real - tonumber(st['base_real'] or real)) * tonumber(st['speed'] or '20')
@@ -181,75 +186,90 @@ local function now_of(st, real)
   end
   return t
 end
-local own = state(KEYS[1])
-if next(own) == nil then return 0 end  -- a deleted lab: no barrier brings its keys back
-local real = tonumber(ARGV[4])
-local lanes = {{KEYS[1], KEYS[2], own}}
-if own['peer_keys'] then
-  for _, p in ipairs(cjson.decode(own['peer_keys'])) do
-    local st = state(p[1])
-    if next(st) ~= nil then table.insert(lanes, {p[1], p[2], st}) end
-  end
-end
-local ahead = -math.huge
-for _, l in ipairs(lanes) do
-  l[4] = now_of(l[3], real)
-  if l[4] > ahead then ahead = l[4] end
-end
-if ARGV[1] == 'sweep' then
-  local dead = 0
-  for _, h in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    local u = redis.call('HGET', KEYS[3], h)
-    if not u or tonumber(u) < real then
-      redis.call('ZREM', KEYS[2], h)
-      redis.call('HDEL', KEYS[3], h)
-      dead = dead + 1
+local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
+  local real = tonumber(real_s)
+  local own = clock_state(ck)
+  if next(own) == nil then return 0 end  -- a deleted lab: no barrier brings its keys back
+  local lanes = {{ck, bk, own}}
+  if own['peer_keys'] then
+    for _, p in ipairs(cjson.decode(own['peer_keys'])) do
+      local st = clock_state(p[1])
+      if next(st) ~= nil then table.insert(lanes, {p[1], p[2], st}) end
     end
   end
-  if dead == 0 then return 0 end
-elseif ARGV[1] == 'hold' then
-  local at = ARGV[3]
-  if tonumber(at) < ahead then at = string.format('%.17g', ahead) end  -- a barrier never takes a clock back
-  redis.call('ZADD', KEYS[2], at, ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
-elseif ARGV[1] == 'lift' then
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  redis.call('HDEL', KEYS[3], ARGV[2])
-end
-local low = nil
-for _, l in ipairs(lanes) do
-  local b = redis.call('ZRANGE', l[2], 0, 0, 'WITHSCORES')
-  if #b > 0 and (low == nil or tonumber(b[2]) < low) then low = tonumber(b[2]) end
-end
-for _, l in ipairs(lanes) do
-  local was = tonumber(l[3]['barrier'] or '')
-  if was ~= low then
-    if low then
-      redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4],
-                 'barrier', string.format('%.17g', low))
-    else
-      redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', ARGV[4])
-      redis.call('HDEL', l[1], 'barrier')
+  local ahead = -math.huge
+  for _, l in ipairs(lanes) do
+    l[4] = clock_now(l[3], real)
+    if l[4] > ahead then ahead = l[4] end
+  end
+  if op == 'sweep' then
+    local dead = 0
+    for _, h in ipairs(redis.call('ZRANGE', bk, 0, -1)) do
+      local u = redis.call('HGET', ak, h)
+      if not u or tonumber(u) < real then
+        redis.call('ZREM', bk, h)
+        redis.call('HDEL', ak, h)
+        dead = dead + 1
+      end
+    end
+    if dead == 0 then return 0 end
+  elseif op == 'hold' then
+    if tonumber(at) < ahead then at = string.format('%.17g', ahead) end  -- a barrier never takes a clock back
+    if redis.call('ZADD', bk, at, holder) == 1 or refresh == '1' then redis.call('HSET', ak, holder, alive_until) end
+  elseif op == 'lift' then
+    redis.call('ZREM', bk, holder)
+    redis.call('HDEL', ak, holder)
+  end
+  local low = nil
+  for _, l in ipairs(lanes) do
+    local b = redis.call('ZRANGE', l[2], 0, 0, 'WITHSCORES')
+    if #b > 0 and (low == nil or tonumber(b[2]) < low) then low = tonumber(b[2]) end
+  end
+  for _, l in ipairs(lanes) do
+    local was = tonumber(l[3]['barrier'] or '')
+    if was ~= low then
+      if low then
+        redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', real_s,
+                   'barrier', string.format('%.17g', low))
+      else
+        redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', real_s)
+        redis.call('HDEL', l[1], 'barrier')
+      end
     end
   end
+  return 1
 end
-return 1
 """
+# KEYS: [1] the clock hash, [2] barriers zset, [3] alive hash
+# ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
+#       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold)
+_BARRIER_LUA = BARRIER_FN + "return barrier(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], " \
+                            "ARGV[6])"
 _scripts: dict[int, object] = {}
 
 
-def _set_barrier(r: redis.Redis, lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL) -> None:
+def barrier_call(lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL,
+                 refresh: bool = True) -> tuple[list[str], list[str]]:
+    """The KEYS and ARGV of one barrier change (as `_BARRIER_LUA` takes them, and as a script embedding
+    BARRIER_FN passes them on)."""
+    real = time.time()
+    return ([key(lab, "clock"), _barriers(lab), _alive(lab)],
+            [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0"])
+
+
+def apply(r: redis.Redis, call: tuple[list[str], list[str]]) -> int:
+    """Make one barrier change (`barrier_call`); 0 if it changed nothing a sweep could, or the lab is gone."""
     if id(r) not in _scripts:
         _scripts[id(r)] = r.register_script(_BARRIER_LUA)
-    real = time.time()
-    _scripts[id(r)](keys=[key(lab, "clock"), _barriers(lab), _alive(lab)],
-                    args=[op, holder, repr(at), repr(real), repr(real + ttl)])
+    keys, args = call
+    return int(_scripts[id(r)](keys=keys, args=args))
 
 
-def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL) -> None:
+def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL, refresh: bool = True) -> None:
     """Simulated time may not pass `at` until `holder` lifts (or moves) this barrier, or stops
-    refreshing it for `ttl` real seconds."""
-    _set_barrier(r, lab, "hold", holder, at, ttl)
+    refreshing it for `ttl` real seconds (`refresh=False`: a holder that moves its barrier often keeps the
+    stamp of its last refresh, which it renews itself at least every `ttl` / 2)."""
+    apply(r, barrier_call(lab, "hold", holder, at, ttl, refresh))
 
 
 def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> None:
@@ -258,7 +278,7 @@ def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> 
 
 
 def lift(r: redis.Redis, lab: str, holder: str) -> None:
-    _set_barrier(r, lab, "lift", holder)
+    apply(r, barrier_call(lab, "lift", holder))
 
 
 def holders(r: redis.Redis, lab: str) -> list[str]:
@@ -281,7 +301,4 @@ def lift_dead(r: redis.Redis, lab: str) -> int:
     the sweep's reads of the clock and of every holder): a live lab's barriers are almost always fresh."""
     if not any(float(u) < time.time() for u in r.hvals(_alive(lab))):
         return 0
-    if id(r) not in _scripts:
-        _scripts[id(r)] = r.register_script(_BARRIER_LUA)
-    return int(_scripts[id(r)](keys=[key(lab, "clock"), _barriers(lab), _alive(lab)],
-                               args=["sweep", "", "0", repr(time.time()), "0"]))
+    return apply(r, barrier_call(lab, "sweep", ""))

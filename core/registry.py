@@ -117,14 +117,18 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
     return found[0] if found else None
 
 
+JOB_READS = 4  # replies `_queue_job_reads` queues per job
+
+
 def _queue_job_reads(pipe: redis.client.Pipeline, lab: str, job_id: str) -> None:
-    """The three hashes a job view folds (record, attempts, broker message), queued on `pipe`."""
+    """What a job view folds (record, attempts, broker message, its lease's deadline), queued on `pipe`."""
     pipe.hgetall(job(lab, job_id))
     pipe.hgetall(job(lab, job_id) + ":attempts")
     pipe.hgetall(msg(lab, job_id))
+    pipe.zscore(key(lab, "leases"), job_id)
 
 
-def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict) -> dict | None:
+def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict, deadline: float | None) -> dict | None:
     if not raw:
         return None
     attempts = sorted((json.loads(v) for v in attempt_rows.values()), key=lambda a: a["attempt"])
@@ -133,14 +137,14 @@ def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict) -> dict | Non
     out["attempt"] = int(raw.get("attempt", 0))
     out["attempts"] = attempts
     out["outputs"] = json.loads(raw.get("outputs", "{}"))
-    for f in ("created_at", "claimed_at", "alive_at", "finished_at"):
+    for f in ("created_at", "claimed_at", "finished_at"):
         if f in out:
             out[f] = float(out[f])
     # the broker's message, kept apart from the record: visibility and receive count
     out["message"] = {"state": m.get("state", "deleted"), "receives": int(m.get("receives", 0)),
-                      "deadline": float(m["deadline"]) if m.get("deadline") else None}
-    if out["message"]["state"] == "inflight" and out["message"]["deadline"] is not None:
-        out["lease_deadline"] = out["message"]["deadline"]
+                      "deadline": deadline}
+    if out["message"]["state"] == "inflight" and deadline is not None:
+        out["lease_deadline"] = deadline
     return out
 
 
@@ -155,7 +159,7 @@ def read_jobs(r: redis.Redis, lab: str, ids: list[str]) -> list[dict]:
 
 def _fold_jobs(ids: list[str], raw: list) -> list[dict]:
     """The jobs from the replies of `_queue_job_reads` for each id in turn (gone ones left out)."""
-    return [j for j in (_fold_job(i, *raw[3 * n:3 * n + 3]) for n, i in enumerate(ids)) if j]
+    return [j for j in (_fold_job(i, *raw[JOB_READS * n:JOB_READS * (n + 1)]) for n, i in enumerate(ids)) if j]
 
 
 def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
@@ -232,14 +236,9 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         pipe.hgetall(key(lab, "faults"))
         pipe.hgetall(key(lab, "breaker"))
         pipe.xrevrange(key(lab, "events"), count=1)
-        pipe.zrange(key(lab, "leases"), 0, -1, withscores=True)
         raw = pipe.execute()
-    state_rows, counter_rows, worker_rows, faults, breaker, last, leases = raw[3 * len(ids):]
-    leases = dict(leases)
+    state_rows, counter_rows, worker_rows, faults, breaker, last = raw[JOB_READS * len(ids):]
     jobs = _fold_jobs(ids, raw)
-    for j in jobs:
-        if j["id"] in leases:
-            j["lease_deadline"] = leases[j["id"]]
     return {
         "lab_id": lab,
         "preset": r.hget(key(lab, "meta"), "preset"),

@@ -30,7 +30,6 @@ local function emit(stream, counts, ev, counter)
   if ev == nil or ev == '' then return end
   redis.call('XADD', stream, 'MAXLEN', '~', {MAXLEN}, '*', 'e', ev)
   if counter ~= nil and counter ~= '' then redis.call('HINCRBY', counts, counter, 1) end
-  redis.call('PUBLISH', stream, '1')
 end
 local function move(states, from, to)
   if from then redis.call('HINCRBY', states, from, -1) end
@@ -84,12 +83,11 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
     pipe.xadd(stream, {"e": encode(type_, t_sim, **fields)}, maxlen=MAXLEN, approximate=True)
     if counter(type_):
         pipe.hincrby(key(lab, "counts"), counter(type_), 1)
-    pipe.publish(stream, "1")
 
 
 def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
-    # a MULTI only where there is a counter to keep in step: an uncounted event is one XADD and its doorbell,
-    # which one connection's pipeline sends in order anyway (a MULTI and an EXEC are two more commands)
+    # a MULTI only where there is a counter to keep in step: an uncounted event is one XADD (readers block on
+    # the stream itself: app/ws.py's hub, app/longpoll.py), and a MULTI and an EXEC are two more commands
     with r.pipeline(transaction=bool(counter(type_))) as pipe:
         append(pipe, lab, type_, t_sim, **fields)
         pipe.execute()

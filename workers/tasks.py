@@ -24,7 +24,7 @@ from core.keys import job, key, keyspace, lab_dir
 from workers import media
 from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
-from workers.broker.state import record_attempt
+from workers.broker.state import record_attempt, script
 from workers.process import die_with_parent
 
 PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock when the server sends
@@ -59,6 +59,28 @@ def set_worker(r: redis.Redis, lab: str, **fields) -> None:
         return
     row.update(fields)
     r.hset(k, wid, json.dumps(row))
+
+
+# KEYS: [1] the lab's worker rows [2] events [3] counters. ARGV: [1] worker id [2] percent [3] job.progress event
+# set_worker(progress=…) and the event in one round trip: a busy lab reports several tenths a second.
+_PROGRESS = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  local row = cjson.decode(raw)
+  if row['state'] ~= 'dead' and row['state'] ~= 'respawning' then
+    row['progress'] = tonumber(ARGV[2])
+    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(row))
+  end
+end
+emit(KEYS[2], KEYS[3], ARGV[3], '')
+"""
+
+
+def report_progress(r: redis.Redis, lab: str, job_id: str, attempt: int, pct: int, now: float) -> None:
+    """The attempt's new tenth: on this worker's row (as `set_worker`) and as a job.progress event."""
+    ev = stream.encode("job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
+    script(r, _PROGRESS)(keys=[key(lab, "workers"), key(lab, "events"), key(lab, "counts")],
+                         args=[worker_id(), pct, ev])
 
 
 def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
@@ -283,30 +305,33 @@ def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, s
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
         if pct // 10 > last_pct // 10 and pct < 100:
             last_pct = pct
-            set_worker(r, lab, progress=pct)
-            stream.emit(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(),
-                        attempt=attempt, percent=pct)
+            report_progress(r, lab, job_id, attempt, pct, now)
         if now >= end_at - 1e-6 and all(p.poll() is not None for p in procs) and parts.all_ok():
             return
-        if settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6:
-            leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"])
+        beat = settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6
+        if beat:
             last_beat = now
         # the clock waits at the attempt's end until ffmpeg is done; past its end, an attempt still waiting
         # on a storage retry holds the clock at that retry instead
         real_work = any(p.poll() is None for p in procs)
         nxt = min(end_at if now < end_at - 1e-6 or real_work else math.inf, timeout_at, parts.next_due(),
                   last_beat + settings["heartbeat_interval"] if settings["heartbeat"] else math.inf)
+        change = None  # the barrier moves with the heartbeat, in its round trip, when there is one
+        stamp = time.monotonic() - fresh_at > REFRESH_S  # the barrier's real-time expiry is due a new stamp
         if nxt == math.inf:
             if barrier is not None:
-                clock.lift(r, lab, holder)
-                barrier = None
+                change, barrier = clock.barrier_call(lab, "lift", holder), None
         elif nxt != barrier or time.monotonic() - held_at > 2 * REFRESH_S:  # re-hold now and then: a long stall
-            clock.hold(r, lab, holder, nxt)                                  # may have let the supervisor lift it
-            barrier, held_at = nxt, time.monotonic()
-            fresh_at = held_at
-        elif time.monotonic() - fresh_at > REFRESH_S:
+            change = clock.barrier_call(lab, "hold", holder, nxt, refresh=stamp)  # may have let the supervisor
+            barrier, held_at = nxt, time.monotonic()                                # lift it
+            fresh_at = held_at if stamp else fresh_at
+        elif stamp:
             clock.refresh(r, lab, holder)
             fresh_at = time.monotonic()
+        if beat:
+            leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"], then=change)
+        elif change is not None:
+            clock.apply(r, change)
         # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress) or ffmpeg
         # ends, looking at ffmpeg locally meanwhile: the clock is read only when something is due
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf

@@ -74,3 +74,16 @@ def test_a_race_moves_every_lanes_barrier_only_when_its_lowest_moves(r, lab):
         assert [float(r.hget(key(x, "clock"), "barrier")) for x in (lab, other)] == [5e5, 5e5]
     finally:
         r.delete(*(key(other, k) for k in ("clock", "barriers", "barrier_alive")))
+
+
+def test_a_barrier_moved_without_a_new_stamp_keeps_its_expiry_and_a_new_holder_is_always_stamped(r, lab):
+    alive = key(lab, "barrier_alive")
+    clock.hold(r, lab, "a", 1e6)
+    stamp = r.hget(alive, "a")
+    clock.hold(r, lab, "a", 2e6, refresh=False)  # a holder moving its barrier between its own refreshes
+    assert r.zscore(key(lab, "barriers"), "a") == 2e6
+    assert r.hget(alive, "a") == stamp, "the barrier's expiry was written again without being asked to"
+    clock.hold(r, lab, "b", 3e6, refresh=False)
+    assert r.hget(alive, "b") is not None, "a new holder's barrier had no expiry: the sweep would lift it at once"
+    clock.hold(r, lab, "a", 2e6, ttl=60)
+    assert float(r.hget(alive, "a")) > float(stamp) + 30, "a refresh did not restamp the expiry"

@@ -8,6 +8,7 @@ supervisor read the leases again (workers/wait.py Waker), while a lease that may
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from core import clock
 from core.keys import job, key, msg
 from runtime.procs import wait
 from workers.broker import leases
-from workers.tasks import Watch
+from workers.tasks import Watch, report_progress
 from workers.wait import Waker
 
 
@@ -95,12 +96,12 @@ def test_a_heartbeat_does_not_wake_the_supervisor_but_a_cut_lease_does(r, lab):
     mine = key(lab, "leases")
     try:
         r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
-        r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1, "deadline": 30.0})
+        r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1})
         r.zadd(mine, {"j": 30.0})
         wait(lambda: mine in waker.wait(0.1), 10, "the first lease never woke the supervisor")
         assert leases.extend_lease(r, lab, "j", 1, "w1", 10.0, 30.0), "the heartbeat did not extend the lease"
         assert r.zscore(mine, "j") == pytest.approx(40.0, abs=1e-9)
-        assert r.hget(msg(lab, "j"), "deadline") == "40.0"
+        assert r.hget(msg(lab, "j"), "deadline") is None, "the deadline was written twice (the zset is its one place)"
         # a later change the supervisor hears: notifications arrive in the order the server made them, so
         # everything the heartbeat caused has been heard once this one is
         r.hset(key(lab, "settings"), "x", 1)
@@ -115,3 +116,53 @@ def test_a_heartbeat_does_not_wake_the_supervisor_but_a_cut_lease_does(r, lab):
         signal.set_wakeup_fd(-1)  # the Waker's SIGCHLD wake-up, which the supervisor keeps for its life
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         r.delete(job(lab, "j"), msg(lab, "j"), mine, *(key(lab, k) for k in ("events", "counts", "alive", "settings")))
+
+
+def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_server, lab):
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
+    try:
+        r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
+        r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1})
+        r.zadd(key(lab, "leases"), {"j": 30.0})
+        clock.hold(r, lab, "j:1", 10.0)
+        assert leases.extend_lease(own, lab, "j", 1, "w1", 10.0, 30.0,
+                                   then=clock.barrier_call(lab, "hold", "j:1", 20.0, refresh=False))
+        sent = []  # what the attempt's connection sends the server (the first call above loaded the script)
+        send = own.execute_command
+        own.execute_command = lambda *a, **kw: sent.append(a[0]) or send(*a, **kw)
+        assert leases.extend_lease(own, lab, "j", 1, "w1", 20.0, 30.0,
+                                   then=clock.barrier_call(lab, "hold", "j:1", 30.0, refresh=False))
+        assert sent == ["EVALSHA"], f"a heartbeat and its barrier's move took more than one round trip: {sent}"
+        assert r.zscore(key(lab, "leases"), "j") == pytest.approx(50.0, abs=1e-9), "the lease was not extended"
+        assert r.zscore(key(lab, "barriers"), "j:1") == 30.0, "the barrier did not move on with the heartbeat"
+        assert float(r.hget(key(lab, "clock"), "barrier")) == 30.0, "the clock does not wait at the moved barrier"
+        assert len(r.xrange(key(lab, "events"))) == 2, "each heartbeat is one lease.extended event"
+    finally:
+        own.close()
+        r.delete(job(lab, "j"), msg(lab, "j"), *(key(lab, k) for k in ("leases", "barriers", "barrier_alive",
+                                                                          "events", "counts", "alive")))
+
+
+def test_a_tenth_of_progress_is_one_round_trip_that_keeps_the_rest_of_the_row(r, lab, monkeypatch):
+    monkeypatch.setenv("LAB_WORKER_ID", "w1")
+    rows = key(lab, "workers")
+    row = {"id": "w1", "state": "busy", "host": "p1", "pid": 4321, "job_id": "7", "fleet": None, "attempt": 2,
+           "horse_pid": 4322, "progress": None}
+    r.hset(rows, mapping={"w1": json.dumps(row), "w2": json.dumps({**row, "id": "w2", "state": "dead"})})
+    sent = []
+    send = r.execute_command
+    try:
+        report_progress(r, lab, "7", 2, 20, 11.0)  # (the first call loads the script)
+        monkeypatch.setattr(r, "execute_command", lambda *a, **kw: sent.append(a[0]) or send(*a, **kw))
+        report_progress(r, lab, "7", 2, 30, 12.5)
+        assert sent == ["EVALSHA"], f"a tenth of progress took more than one round trip: {sent}"
+        assert json.loads(r.hget(rows, "w1")) == {**row, "progress": 30}, "the row lost or changed another field"
+        monkeypatch.setenv("LAB_WORKER_ID", "w2")
+        report_progress(r, lab, "8", 1, 40, 13.0)
+        assert json.loads(r.hget(rows, "w2"))["progress"] is None, "a dead worker's row was brought back to life"
+        events = [json.loads(f["e"]) for _i, f in r.xrange(key(lab, "events"))]
+        assert [(e["type"], e["job_id"], e["worker_id"], e["data"]["percent"], e["t_sim"]) for e in events] == [
+            ("job.progress", "7", "w1", 20, 11.0), ("job.progress", "7", "w1", 30, 12.5),
+            ("job.progress", "8", "w2", 40, 13.0)]
+    finally:
+        r.delete(rows, key(lab, "events"))

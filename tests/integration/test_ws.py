@@ -42,3 +42,22 @@ def test_a_socket_without_a_valid_token_is_refused(api, stack):
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
         websocket.create_connection(url, timeout=5, origin=stack.url)
     assert e.value.status_code == 403
+
+
+def test_a_lab_watched_while_the_hub_waits_on_another_gets_its_own_events_and_only_them(api, stack):
+    first, second = api.lab("ch1", speed=200, workers=1), api.lab("ch1", speed=200, workers=1)
+    ws_first = connect(stack, first)  # the hub now blocks on the first lab's stream
+    ws_second = connect(stack, second)
+    try:
+        api.call("POST", f"/api/labs/{second['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60},
+                 second["token"])
+        seen = ws_until(ws_second, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
+        assert all(e.get("job_id") in (None, "1") for e in seen)
+        api.call("POST", f"/api/labs/{first['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60},
+                 first["token"])
+        mine = ws_until(ws_first, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
+        ids = {e["id"] for e in api.events(first)}
+        assert {e["id"] for e in mine} <= ids, "a socket got another lab's events"
+    finally:
+        ws_first.close()
+        ws_second.close()

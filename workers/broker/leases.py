@@ -30,7 +30,7 @@ import json
 
 import redis
 
-from core import stream
+from core import clock, stream
 from core.keys import key, msg
 from workers.broker.state import lab_keys, script
 
@@ -55,9 +55,8 @@ if tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1 ~= tonumber(ARGV
 redis.call('HSET', KEYS[6], 'receives', ARGV[1])
 if ARGV[4] == '' then
   redis.call('HSET', KEYS[6], 'state', 'deleted')  -- ack early: deleted on receive, no lease
-  redis.call('HDEL', KEYS[6], 'deadline')
 else
-  redis.call('HSET', KEYS[6], 'state', 'inflight', 'deadline', ARGV[4], 'hb', ARGV[5])
+  redis.call('HSET', KEYS[6], 'state', 'inflight', 'hb', ARGV[5])
   redis.call('ZADD', KEYS[7], ARGV[4], ARGV[2])
 end
 -- 2. the record: what the guard lets this holder do
@@ -67,7 +66,6 @@ local finished = st == 'done' or st == 'dlq' or st == 'lost'
 if guard ~= 'off' and finished then
   -- done -> running is not a transition: ack the message and drop it
   redis.call('HSET', KEYS[6], 'state', 'deleted')
-  redis.call('HDEL', KEYS[6], 'deadline')
   redis.call('ZREM', KEYS[7], ARGV[2])
   local ev = cjson.decode(ARGV[10])
   ev['data']['state'] = st
@@ -88,7 +86,7 @@ if st == 'queued' or st == 'retrying' then
   st = 'running'
 end
 redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'worker', ARGV[7], 'claimed_at', ARGV[3], 'alive_at', ARGV[3])
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'worker', ARGV[7], 'claimed_at', ARGV[3])
 if st == 'running' then redis.call('ZADD', KEYS[8], ARGV[3], ARGV[2]) end
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[11])
 local ev = cjson.decode(ARGV[8])
@@ -124,39 +122,49 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
                                      claimed, blocked, refused, rec])
 
 
-# KEYS: as receive. ARGV: [1] delivery n [2] new deadline [3] lease.extended event [4] job id [5] now
-# The record hears a sign of life from its holder (the sweeper's clock); the message's visibility moves
-# only for the current receive (a stale receipt cannot change it, as in SQS).
-# (Each hash is read once, with HMGET: a busy lab beats several times a second, so every command counts.)
-_EXTEND = """
-local rec = redis.call('HMGET', KEYS[1], 'state', 'holder')
-if rec[1] == 'running' and tonumber(rec[2] or '0') == tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'alive_at', ARGV[5])
-  redis.call('ZADD', KEYS[8], 'XX', ARGV[5], ARGV[4])
+# KEYS: as receive, then (a barrier to move in the same step) [9] clock [10] barriers [11] barrier alive.
+# ARGV: [1] delivery n [2] new deadline [3] lease.extended event [4] job id [5] now, then (with KEYS[9..11])
+#       [6..11] the barrier change as clock.barrier_call gives it (op, holder, at, real now, alive-until, refresh)
+# The record's holder shows a sign of life (the `alive` zset: the stale-job sweeper's clock); the message's
+# visibility moves only for the current receive (a stale receipt cannot change it, as in SQS). The lease's
+# deadline lives in the leases zset alone (read with ZSCORE), so a beat writes it once.
+# (A busy lab beats several times a second, so every command counts: each hash is read once, with HMGET,
+# and the attempt's barrier moves on to its next beat in the same round trip.)
+_EXTEND = clock.BARRIER_FN + """
+local function extend()
+  local rec = redis.call('HMGET', KEYS[1], 'state', 'holder')
+  if rec[1] == 'running' and tonumber(rec[2] or '0') == tonumber(ARGV[1]) then
+    redis.call('ZADD', KEYS[8], 'XX', ARGV[5], ARGV[4])
+  end
+  local m = redis.call('HMGET', KEYS[6], 'state', 'receives')
+  if m[1] ~= 'inflight' or tonumber(m[2]) ~= tonumber(ARGV[1]) then return 0 end
+  local was = tonumber(redis.call('ZSCORE', KEYS[7], ARGV[4]) or '')
+  if was and tonumber(ARGV[2]) >= was then
+    -- pushed later, as a heartbeat does: ZINCRBY's keyspace notification ('zincr') tells the supervisor that no
+    -- deadline came earlier, so it need not read the leases' head again (workers/wait.py Waker)
+    redis.call('ZINCRBY', KEYS[7], tonumber(ARGV[2]) - was, ARGV[4])
+  else
+    redis.call('ZADD', KEYS[7], ARGV[2], ARGV[4])
+  end
+  emit(KEYS[3], KEYS[4], ARGV[3], 'leases_extended')
+  return 1
 end
-local m = redis.call('HMGET', KEYS[6], 'state', 'receives', 'deadline')
-if m[1] ~= 'inflight' or tonumber(m[2]) ~= tonumber(ARGV[1]) then return 0 end
-local was = tonumber(m[3] or '')
-if was and tonumber(ARGV[2]) >= was then
-  -- pushed later, as a heartbeat does: ZINCRBY's keyspace notification ('zincr') tells the supervisor that no
-  -- deadline came earlier, so it need not read the leases' head again (workers/wait.py Waker)
-  redis.call('ZINCRBY', KEYS[7], tonumber(ARGV[2]) - was, ARGV[4])
-else
-  redis.call('ZADD', KEYS[7], ARGV[2], ARGV[4])
-end
-redis.call('HSET', KEYS[6], 'deadline', ARGV[2])
-emit(KEYS[3], KEYS[4], ARGV[3], 'leases_extended')
-return 1
+local ok = extend()
+if KEYS[9] then barrier(KEYS[9], KEYS[10], KEYS[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) end
+return ok
 """
 
 
 def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-                 extend: float) -> bool:
-    """Heartbeat: push the message's deadline to now + extend (current receive only)."""
+                 extend: float, then: tuple[list[str], list[str]] | None = None) -> bool:
+    """Heartbeat: push the message's deadline to now + extend (current receive only); then, in the same
+    round trip, the barrier change `then` (clock.barrier_call: the attempt's barrier moved on to its next
+    moment), whether or not the lease was still its own."""
     ev = stream.encode("lease.extended", now, job_id=job_id, worker_id=worker_id, attempt=attempt,
                        deadline=round(now + extend, 1))
-    return bool(script(r, _EXTEND)(keys=keys_for(lab, job_id),
-                                   args=[attempt, repr(now + extend), ev, job_id, repr(now)]))
+    keys, args = then or ([], [])
+    return bool(script(r, _EXTEND)(keys=keys_for(lab, job_id) + keys,
+                                   args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args))
 
 
 # KEYS: as receive. ARGV: [1] job id [2] now [3] lease.cut event
@@ -166,7 +174,6 @@ local ev = cjson.decode(ARGV[3])
 ev['attempt'] = tonumber(redis.call('HGET', KEYS[6], 'receives'))
 ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', KEYS[7], ARGV[1])) * 10 + 0.5) / 10
 redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[6], 'deadline', ARGV[2])
 emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_cut')
 return 1
 """
@@ -190,7 +197,6 @@ local st = redis.call('HGET', KEYS[1], 'state')
 local holder = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
 local function ack()
   if redis.call('HGET', KEYS[6], 'state') ~= 'dlq' then redis.call('HSET', KEYS[6], 'state', 'deleted') end
-  redis.call('HDEL', KEYS[6], 'deadline')
   redis.call('ZREM', KEYS[7], ARGV[8])
 end
 local function done()
@@ -246,7 +252,6 @@ _AGAIN = """
 if not redis.call('EXISTS', KEYS[6]) then return 0 end
 local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
 redis.call('HSET', KEYS[6], 'state', 'pending')
-redis.call('HDEL', KEYS[6], 'deadline')
 redis.call('ZREM', KEYS[7], ARGV[1])
 return n
 """

@@ -31,7 +31,6 @@ redis.call('ZREM', KEYS[7], ARGV[1])
 if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' then return -1 end
 local rc = tonumber(redis.call('HGET', KEYS[6], 'receives'))
 local base = tonumber(redis.call('HGET', KEYS[6], 'base') or '0')
-redis.call('HDEL', KEYS[6], 'deadline')
 local ev = cjson.decode(ARGV[4])
 ev['attempt'] = rc
 ev['data']['deadline'] = tonumber(deadline)
@@ -110,7 +109,7 @@ return 1
 # life since now - stale_after is put back, so two sweeps (or a sweep racing a heartbeat) are harmless.
 _SWEEP = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then redis.call('ZREM', KEYS[8], ARGV[1]) return 0 end
-local alive = tonumber(redis.call('HGET', KEYS[1], 'alive_at') or '0')
+local alive = tonumber(redis.call('ZSCORE', KEYS[8], ARGV[1]) or '0')
 if alive > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'queued')
 local ev = cjson.decode(ARGV[4])

@@ -81,7 +81,6 @@ redis.call('HSET', KEYS[1], 'last_error', ARGV[10])
 redis.call('HDEL', KEYS[1], 'holder')
 redis.call('ZREM', KEYS[8], ARGV[8])
 redis.call('ZREM', KEYS[7], ARGV[8])
-redis.call('HDEL', KEYS[6], 'deadline')
 emit(KEYS[3], KEYS[4], ARGV[4], 'failed')
 if ARGV[3] == 'retry' then
   redis.call('HSET', KEYS[1], 'state', 'retrying')
