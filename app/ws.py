@@ -40,7 +40,8 @@ from core.keys import key
 
 sock = Sock()
 QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it reconnects with after=)
-HUB_BLOCK_MS = 5000  # the hub's XREAD returns at least this often with nothing new (a lost server is noticed)
+HUB_BLOCK_MS = 2000  # the hub's XREAD returns at least this often with nothing new: well inside the client's
+# socket timeout (app/longpoll.py blocks likewise), and a lost server is noticed
 HUB_BATCH = 5000  # entries one XREAD takes from one lab's stream
 STALL_S = 30.0  # a peer that takes no bytes for this long is cut even while its mailbox has room
 TOO_SLOW = "too slow: reconnect with after=<last id>"
@@ -288,8 +289,8 @@ class Hub:
                         woke = entries[-1][0]
                     else:
                         self.fan_out(k.split(":")[1], entries)
-            except redis.ConnectionError:
-                threading.Event().wait(0.5)
+            except (redis.ConnectionError, redis.TimeoutError):  # the server restarts (or a loaded box stalled a
+                threading.Event().wait(0.5)                         # read past its timeout): read again from .last
 
 
 def init_app(app: Flask) -> None:
