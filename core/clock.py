@@ -145,6 +145,12 @@ def link(r: redis.Redis, labs: list[str]) -> None:
 
 # --- barriers: the clock waits for real work ------------------------------------------------
 
+def state_channel(lab: str) -> str:
+    """The pub/sub channel on which a barrier's move publishes the clock hash as it left it (JSON): the hash's
+    own name. Other writers of the clock only notify (keyspace notifications): a reader re-reads after those."""
+    return key(lab, "clock")
+
+
 def _barriers(lab: str) -> str:
     return key(lab, "barriers")  # zset holder → simulated time the clock may not pass
 
@@ -161,6 +167,9 @@ def _alive(lab: str) -> str:
 # new base_real, stored as is); alive_until the holder's real expiry and refresh '1' to stamp it (hold). With
 # '0' the stamp of the holder's last refresh stays: a holder that moves its barrier several times a second
 # need not restamp it each time. A new holder is always stamped.
+# A move of the lowest barrier is the clock's most frequent change (a busy lab's every heartbeat can make one), so
+# the script also publishes the clock hash as it leaves it on the channel named as the hash (`state_channel`): a
+# paced attempt watching the clock (workers/tasks.py Watch) takes it from there instead of reading it again.
 # Applies the change and, only if that moves the lowest barrier, moves the base point to now (clamped at the
 # current barrier, so a lifted barrier resumes simulated time from exactly where it waited) and points the
 # clock at the lowest barrier left. A change that leaves the lowest barrier where it was (another holder is
@@ -228,13 +237,17 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
   for _, l in ipairs(lanes) do
     local was = tonumber(l[3]['barrier'] or '')
     if was ~= low then
+      local st = l[3]
+      st['base_sim'], st['base_real'] = string.format('%.17g', l[4]), real_s
       if low then
-        redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', real_s,
-                   'barrier', string.format('%.17g', low))
+        st['barrier'] = string.format('%.17g', low)
+        redis.call('HSET', l[1], 'base_sim', st['base_sim'], 'base_real', real_s, 'barrier', st['barrier'])
       else
-        redis.call('HSET', l[1], 'base_sim', string.format('%.17g', l[4]), 'base_real', real_s)
+        st['barrier'] = nil
+        redis.call('HSET', l[1], 'base_sim', st['base_sim'], 'base_real', real_s)
         redis.call('HDEL', l[1], 'barrier')
       end
+      redis.call('PUBLISH', l[1], cjson.encode(st))  -- the hash as it now is (state_channel)
     end
   end
   return 1

@@ -349,6 +349,10 @@ class Watch:
     so a paced job costs the server nothing between the moments it acts at, yet reacts to any of those at
     once. Subscribed before the first read, so no change between the two is missed. A server that sends no
     notifications (it refused CONFIG SET) is polled every PACE_MAX_S instead, as before.
+
+    The clock's most frequent change, a barrier's move, also publishes the hash as it left it
+    (clock.state_channel), after that write's own notification and on the same subscription: the attempt takes
+    it as its new reading without a read. Any later write notifies after it, so the last word is always heard.
     """
 
     def __init__(self, r: redis.Redis, lab: str):
@@ -363,9 +367,10 @@ class Watch:
             flags = ""
         if "K" in flags and ("h" in flags or "A" in flags):
             self.channels = {keyspace(r, k): name for name, k in self.keys.items()}
+            self.published = clock.state_channel(lab)
             self.ps = r.pubsub()
-            self.ps.subscribe(*self.channels)
-            for _ in self.channels:  # both subscriptions confirmed before anything is read
+            self.ps.subscribe(*self.channels, self.published)
+            for _ in range(len(self.channels) + 1):  # every subscription confirmed before anything is read
                 while (msg := self.ps.get_message(timeout=SUBSCRIBE_CONFIRM_S)) is None or msg["type"] != "subscribe":
                     if msg is None:
                         raise RuntimeError("the server did not confirm a keyspace subscription")
@@ -421,7 +426,11 @@ class Watch:
         """Take every notification already received (without blocking); True if any came."""
         changed = False
         while self.ps is not None and (msg := self.ps.get_message(timeout=0)) is not None:
-            if msg["type"] == "message":
+            if msg["type"] == "message" and msg["channel"] == self.published:
+                self.state["clock"] = json.loads(msg["data"])
+                self.stale.discard("clock")
+                changed = True
+            elif msg["type"] == "message":
                 self.stale.add(self.channels[msg["channel"]])
                 changed = True
         return changed

@@ -68,6 +68,29 @@ def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, red
         own.close()
 
 
+def test_a_barrier_that_moves_the_clock_hands_the_watch_its_new_reading_and_other_writes_are_read(r, redis_server,
+                                                                                                  lab):
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
+    watch = Watch(own, lab)
+    try:
+        watch.clock()
+        me = own.client_id()
+        clock.hold(r, lab, "other:1", 1e6)  # another attempt's barrier: the lowest, so the clock is rebased
+        wait(lambda: watch.wait(0.1), 10, "a barrier's move never woke the paced attempt")
+        before = _commands_of(r, me)
+        assert watch.clock() == r.hgetall(key(lab, "clock")), "the reading handed over is not the hash as stored"
+        assert float(watch.clock()["barrier"]) == 1e6
+        assert _commands_of(r, me) == before, "the attempt read the clock again after a barrier's move"
+        clock.pause(r, lab)  # a write that only notifies
+        wait(lambda: watch.wait(0.1), 10, "a pause never woke the paced attempt")
+        assert clock.reading(watch.clock(), 0)["paused"], "the attempt did not read the paused clock"
+        assert _commands_of(r, me) == before + 1, "the pause was not read once"
+    finally:
+        watch.close()
+        own.close()
+        r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
+
+
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
 def test_a_paced_attempt_wakes_when_ffmpeg_exits_not_at_the_end_of_its_wait(r, redis_server, lab, monkeypatch, pidfd):
     """The attempt's barrier holds the clock until its ffmpeg is done, so it must notice the exit, not sleep on
