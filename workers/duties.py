@@ -120,7 +120,8 @@ class Duties:
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
         if moved or any(t <= time.time() - DISPATCH_AGE_S for _m, t in pool.heads["dispatch"]):
             reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - DISPATCH_AGE_S)
-            pool.heads["dispatch"] = self.r.zrange(key(lab, "dispatch"), 0, 0, withscores=True)
+            # all sent, or only those old enough: then the first one left is read (its own moment is due later)
+            pool.heads["dispatch"] = self.r.zrange(key(lab, "dispatch"), 0, 0, withscores=True) if not moved else []
         if not state["paused"] and (float(settings["arrival_rate"]) > 0 or "fair" not in pool.quiet):
             fairness.tick(self.r, self.rq, lab, settings, now)
         if any(t <= time.time() - handoff.HANDOFF_S for _m, t in pool.heads["handoffs"]):
