@@ -114,7 +114,7 @@ class Duties:
                     pipe.zrange(key(lab, k), 0, 0, withscores=True)
                 pool.heads["leases"], pool.heads["scheduled"] = pipe.execute()
         reaper.sweep_stale(self.r, lab, now, settings)
-        self.reaper_barrier(pool, seen)
+        self.reaper_barrier(pool, seen.state, seen.alive)
         if "loadgen" not in pool.quiet:
             moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
@@ -152,11 +152,12 @@ class Duties:
         seen.alive = {h: u for h, u in seen.alive.items() if float(u) >= real}  # what the sweep leaves
         return clock.lift_dead(self.r, pool.lab)
 
-    def reaper_barrier(self, pool: LabPool, seen: Seen) -> None:
+    def reaper_barrier(self, pool: LabPool, state: dict, alive: dict) -> None:
         """The clock may not pass the next lease deadline or retry due time before this loop has acted on
         it: a busy host delays the redelivery in real time, never in simulated time. It is moved only when
         that moment moves, and lapses REAPER_BARRIER_S real seconds after the clock would reach it, so a
-        running loop keeps it without a write per pass (`lift_dead` refreshes it when the clock was slower)."""
+        running loop keeps it without a write per pass (`lift_dead` refreshes it when the clock was slower).
+        `state`: the clock's reading; `alive`: the barriers' expiries as known, kept up to date here."""
         lab = pool.lab
         nxt = [s for k in ("leases", "scheduled") for _m, s in pool.heads[k]]
         at = min(nxt) if nxt else None
@@ -164,12 +165,23 @@ class Duties:
             return
         if at is None:
             clock.lift(self.r, lab, "reaper")
-            seen.alive.pop("reaper", None)
+            alive.pop("reaper", None)
         else:
-            ttl = reaper_ttl(seen.state, at)
+            ttl = reaper_ttl(state, at)
             clock.hold(self.r, lab, "reaper", at, ttl=ttl)
-            seen.alive["reaper"] = time.time() + ttl
+            alive["reaper"] = time.time() + ttl
         pool.reaper_at = at
+
+    def move_reaper(self, pool: LabPool) -> None:
+        """The clock nears this loop's barrier (wait.refresh_deadlines: `reaper_due`): heartbeats have most likely
+        pushed that lease deadline later, or its job ended. Only the two heads are read, and the barrier moved to
+        where they stand now; a deadline that really comes is acted on by the pass at its moment."""
+        pool.reaper_looked = time.time()
+        with self.r.pipeline(transaction=False) as pipe:
+            for k in ("leases", "scheduled"):
+                pipe.zrange(key(pool.lab, k), 0, 0, withscores=True)
+            pool.heads["leases"], pool.heads["scheduled"] = pipe.execute()
+        self.reaper_barrier(pool, clock.reading(pool.heads["clock"], time.time()), {})
 
     def sample(self, pool: LabPool) -> None:
         """The pacing readout between passes, on the clock hash in hand: it is read again whenever it changes

@@ -23,7 +23,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
 import redis
 
@@ -166,14 +166,16 @@ class HostAgent:
         return time.time() - self.last_beat >= self.beat_every
 
     # --- the labs this host runs (the supervisor's side) -----------------------------------------
-    def ownership(self, live: set[str], running: Container[str]) -> set[str]:
+    def ownership(self, live: set[str], running: Container[str], known: Mapping[str, dict] | None = None) -> set[str]:
         """The labs this host runs: those whose lease it holds, after placing the unowned ones (`running`: the
-        labs it ran until now)."""
+        labs it ran until now; `known`: their settings as their last pass read them, so the heartbeat's demand
+        reads no others: a settings change brings its lab's pass at once)."""
         owners = self.owners(sorted(live))
         mine = {lab for lab, holder in owners.items() if holder == self.id}
         if self.due():  # renew first: placement below reads this host's fresh entry
             mine = self.renew(sorted(mine))
-            demand = sum(int(registry.settings(self.r, lab).get("workers", 0)) for lab in mine)
+            known = known or {}
+            demand = sum(int((known.get(lab) or registry.settings(self.r, lab)).get("workers", 0)) for lab in mine)
             self.heartbeat(demand, len(mine))
             self.last_beat = time.time()
         for lab, holder in owners.items():

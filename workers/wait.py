@@ -183,12 +183,13 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
             # a clock that waits at a barrier is looked at every MAINTAIN_S (a holder that died is swept): from
             # MAINTAIN_S after it got there; a hand-off's wait of a few milliseconds never comes to that
             out.append(max(real_of(held), pool.passed_at) + MAINTAIN_S)
-            if pool.reaper_at is not None and pool.reaper_at <= held + 1e-6:
-                # the clock's next stop is this loop's own barrier, whose deadline heartbeats may have pushed later
-                # (or whose job ended): a pass moves it REAPER_LEAD_S before the clock gets there, so the clock does
-                # not stand still for that pass; once that pass has been, the moment itself is the deadline
-                early = real_of(pool.reaper_at) - REAPER_LEAD_S
-                out.append(early if early > pool.passed_at else real_of(pool.reaper_at))
+        # the clock's next stop is this loop's own barrier, whose deadline heartbeats have most likely pushed later
+        # (or whose job ended): it is moved on REAPER_LEAD_S before the clock gets there (Duties.move_reaper), so
+        # the clock does not stand still for that; once it has been looked at, the deadline's own moment is the
+        # lab's deadline (above) if it still stands
+        early = math.inf if pool.reaper_at is None or pool.reaper_at > held + 1e-6 or paused \
+            else real_of(pool.reaper_at) - REAPER_LEAD_S
+        pool.reaper_due = early if early > pool.reaper_looked else math.inf
         pool.deadline = min(out, default=math.inf)
 
 
