@@ -142,3 +142,26 @@ def test_a_pass_lifts_a_dead_holders_barrier_and_resends_a_lost_hand_off(busy):
     assert r.llen(f"rq:queue:{queue_name(lab)}") == 1, "the resent delivery is not in RQ's queue"
     assert trips <= 16, f"a pass that lifts a barrier and resends a hand-off took {trips} round trips ({commands})"
     assert not math.isinf(pool.deadline), "the lease is still in flight: the lab must keep a deadline"
+
+
+def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_there_with_two_reads(busy):
+    """A heartbeat pushes the lease deadline later without waking the supervisor (wait.PUSHED_LATER), so its
+    barrier still stands at the old deadline. Before the clock gets there the supervisor reads the two heads and
+    moves it on (no whole pass); the old deadline then holds nothing."""
+    r, lab, sup, pool, count = busy
+    old = clock.now(r, lab) + 20  # a real second ahead
+    lease(r, lab, "2", old)
+    sup.lab_pass(pool)
+    assert r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(old)
+    r.zincrby(key(lab, "leases"), 200, "2")  # the heartbeat's push
+    assert pool.reaper_due < math.inf, "nobody looks at the reaper's barrier before the clock reaches it"
+    wait(lambda: time.time() >= pool.reaper_due, 10, "the moment to move the barrier never came")
+    before, trips = count.commands(), count.trips
+    sup.duties.move_reaper(pool)
+    commands, trips = count.commands() - before, count.trips - trips
+    [(_job, head)] = r.zrange(key(lab, "leases"), 0, 0, withscores=True)
+    assert head > old and r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(head), \
+        "the barrier was not moved on to the lease deadline that now comes first"
+    wait(lambda: clock.now(r, lab) > old, 10, "the clock stood at a lease deadline that had been pushed later")
+    # the two heads in one request, then the barrier's move (its script's own commands count on the server)
+    assert trips == 2, f"moving the barrier took {trips} round trips ({commands} commands)"
