@@ -108,7 +108,7 @@ def test_a_pass_with_nothing_due_reads_once_writes_nothing_and_is_not_due_again_
 def test_a_pass_redelivers_a_lease_at_its_deadline_and_moves_the_reaper_barrier_to_the_next(busy):
     r, lab, sup, pool, count = busy
     sup.lab_pass(pool)
-    due = clock.now(r, lab) + 2  # a tenth of a real second ahead
+    due = clock.now(r, lab) + 40  # two real seconds ahead
     lease(r, lab, "2", due)
     sup.lab_pass(pool)  # before its deadline: nothing happens to it, and the reaper's barrier goes there
     assert r.hget(msg(lab, "2"), "state") == "inflight"
@@ -149,7 +149,7 @@ def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_the
     barrier still stands at the old deadline. Before the clock gets there the supervisor reads the two heads and
     moves it on (no whole pass); the old deadline then holds nothing."""
     r, lab, sup, pool, count = busy
-    old = clock.now(r, lab) + 20  # a real second ahead
+    old = clock.now(r, lab) + 60  # three real seconds ahead
     lease(r, lab, "2", old)
     sup.lab_pass(pool)
     assert r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(old)
