@@ -174,13 +174,11 @@ class Duties:
 
     def move_reaper(self, pool: LabPool) -> None:
         """The clock nears this loop's barrier (wait.refresh_deadlines: `reaper_due`): heartbeats have most likely
-        pushed that lease deadline later, or its job ended. Only the two heads are read, and the barrier moved to
-        where they stand now; a deadline that really comes is acted on by the pass at its moment."""
+        pushed that lease deadline later, or its job ended. Only the first lease is read (every change to the
+        retries is heard: wait.note), and the barrier moved to where the heads stand now; a deadline that really
+        comes is acted on by the pass at its moment."""
         pool.reaper_looked = time.time()
-        with self.r.pipeline(transaction=False) as pipe:
-            for k in ("leases", "scheduled"):
-                pipe.zrange(key(pool.lab, k), 0, 0, withscores=True)
-            pool.heads["leases"], pool.heads["scheduled"] = pipe.execute()
+        pool.heads["leases"] = self.r.zrange(key(pool.lab, "leases"), 0, 0, withscores=True)
         self.reaper_barrier(pool, clock.reading(pool.heads["clock"], time.time()), {})
 
     def sample(self, pool: LabPool) -> None:

@@ -144,9 +144,9 @@ def test_a_pass_lifts_a_dead_holders_barrier_and_resends_a_lost_hand_off(busy):
     assert not math.isinf(pool.deadline), "the lease is still in flight: the lab must keep a deadline"
 
 
-def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_there_with_two_reads(busy):
+def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_there_with_one_read(busy):
     """A heartbeat pushes the lease deadline later without waking the supervisor (wait.PUSHED_LATER), so its
-    barrier still stands at the old deadline. Before the clock gets there the supervisor reads the two heads and
+    barrier still stands at the old deadline. Before the clock gets there the supervisor reads the first lease and
     moves it on (no whole pass); the old deadline then holds nothing."""
     r, lab, sup, pool, count = busy
     old = clock.now(r, lab) + 60  # three real seconds ahead
@@ -163,5 +163,5 @@ def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_the
     assert head > old and r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(head), \
         "the barrier was not moved on to the lease deadline that now comes first"
     wait(lambda: clock.now(r, lab) > old, 10, "the clock stood at a lease deadline that had been pushed later")
-    # the two heads in one request, then the barrier's move (its script's own commands count on the server)
+    # the first lease, then the barrier's move (its script's own commands count on the server)
     assert trips == 2, f"moving the barrier took {trips} round trips ({commands} commands)"
