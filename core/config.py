@@ -240,8 +240,14 @@ class Config:
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (workers/wait.py: Waker)
 REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
+REAPER_LEAD_S = 0.25  # real seconds before the clock reaches the reaper's barrier that it is moved on (duties.py)
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # a lab whose engines run on time (load generator, fairness, autoscale, drains, faults)
-MAINTAIN_S = 1.0  # a lab with work in flight: hand-off sweep, dead barriers, pacing readout, stragglers
+# a lab with work in flight: the pacing readout's sample (from the clock hash in hand, no read), and how late a pass
+# may come after a duty falls due (a lapsed barrier, an old hand-off or delivery) or once the clock waits at a barrier
+MAINTAIN_S = 1.0
+# a lab with work in flight and nothing due: a pass anyway, a net under what its deadlines and notifications cover
+# (a job's end is not one: the lab comes to rest at its next pass)
+INFLIGHT_S = 5.0
 SPARE_REFILL_S = 2.0  # real seconds after a spare worker was taken before the host starts replacements
 STOP_GRACE_S = 2.0  # real seconds a warm-stopped worker holding no job may take to exit before it is killed

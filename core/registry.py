@@ -83,7 +83,11 @@ def touch(r: redis.Redis, lab: str) -> None:
 
 
 def settings(r: redis.Redis, lab: str) -> dict[str, Any]:
-    raw = r.get(key(lab, "settings"))
+    return parse_settings(r.get(key(lab, "settings")))
+
+
+def parse_settings(raw: str | None) -> dict[str, Any]:
+    """A lab's settings from their stored form (read in a pipeline with other keys, as a supervisor pass does)."""
     return json.loads(raw) if raw else presets.settings_for(presets.DEFAULT_PRESET)
 
 

@@ -5,18 +5,42 @@ faults that end, the reaper's barrier on the lab's clock, and the clock's pacing
 
 from __future__ import annotations
 
+import math
 import os
 import time
+from dataclasses import dataclass, field
 
 import redis
 
-from core import clock, stream
-from core.config import PACING_WINDOW_S, REAPER_BARRIER_S, Config
+from core import clock, registry, stream
+from core.config import MAINTAIN_S, PACING_WINDOW_S, REAPER_BARRIER_S, Config
 from core.keys import key, queue_name
-from workers.broker import reaper
+from workers.broker import handoff, reaper
 from workers.engines import autoscale, fairness, loadgen
 from workers.hosts import HostAgent
 from workers.pool import LabPool
+
+DISPATCH_AGE_S = 2.0  # real seconds a delivery may sit in `dispatch` before the pass sends it (its sender died)
+
+
+@dataclass
+class Seen:
+    """What one pass reads, in one pipelined round trip at its start (`Duties.look`): each key once, read
+    before anything is written, so the pass's duties and its next moment (wait.next_pass) share one view."""
+
+    settings: dict
+    clock: dict  # the clock hash, and `state` its reading at the moment it was read
+    state: dict
+    hold: str | None  # a branch waiting for its workers (meta hold_until_ready)
+    alive: dict  # barrier holder → real time it lapses unless refreshed
+    barriers: list  # the two lowest barriers: (holder, simulated time)
+    workers: dict  # the lab's worker rows
+    faults: dict
+    states: list  # queued, retrying, running
+    loadgen_on: str | None = None  # read only while the load generator is not known to be off (LabPool.quiet)
+    fair: list = field(default_factory=list)  # chapter 6 traffic in flight and waiting, read likewise
+    here: set = field(default_factory=set)  # the lab's slots on this host when it was read
+    foreign: bool = False  # worker rows of another live host (still draining after a handover) were found
 
 
 class Duties:
@@ -28,59 +52,140 @@ class Duties:
         self.config = config
         self.host = host
 
-    def tick(self, pool: LabPool, settings: dict) -> dict:
-        """The lab's broker duties due now; returns the clock as read at their start."""
+    def look(self, pool: LabPool) -> Seen:
+        """Everything a pass reads, in one round trip (the engines' gauges only while they may have work)."""
         lab = pool.lab
-        clock.lift_dead(self.r, lab)  # a killed worker's barriers: the clock never waits for the dead
-        pool.heads["clock"] = self.r.hgetall(key(lab, "clock"))  # also what the lab's deadline is computed from
-        state = clock.reading(pool.heads["clock"], time.time())
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.get(key(lab, "settings"))
+            pipe.hgetall(key(lab, "clock"))
+            pipe.hget(key(lab, "meta"), "hold_until_ready")
+            pipe.hgetall(key(lab, "barrier_alive"))
+            pipe.zrange(key(lab, "barriers"), 0, 1, withscores=True)
+            for k in HEADS:
+                pipe.zrange(key(lab, k), 0, 0, withscores=True)
+            pipe.hgetall(key(lab, "workers"))
+            pipe.hgetall(key(lab, "faults"))
+            pipe.hmget(key(lab, "states"), "queued", "retrying", "running")
+            if "loadgen" not in pool.quiet:
+                pipe.hget(key(lab, "loadgen"), "on")
+            if "fair" not in pool.quiet:
+                pipe.hlen(fairness.inflight_key(lab))
+                for tier in fairness.TIERS:
+                    pipe.zcard(fairness.pending_key(lab, tier))
+            raw, clock_hash, hold, alive, barriers, *rest = pipe.execute()
+        real = time.time()
+        heads, rest = rest[:len(HEADS)], rest[len(HEADS):]
+        pool.heads.update(zip(HEADS, heads, strict=True))
+        pool.heads["clock"] = clock_hash  # also what the lab's deadline is computed from (wait.refresh_deadlines)
+        workers, faults, states, *gauges = rest
+        seen = Seen(registry.parse_settings(raw), clock_hash, clock.reading(clock_hash, real), hold, alive, barriers,
+                    workers, faults, states, here=set(pool.slots))
+        if "loadgen" not in pool.quiet:
+            seen.loadgen_on = gauges.pop(0)
+        seen.fair = gauges
+        return seen
+
+    def tick(self, pool: LabPool, settings: dict, seen: Seen) -> None:
+        """The lab's broker duties due now, on what `look` read (more is read only where something is due)."""
+        lab = pool.lab
+        if self.lift_dead(pool, seen):  # a killed worker's barriers: the clock never waits for the dead
+            with self.r.pipeline(transaction=False) as pipe:  # the sweep moved the clock: read it again
+                pipe.hgetall(key(lab, "clock"))
+                pipe.zrange(key(lab, "barriers"), 0, 1, withscores=True)
+                seen.clock, seen.barriers = pipe.execute()
+            seen.state = clock.reading(seen.clock, time.time())
+            pool.heads["clock"] = seen.clock
+        state = seen.state
         now = state["t_raw"]
         self.watch_pacing(pool, state)
         # Work due at the same simulated moment as a deadline happens first: while another barrier holds
         # the clock at (or before) now, only deadlines strictly before it are acted on. (A job that ends
         # at 600 s is done before a lease that runs out at 600 s comes back.)
-        other = clock.lowest_barrier(self.r, lab, besides="reaper")
+        other = next((at for holder, at in seen.barriers if holder != "reaper"), math.inf)
         upto = now if other > now else other - 1e-6
-        moved = reaper.redeliver_expired(self.r, lab, now, settings, state["speed"], upto)
-        moved += reaper.start_due_retries(self.r, lab, now, upto)
+        moved = 0
+        if any(at <= upto for _m, at in pool.heads["leases"]):
+            moved += reaper.redeliver_expired(self.r, lab, now, settings, state["speed"], upto, seen.clock)
+        if any(at <= upto for _m, at in pool.heads["scheduled"]):
+            moved += reaper.start_due_retries(self.r, lab, now, upto)
+        if moved:  # the heads moved on: the reaper's barrier goes at the new ones
+            with self.r.pipeline(transaction=False) as pipe:
+                for k in ("leases", "scheduled"):
+                    pipe.zrange(key(lab, k), 0, 0, withscores=True)
+                pool.heads["leases"], pool.heads["scheduled"] = pipe.execute()
         reaper.sweep_stale(self.r, lab, now, settings)
-        self.reaper_barrier(pool)
+        self.reaper_barrier(pool, seen.state, seen.alive)
         if "loadgen" not in pool.quiet:
             moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
         autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
-        reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - 2)
+        if moved or any(t <= time.time() - DISPATCH_AGE_S for _m, t in pool.heads["dispatch"]):
+            reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - DISPATCH_AGE_S)
+            # all sent, or only those old enough: then the first one left is read (its own moment is due later)
+            pool.heads["dispatch"] = self.r.zrange(key(lab, "dispatch"), 0, 0, withscores=True) if not moved else []
         if not state["paused"] and (float(settings["arrival_rate"]) > 0 or "fair" not in pool.quiet):
             fairness.tick(self.r, self.rq, lab, settings, now)
-        if time.time() - pool.handoffs_swept > 1:
-            pool.handoffs_swept = time.time()
+        if any(t <= time.time() - handoff.HANDOFF_S for _m, t in pool.heads["handoffs"]):
             reaper.resend_lost_handoffs(self.r, self.rq, lab, now)
-            self.host.sweep_departed(lab, pool.slots)
-        faults = self.r.hgetall(key(lab, "faults"))
+            pool.heads["handoffs"] = self.r.zrange(key(lab, "handoffs"), 0, 0, withscores=True)
+        seen.foreign = self.host.sweep_departed(lab, seen.here | set(pool.slots), seen.workers) > 0
         for name in ("storage_outage", "slow"):
-            until = float(faults.get(f"{name}_until", -1))
+            until = float(seen.faults.get(f"{name}_until", -1))
             if until > now:
                 pool.fault_active.add(name)
             elif name in pool.fault_active:
                 pool.fault_active.discard(name)
                 stream.emit(self.r, lab, "fault.ended", now, fault=name)
-        return state
 
-    def reaper_barrier(self, pool: LabPool) -> None:
+    def lift_dead(self, pool: LabPool, seen: Seen) -> int:
+        """Barriers whose holders stopped refreshing them, lifted (on the expiries `look` read; the sweep runs
+        only when one has passed). This loop's own barrier is refreshed first, never swept: it lapses only
+        while the loop stalls, and this pass is the loop running."""
+        real = time.time()
+        if "reaper" not in seen.alive:
+            pool.reaper_at = None  # not held (the lab's keys were restored or swept meanwhile): held anew below
+        elif pool.reaper_at is not None and float(seen.alive["reaper"]) < real:
+            ttl = reaper_ttl(seen.state, pool.reaper_at)
+            clock.refresh(self.r, pool.lab, "reaper", ttl=ttl)
+            seen.alive["reaper"] = real + ttl
+        if not any(float(u) < real for u in seen.alive.values()):
+            return 0
+        seen.alive = {h: u for h, u in seen.alive.items() if float(u) >= real}  # what the sweep leaves
+        return clock.lift_dead(self.r, pool.lab)
+
+    def reaper_barrier(self, pool: LabPool, state: dict, alive: dict) -> None:
         """The clock may not pass the next lease deadline or retry due time before this loop has acted on
-        it: a busy host delays the redelivery in real time, never in simulated time."""
+        it: a busy host delays the redelivery in real time, never in simulated time. It is moved only when
+        that moment moves, and lapses REAPER_BARRIER_S real seconds after the clock would reach it, so a
+        running loop keeps it without a write per pass (`lift_dead` refreshes it when the clock was slower).
+        `state`: the clock's reading; `alive`: the barriers' expiries as known, kept up to date here."""
         lab = pool.lab
-        for k in ("leases", "scheduled"):  # also the heads the lab's deadline is computed from (wait.refresh_deadlines)
-            pool.heads[k] = self.r.zrange(key(lab, k), 0, 0, withscores=True)
         nxt = [s for k in ("leases", "scheduled") for _m, s in pool.heads[k]]
         at = min(nxt) if nxt else None
-        if at != pool.reaper_at:
-            if at is None:
-                clock.lift(self.r, lab, "reaper")
-            else:
-                clock.hold(self.r, lab, "reaper", at, ttl=REAPER_BARRIER_S)
-            pool.reaper_at = at
-        elif at is not None:
-            clock.refresh(self.r, lab, "reaper", ttl=REAPER_BARRIER_S)
+        if at == pool.reaper_at:
+            return
+        if at is None:
+            clock.lift(self.r, lab, "reaper")
+            alive.pop("reaper", None)
+        else:
+            ttl = reaper_ttl(state, at)
+            clock.hold(self.r, lab, "reaper", at, ttl=ttl)
+            alive["reaper"] = time.time() + ttl
+        pool.reaper_at = at
+
+    def move_reaper(self, pool: LabPool) -> None:
+        """The clock nears this loop's barrier (wait.refresh_deadlines: `reaper_due`): heartbeats have most likely
+        pushed that lease deadline later, or its job ended. Only the first lease is read (every change to the
+        retries is heard: wait.note), and the barrier moved to where the heads stand now; a deadline that really
+        comes is acted on by the pass at its moment."""
+        pool.reaper_looked = time.time()
+        pool.heads["leases"] = self.r.zrange(key(pool.lab, "leases"), 0, 0, withscores=True)
+        self.reaper_barrier(pool, clock.reading(pool.heads["clock"], time.time()), {})
+
+    def sample(self, pool: LabPool) -> None:
+        """The pacing readout between passes, on the clock hash in hand: it is read again whenever it changes
+        (wait.note), so its reading now is a fresh read's, and costs the server nothing."""
+        self.watch_pacing(pool, clock.reading(pool.heads["clock"], time.time()))
+        pool.sample_at = time.time() + MAINTAIN_S
 
     def watch_pacing(self, pool: LabPool, state: dict) -> None:
         """The honest clock's readout: the speed the lab really achieves over the last few real seconds.
@@ -117,13 +222,24 @@ class Duties:
         elif state["slowed"] and abs(achieved - state["effective"]) > 0.05 * asked:
             self.r.hset(k, "effective", round(achieved, 1 if achieved < 10 else 0))
 
-    def release_branch(self, lab: str, settings: dict) -> bool:
+    def release_branch(self, lab: str, settings: dict, seen: Seen) -> bool:
         """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs.
         True while it still waits for them."""
-        if not self.r.hget(key(lab, "meta"), "hold_until_ready"):
+        if not seen.hold:
             return False
         if self.r.scard(f"rq:workers:{queue_name(lab)}") < int(settings["workers"]):
             return True
         self.r.hdel(key(lab, "meta"), "hold_until_ready")
         stream.emit(self.r, lab, "clock.resumed", clock.resume(self.r, lab))
         return False
+
+
+HEADS = ("leases", "scheduled", "dispatch", "handoffs")  # the sorted sets whose first member a pass reads
+
+
+def reaper_ttl(state: dict, at: float) -> float:
+    """Real seconds the reaper's barrier at `at` lives without a refresh: until REAPER_BARRIER_S after the clock
+    would reach it at its speed (a paused clock reaches nothing: REAPER_BARRIER_S, refreshed by the next pass)."""
+    if state["paused"]:
+        return REAPER_BARRIER_S
+    return max(0.0, at - state["t_raw"]) / max(state["speed"], 1e-9) + REAPER_BARRIER_S

@@ -23,7 +23,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
 import redis
 
@@ -166,14 +166,16 @@ class HostAgent:
         return time.time() - self.last_beat >= self.beat_every
 
     # --- the labs this host runs (the supervisor's side) -----------------------------------------
-    def ownership(self, live: set[str], running: Container[str]) -> set[str]:
+    def ownership(self, live: set[str], running: Container[str], known: Mapping[str, dict] | None = None) -> set[str]:
         """The labs this host runs: those whose lease it holds, after placing the unowned ones (`running`: the
-        labs it ran until now)."""
+        labs it ran until now; `known`: their settings as their last pass read them, so the heartbeat's demand
+        reads no others: a settings change brings its lab's pass at once)."""
         owners = self.owners(sorted(live))
         mine = {lab for lab, holder in owners.items() if holder == self.id}
         if self.due():  # renew first: placement below reads this host's fresh entry
             mine = self.renew(sorted(mine))
-            demand = sum(int(registry.settings(self.r, lab).get("workers", 0)) for lab in mine)
+            known = known or {}
+            demand = sum(int((known.get(lab) or registry.settings(self.r, lab)).get("workers", 0)) for lab in mine)
             self.heartbeat(demand, len(mine))
             self.last_beat = time.time()
         for lab, holder in owners.items():
@@ -206,24 +208,28 @@ class HostAgent:
             stream.emit(self.r, lab, "pool.placed", now, host=self.id)
         self.sweep_departed(lab, here)
 
-    def sweep_departed(self, lab: str, here: Container[str]) -> None:
+    def sweep_departed(self, lab: str, here: Container[str], rows: dict[str, str] | None = None) -> int:
         """Worker rows left by a host that is gone (or by this host's previous life): those workers died
         with it. An ack-early job one of them held is lost, as with any crashed worker; an ack-late one
-        comes back when its lease expires. Rows of a live host still draining after a handover stay."""
-        rows = self.r.hgetall(key(lab, "workers"))
-        if not rows:
-            return
-        live = live_hosts(self.r)
-        now = clock.now(self.r, lab)
-        for wid, raw in rows.items():
-            row = json.loads(raw)
+        comes back when its lease expires. Rows of a live host still draining after a handover stay.
+        `rows`: the lab's worker rows as the caller just read them (a supervisor pass reads them with the
+        rest). The live hosts and the clock are read only when a row is not one of `here`. Returns the rows of
+        other live hosts that stay."""
+        rows = self.r.hgetall(key(lab, "workers")) if rows is None else rows
+        others = {wid: json.loads(raw) for wid, raw in rows.items() if wid not in here}
+        if not others:
+            return 0
+        foreign = {wid for wid, row in others.items() if row.get("host") not in (None, "", self.id)}
+        live = live_hosts(self.r) if foreign else {}
+        gone = {wid: row for wid, row in others.items() if not (wid in foreign and row["host"] in live)}
+        now = clock.now(self.r, lab) if gone else 0.0
+        for wid, row in gone.items():
             h = row.get("host")
-            if wid in here or (h and h != self.id and h in live):
-                continue
             if row.get("job_id") and row.get("attempt"):
                 reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), wid, now)
             self.r.hdel(key(lab, "workers"), wid)
             stream.emit(self.r, lab, "worker.lost", now, worker_id=wid, from_host=h or "?")
+        return len(others) - len(gone)
 
     def take_command(self, raw: str, placed: Container[str]) -> dict | None:
         """A kill or replica command (app/pool.py routes it to the lab's owner) if this host is to carry it out;

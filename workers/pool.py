@@ -51,14 +51,19 @@ class LabPool:
     lab: str
     slots: dict[str, Slot] = field(default_factory=dict)
     fault_active: set = field(default_factory=set)
-    handoffs_swept: float = 0.0  # real time of the last hand-off sweep (once a second is plenty)
     reconciled: bool = False  # after the first pass, added workers pay the boot lag
     nice: int | None = None  # the nice level its processes run at (see lab_nice)
     pacing: list = field(default_factory=list)  # (real, simulated) samples: the clock's achieved speed
     reaper_at: float | None = None  # where this loop's barrier on the lab's clock stands
+    reaper_due: float = math.inf  # real time that barrier is next looked at, before the clock gets there
+    reaper_looked: float = 0.0  # real time it was last looked at (a pass or Duties.move_reaper)
     due_at: float = 0.0  # real time of the lab's next pass (0: at once; inf: only when something changes)
+    passed_at: float = 0.0  # real time of its last pass
+    sample_at: float = math.inf  # real time of the pacing readout's next sample (Duties.sample: no pass, no read)
     deadline: float = math.inf  # real time of its next lease deadline, due retry or worker (re)start
-    heads: dict = field(default_factory=dict)  # as last read: its clock hash, its first lease and first retry
+    settings: dict = field(default_factory=dict)  # as its last pass read them (empty before its first)
+    heads: dict = field(default_factory=dict)  # as last read: its clock hash, the first of leases, retries, dispatch
+    # and hand-offs (Duties.look; the clock, leases and retries again when they change: wait.refresh_deadlines)
     quiet: set = field(default_factory=set)  # engines found with nothing to do at its last pass (wait.next_pass),
     # until a change to their keys says otherwise (wait.note): their tick would only read that again
 

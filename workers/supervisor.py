@@ -81,10 +81,16 @@ class Supervisor:
                 for pool in list(self.pools.values()):
                     if pool.lab in self.pools and min(pool.due_at, pool.deadline) <= time.time():
                         self.lab_pass(pool)
+                    elif pool.lab in self.pools and pool.reaper_due <= time.time():
+                        self.duties.move_reaper(pool)
+                        wait.refresh_deadlines(self.r, [pool], {pool.lab: set()})
+                    elif pool.lab in self.pools and pool.sample_at <= time.time():
+                        self.duties.sample(pool)
                 if time.time() - last_expiry > 5:
                     self.expire_idle()
                     last_expiry = time.time()
-                wake = min([next_host, last_expiry + 5, *(min(p.due_at, p.deadline) for p in self.pools.values()),
+                wake = min([next_host, last_expiry + 5,
+                            *(min(p.due_at, p.deadline, p.reaper_due, p.sample_at) for p in self.pools.values()),
                             self.spares.due_at()])
                 changed = waker.wait(wake - time.time() + 0.0002)
                 commands = self.host.commands in changed
@@ -123,7 +129,8 @@ class Supervisor:
         """The host's part, once a heartbeat or when the set of labs changes: ownership, labs gone or moved."""
         live = self.r.smembers(LABS)
         parked = parking.parked(self.r)  # parked labs run no process on any host and hold no lease
-        self.mine = mine = self.host.ownership(live - parked, self.pools)
+        self.mine = mine = self.host.ownership(live - parked, self.pools,
+                                               {lab: pool.settings for lab, pool in self.pools.items()})
         for lab in list(self.pools):
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 stop_pool(self.pools.pop(lab))
@@ -142,13 +149,15 @@ class Supervisor:
         """Everything one lab needs now: its processes, its replicas, its broker duties; then when it is
         due again (see `wait.next_pass`)."""
         lab = pool.lab
-        settings = registry.settings(self.r, lab)
+        pool.passed_at = pool.reaper_looked = time.time()
+        seen = self.duties.look(pool)  # what the pass reads, in one round trip
+        settings = pool.settings = seen.settings
         self.keeper.reconcile(pool, settings)
         self.fleet.reconcile(lab, settings)
-        holding = self.duties.release_branch(lab, settings)
-        state = self.duties.tick(pool, settings)
-        pool.due_at = time.time() + wait.next_pass(self.r, pool, settings, state, holding, self.fleet.fleets)
-        # the clock, lease and retry heads were just read by the tick; a write since then notifies (Waker)
+        holding = self.duties.release_branch(lab, settings, seen)
+        self.duties.tick(pool, settings, seen)
+        pool.due_at = time.time() + wait.next_pass(pool, settings, seen, holding, self.fleet.fleets)
+        # the clock, lease and retry heads were just read by the pass; a write since then notifies (Waker)
         wait.refresh_deadlines(self.r, [pool], {lab: set()})
 
     def expire_idle(self) -> None:

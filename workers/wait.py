@@ -17,9 +17,10 @@ from collections.abc import Container
 import redis
 
 from core import clock
-from core.config import HOUSEKEEP_S, LOOP_S, MAINTAIN_S
+from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, REAPER_LEAD_S
 from core.keys import LABS, PARKED, key, keyspace
-from workers.engines import fairness
+from workers.broker.handoff import HANDOFF_S
+from workers.duties import DISPATCH_AGE_S, Seen
 from workers.pool import LabPool
 
 DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
@@ -98,46 +99,47 @@ class Waker:
         self.sig_w.close()
 
 
-def next_pass(r: redis.Redis, pool: LabPool, settings: dict, state: dict, holding: bool,
-              replicas: Container[str]) -> float:
-    """Real seconds until the lab's next pass: how a lab becomes due.
+def next_pass(pool: LabPool, settings: dict, seen: Seen, holding: bool, replicas: Container[str]) -> float:
+    """Real seconds until the lab's next pass: how a lab becomes due, on what the pass read (`seen`).
 
     A lab is passed when something that concerns it changes (Waker: its settings, a job, a delivery,
     the load generator, a fault, chapter 6 traffic, a command, a child process exiting), at its
-    deadline (a lease runs out, a retry is due, a worker respawns or finishes booting: `deadline`),
-    and otherwise only as often as what it runs needs time:
+    deadline (a lease runs out, a retry is due, a worker respawns or finishes booting, the clock has waited
+    at a barrier for MAINTAIN_S: `refresh_deadlines`), and otherwise only as often as what it runs needs time:
     HOUSEKEEP_S while an engine works on time (the load generator, chapter 6 traffic, the autoscaler,
     chapter 7's replicas, a fault to end, a worker draining or rewiring, the stale-job sweeper with
-    a job running, a branch waiting for its workers); MAINTAIN_S while work is in flight (jobs queued,
-    retrying or running, deliveries pending, barriers on the clock, a slowed clock to read out), or
-    sooner when a barrier's holder would lapse; never (math.inf) when nothing is in flight."""
+    a job running, a branch waiting for its workers). While work is in flight: when a barrier's holder lapses,
+    within MAINTAIN_S after a delivery has waited in `dispatch` DISPATCH_AGE_S or a hand-off is HANDOFF_S old (so
+    a pass that comes anyway does them), every MAINTAIN_S while another host's workers still run here, and at
+    most INFLIGHT_S apart; never (math.inf) when nothing is in flight. The pacing readout needs no pass: its
+    samples are taken from the clock hash in hand (`pool.sample_at`, Duties.sample)."""
     lab = pool.lab
-    with r.pipeline(transaction=False) as pipe:
-        pipe.hmget(key(lab, "states"), "queued", "retrying", "running")
-        pipe.zcard(key(lab, "dispatch"))
-        pipe.hvals(key(lab, "barrier_alive"))
-        pipe.hget(key(lab, "loadgen"), "on")
-        pipe.hlen(fairness.inflight_key(lab))
-        for tier in fairness.TIERS:
-            pipe.zcard(fairness.pending_key(lab, tier))
-        states, dispatching, alive, loadgen_on, *fair = pipe.execute()
+    state, states, fair = seen.state, seen.states, seen.fair
     running = int(states[2] or 0)
     # engines with nothing to do skip their tick until their keys change (note): the load generator while it is
     # off; chapter 6 traffic while none arrives, waits or runs (a full tick at rate 0 has dropped its last
-    # generation time, so traffic that starts again starts from its own moment)
-    pool.quiet = ({"loadgen"} if loadgen_on != "1" else set()) | \
+    # generation time, so traffic that starts again starts from its own moment). A quiet engine's gauges are not
+    # read (Duties.look), so they stay quiet here.
+    pool.quiet = ({"loadgen"} if seen.loadgen_on != "1" else set()) | \
         ({"fair"} if not any(fair) and float(settings.get("arrival_rate", 0)) <= 0 else set())
     slots = {s.state for s in pool.slots.values()}
-    if (loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
+    in_flight = any(int(n or 0) for n in states) or pool.heads["dispatch"] or seen.alive or \
+        pool.reaper_at is not None
+    real = time.time()
+    pool.sample_at = real + MAINTAIN_S if in_flight or state["slowed"] else math.inf
+    if (seen.loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
             or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
             or lab in replicas or pool.fault_active or holding or slots & {"draining", "rewiring"}
             or (running and settings.get("guard") == "claim" and settings.get("stale_after"))):
         return HOUSEKEEP_S
-    if any(int(n or 0) for n in states) or dispatching or alive or pool.reaper_at is not None \
-            or state["slowed"]:
-        lapse = min((float(u) for u in alive), default=math.inf) - time.time()
-        return max(0.0, min(MAINTAIN_S, lapse + 0.01))
-    return math.inf
+    if not in_flight:
+        return math.inf
+    if seen.foreign:
+        return MAINTAIN_S
+    due = [float(u) + 0.01 for u in seen.alive.values()]  # a holder lapses: its barrier is swept (Duties.lift_dead)
+    due += [t + DISPATCH_AGE_S + MAINTAIN_S for _m, t in pool.heads["dispatch"]]
+    due += [t + HANDOFF_S + MAINTAIN_S for _m, t in pool.heads["handoffs"]]
+    return max(0.0, min(min(due, default=math.inf) - real, INFLIGHT_S))
 
 
 def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, set[str]] | None = None) -> None:
@@ -171,9 +173,23 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
         moments = [s for _m, s in leases + scheduled]
         moments += [-math.inf if s.state == "respawning" else s.respawn_at
                     for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
-        out = [0.0 if at <= t else
-               float(state.get("base_real", time.time())) + (at - float(state.get("base_sim", 0))) / speed
-               for at in moments if at <= t or (state.get("paused") != "1" and at <= held)]
+        paused = state.get("paused") == "1"
+
+        def real_of(at: float, state: dict = state, speed: float = speed) -> float:
+            return float(state.get("base_real", time.time())) + (at - float(state.get("base_sim", 0))) / speed
+
+        out = [0.0 if at <= t else real_of(at) for at in moments if at <= t or (not paused and at <= held)]
+        if held < math.inf and not paused:
+            # a clock that waits at a barrier is looked at every MAINTAIN_S (a holder that died is swept): from
+            # MAINTAIN_S after it got there; a hand-off's wait of a few milliseconds never comes to that
+            out.append(max(real_of(held), pool.passed_at) + MAINTAIN_S)
+        # the clock's next stop is this loop's own barrier, whose deadline heartbeats have most likely pushed later
+        # (or whose job ended): it is moved on REAPER_LEAD_S before the clock gets there (Duties.move_reaper), so
+        # the clock does not stand still for that; once it has been looked at, the deadline's own moment is the
+        # lab's deadline (above) if it still stands
+        early = math.inf if pool.reaper_at is None or pool.reaper_at > held + 1e-6 or paused \
+            else real_of(pool.reaper_at) - REAPER_LEAD_S
+        pool.reaper_due = early if early > pool.reaper_looked else math.inf
         pool.deadline = min(out, default=math.inf)
 
 
@@ -194,6 +210,10 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
             pool.quiet.discard("loadgen" if parts[2] == "loadgen" else "fair")
         if parts[2] == "settings" or pool.due_at == math.inf:
             pool.due_at = 0.0
+        elif parts[2] in ("loadgen", "faults") or parts[2].startswith("fair:"):
+            pool.due_at = min(pool.due_at, time.time() + HOUSEKEEP_S)  # an engine or a fault's cadence starts
+        elif parts[2] == "dispatch":  # a delivery its sender may not live to send: looked at once it is due
+            pool.due_at = min(pool.due_at, time.time() + DISPATCH_AGE_S + MAINTAIN_S)
     if waker.child:  # a child exited: the lab whose worker it was looks at it now
         waker.child = False
         for pool in pools.values():

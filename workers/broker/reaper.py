@@ -156,14 +156,15 @@ def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float |
 
 
 def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, speed: float,
-                      upto: float | None = None) -> int:
+                      upto: float | None = None, clock_state: dict | None = None) -> int:
     """Every lease whose deadline passed (up to `upto`, default now): the message visible again, or
-    redriven to the DLQ."""
+    redriven to the DLQ. `clock_state`: the clock hash `now` was read from, when the caller has it."""
     n = 0
     mr = settings["max_receives"]
     upto = now if upto is None else upto
     expired_leases = r.zrangebyscore(key(lab, "leases"), "-inf", upto, withscores=True)
-    clock_state = r.hgetall(key(lab, "clock")) if expired_leases else {}
+    if clock_state is None:
+        clock_state = r.hgetall(key(lab, "clock")) if expired_leases else {}
     for job_id, deadline in expired_leases:
         # in real time, how long after the lab's clock reached the deadline this scan acted (the clock
         # itself waits at the reaper's barrier, so in simulated time a redelivery is never late)
