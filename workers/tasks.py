@@ -206,14 +206,17 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
         # (its completion is refused next); the temps go, as a failed attempt's do
         drop_temps(lab, job_id, attempt)
         return {}
-    store_outputs(r, lab, settings, clock.now(r, lab))
+    # the attempt's barrier holds the clock at its end until it is lifted (run_attempt), so one reading serves
+    # every output the attempt writes
+    done_at = clock.now(r, lab)
+    store_outputs(r, lab, settings, done_at)
     outputs = {}
     for rend in renditions:
         tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
                                   "jpg" if rend == "thumb" else "mp4")
         publish(r, lab, f"transcoded/{job_id}/{final.name}", tmp, idempotent)
         outputs[rend] = f"/api/labs/{lab}/jobs/{job_id}/outputs/{final.name}"
-        stream.emit(r, lab, "output.written", clock.now(r, lab), job_id=job_id, worker_id=worker_id(),
+        stream.emit(r, lab, "output.written", done_at, job_id=job_id, worker_id=worker_id(),
                     attempt=attempt, path=f"transcoded/{job_id}/{final.name}")
     return outputs
 
@@ -368,7 +371,11 @@ class Watch:
         if "K" in flags and ("h" in flags or "A" in flags):
             self.channels = {keyspace(r, k): name for name, k in self.keys.items()}
             self.published = clock.state_channel(lab)
-            self.ps = r.pubsub()
+            # on a connection of its own, not one of `r`'s: closed with the watch, it would otherwise be the next
+            # one `r` hands out, and connect again (a handshake per job)
+            pool = r.connection_pool
+            self.ps = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class,
+                                                                       **pool.connection_kwargs)).pubsub()
             self.ps.subscribe(*self.channels, self.published)
             for _ in range(len(self.channels) + 1):  # every subscription confirmed before anything is read
                 while (msg := self.ps.get_message(timeout=SUBSCRIBE_CONFIRM_S)) is None or msg["type"] != "subscribe":

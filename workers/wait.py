@@ -7,6 +7,7 @@ into labs that are due.
 
 from __future__ import annotations
 
+import json
 import math
 import select
 import signal
@@ -43,12 +44,18 @@ class Waker:
     The timeout is computed from the deadline in real time and enforced by that `select` (a
     server-side BLPOP timeout rounds up to the server's 100 ms cron on an idle server). A server that
     refuses CONFIG SET falls back to a 20 ms poll.
+
+    A barrier's move, the clock's most frequent change, also publishes the clock hash as it left it
+    (clock.state_channel), after its keyspace notification: `published` keeps, per clock key, that hash when it
+    is the last word heard of the key in this wait, so the lab's deadline is refreshed without reading it again.
     """
 
     def __init__(self, r: redis.Redis, commands: str):
         self.r = r
         self.ps = None
+        self.published_pattern = clock.state_channel("*")
         self.child = False  # a child process exited since the last wait
+        self.published: dict[str, dict] = {}  # clock key → the hash a barrier's move left, heard last in this wait
         self.sig_r, sig_w = socket.socketpair()
         for s in (self.sig_r, sig_w):
             s.setblocking(False)
@@ -64,7 +71,8 @@ class Waker:
             r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
             ps.psubscribe(*(keyspace(r, k) for k in (commands, LABS, PARKED)),
-                          *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS))
+                          *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS),
+                          self.published_pattern)
             self.ps = ps
         except redis.ResponseError:
             self.ps = None
@@ -83,13 +91,18 @@ class Waker:
         except (BlockingIOError, InterruptedError):
             pass
         changed: set[str] = set()
+        self.published = {}
         while conn.can_read(timeout=0):
             msg = self.ps.get_message(timeout=0)
-            if msg and msg.get("type") == "pmessage":
+            if msg and msg.get("type") == "pmessage" and msg["pattern"] == self.published_pattern:
+                changed.add(msg["channel"])
+                self.published[msg["channel"]] = json.loads(msg["data"])
+            elif msg and msg.get("type") == "pmessage":
                 k = msg["channel"].split(":", 1)[1]
                 if msg["data"] == PUSHED_LATER and k.endswith(":leases"):
                     continue  # a heartbeat pushed a lease later: no deadline came earlier (leases.extend_lease)
                 changed.add(k)
+                self.published.pop(k, None)  # written again since: read
         return changed
 
     def close(self) -> None:
@@ -214,6 +227,10 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
             pool.due_at = min(pool.due_at, time.time() + HOUSEKEEP_S)  # an engine or a fault's cadence starts
         elif parts[2] == "dispatch":  # a delivery its sender may not live to send: looked at once it is due
             pool.due_at = min(pool.due_at, time.time() + DISPATCH_AGE_S + MAINTAIN_S)
+    for lab, ks in keys.items():  # a clock hash a barrier's move published needs no read
+        if "clock" in ks and (state := waker.published.get(key(lab, "clock"))) is not None:
+            stale[lab].heads["clock"] = state
+            ks.discard("clock")
     if waker.child:  # a child exited: the lab whose worker it was looks at it now
         waker.child = False
         for pool in pools.values():

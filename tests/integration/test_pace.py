@@ -23,8 +23,9 @@ from core import clock
 from core.keys import job, key, msg
 from runtime.procs import wait
 from workers.broker import leases
+from workers.pool import LabPool
 from workers.tasks import Watch, report_progress
-from workers.wait import Waker
+from workers.wait import Waker, note, refresh_deadlines
 
 
 def _commands_of(r: redis.Redis, client_id: int) -> int:
@@ -189,3 +190,30 @@ def test_a_tenth_of_progress_is_one_round_trip_that_keeps_the_rest_of_the_row(r,
             ("job.progress", "8", "w2", 40, 13.0)]
     finally:
         r.delete(rows, key(lab, "events"))
+
+
+def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_without_a_read(r, redis_server, lab):
+    name = f"t-sup-{uuid.uuid4().hex[:8]}"
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)  # the supervisor's
+    waker = Waker(own, f"t-commands-{lab}")
+    pool = LabPool(lab)
+    try:
+        refresh_deadlines(own, [pool])
+        sent = sum(int(c["tot-cmds"]) for c in r.client_list() if c.get("name") == name)
+        clock.hold(r, lab, "other:1", 1e6)  # the lowest barrier: the clock is rebased
+        heard: set[str] = set()
+        wait(lambda: heard.update(waker.wait(0.1)) or key(lab, "clock") in waker.published, 10,
+             "the barrier's move was never heard with its clock")
+        note(own, {lab: pool}, heard, waker)
+        assert pool.heads["clock"] == r.hgetall(key(lab, "clock")), "the deadline was computed from another clock"
+        assert sum(int(c["tot-cmds"]) for c in r.client_list() if c.get("name") == name) == sent, \
+            "the supervisor read the clock a barrier's move had handed it"
+        clock.pause(r, lab)  # a write that only notifies: read
+        wait(lambda: key(lab, "clock") in waker.wait(0.1), 10, "the pause was never heard")
+        assert key(lab, "clock") not in waker.published
+    finally:
+        waker.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        own.close()
+        r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
