@@ -20,7 +20,7 @@ import redis
 
 from core import blobs, clock, registry, stream
 from core.config import Config
-from core.keys import job, key, keyspace, lab_dir
+from core.keys import LABS, job, key, keyspace, lab_dir
 from workers import media
 from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
@@ -95,11 +95,16 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     """One delivery (number `attempt`) of the job's message, received by this worker."""
     die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
-    if not registry.exists(r, lab):
+    with r.pipeline(transaction=False) as pipe:  # what the attempt starts from, in one round trip
+        pipe.sismember(LABS, lab)
+        pipe.get(key(lab, "settings"))
+        pipe.hgetall(key(lab, "clock"))
+        live, raw_settings, clock_hash = pipe.execute()
+    if not live:
         return
-    settings = registry.settings(r, lab)
+    settings = registry.parse_settings(raw_settings)
     wid = worker_id()
-    now = clock.now(r, lab)
+    now = clock.reading(clock_hash, time.time())["t_raw"]
     outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
     if outcome != leases.RUN:
         # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be); its
@@ -386,8 +391,12 @@ class Watch:
 
     def _get(self, name: str) -> dict:
         if name in self.stale or self.ps is None:
-            self.state[name] = self.r.hgetall(self.keys[name])
-            self.stale.discard(name)
+            names = sorted(self.stale | {name})  # every hash due a read, in one round trip (both, at the start)
+            with self.r.pipeline(transaction=False) as pipe:
+                for n in names:
+                    pipe.hgetall(self.keys[n])
+                self.state.update(zip(names, pipe.execute(), strict=True))
+            self.stale.clear()
         return self.state[name]
 
     def clock(self) -> dict:
@@ -555,6 +564,8 @@ def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, 
         stream.emit(r, lab, "email.suppressed", now, job_id=job_id, worker_id=worker_id(),
                     attempt=attempt)
         return
-    r.rpush(key(lab, "outbox"), json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
-                                            "subject": f"Your video (job {job_id}) is ready"}))
-    stream.emit(r, lab, "email.sent", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
+    with r.pipeline(transaction=True) as pipe:  # the mail and its event (and counter) in one step
+        pipe.rpush(key(lab, "outbox"), json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
+                                                   "subject": f"Your video (job {job_id}) is ready"}))
+        stream.append(pipe, lab, "email.sent", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
+        pipe.execute()
