@@ -152,7 +152,9 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first,
                            record, rng)
     finally:
-        handoff.hold_for_next(r, lab, clock.now(r, lab))
+        # the next delivery's barrier goes where the clock is now: a hold never takes the clock back (clock.py),
+        # so the attempt's first moment places it at the present without another read of the clock
+        handoff.hold_for_next(r, lab, now)
         clock.lift(r, lab, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
 

@@ -87,3 +87,12 @@ def test_a_barrier_moved_without_a_new_stamp_keeps_its_expiry_and_a_new_holder_i
     assert r.hget(alive, "b") is not None, "a new holder's barrier had no expiry: the sweep would lift it at once"
     clock.hold(r, lab, "a", 2e6, ttl=60)
     assert float(r.hget(alive, "a")) > float(stamp) + 30, "a refresh did not restamp the expiry"
+
+
+def test_a_barrier_held_at_a_moment_already_past_is_placed_at_the_present(r, lab):
+    clock.hold(r, lab, "held", 1e6)  # the clock will wait there
+    wait(lambda: clock.now(r, lab) >= 50, 10, "the clock never ran")
+    clock.hold(r, lab, "late", 1.0)  # a moment the clock has passed (a caller's older reading)
+    at = r.zscore(key(lab, "barriers"), "late")
+    assert at >= 50, f"a hold took the clock back to {at}"
+    assert clock.now(r, lab) >= at, "the clock went back"
