@@ -289,8 +289,8 @@ class Hub:
                         woke = entries[-1][0]
                     else:
                         self.fan_out(k.split(":")[1], entries)
-            except (redis.ConnectionError, redis.TimeoutError):  # the server restarts (or a loaded box stalled a
-                threading.Event().wait(0.5)                         # read past its timeout): read again from .last
+            except redis.RedisError:  # the server restarts, or a loaded box stalled a read past its timeout: read
+                threading.Event().wait(0.5)  # again from .last (the hub must outlive any one failed read)
 
 
 def init_app(app: Flask) -> None:
