@@ -307,17 +307,17 @@ def _source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
 def create_job(lab_id: str):
     r = get_redis()
     limits.check_rate(r, "jobs")
-    claim = idempotency.begin(r, lab_id, registry.settings(r, lab_id))  # before the body: a resend mid-upload gets 409
+    lab_settings = registry.settings(r, lab_id)
+    claim = idempotency.begin(r, lab_id, lab_settings)  # before the body: a resend mid-upload gets 409
     try:
-        return _create_job(r, lab_id, claim)
+        return _create_job(r, lab_id, lab_settings, claim)
     except Exception:
         if claim:
             claim.abandon()  # no job was made: free the key so the client may retry
         raise
 
 
-def _create_job(r: redis.Redis, lab_id: str, claim: idempotency.Claim | None):
-    lab_settings = registry.settings(r, lab_id)
+def _create_job(r: redis.Redis, lab_id: str, lab_settings: dict, claim: idempotency.Claim | None):
     is_upload = (request.content_type or "").startswith("multipart/")
     body = dict(request.form) if is_upload else json_body()
     replayed = claim.replay(body) if claim else None

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 WEB_THREADS = 256  # gthread holds one thread per open WebSocket: > the 200 sockets of `latency`
+DRIVER = "bench-driver"  # the client name of the bench's own connection to the server (`cost` leaves its commands out)
 LOAD: dict[str, float] = {}  # 1-minute load average when the current benchmark started
 
 
@@ -89,7 +90,7 @@ class Bench:
 
     def __init__(self, stack: Stack):
         self.stack = stack
-        self.r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+        self.r = redis.Redis.from_url(stack.redis_url, decode_responses=True, client_name=DRIVER)  # the driver's reads
         self.rb = redis.Redis.from_url(stack.redis_url)  # RQ pickles: bytes in, bytes out
         self.api = stack.api(timeout=30)
         LOAD["start"] = round(os.getloadavg()[0], 2)

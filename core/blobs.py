@@ -26,6 +26,7 @@ from pathlib import Path
 
 import redis
 from redis.client import NEVER_DECODE
+from redis.commands.core import Script
 
 from core.keys import LABS, key, lab_dir
 
@@ -34,25 +35,40 @@ TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
 CLIENT_PREFIX = "blobs:client:"  # + client: bytes of that client's labs' blobs
 CHUNK = 256 * 1024  # a non-atomic write goes out in pieces (a crash can leave a prefix, as a file would)
 
+# KEYS: [1] the lab's blob index [2] the lab's bytes [3] the server's [4] the live labs [5] the client's bytes
+#       (or [3] again: no client), then [6..] the blobs' keys.
+# ARGV: [1] the lab [2] the lab's cap [3] the server's [4] the client's (-1: none) [5] 'set' | 'append', then
+#       per blob its name and its bytes. Every blob or none, in one step: one check of the caps for them all.
+# Returns each blob's new size, or -3 (lab gone), -1 (lab cap), -4 (client cap), -2 (server cap).
 _PUT = """
-if redis.call('SISMEMBER', KEYS[5], ARGV[6]) == 0 then return -3 end
-local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-local size = string.len(ARGV[2])
-local new = size
-if ARGV[5] == 'append' then new = old + size end
-local lab_used = tonumber(redis.call('GET', KEYS[3]) or '0')
-local total = tonumber(redis.call('GET', KEYS[4]) or '0')
-local client_cap = tonumber(ARGV[7])
-if lab_used - old + new > tonumber(ARGV[3]) then return -1 end
-if client_cap >= 0 and tonumber(redis.call('GET', KEYS[6]) or '0') - old + new > client_cap then return -4 end
-if total - old + new > tonumber(ARGV[4]) then return -2 end
-if ARGV[5] == 'append' then redis.call('APPEND', KEYS[1], ARGV[2]) else redis.call('SET', KEYS[1], ARGV[2]) end
-redis.call('HSET', KEYS[2], ARGV[1], new)
-redis.call('INCRBY', KEYS[3], new - old)
-redis.call('INCRBY', KEYS[4], new - old)
-if client_cap >= 0 then redis.call('INCRBY', KEYS[6], new - old) end
-return new
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return -3 end
+local n = #KEYS - 5
+local names, sizes, change = {}, {}, 0
+for i = 1, n do names[i] = ARGV[4 + 2 * i] end
+local olds = redis.call('HMGET', KEYS[1], unpack(names))
+for i = 1, n do
+  local old = tonumber(olds[i] or '0')
+  sizes[i] = string.len(ARGV[5 + 2 * i])
+  if ARGV[5] == 'append' then sizes[i] = old + sizes[i] end
+  change = change + sizes[i] - old
+end
+local client_cap = tonumber(ARGV[4])
+if tonumber(redis.call('GET', KEYS[2]) or '0') + change > tonumber(ARGV[2]) then return -1 end
+if client_cap >= 0 and tonumber(redis.call('GET', KEYS[5]) or '0') + change > client_cap then return -4 end
+if tonumber(redis.call('GET', KEYS[3]) or '0') + change > tonumber(ARGV[3]) then return -2 end
+local index = {}
+for i = 1, n do
+  if ARGV[5] == 'append' then redis.call('APPEND', KEYS[5 + i], ARGV[5 + 2 * i])
+  else redis.call('SET', KEYS[5 + i], ARGV[5 + 2 * i]) end
+  index[2 * i - 1], index[2 * i] = names[i], sizes[i]
+end
+redis.call('HSET', KEYS[1], unpack(index))
+redis.call('INCRBY', KEYS[2], change)
+redis.call('INCRBY', KEYS[3], change)
+if client_cap >= 0 then redis.call('INCRBY', KEYS[5], change) end
+return sizes
 """
+_PUT_SCRIPT = Script(None, _PUT.encode())  # EVALSHA on any client (its source is sent once per server)
 
 # Freeing scripts run even when the server is at maxmemory (they give memory back).
 _DELETE = """#!lua flags=allow-oom
@@ -132,11 +148,18 @@ def ref(name: str) -> str:
 def put(r: redis.Redis, lab: str, name: str, data: bytes, append: bool = False) -> int:
     """Store (or append to) one blob within the caps; returns its size. Raises BlobFull, or LabGone
     if the lab is no longer live (checked in the same atomic step: a delete racing it leaves no byte)."""
+    return put_many(r, lab, {name: data}, append)[name]
+
+
+def put_many(r: redis.Redis, lab: str, blobs: dict[str, bytes], append: bool = False) -> dict[str, int]:
+    """`put` of several blobs in one step (an attempt's outputs): all stored, or none; name → size."""
     lab_cap, client_cap, server_cap = caps()
     who = _client_of(r, lab)
-    res = int(r.eval(_PUT, 6, blob_key(lab, name), _index(lab), _used(lab), TOTAL, LABS, who or TOTAL,
-                     name, data, lab_cap, server_cap, "append" if append else "set", lab,
-                     client_cap if who else -1))
+    args = [lab, lab_cap, server_cap, client_cap if who else -1, "append" if append else "set"]
+    for name, data in blobs.items():
+        args += [name, data]
+    res = _PUT_SCRIPT(keys=[_index(lab), _used(lab), TOTAL, LABS, who or TOTAL,
+                            *(blob_key(lab, name) for name in blobs)], args=args, client=r)
     if res == -3:
         raise LabGone(lab)
     if res == -1:
@@ -145,7 +168,7 @@ def put(r: redis.Redis, lab: str, name: str, data: bytes, append: bool = False) 
         raise BlobFull("client", client_cap)
     if res == -2:
         raise BlobFull("server", server_cap)
-    return res
+    return dict(zip(blobs, (int(n) for n in res), strict=True))
 
 
 def put_file(r: redis.Redis, lab: str, name: str, path: Path, atomic: bool = True) -> int:

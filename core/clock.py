@@ -161,12 +161,14 @@ def _alive(lab: str) -> str:
 
 # The barrier change as a Lua function, so a script that must move a barrier in the same round trip as its
 # own work (a heartbeat: workers/broker/leases.py) calls it too:
-#   barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
+#   barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh, also)
 # ck the clock hash, bk the barriers zset (holder → sim time), ak the alive hash (holder → real expiry);
 # op 'hold' | 'lift' | 'sweep'; at the barrier's sim time (hold); real_s the real now (a string: the clock's
 # new base_real, stored as is); alive_until the holder's real expiry and refresh '1' to stamp it (hold). With
 # '0' the stamp of the holder's last refresh stays: a holder that moves its barrier several times a second
-# need not restamp it each time. A new holder is always stamped.
+# need not restamp it each time. A new holder is always stamped. `also` (or ''): another holder whose barrier is
+# lifted in the same step (an attempt's start takes its own barrier as its hand-off's goes; its end hands the
+# clock to the next delivery's), so the clock is rebased once, not twice.
 # A move of the lowest barrier is the clock's most frequent change (a busy lab's every heartbeat can make one), so
 # the script also publishes the clock hash as it leaves it on the channel named as the hash (`state_channel`): a
 # paced attempt watching the clock (workers/tasks.py Watch) takes it from there instead of reading it again.
@@ -195,7 +197,7 @@ local function clock_now(st, real)
   end
   return t
 end
-local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
+local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh, also)
   local real = tonumber(real_s)
   local own = clock_state(ck)
   if next(own) == nil then return 0 end  -- a deleted lab: no barrier brings its keys back
@@ -229,6 +231,10 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh)
     redis.call('ZREM', bk, holder)
     redis.call('HDEL', ak, holder)
   end
+  if also and also ~= '' then
+    redis.call('ZREM', bk, also)
+    redis.call('HDEL', ak, also)
+  end
   local low = nil
   for _, l in ipairs(lanes) do
     local b = redis.call('ZRANGE', l[2], 0, 0, 'WITHSCORES')
@@ -255,19 +261,20 @@ end
 """
 # KEYS: [1] the clock hash, [2] barriers zset, [3] alive hash
 # ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
-#       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold)
+#       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold),
+#       [7] another holder to lift in the same step ('' for none)
 _BARRIER_LUA = BARRIER_FN + "return barrier(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], " \
-                            "ARGV[6])"
+                            "ARGV[6], ARGV[7])"
 _scripts: dict[int, object] = {}
 
 
 def barrier_call(lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL,
-                 refresh: bool = True) -> tuple[list[str], list[str]]:
+                 refresh: bool = True, also_lift: str = "") -> tuple[list[str], list[str]]:
     """The KEYS and ARGV of one barrier change (as `_BARRIER_LUA` takes them, and as a script embedding
-    BARRIER_FN passes them on)."""
+    BARRIER_FN passes them on); `also_lift`: another holder's barrier lifted in the same step."""
     real = time.time()
     return ([key(lab, "clock"), _barriers(lab), _alive(lab)],
-            [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0"])
+            [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0", also_lift])
 
 
 def apply(r: redis.Redis, call: tuple[list[str], list[str]]) -> int:
@@ -278,16 +285,19 @@ def apply(r: redis.Redis, call: tuple[list[str], list[str]]) -> int:
     return int(_scripts[id(r)](keys=keys, args=args))
 
 
-def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL, refresh: bool = True) -> None:
+def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL, refresh: bool = True,
+         also_lift: str = "") -> None:
     """Simulated time may not pass `at` until `holder` lifts (or moves) this barrier, or stops
     refreshing it for `ttl` real seconds (`refresh=False`: a holder that moves its barrier often keeps the
-    stamp of its last refresh, which it renews itself at least every `ttl` / 2)."""
-    apply(r, barrier_call(lab, "hold", holder, at, ttl, refresh))
+    stamp of its last refresh, which it renews itself at least every `ttl` / 2). `also_lift`: another
+    holder's barrier goes in the same step (one rebase of the clock, one round trip)."""
+    apply(r, barrier_call(lab, "hold", holder, at, ttl, refresh, also_lift))
 
 
-def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> None:
-    """The holder is alive: keep its barrier (called every pacing tick)."""
-    r.hset(_alive(lab), holder, time.time() + ttl)
+def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> bool:
+    """The holder is alive: keep its barrier (called every REFRESH_S while it paces). False if the barrier was
+    gone (its stamp was new: a sweep lifted it while its holder stalled), so the holder places it again."""
+    return r.hset(_alive(lab), holder, time.time() + ttl) == 0
 
 
 def lift(r: redis.Redis, lab: str, holder: str) -> None:

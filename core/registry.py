@@ -112,8 +112,15 @@ def workers(r: redis.Redis, lab: str) -> list[dict]:
     return _sorted_workers(r.hgetall(key(lab, "workers")))
 
 
-def _sorted_workers(rows: dict[str, str]) -> list[dict]:
-    return sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
+def _sorted_workers(rows: dict[str, str], progress: dict[str, str] | None = None) -> list[dict]:
+    """The worker rows in id order; with the lab's `progress` hash (worker → "job:attempt:percent", written by
+    the attempt: workers/tasks.py report_progress), each busy worker's progress in the attempt it runs now."""
+    out = sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
+    for w in out:
+        job_id, attempt, pct = (progress or {}).get(w["id"], "::").rsplit(":", 2)
+        if w.get("state") == "busy" and job_id == w.get("job_id") and attempt == str(w.get("attempt")):
+            w["progress"] = int(pct)
+    return out
 
 
 def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
@@ -237,11 +244,12 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         pipe.hgetall(key(lab, "states"))
         pipe.hgetall(key(lab, "counts"))
         pipe.hgetall(key(lab, "workers"))
+        pipe.hgetall(key(lab, "progress"))
         pipe.hgetall(key(lab, "faults"))
         pipe.hgetall(key(lab, "breaker"))
         pipe.xrevrange(key(lab, "events"), count=1)
         raw = pipe.execute()
-    state_rows, counter_rows, worker_rows, faults, breaker, last = raw[JOB_READS * len(ids):]
+    state_rows, counter_rows, worker_rows, progress, faults, breaker, last = raw[JOB_READS * len(ids):]
     jobs = _fold_jobs(ids, raw)
     return {
         "lab_id": lab,
@@ -249,7 +257,7 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         "settings": settings(r, lab),
         "clock": clock.read(r, lab),
         "counts": _fold_counts(state_rows, counter_rows),
-        "workers": _sorted_workers(worker_rows),
+        "workers": _sorted_workers(worker_rows, progress),
         "jobs": jobs,
         "faults": faults,
         "breaker": breaker or {"state": "closed"},

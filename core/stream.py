@@ -1,7 +1,7 @@
 """The lab's event stream: one capped Redis Stream per lab, the single source of every count.
 
-An event's counter is bumped in the same atomic step that appends it (a MULTI or the Lua script
-of the transition), so the snapshot's counts can never disagree with the log the learner reads.
+An event's counter is bumped in the same atomic step that appends it (`emit_all`'s script, a transition's, or
+the MULTI a caller queues `append` in), so the snapshot's counts can never disagree with the log the learner reads.
 
 Capped by count (MAXLEN, trimmed on append) and so by bytes: no encoded event is longer than
 EVENT_MAX_BYTES (long text in its data, such as a 2 kB webhook URL, is cut to STRING_MAX characters
@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
 from core.events import EVENT_TYPES
 from core.keys import key
@@ -85,12 +86,36 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
         pipe.hincrby(key(lab, "counts"), counter(type_), 1)
 
 
+# KEYS: [1] the lab's events [2] its counters. ARGV: per event, the encoded event and its counter ('' for none).
+# Each counter is bumped once, by how many of the events it counts.
+_EMIT = Script(None, (LUA_EMIT + """
+local bumps = {}
+for i = 1, #ARGV, 2 do
+  emit(KEYS[1], KEYS[2], ARGV[i], '')
+  if ARGV[i + 1] ~= '' then bumps[ARGV[i + 1]] = (bumps[ARGV[i + 1]] or 0) + 1 end
+end
+for c, n in pairs(bumps) do redis.call('HINCRBY', KEYS[2], c, n) end
+""").encode())  # EVALSHA on any client
+
+
 def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
-    # a MULTI only where there is a counter to keep in step: an uncounted event is one XADD (readers block on
-    # the stream itself: app/ws.py's hub, app/longpoll.py), and a MULTI and an EXEC are two more commands
-    with r.pipeline(transaction=bool(counter(type_))) as pipe:
-        append(pipe, lab, type_, t_sim, **fields)
-        pipe.execute()
+    """Append one event (`emit_all`)."""
+    emit_all(r, lab, [(type_, t_sim, fields)])
+
+
+def emit_all(r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]]) -> None:
+    """Append events (type, simulated time, fields) in one step. One uncounted event is one XADD (readers block
+    on the stream itself: app/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one
+    HINCRBY per counter (in a MULTI, the MULTI and the EXEC would be two more commands, and each event its own
+    HINCRBY)."""
+    if len(events) == 1 and not counter(events[0][0]):
+        type_, t_sim, fields = events[0]
+        append(r, lab, type_, t_sim, **fields)
+        return
+    args = []
+    for type_, t_sim, fields in events:
+        args += [encode(type_, t_sim, **fields), counter(type_)]
+    _EMIT(keys=[key(lab, "events"), key(lab, "counts")], args=args, client=r)
 
 
 def decode(entry_id: str, fields: dict) -> dict:

@@ -1,11 +1,47 @@
 """Small helpers the integration and lesson tests share: events by type, a job enqueued, chapter 7's
-schedule read, changed and waited on. All of them go through the public HTTP contract."""
+schedule read, changed and waited on (all through the public HTTP contract); and what a connection costs the
+server (its own per-client count, and the requests a client sends)."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable
+
+from redis.connection import Connection
+
+
+def commands_run(r, **match: str | set[str]) -> int:
+    """Commands the server has run so far for the connections whose `CLIENT LIST` fields match (`id="7"`,
+    `name="x"`, or a set: `addr={...}`): its own per-client count, `tot-cmds`, where MULTI and EXEC count, and
+    each command of a pipeline."""
+    def picked(c: dict) -> bool:
+        return all(c.get(f) in v if isinstance(v, set) else c.get(f) == v for f, v in match.items())
+    return sum(int(c["tot-cmds"]) for c in r.client_list() if picked(c))
+
+
+def round_trips(monkeypatch, *clients) -> Callable[[], int]:
+    """From now on, the requests `clients` send the server, counted (a pipeline is one, as a script's call is):
+    read the count by calling what this returns."""
+    sent = [0]
+    send = Connection.send_packed_command
+    pools = [c.connection_pool for c in clients]
+
+    def counted(conn, command, check_health=True):
+        if any(conn in p._available_connections or conn in p._in_use_connections for p in pools):
+            sent[0] += 1
+        return send(conn, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    return lambda: sent[0]
+
+
+def requests_sent(client, monkeypatch) -> list[str]:
+    """From now on, the name of each request `client` sends the server (a script's call is one)."""
+    sent: list[str] = []
+    send = client.execute_command
+    monkeypatch.setattr(client, "execute_command", lambda *a, **kw: sent.append(a[0]) or send(*a, **kw))
+    return sent
 
 
 def types(events: list[dict], t: str) -> list[dict]:

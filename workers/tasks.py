@@ -31,7 +31,9 @@ PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading 
 # no keyspace notifications (a pause, a new speed, a storage outage that began: an in-flight upload fails at its
 # first instant, so the retry keeps its moment); with them, it reads the clock and faults only when they change
 POLL_FFMPEG_S = 0.05  # real seconds between looks at ffmpeg where no pidfd can wake the attempt when it exits
-REFRESH_S = 1.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
+REFRESH_S = 2.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
+PROGRESS_GAP_S = 1.0  # real seconds at least between two tenths of a job's progress: the worker card's bar moves
+# about once a second at any speed (every tenth while a tenth takes longer than that; at 20× a 120 s job shows 4)
 SUBSCRIBE_CONFIRM_S = 10.0  # real seconds the server may take to confirm a subscription (a busy box)
 _conn: redis.Redis | None = None
 
@@ -39,8 +41,10 @@ _conn: redis.Redis | None = None
 def connection() -> redis.Redis:
     global _conn
     if _conn is None:
-        # no CLIENT SETINFO on connect: a horse is one process per job, and its connections are its own
-        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, lib_name=None, lib_version=None)
+        # nothing sent on connect (no HELLO, no CLIENT SETINFO): a horse is one process per job, and its
+        # connections (this one, and its Watch's) are its own
+        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, lib_name=None,
+                                     lib_version=None)
     return _conn
 
 
@@ -61,26 +65,15 @@ def set_worker(r: redis.Redis, lab: str, **fields) -> None:
     r.hset(k, wid, json.dumps(row))
 
 
-# KEYS: [1] the lab's worker rows [2] events [3] counters. ARGV: [1] worker id [2] percent [3] job.progress event
-# set_worker(progress=…) and the event in one round trip: a busy lab reports several tenths a second.
-_PROGRESS = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if raw then
-  local row = cjson.decode(raw)
-  if row['state'] ~= 'dead' and row['state'] ~= 'respawning' then
-    row['progress'] = tonumber(ARGV[2])
-    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(row))
-  end
-end
-emit(KEYS[2], KEYS[3], ARGV[3], '')
-"""
-
-
 def report_progress(r: redis.Redis, lab: str, job_id: str, attempt: int, pct: int, now: float) -> None:
-    """The attempt's new tenth: on this worker's row (as `set_worker`) and as a job.progress event."""
-    ev = stream.encode("job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
-    script(r, _PROGRESS)(keys=[key(lab, "workers"), key(lab, "events"), key(lab, "counts")],
-                         args=[worker_id(), pct, ev])
+    """The attempt's new tenth: in the lab's progress hash (the snapshot shows it on this worker's row while the
+    row still runs this attempt: core/registry.py) and as a job.progress event, two commands in one round trip
+    (the event is uncounted, so the two need no MULTI; a busy lab reports a tenth a second per job)."""
+    with r.pipeline(transaction=False) as pipe:
+        pipe.hset(key(lab, "progress"), worker_id(), f"{job_id}:{attempt}:{pct}")
+        stream.append(pipe, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt,
+                      percent=pct)
+        pipe.execute()
 
 
 def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
@@ -113,15 +106,15 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         return  # a stale copy, a copy that backed off (claim), or a finished job's message acked and dropped
     holder = f"{job_id}:{attempt}"
     # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
-    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on. Held
-    # before the hand-off's barrier goes, so the clock never runs between the two, and the row says busy
+    # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on. Held in
+    # the step the hand-off's barrier goes in, so the clock never runs between the two, and the row says busy
     # before then, so a producer never counts this worker idle with no delivery on its way to it
-    clock.hold(r, lab, holder, now)
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
-    handoff.received(r, lab, job_id, attempt)
+    handoff.received(r, lab, job_id, attempt, holder=holder, at=now)
     rec = r.hgetall(job(lab, job_id))
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
+    watch: Watch | None = None
     try:
         if rec.get("poison") == "crash":
             # A crashing pill: the handler kills the process that runs it, every time (as an OOM would).
@@ -132,8 +125,9 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
             set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
             clock.lift(r, lab, holder)
             os._exit(70)
-        outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng)
-        end = clock.now(r, lab)
+        watch = Watch(r, lab)  # what the attempt knows of its lab's clock and faults, to its end
+        outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
+        end = watch.now()
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
                               {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
         if res == leases.REFUSED_WRITE:
@@ -144,7 +138,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         else:
             notify(r, lab, job_id, attempt, settings, end)
     except Exception as e:  # noqa: BLE001 - every failure is recorded and decided by the retry policy
-        end = getattr(e, "at", None) or clock.now(r, lab)
+        end = getattr(e, "at", None) or clock.now(r, lab)  # (read: the watch's own connection may be what failed)
         if isinstance(e, StorageDown):
             retry.breaker_record(r, lab, end, settings, ok=False)
         attempts_used = int(rec.get("attempt", 1)) - int(rec.get("attempt_base", 0))
@@ -153,20 +147,22 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
                            record, rng)
     finally:
         # the next delivery's barrier goes where the clock is now: a hold never takes the clock back (clock.py),
-        # so the attempt's first moment places it at the present without another read of the clock
-        handoff.hold_for_next(r, lab, now)
-        clock.lift(r, lab, holder)
+        # so the attempt's first moment places it at the present without another read of the clock; the
+        # attempt's own barrier goes in the same step
+        handoff.hold_for_next(r, lab, now, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+        if watch is not None:
+            watch.close()
 
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-            start: float, rng) -> dict:
+            start: float, rng, watch: Watch) -> dict:
     """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL.
 
     An attempt that fails leaves no partial `.tmp-*` output behind (a crashed one's are swept by the
     supervisor); a published output is counted against the lab's disk share."""
     try:
-        return _do_work(r, lab, job_id, attempt, rec, settings, start, rng)
+        return _do_work(r, lab, job_id, attempt, rec, settings, start, rng, watch)
     except BaseException:
         drop_temps(lab, job_id, attempt)
         raise
@@ -180,7 +176,7 @@ def drop_temps(lab: str, job_id: str, attempt: int) -> None:
 
 
 def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-             start: float, rng) -> dict:
+             start: float, rng, watch: Watch) -> dict:
     var_dir = Config.from_env().var_dir
     payload = json.loads(rec["payload"])
     src = source_file(r, lab, rec["source"], var_dir)
@@ -199,7 +195,8 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     if videos:
         procs.append((media.start_transcodes(src, videos), ", ".join(r for r in renditions if r != "thumb")))
     try:
-        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [p for p, _ in procs], rng)
+        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [p for p, _ in procs], rng,
+             watch)
         for proc, made in procs:
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise RuntimeError(f"ffmpeg failed on {made}: {proc.stderr.read().decode()[:200]}")
@@ -215,16 +212,17 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
         return {}
     # the attempt's barrier holds the clock at its end until it is lifted (run_attempt), so one reading serves
     # every output the attempt writes
-    done_at = clock.now(r, lab)
-    store_outputs(r, lab, settings, done_at)
-    outputs = {}
+    done_at = watch.now()
+    store_outputs(r, lab, settings, done_at, watch.faults())
+    files, outputs = {}, {}  # blob name → temp file; rendition → URL
     for rend in renditions:
         tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
                                   "jpg" if rend == "thumb" else "mp4")
-        publish(r, lab, f"transcoded/{job_id}/{final.name}", tmp, idempotent)
+        files[f"transcoded/{job_id}/{final.name}"] = tmp
         outputs[rend] = f"/api/labs/{lab}/jobs/{job_id}/outputs/{final.name}"
-        stream.emit(r, lab, "output.written", done_at, job_id=job_id, worker_id=worker_id(),
-                    attempt=attempt, path=f"transcoded/{job_id}/{final.name}")
+    publish(r, lab, files, idempotent)
+    stream.emit_all(r, lab, [("output.written", done_at, {"job_id": job_id, "worker_id": worker_id(),
+                                                          "attempt": attempt, "path": name}) for name in files])
     return outputs
 
 
@@ -243,12 +241,16 @@ def source_file(r: redis.Redis, lab: str, source: str, var_dir: Path) -> Path:
         raise NonRetryable(f"source gone: {e}") from None
 
 
-def publish(r: redis.Redis, lab: str, name: str, tmp: Path, atomic: bool) -> None:
-    """An output becomes a blob every host and web process can serve. Guarded: one SET of the whole
-    file under its deterministic name. Unguarded: written in pieces under a per-attempt name, so a
-    crash can leave it half-written (the lesson's bug)."""
+def publish(r: redis.Redis, lab: str, files: dict[str, Path], atomic: bool) -> None:
+    """The attempt's outputs become blobs every host and web process can serve. Guarded: all of them in one
+    step, each one SET of the whole file under its deterministic name (all stored, or none). Unguarded: each
+    written in pieces under a per-attempt name, so a crash can leave one half-written (the lesson's bug)."""
     try:
-        blobs.put_file(r, lab, name, tmp, atomic=atomic)
+        if atomic:
+            blobs.put_many(r, lab, {name: tmp.read_bytes() for name, tmp in files.items()})
+        else:
+            for name, tmp in files.items():
+                blobs.put_file(r, lab, name, tmp, atomic=False)
     except blobs.BlobFull as e:
         raise NonRetryable(f"output not stored: {e}") from None
     except redis.exceptions.OutOfMemoryError:
@@ -256,7 +258,8 @@ def publish(r: redis.Redis, lab: str, name: str, tmp: Path, atomic: bool) -> Non
     except blobs.LabGone:
         raise NonRetryable("output not stored: the lab was deleted") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        for tmp in files.values():
+            tmp.unlink(missing_ok=True)
 
 
 def probe_once(r: redis.Redis, src: Path) -> None:
@@ -274,7 +277,7 @@ def probe_once(r: redis.Redis, src: Path) -> None:
 
 
 def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float, procs: list, rng) -> None:
+         duration: float, procs: list, rng, watch: Watch) -> None:
     """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
     heart-beating and streaming its upload parts to storage all the while.
 
@@ -283,15 +286,6 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     until the attempt has acted, so a busy host or a slow ffmpeg slows the clock instead of making
     the job overrun its duration or a heartbeat miss its lease.
     """
-    watch = Watch(r, lab)
-    try:
-        _pace(r, lab, job_id, attempt, settings, start, duration, procs, rng, watch)
-    finally:
-        watch.close()
-
-
-def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-          duration: float, procs: list, rng, watch: Watch) -> None:
     faults = watch.faults()
     if float(faults.get("slow_until", -1)) > start:
         duration *= float(faults.get("slow_factor", 3))
@@ -302,7 +296,8 @@ def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, s
     timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
     parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
-    barrier, held_at, fresh_at = None, 0.0, 0.0  # real times the barrier was last held, last held or refreshed
+    shown_at = -math.inf  # real time the last tenth of progress was reported
+    barrier, fresh_at = None, 0.0  # the barrier held, and the real time it was last stamped
     while True:
         state = clock.reading(watch.clock(), time.time())
         now = state["t_raw"]
@@ -313,8 +308,8 @@ def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, s
         if now >= timeout_at - 1e-6:
             raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
-        if pct // 10 > last_pct // 10 and pct < 100:
-            last_pct = pct
+        if pct // 10 > last_pct // 10 and pct < 100 and time.monotonic() - shown_at >= PROGRESS_GAP_S:
+            last_pct, shown_at = pct, time.monotonic()
             report_progress(r, lab, job_id, attempt, pct, now)
         if now >= end_at - 1e-6 and all(p.poll() is not None for p in procs) and parts.all_ok():
             return
@@ -331,22 +326,26 @@ def _pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, s
         if nxt == math.inf:
             if barrier is not None:
                 change, barrier = clock.barrier_call(lab, "lift", holder), None
-        elif nxt != barrier or time.monotonic() - held_at > 2 * REFRESH_S:  # re-hold now and then: a long stall
-            change = clock.barrier_call(lab, "hold", holder, nxt, refresh=stamp)  # may have let the supervisor
-            barrier, held_at = nxt, time.monotonic()                                # lift it
-            fresh_at = held_at if stamp else fresh_at
+        elif nxt != barrier:
+            change, barrier = clock.barrier_call(lab, "hold", holder, nxt, refresh=stamp), nxt
+            fresh_at = time.monotonic() if stamp else fresh_at
         elif stamp:
-            clock.refresh(r, lab, holder)
+            if not clock.refresh(r, lab, holder):  # a long stall let the supervisor lift it: held again at once
+                change = clock.barrier_call(lab, "hold", holder, nxt, refresh=False)  # (the refresh stamped it)
             fresh_at = time.monotonic()
         if beat:
             leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"], then=change)
         elif change is not None:
             clock.apply(r, change)
-        # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress) or ffmpeg
-        # ends, looking at ffmpeg locally meanwhile: the clock is read only when something is due
+        # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress, no sooner than
+        # PROGRESS_GAP_S after the last) or ffmpeg ends, looking at ffmpeg locally meanwhile: the clock is read
+        # only when something is due
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
-        wait = ((min(nxt, step) - now) / state["speed"] if state["speed"] > 0 and not state["paused"]
-                else watch.longest)
+        if state["speed"] > 0 and not state["paused"]:
+            wait = min((nxt - now) / state["speed"],
+                       max((step - now) / state["speed"], shown_at + PROGRESS_GAP_S - time.monotonic()))
+        else:
+            wait = watch.longest
         watch.wait(min(watch.longest, max(0.002, wait)), procs if real_work else [])
 
 
@@ -408,6 +407,12 @@ class Watch:
     def faults(self) -> dict:
         """The faults hash as stored now (read again only if it changed)."""
         return self._get("faults")
+
+    def now(self) -> float:
+        """The lab's simulated time now, from the clock as this watch last heard of it (every notification
+        received so far taken in first): what a read of the clock would say, without the read."""
+        self._heard()
+        return clock.reading(self.clock(), time.time())["t_raw"]
 
     def wait(self, seconds: float, procs: list | None = None) -> bool:
         """Sleep up to `seconds`, or until every one of `procs` has exited if that is sooner; True as soon as
@@ -543,31 +548,42 @@ class UploadParts:
     def _emit(self, events: list) -> None:
         if not events:
             return
-        with self.r.pipeline(transaction=True) as pipe:
-            for type_, t, data in events:
-                stream.append(pipe, self.lab, type_, t, job_id=self.job_id, worker_id=worker_id(),
-                              attempt=self.attempt, **data)
-            pipe.execute()
+        common = {"job_id": self.job_id, "worker_id": worker_id(), "attempt": self.attempt}
+        stream.emit_all(self.r, self.lab, [(type_, t, {**common, **data}) for type_, t, data in events])
         events.clear()
 
 
-def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float) -> None:
-    """The 'upload to storage' step: fails while a storage outage fault is on."""
+def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float, faults: dict) -> None:
+    """The 'upload to storage' step: fails while a storage outage fault (in the lab's `faults`) is on."""
     if not retry.breaker_allows(r, lab, now, settings):
         raise StorageDown("circuit open: not calling storage")
-    if float(r.hget(key(lab, "faults"), "storage_outage_until") or -1) > now:
+    if float(faults.get("storage_outage_until") or -1) > now:
         raise StorageDown("storage unavailable (outage fault)")
     retry.breaker_record(r, lab, now, settings, ok=True)
 
 
 def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float) -> None:
-    """The completion email: guarded by a 'notified' CAS flag (SET NX) so it goes out once."""
-    if settings["notify_guard"] and not r.set(key(lab, "notified", job_id), attempt, nx=True):
-        stream.emit(r, lab, "email.suppressed", now, job_id=job_id, worker_id=worker_id(),
-                    attempt=attempt)
-        return
-    with r.pipeline(transaction=True) as pipe:  # the mail and its event (and counter) in one step
-        pipe.rpush(key(lab, "outbox"), json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
-                                                   "subject": f"Your video (job {job_id}) is ready"}))
-        stream.append(pipe, lab, "email.sent", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
-        pipe.execute()
+    """The completion email: guarded by a 'notified' CAS flag (SET NX) so it goes out once; the flag, the mail
+    and its event in one step."""
+    common = {"job_id": job_id, "worker_id": worker_id(), "attempt": attempt}
+    mail = json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
+                       "subject": f"Your video (job {job_id}) is ready"})
+    script(r, _NOTIFY)(keys=[key(lab, "notified", job_id), key(lab, "outbox"), key(lab, "events"),
+                             key(lab, "counts")],
+                       args=[attempt, "1" if settings["notify_guard"] else "0", mail,
+                             stream.encode("email.sent", now, **common), stream.counter("email.sent"),
+                             stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
+
+
+# KEYS: [1] the job's `notified` flag [2] the outbox [3] events [4] counters.
+# ARGV: [1] attempt [2] '1' to guard with the flag [3] the mail [4] email.sent and [5] its counter
+#       [6] email.suppressed and [7] its counter
+_NOTIFY = """
+if ARGV[2] == '1' and not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  emit(KEYS[3], KEYS[4], ARGV[6], ARGV[7])
+  return 0
+end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+emit(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
+return 1
+"""

@@ -7,6 +7,7 @@ import redis
 
 from core import blobs, registry
 from core.keys import LABS, key
+from tests.helpers import requests_sent
 from tests.integration.test_api import multipart
 from workers import media
 
@@ -57,6 +58,28 @@ def test_blobs_are_capped_per_lab_and_per_server_and_teardown_gives_the_bytes_ba
         registry.teardown(r, lab, tmp_path)
         assert blobs.names(r, lab) == {} and blobs.usage(r, lab) == 0
     assert blobs.server_usage(r) == before
+
+
+def test_an_attempts_outputs_are_stored_all_or_none_in_one_request(own_db, tight_caps, monkeypatch):
+    """An attempt's renditions go up together (workers/tasks.py publish): one check of the caps for their sum,
+    one request, and a set that would pass a cap leaves none of its blobs behind."""
+    r = own_db
+    r.sadd(LABS, "mA")
+    blobs.put(r, "mA", "uploads/src.bin", b"s" * 100)  # (the script loaded)
+    sent = requests_sent(r, monkeypatch)
+    assert blobs.put_many(r, "mA", {"transcoded/1/240p.mp4": b"a" * 300, "transcoded/1/thumb.jpg": b"t" * 50}) == \
+        {"transcoded/1/240p.mp4": 300, "transcoded/1/thumb.jpg": 50}
+    assert sent == ["HGET", "EVALSHA"], f"the outputs took more than the lab's client and one script: {sent}"
+    assert blobs.usage(r, "mA") == 450
+    with pytest.raises(blobs.BlobFull) as full:  # 450 + 400 + 200 + 1 - 50 (thumb.jpg overwritten) > 1000
+        blobs.put_many(r, "mA", {"transcoded/2/240p.mp4": b"b" * 400, "transcoded/2/480p.mp4": b"c" * 200,
+                                 "transcoded/1/thumb.jpg": b"u" * 1})
+    assert full.value.scope == "lab"
+    assert blobs.names(r, "mA", "transcoded/2/") == {}, "a set past the cap left some of its blobs behind"
+    assert blobs.get(r, "mA", "transcoded/1/thumb.jpg") == b"t" * 50 and blobs.usage(r, "mA") == 450
+    assert blobs.put_many(r, "mA", {"transcoded/1/thumb.jpg": b"v" * 20, "transcoded/2/240p.mp4": b"d" * 500}) == \
+        {"transcoded/1/thumb.jpg": 20, "transcoded/2/240p.mp4": 500}
+    assert blobs.usage(r, "mA") == 920 and blobs.names(r, "mA")["transcoded/1/thumb.jpg"] == 20
 
 
 def test_an_unguarded_write_goes_out_in_pieces(own_db, tmp_path):

@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from core import clock
-from core.keys import key
+from core.keys import key, queue_name
+from tests.helpers import requests_sent
 from workers.broker import handoff
 
 pytestmark = pytest.mark.integration
@@ -55,10 +56,13 @@ def test_producers_sending_at_once_to_one_idle_worker_leave_at_most_one_barrier(
     assert len(transit(rl)) <= 1, transit(rl)
 
 
-def test_a_producer_holds_the_clock_for_an_idle_workers_delivery_only(rl):
+def test_a_producer_holds_the_clock_for_an_idle_workers_delivery_only(rl, monkeypatch):
+    """Counted and held in one step: one request, whether it holds or not."""
     workers(rl, w1="idle", w2="busy")
     handoff.hold_for_transit(rl, LAB, "1", 1)
+    sent = requests_sent(rl, monkeypatch)  # (the first call loaded the script)
     handoff.hold_for_transit(rl, LAB, "2", 1)  # queued behind the busy worker: no barrier
+    assert sent == ["EVALSHA"], f"a producer's look and hold took more than one round trip: {sent}"
     assert transit(rl) == [handoff.transit_holder("1", 1)]
 
 
@@ -79,3 +83,27 @@ def test_a_receive_lifts_its_own_barrier_and_leaves_the_others(rl):
     workers(rl, w1="idle", w2="busy")
     handoff.received(rl, LAB, "2", 1)
     assert transit(rl) == [handoff.transit_holder("1", 1)]
+
+
+def test_an_attempt_takes_the_clock_from_its_hand_off_and_gives_it_to_the_next_in_one_step_each(rl, monkeypatch):
+    """Its start holds its own barrier as its hand-off's goes; its end holds the next queued delivery's as its own
+    goes: each one change of the barriers (one script, the clock rebased at most once), so the clock never runs
+    between the two."""
+    workers(rl, w1="idle")
+    handoff.hold_for_transit(rl, LAB, "1", 1)
+    sent = requests_sent(rl, monkeypatch)
+    handoff.received(rl, LAB, "1", 1, holder="1:1", at=0.0)
+    assert clock.holders(rl, LAB) == ["1:1"], "the attempt's barrier did not take the hand-off's place"
+    assert sent.count("EVALSHA") == 1, f"the start changed the barriers more than once: {sent}"
+    queue = f"rq:queue:{queue_name(LAB)}"
+    rl.rpush(queue, f"{LAB}-2-1-123")  # the next delivery, as a producer names it
+    try:
+        sent.clear()
+        handoff.hold_for_next(rl, LAB, 0.0, "1:1")
+        assert clock.holders(rl, LAB) == [handoff.transit_holder("2", 1)], "the next delivery did not take the clock"
+        assert sent.count("EVALSHA") == 1, f"the end changed the barriers more than once: {sent}"
+        rl.delete(queue)
+        handoff.hold_for_next(rl, LAB, 0.0, handoff.transit_holder("2", 1))  # nothing queued: the barrier goes
+        assert clock.holders(rl, LAB) == []
+    finally:
+        rl.delete(queue)

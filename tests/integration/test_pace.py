@@ -13,25 +13,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
 import pytest
 import redis
 
-from core import clock
+from core import clock, registry
 from core.keys import job, key, msg
+from core.settings import DEFAULTS
 from runtime.procs import wait
-from workers.broker import leases
+from tests.helpers import commands_run, requests_sent, round_trips
+from workers import tasks
+from workers.broker import leases, retry
 from workers.pool import LabPool
 from workers.tasks import Watch, report_progress
 from workers.wait import Waker, note, refresh_deadlines
-
-
-def _commands_of(r: redis.Redis, client_id: int) -> int:
-    """Commands the server has run for one client connection so far (its own count, `tot-cmds`)."""
-    line = r.execute_command("CLIENT LIST ID", client_id)
-    return int(dict(f.split("=", 1) for f in line.split())["tot-cmds"])
 
 
 @pytest.fixture
@@ -50,13 +48,14 @@ def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, red
     try:
         first = watch.clock()
         assert watch.faults() == {}
-        me = own.client_id()
-        before = _commands_of(r, me)
+        me = str(own.client_id())
+        before = commands_run(r, id=me)
         for _ in range(5):
             assert watch.clock() == first
             assert watch.faults() == {}
+            assert watch.now() == pytest.approx(clock.reading(first, time.time())["t_raw"], abs=1.0)
         assert not watch.wait(0.05), "the watch woke with nothing changed"
-        assert _commands_of(r, me) == before, "the attempt read a hash that had not changed"
+        assert commands_run(r, id=me) == before, "the attempt read a hash that had not changed"
 
         clock.pause(r, lab)
         wait(lambda: watch.wait(0.1), 10, "a pause never woke the paced attempt")
@@ -75,17 +74,17 @@ def test_a_barrier_that_moves_the_clock_hands_the_watch_its_new_reading_and_othe
     watch = Watch(own, lab)
     try:
         watch.clock()
-        me = own.client_id()
+        me = str(own.client_id())
         clock.hold(r, lab, "other:1", 1e6)  # another attempt's barrier: the lowest, so the clock is rebased
         wait(lambda: watch.wait(0.1), 10, "a barrier's move never woke the paced attempt")
-        before = _commands_of(r, me)
+        before = commands_run(r, id=me)
         assert watch.clock() == r.hgetall(key(lab, "clock")), "the reading handed over is not the hash as stored"
         assert float(watch.clock()["barrier"]) == 1e6
-        assert _commands_of(r, me) == before, "the attempt read the clock again after a barrier's move"
+        assert commands_run(r, id=me) == before, "the attempt read the clock again after a barrier's move"
         clock.pause(r, lab)  # a write that only notifies
         wait(lambda: watch.wait(0.1), 10, "a pause never woke the paced attempt")
         assert clock.reading(watch.clock(), 0)["paused"], "the attempt did not read the paused clock"
-        assert _commands_of(r, me) == before + 1, "the pause was not read once"
+        assert commands_run(r, id=me) == before + 1, "the pause was not read once"
     finally:
         watch.close()
         own.close()
@@ -142,7 +141,7 @@ def test_a_heartbeat_does_not_wake_the_supervisor_but_a_cut_lease_does(r, lab):
         r.delete(job(lab, "j"), msg(lab, "j"), mine, *(key(lab, k) for k in ("events", "counts", "alive", "settings")))
 
 
-def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_server, lab):
+def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_server, lab, monkeypatch):
     own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
     try:
         r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
@@ -151,9 +150,7 @@ def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_
         clock.hold(r, lab, "j:1", 10.0)
         assert leases.extend_lease(own, lab, "j", 1, "w1", 10.0, 30.0,
                                    then=clock.barrier_call(lab, "hold", "j:1", 20.0, refresh=False))
-        sent = []  # what the attempt's connection sends the server (the first call above loaded the script)
-        send = own.execute_command
-        own.execute_command = lambda *a, **kw: sent.append(a[0]) or send(*a, **kw)
+        sent = requests_sent(own, monkeypatch)  # (the first call above loaded the script)
         assert leases.extend_lease(own, lab, "j", 1, "w1", 20.0, 30.0,
                                    then=clock.barrier_call(lab, "hold", "j:1", 30.0, refresh=False))
         assert sent == ["EVALSHA"], f"a heartbeat and its barrier's move took more than one round trip: {sent}"
@@ -167,29 +164,35 @@ def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_
                                                                           "events", "counts", "alive")))
 
 
-def test_a_tenth_of_progress_is_one_round_trip_that_keeps_the_rest_of_the_row(r, lab, monkeypatch):
+def test_a_tenth_of_progress_is_two_commands_in_one_round_trip_shown_on_its_workers_row(r, redis_server, lab,
+                                                                                       monkeypatch):
+    """The attempt writes its tenth to the lab's progress hash and appends the event; the snapshot shows it on
+    the row of the worker running that attempt, never on a dead worker's row or the next attempt's."""
     monkeypatch.setenv("LAB_WORKER_ID", "w1")
     rows = key(lab, "workers")
     row = {"id": "w1", "state": "busy", "host": "p1", "pid": 4321, "job_id": "7", "fleet": None, "attempt": 2,
            "horse_pid": 4322, "progress": None}
     r.hset(rows, mapping={"w1": json.dumps(row), "w2": json.dumps({**row, "id": "w2", "state": "dead"})})
-    sent = []
-    send = r.execute_command
+    name = f"t-progress-{uuid.uuid4().hex[:8]}"
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)  # the attempt's
     try:
-        report_progress(r, lab, "7", 2, 20, 11.0)  # (the first call loads the script)
-        monkeypatch.setattr(r, "execute_command", lambda *a, **kw: sent.append(a[0]) or send(*a, **kw))
-        report_progress(r, lab, "7", 2, 30, 12.5)
-        assert sent == ["EVALSHA"], f"a tenth of progress took more than one round trip: {sent}"
-        assert json.loads(r.hget(rows, "w1")) == {**row, "progress": 30}, "the row lost or changed another field"
+        own.ping()
+        before, trips = commands_run(r, name=name), round_trips(monkeypatch, own)
+        report_progress(own, lab, "7", 2, 30, 12.5)
+        assert (trips(), commands_run(r, name=name) - before) == (1, 2), "a tenth cost more than its two writes"
+        workers = {w["id"]: w for w in registry.snapshot(r, lab)["workers"]}
+        assert workers["w1"] == {**row, "progress": 30}, "the row lost or changed a field, or shows no progress"
         monkeypatch.setenv("LAB_WORKER_ID", "w2")
-        report_progress(r, lab, "8", 1, 40, 13.0)
-        assert json.loads(r.hget(rows, "w2"))["progress"] is None, "a dead worker's row was brought back to life"
+        report_progress(own, lab, "7", 2, 40, 13.0)
+        assert registry.snapshot(r, lab)["workers"][1]["progress"] is None, "a dead worker's row shows progress"
+        r.hset(rows, "w1", json.dumps({**row, "job_id": "8", "attempt": 1}))  # w1 has moved on to job 8
+        assert registry.snapshot(r, lab)["workers"][0]["progress"] is None, "another attempt's progress was shown"
         events = [json.loads(f["e"]) for _i, f in r.xrange(key(lab, "events"))]
         assert [(e["type"], e["job_id"], e["worker_id"], e["data"]["percent"], e["t_sim"]) for e in events] == [
-            ("job.progress", "7", "w1", 20, 11.0), ("job.progress", "7", "w1", 30, 12.5),
-            ("job.progress", "8", "w2", 40, 13.0)]
+            ("job.progress", "7", "w1", 30, 12.5), ("job.progress", "7", "w2", 40, 13.0)]
     finally:
-        r.delete(rows, key(lab, "events"))
+        own.close()
+        r.delete(rows, key(lab, "events"), key(lab, "progress"))
 
 
 def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_without_a_read(r, redis_server, lab):
@@ -199,14 +202,14 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
     pool = LabPool(lab)
     try:
         refresh_deadlines(own, [pool])
-        sent = sum(int(c["tot-cmds"]) for c in r.client_list() if c.get("name") == name)
+        sent = commands_run(r, name=name)
         clock.hold(r, lab, "other:1", 1e6)  # the lowest barrier: the clock is rebased
         heard: set[str] = set()
         wait(lambda: heard.update(waker.wait(0.1)) or key(lab, "clock") in waker.published, 10,
              "the barrier's move was never heard with its clock")
         note(own, {lab: pool}, heard, waker)
         assert pool.heads["clock"] == r.hgetall(key(lab, "clock")), "the deadline was computed from another clock"
-        assert sum(int(c["tot-cmds"]) for c in r.client_list() if c.get("name") == name) == sent, \
+        assert commands_run(r, name=name) == sent, \
             "the supervisor read the clock a barrier's move had handed it"
         clock.pause(r, lab)  # a write that only notifies: read
         wait(lambda: key(lab, "clock") in waker.wait(0.1), 10, "the pause was never heard")
@@ -217,3 +220,62 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         own.close()
         r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
+
+
+@pytest.mark.parametrize(("gap", "shown"), [(None, "fewer"), (0.02, "every")],
+                         ids=["tenths faster than the gap: about one a gap", "tenths slower than the gap: every one"])
+def test_progress_moves_about_once_a_gap_at_any_speed(r, redis_server, lab, monkeypatch, gap, shown):
+    """A job's tenths of progress are what its worker card's bar shows: no two closer than PROGRESS_GAP_S real
+    seconds apart (at 20× a 40 s job's tenths come every 0.2 s), and every one of them when a tenth takes longer
+    than that. The attempt still ends at its simulated end."""
+    if gap is not None:
+        monkeypatch.setattr(tasks, "PROGRESS_GAP_S", gap)
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    settings = {**DEFAULTS, "upload_parts": 0}
+    start = clock.now(own, lab)
+    try:
+        watch = Watch(own, lab)
+        tasks.pace(own, lab, "j", 1, settings, start, 40.0, [], retry.jitter_rng(0, "j", 1), watch)
+        watch.close()
+        assert clock.now(own, lab) >= start + 40.0, "the attempt ended before its simulated end"
+        ticks = [(int(i.split("-")[0]), json.loads(f["e"])["data"]["percent"])
+                 for i, f in r.xrange(key(lab, "events")) if json.loads(f["e"])["type"] == "job.progress"]
+        percents = [p for _ms, p in ticks]
+        assert percents == sorted(set(percents)) and all(0 < p < 100 for p in percents), percents
+        if shown == "every":
+            assert [p // 10 for p in percents] == list(range(1, 10)), f"a tenth was not shown: {percents}"
+        else:
+            gaps = [b - a for (a, _), (b, _) in zip(ticks, ticks[1:], strict=False)]
+            assert ticks and all(g >= 1000 * tasks.PROGRESS_GAP_S for g in gaps), f"ticks closer than the gap: {gaps}"
+            assert len(ticks) < 9, f"every tenth was shown, {len(ticks)} ticks in 2 real seconds"
+    finally:
+        own.close()
+        r.delete(key(lab, "events"), key(lab, "counts"), key(lab, "barriers"), key(lab, "barrier_alive"))
+
+
+def test_a_barrier_lifted_while_its_holder_still_paces_is_placed_again(r, redis_server, lab):
+    """A holder that stalls past its barrier's expiry has it lifted by the supervisor's sweep; the next refresh
+    finds its stamp gone and places the barrier again, so the clock does not run past the attempt's moments."""
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    settings = {**DEFAULTS, "upload_parts": 0}
+    start = clock.now(own, lab)
+    watch = Watch(own, lab)
+    pacing = threading.Thread(target=tasks.pace, args=(own, lab, "j", 1, settings, start, 100.0, [],
+                                                       retry.jitter_rng(0, "j", 1), watch), daemon=True)
+    pacing.start()
+    try:
+        wait(lambda: r.zscore(key(lab, "barriers"), "j:1") is not None, 10, "the attempt never held the clock")
+        clock.lift(r, lab, "j:1")  # what the sweep does to a holder it took for dead
+        assert r.zscore(key(lab, "barriers"), "j:1") is None
+        wait(lambda: r.zscore(key(lab, "barriers"), "j:1") is not None or not pacing.is_alive(), 10,
+             "the lifted barrier was never placed again")
+        assert pacing.is_alive(), "the attempt ended before it placed its barrier again"
+        assert r.zscore(key(lab, "barriers"), "j:1") == pytest.approx(start + 100.0), \
+            "the barrier came back elsewhere than the attempt's end"
+        assert r.hget(key(lab, "barrier_alive"), "j:1") is not None, "the barrier came back unstamped"
+    finally:
+        clock.set_speed(r, lab, 2000)  # to its end at once
+        pacing.join(30)
+        watch.close()
+        own.close()
+        r.delete(key(lab, "events"), key(lab, "counts"), key(lab, "barriers"), key(lab, "barrier_alive"))

@@ -17,12 +17,12 @@ import uuid
 
 import pytest
 import redis
-from redis.connection import Connection
 
 from core import clock, presets
 from core.config import MAINTAIN_S, Config
 from core.keys import job, key, msg, queue_name
 from runtime.procs import wait
+from tests.helpers import commands_run, round_trips
 from workers.broker import handoff
 from workers.pool import LabPool
 from workers.supervisor import Supervisor
@@ -34,28 +34,20 @@ class Counted:
     """The commands (the server's count) and round trips (requests sent) of a supervisor's connections."""
 
     def __init__(self, r: redis.Redis, sup: Supervisor, monkeypatch):
-        self.r, self.sup, self.trips = r, sup, 0
-        send = Connection.send_packed_command
-        mine = (sup.r.connection_pool, sup.rq.connection_pool)
-
-        def counted(conn, command, check_health=True):
-            if any(conn in pool._available_connections or conn in pool._in_use_connections for pool in mine):
-                self.trips += 1
-            return send(conn, command, check_health)
-
-        monkeypatch.setattr(Connection, "send_packed_command", counted)
+        self.r, self.sup = r, sup
+        self.trips = round_trips(monkeypatch, sup.r, sup.rq)
 
     def commands(self) -> int:
         addrs = {"{}:{}".format(*c._sock.getsockname()[:2]) for pool in (self.sup.r.connection_pool,
                                                                         self.sup.rq.connection_pool)
                  for c in pool._available_connections if c._sock is not None}
-        return sum(int(row["tot-cmds"]) for row in self.r.client_list() if row["addr"] in addrs)
+        return commands_run(self.r, addr=addrs)
 
     def one_pass(self, pool: LabPool) -> tuple[int, int]:
         """Commands and round trips of one pass."""
-        before, trips = self.commands(), self.trips
+        before, trips = self.commands(), self.trips()
         self.sup.lab_pass(pool)
-        return self.commands() - before, self.trips - trips
+        return self.commands() - before, self.trips() - trips
 
 
 @pytest.fixture
@@ -163,9 +155,9 @@ def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_the
     r.zincrby(key(lab, "leases"), 200, "2")  # the heartbeat's push
     assert pool.reaper_due < math.inf, "nobody looks at the reaper's barrier before the clock reaches it"
     wait(lambda: time.time() >= pool.reaper_due, 10, "the moment to move the barrier never came")
-    before, trips = count.commands(), count.trips
+    before, trips = count.commands(), count.trips()
     sup.duties.move_reaper(pool)
-    commands, trips = count.commands() - before, count.trips - trips
+    commands, trips = count.commands() - before, count.trips() - trips
     [(_job, head)] = r.zrange(key(lab, "leases"), 0, 0, withscores=True)
     assert head > old and r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(head), \
         "the barrier was not moved on to the lease deadline that now comes first"

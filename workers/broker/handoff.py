@@ -12,7 +12,6 @@ receive count + 1 = delivery): whichever copy receives first runs, the other is 
 
 from __future__ import annotations
 
-import json
 import time
 
 import redis
@@ -20,6 +19,7 @@ import redis
 from core import clock, stream
 from core.config import REAPER_BARRIER_S
 from core.keys import key, msg, queue_name
+from workers.broker.state import script
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 
@@ -34,48 +34,56 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
     The barrier goes at `now`, or at the clock's present moment if that is later (0: wherever it is).
 
     A barrier for a delivery no worker is free to take would hold the clock until it lapses (the running jobs
-    cannot finish past it, so none frees up to take it): HANDOFF_S real seconds of standstill. Two producers
-    that look at once can both see the same idle worker, so each checks again after holding and takes its
-    barrier back if there are now more deliveries in transit than idle workers (one of them, or both: a
-    hand-off that goes unheld costs a few milliseconds of simulated time, a lapse seconds)."""
-    if _free(r, lab) > 0:
-        holder = transit_holder(job_id, n)
-        clock.hold(r, lab, holder, now, ttl=HANDOFF_S)
-        if _free(r, lab) < 0:
-            clock.lift(r, lab, holder)
+    cannot finish past it, so none frees up to take it): HANDOFF_S real seconds of standstill. So the idle
+    workers are counted and the barrier placed in one step (`_TRANSIT`): two producers that look at once cannot
+    both take the same idle worker."""
+    keys, args = clock.barrier_call(lab, "hold", transit_holder(job_id, n), now, ttl=HANDOFF_S)
+    script(r, _TRANSIT)(keys=[key(lab, "workers"), *keys], args=[_TRANSIT_PREFIX, *args])
 
 
-def _free(r: redis.Redis, lab: str) -> int:
-    """Idle workers no delivery is on its way to (negative: more deliveries in transit than idle workers),
-    both read at one instant."""
-    with r.pipeline(transaction=True) as pipe:
-        pipe.hvals(key(lab, "workers"))
-        clock.holders(pipe, lab)  # queued in the same MULTI
-        rows, holders = pipe.execute()
-    return sum(json.loads(v).get("state") == "idle" for v in rows) - sum(h.startswith(_TRANSIT) for h in holders)
+# KEYS: [1] the lab's worker rows, then [2..4] the barrier's (clock.barrier_call).
+# ARGV: [1] the transit holders' prefix, then [2..8] the barrier change (clock.barrier_call: a hold).
+# Holds only while some idle worker has no delivery on its way to it: idle rows minus transit barriers.
+_TRANSIT = clock.BARRIER_FN + """
+local free = 0
+for _, raw in ipairs(redis.call('HVALS', KEYS[1])) do
+  if cjson.decode(raw)['state'] == 'idle' then free = free + 1 end
+end
+for _, h in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if string.sub(h, 1, #ARGV[1]) == ARGV[1] then free = free - 1 end
+end
+if free <= 0 then return 0 end
+return barrier(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+"""
 
 
-def received(r: redis.Redis, lab: str, job_id: str, n: int) -> None:
+def received(r: redis.Redis, lab: str, job_id: str, n: int, holder: str = "", at: float = 0.0) -> None:
     """Delivery n has reached its worker: the hand-off is over, so its barrier goes. A delivery that went
     ahead of the one a barrier was placed for (two producers' sends crossing on the way to RQ's queue)
     takes that barrier instead: the other is queued behind a busy worker now, and holding the clock for it
-    would stop the very jobs it waits for."""
+    would stop the very jobs it waits for. With `holder`, the attempt's own barrier is held at `at` in the
+    same step (the clock never runs between the two)."""
     mine = transit_holder(job_id, n)
-    transit = [h for h in clock.holders(r, lab) if h.startswith(_TRANSIT)]
-    if transit:
-        clock.lift(r, lab, mine if mine in transit else transit[0])
+    transit = [h for h in clock.holders(r, lab) if h.startswith(_TRANSIT_PREFIX)]
+    gone = (mine if mine in transit else transit[0]) if transit else ""
+    if holder:
+        clock.hold(r, lab, holder, at, also_lift=gone)
+    elif gone:
+        clock.lift(r, lab, gone)
 
 
-def hold_for_next(r: redis.Redis, lab: str, now: float) -> None:
+def hold_for_next(r: redis.Redis, lab: str, now: float, holder: str) -> None:
     """A worker that finishes while jobs wait takes the next one only after a real hand-off (its horse
     exits, RQ dequeues, forks a new horse): the clock waits for that delivery as it does for one sent to an
     idle worker, so a queued job's wait is the simulated time the jobs ahead of it took, not that plus
-    speed × the hand-off. Called before the finishing attempt lifts its own barrier, so no simulated time
-    slips between the two."""
+    speed × the hand-off. The finishing attempt's own barrier (`holder`) goes in the same step, so no
+    simulated time slips between the two."""
     head = r.lindex(f"rq:queue:{queue_name(lab)}", 0)
     parts = head.split("-") if head else []
     if len(parts) == 4 and parts[0] == lab and parts[2].isdigit():  # producer/reaper ids: lab-job-n-ns
-        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=HANDOFF_S)
+        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=HANDOFF_S, also_lift=holder)
+    else:
+        clock.lift(r, lab, holder)
 
 
 def hold_until_due(r: redis.Redis, lab: str, job_id: str, due: float, now: float) -> None:
@@ -92,11 +100,11 @@ def due_holder(job_id: str) -> str:
     return f"due:{job_id}"
 
 
-_TRANSIT = "transit:"
+_TRANSIT_PREFIX = "transit:"
 
 
 def transit_holder(job_id: str, n: int) -> str:
-    return f"{_TRANSIT}{job_id}:{n}"
+    return f"{_TRANSIT_PREFIX}{job_id}:{n}"
 
 
 def record(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
