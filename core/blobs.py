@@ -53,9 +53,10 @@ for i = 1, n do
   change = change + sizes[i] - old
 end
 local client_cap = tonumber(ARGV[4])
-if tonumber(redis.call('GET', KEYS[2]) or '0') + change > tonumber(ARGV[2]) then return -1 end
-if client_cap >= 0 and tonumber(redis.call('GET', KEYS[5]) or '0') + change > client_cap then return -4 end
-if tonumber(redis.call('GET', KEYS[3]) or '0') + change > tonumber(ARGV[3]) then return -2 end
+local used = redis.call('MGET', KEYS[2], KEYS[3], KEYS[5])  -- the lab's, the server's, the client's bytes
+if tonumber(used[1] or '0') + change > tonumber(ARGV[2]) then return -1 end
+if client_cap >= 0 and tonumber(used[3] or '0') + change > client_cap then return -4 end
+if tonumber(used[2] or '0') + change > tonumber(ARGV[3]) then return -2 end
 local index = {}
 for i = 1, n do
   if ARGV[5] == 'append' then redis.call('APPEND', KEYS[5 + i], ARGV[5 + 2 * i])

@@ -33,7 +33,7 @@ PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading 
 POLL_FFMPEG_S = 0.05  # real seconds between looks at ffmpeg where no pidfd can wake the attempt when it exits
 REFRESH_S = 2.0  # real seconds between refreshes of the attempt's barrier (it lapses after clock.BARRIER_TTL)
 PROGRESS_GAP_S = 1.0  # real seconds at least between two tenths of a job's progress: the worker card's bar moves
-# about once a second at any speed (every tenth while a tenth takes longer than that; at 20× a 120 s job shows 4)
+# about once a second at any speed (every tenth while a tenth takes longer than that; at 20× a 120 s job shows 5)
 SUBSCRIBE_CONFIRM_S = 10.0  # real seconds the server may take to confirm a subscription (a busy box)
 _conn: redis.Redis | None = None
 

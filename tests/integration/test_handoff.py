@@ -10,11 +10,12 @@ import json
 import threading
 
 import pytest
+import redis
 
 from core import clock
 from core.keys import key, queue_name
-from tests.helpers import requests_sent
-from workers.broker import handoff
+from tests.helpers import requests_sent, round_trips
+from workers.broker import handoff, reaper
 
 pytestmark = pytest.mark.integration
 LAB = "handofftest"
@@ -107,3 +108,22 @@ def test_an_attempt_takes_the_clock_from_its_hand_off_and_gives_it_to_the_next_i
         assert clock.holders(rl, LAB) == []
     finally:
         rl.delete(queue)
+
+
+def test_a_delivery_is_noted_and_enqueued_in_one_step(rl, redis_server, monkeypatch):
+    """The hand-off's note and RQ's enqueue go in one MULTI: neither is ever without the other, and a send is
+    one round trip."""
+    rq_conn = redis.Redis.from_url(redis_server.url)  # as RQ's own (bytes)
+    queue = f"rq:queue:{queue_name(LAB)}"
+    try:
+        reaper.send(rq_conn, LAB, "1", 1)  # (RQ's first enqueue on a connection may ask the server its version)
+        trips = round_trips(monkeypatch, rq_conn)
+        reaper.send(rq_conn, LAB, "2", 1)
+        assert trips() == 1, f"a send took {trips()} round trips"
+        noted = [m.decode().rsplit(":", 1)[1] for m in rq_conn.zrange(key(LAB, "handoffs"), 0, -1)]
+        assert [q.decode() for q in rq_conn.lrange(queue, 0, -1)] == noted and len(noted) == 2
+    finally:
+        for rq_id in rq_conn.lrange(queue, 0, -1):
+            rq_conn.delete(b"rq:job:" + rq_id)
+        rq_conn.delete(queue, key(LAB, "handoffs"))
+        rq_conn.close()

@@ -107,8 +107,9 @@ def transit_holder(job_id: str, n: int) -> str:
     return f"{_TRANSIT_PREFIX}{job_id}:{n}"
 
 
-def record(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
-    """Note a delivery before it is enqueued, so a crash between the two is covered as well."""
+def record(rq_conn: redis.Redis | redis.client.Pipeline, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
+    """Note a delivery with its enqueue (in its MULTI: workers/broker/reaper.py send), so neither is ever
+    without the other."""
     rq_conn.zadd(key(lab, "handoffs"), {f"{job_id}:{attempt}:{rq_id}": time.time()})
 
 

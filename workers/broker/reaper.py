@@ -130,10 +130,13 @@ def rq_queue(rq_conn: redis.Redis, lab: str) -> Queue:
 def send(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int) -> None:
     """Put one delivery of one attempt on the lab's RQ queue for a real worker to pick up."""
     rq_id = f"{lab}-{job_id}-{attempt}-{time.time_ns() % 10**9}"
-    handoff.record(rq_conn, lab, job_id, attempt, rq_id)
-    rq_queue(rq_conn, lab).enqueue_call(
-        "workers.tasks.run_attempt", args=(lab, job_id, attempt), timeout=-1, result_ttl=0,
-        failure_ttl=300, job_id=rq_id)
+    with rq_conn.pipeline() as pipe:  # the hand-off's note and RQ's enqueue in one MULTI (RQ queues into it)
+        pipe.multi()
+        handoff.record(pipe, lab, job_id, attempt, rq_id)
+        rq_queue(rq_conn, lab).enqueue_call(
+            "workers.tasks.run_attempt", args=(lab, job_id, attempt), timeout=-1, result_ttl=0,
+            failure_ttl=300, job_id=rq_id, pipeline=pipe)
+        pipe.execute()
 
 
 def resend_lost_handoffs(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float) -> int:
