@@ -70,7 +70,9 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
     unfold(page, "log")
     page.get_by_test_id("log-filter-type").select_option("lease.expired")
     items = log.get_by_test_id("log-item")
-    expect(items.first).to_be_visible()
+    # the log re-renders on the next frame (later on a busy machine): wait for the filter to take, then check
+    page.wait_for_function("""() => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
+        return els.length > 0 && els.every((e) => e.dataset.type.includes('lease.expired')); }""", timeout=LONG)
     types = items.evaluate_all("els => els.map(e => e.dataset.type)")
     assert types and all("lease.expired" in t for t in types)
     assert set(items.evaluate_all("els => els.map(e => e.dataset.job)")) == {"2"}
