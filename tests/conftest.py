@@ -42,8 +42,11 @@ def stack(redis_server, tmp_path_factory):
     hook_port = embedded_redis.free_port()  # the one loopback port a test webhook receiver may use
     os.environ["LAB_TEST_REDIS_URL"] = redis_server.url
     os.environ["LAB_TEST_HOOK_PORT"] = str(hook_port)
+    # tests that drive one part (a pass, a barrier, a blob) write a lab's keys by hand, a lab not in `labs`:
+    # the pool's reconcile would sweep it as an orphan mid-test, so here it runs once a day, never in a session
+    # (test_lifecycle's own stack runs it every 3 s and tests the sweep)
     with Stack("tests", root=tmp_path_factory.mktemp("stack"), redis_url=redis_server.url, web_threads=48,
-               env={"MAX_LABS": "200", "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+               env={"MAX_LABS": "200", "RECONCILE_S": "86400", "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
                     "WEBHOOK_TEST_ALLOWLIST": f"http://127.0.0.1:{hook_port}/"}) as s:
         yield s
 

@@ -14,6 +14,7 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
+from runtime.procs import wait
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, unfold
 from workers import media
@@ -278,6 +279,35 @@ def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, ap
     page.snap("after-reload")
     page.get_by_test_id("clock-pause").click()
     expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "no", timeout=10_000)
+
+
+def test_clock_actions_reach_the_server_in_the_order_asked_even_when_an_answer_is_slow(lab_page, api):
+    """Space twice: pause, then resume. The first request is held at the network until the second press has
+    had time to go out; the second must wait for it and read the state it left, not race it with a second
+    pause (the guided steps' own resume and the pause at a step's moment were such a pair)."""
+    page = lab_page.open_chapter(1)
+    sent: list[str] = []
+    held = []
+
+    def hold_first(route):
+        sent.append(json.loads(route.request.post_data or "{}").get("action", ""))
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(re.compile(r".*/api/labs/[^/]+/clock$"), hold_first)
+    page.locator("#lab-widget").focus()
+    page.keyboard.press("Space")
+    wait(lambda: page.wait_for_timeout(20) or held, 10, "the pause never left the page")
+    page.keyboard.press("Space")
+    page.wait_for_timeout(700)  # the time an eager second request needs to leave
+    assert sent == ["pause"], f"a clock action went out before the one asked first was answered: {sent}"
+    held[0].continue_()
+    expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "no", timeout=10_000)
+    wait(lambda: page.wait_for_timeout(20) or len(sent) == 2, 10, "the second press sent nothing")
+    assert sent == ["pause", "resume"]
+    assert api.snapshot(lab_of(page))["clock"]["paused"] is False, "the server's clock stayed paused"
 
 
 def lab_of(page: Page) -> dict:

@@ -13,10 +13,12 @@ import http.client
 import os
 import threading
 import time
+import uuid
 
 import pytest
 
 from core import blobs
+from core.keys import LABS
 from runtime import embedded_redis
 from runtime.procs import processes_matching, wait
 from runtime.stack import Stack
@@ -110,6 +112,21 @@ def test_deleted_labs_leave_no_process_and_no_blob(own, r):
          f"blobs:bytes stayed at {blobs.server_usage(r)} (was {before} before the labs)")
     wait(lambda: not [k for lab in ids for k in r.scan_iter(match=f"lab:{lab}:*", count=1000)], 20,
          "keys of deleted labs were left")
+
+
+def test_the_reconcile_sweeps_the_keys_of_a_lab_nobody_registered_and_keeps_a_live_ones(own, r):
+    """Keys whose lab is not in `labs` (a teardown cut short by a crash) go at the next reconcile; a live
+    lab's stay. (The session's shared stack reconciles rarely, since tests there write unregistered labs.)"""
+    api = own.api()
+    lab = api.lab("ch1")
+    live = lab["lab_id"]
+    ghost = f"ghost{uuid.uuid4().hex[:8]}"
+    r.set(f"lab:{ghost}:settings", "{}")
+    r.zadd(f"lab:{ghost}:leases", {"1": 1.0})
+    r.hset(f"lab:{ghost}:clock", mapping={"base_sim": 0, "speed": 20})
+    wait(lambda: not list(r.scan_iter(match=f"lab:{ghost}:*")), 20, "the unregistered lab's keys were never swept")
+    assert r.exists(f"lab:{live}:settings") and r.sismember(LABS, live), "the reconcile swept a live lab"
+    api.delete(lab)
 
 
 def test_one_client_filling_its_budget_leaves_room_for_another(own, r):

@@ -50,10 +50,21 @@ export function install(W) {
   }
 
   function togglePause() {
-    return clockAction({ action: S.clock && S.clock.paused ? 'resume' : 'pause' });
+    return clockAction(() => ({ action: S.clock && S.clock.paused ? 'resume' : 'pause' }));
   }
 
-  async function clockAction(body) {
+  let queue = Promise.resolve();
+
+  /* One clock action: a body, or a function that makes it when its turn comes. Actions go to the server one at
+   * a time, in the order they were asked, so a pause asked after a resume is never overtaken by it (the guided
+   * step's own resume and the pause at its moment), and a toggle reads the state the one before it left. */
+  function clockAction(body) {
+    const turn = queue.then(() => send(typeof body === 'function' ? body() : body));
+    queue = turn.catch(() => {});
+    return turn;
+  }
+
+  async function send(body) {
     const res = await W.api('POST', W.labPath('/clock'), body);
     if (res.ok) {
       const c = res.data.clock;
