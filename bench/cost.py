@@ -10,9 +10,10 @@ Four windows of COST_SECONDS (20) real seconds on the bench stack, each after a 
          defaults, and the chapter 1 heartbeat preset's), and with one six times as often (every 10 s,
          extending by 30), the figure earlier stops reported.
 Each window reads the server's own counters (INFO commandstats: calls by command, and
-total_commands_processed), the supervisor process's own CPU (/proc, without its reaped children: the
-workers' CPU is the jobs', not the loop's) and the server process's own CPU (/proc, as `bench classroom`
-reads it). A lab's figure is its window minus the floor, over its labs; the server's CPU per busy
+total_commands_processed), the supervisor process's own CPU (without its reaped children: the workers' CPU is
+the jobs', not the loop's) and the server process's own CPU, each from the kernel's per-process CPU clock, to
+the nanosecond (`runtime.procs.run_s`), where /proc's stat counts in 10 ms ticks (7 % of a busy lab's server
+CPU over a 60 s window). A lab's figure is its window minus the floor, over its labs; the server's CPU per busy
 lab-second gives the busy labs one server core carries (1 / that).
 Goals (issue 30): an idle lab ≤ 5 server commands/s and ≤ 0.3 % of a core in the supervisor; a busy lab
 ≤ 80 server commands/s, and one server core carrying ≥ 300 busy labs. Each busy row is checked against them.
@@ -24,7 +25,7 @@ import os
 import time
 
 from bench.common import DRIVER, Bench, report, rnd, wait
-from runtime.procs import cpu_s
+from runtime.procs import run_s
 
 NAME = "cost"
 SECONDS = float(os.environ.get("COST_SECONDS", "20"))
@@ -46,9 +47,7 @@ def _counters(b: Bench) -> tuple[dict[str, int], int, float, float]:
     server = b.stack.server_pid
     total = int(b.r.info("stats")["total_commands_processed"])
     mine = sum(int(c["tot-cmds"]) for c in b.r.client_list() if c.get("name") == DRIVER)  # these reads included
-    return (calls, total - mine,
-            cpu_s(b.stack.supervisor.pid, with_children=False),
-            cpu_s(server, with_children=False) if server else 0.0)
+    return calls, total - mine, run_s(b.stack.supervisor.pid), run_s(server) if server else 0.0
 
 
 def window(b: Bench, seconds: float, during=None) -> dict:
@@ -132,5 +131,5 @@ def run(b: Bench) -> dict:
                   {"seconds": SECONDS, "idle_labs": IDLE_LABS, "goal": GOAL},
                   notes=["cmds_s, cpu_pct and server_ms_per_lab_s per lab: the window's minus the floor's, over its "
                          "labs; cpu_pct is the supervisor process alone (% of one core); server_ms_per_lab_s is the "
-                         "server process's own CPU (ms per lab-second, /proc) and labs_per_server_core 1000 / that "
-                         "(the server is single-threaded)"])
+                         "server process's own CPU (ms per lab-second, the kernel's CPU clock of the process) and "
+                         "labs_per_server_core 1000 / that (the server is single-threaded)"])

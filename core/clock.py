@@ -86,23 +86,33 @@ def start(r: redis.Redis, lab: str, speed: float, t0: float = 0.0) -> None:
                                        "paused": 0})
 
 
-def _rebase(r: redis.Redis, lab: str, **changes) -> float:
-    """Move the base point to now, then apply changes; atomic with WATCH so writers never race."""
-    k = key(lab, "clock")
+def _watched(r: redis.Redis, keys: list[str], step):
+    """`step(pipe)` as one optimistic transaction: it reads (commands run at once while the keys are watched),
+    then queues its writes after `pipe.multi()`, or returns without any; run again from the start whenever a
+    watched key changed before its writes went. What `step` returns."""
     with r.pipeline() as pipe:
         while True:
             try:
-                pipe.watch(k)
-                state = pipe.hgetall(k)
-                real = time.time()
-                t = _now(state, real) + float(changes.get("advance", 0))
-                pipe.multi()
-                pipe.hset(k, mapping={"base_sim": t, "base_real": real,
-                                      **{n: v for n, v in changes.items() if n != "advance"}})
-                pipe.execute()
-                return t
+                pipe.watch(*keys)
+                out = step(pipe)
+                if pipe.explicit_transaction:
+                    pipe.execute()
+                return out
             except redis.WatchError:
                 continue
+
+
+def _rebase(r: redis.Redis, lab: str, **changes) -> float:
+    """Move the base point to now, then apply changes; atomic with WATCH so writers never race."""
+    k = key(lab, "clock")
+
+    def step(pipe) -> float:
+        real = time.time()
+        t = _now(pipe.hgetall(k), real) + float(changes.get("advance", 0))
+        pipe.multi()
+        pipe.hset(k, mapping={"base_sim": t, "base_real": real, **{n: v for n, v in changes.items() if n != "advance"}})
+        return t
+    return _watched(r, [k], step)
 
 
 def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
@@ -117,6 +127,50 @@ def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
 
 def pause(r: redis.Redis, lab: str) -> float:
     return _each_lane(r, lab, paused=1)
+
+
+def park(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None:
+    """The clock's part of parking `lab`, only while it is still in `parked_set` (a resume that took it out
+    meanwhile wins: None, the clock untouched). A running clock pauses (every lane of its race) marked `parked`
+    "1"; a clock already paused (the learner's, or a race's) is marked "held", so the resume leaves it paused.
+    The moment, and whether the park paused it. Checked and written in one transaction."""
+    k = key(lab, "clock")
+
+    def step(pipe) -> tuple[float, dict] | None:
+        if not pipe.sismember(parked_set, lab):
+            return None
+        state = pipe.hgetall(k)
+        real = time.time()
+        t = _now(state, real)
+        pipe.multi()
+        pipe.hset(k, mapping={"parked": "held"} if state.get("paused") == "1" else
+                  {"base_sim": t, "base_real": real, "paused": 1, "parked": "1"})
+        return t, state
+    done = _watched(r, [k, parked_set], step)
+    if done is None:
+        return None
+    t, state = done
+    running = state.get("paused") != "1"
+    for peer in json.loads(state.get("peers") or "[]") if running else []:
+        if r.exists(key(peer, "clock")):
+            _rebase(r, peer, paused=1)
+    return t, running
+
+
+def unpark(r: redis.Redis, lab: str) -> tuple[float, bool]:
+    """The clock's part of resuming a parked lab: its `parked` mark goes, and a clock the park paused runs
+    again (every lane); one the learner had paused stays paused. The moment, and whether it runs."""
+    k = key(lab, "clock")
+
+    def step(pipe) -> dict:
+        state = pipe.hgetall(k)
+        pipe.multi()
+        pipe.hdel(k, "parked")
+        return state
+    state = _watched(r, [k], step)
+    if state.get("parked") == "1":
+        return resume(r, lab), True
+    return _now(state), state.get("paused") != "1"  # (no mark: the resume came before the park's clock step)
 
 
 def resume(r: redis.Redis, lab: str) -> float:

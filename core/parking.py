@@ -94,18 +94,15 @@ def parked(r: redis.Redis) -> set[str]:
 
 
 def park(r: redis.Redis, lab: str, why: str) -> bool:
-    """Park `lab` (False if it already was, or is gone): pause its clock as parked, give back its slot.
-    The pool host that runs it sees it in `labs:parked` and stops its processes."""
+    """Park `lab` (False if it already was, is gone, or was resumed before its clock was paused): pause its
+    clock as parked, give back its slot. The pool host that runs it sees it in `labs:parked` and stops its
+    processes."""
     if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, lab):
         return False
-    k = key(lab, "clock")
-    if r.hget(k, "paused") == "1":
-        r.hset(k, "parked", "held")  # the learner's (or a race's) pause: the resume leaves it paused
-        t = clock.now(r, lab)
-    else:
-        t = clock.pause(r, lab)
-        r.hset(k, "parked", "1")
-    stream.emit(r, lab, "lab.parked", t, why=why)
+    paused = clock.park(r, lab, PARKED)
+    if paused is None:
+        return False  # a page or its owner resumed it between the two steps: it runs on, its clock untouched
+    stream.emit(r, lab, "lab.parked", paused[0], why=why)
     return True
 
 
@@ -118,12 +115,9 @@ def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience
     reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience)
     if not r.srem(PARKED, lab):
         return False  # another request resumed it meanwhile (its reservation is this one)
-    k = key(lab, "clock")
-    was = r.hget(k, "parked")
-    r.hdel(k, "parked")
     r.hset(key(lab, "meta"), "resumed", time.time())
-    t = clock.resume(r, lab) if was == "1" else clock.now(r, lab)
-    stream.emit(r, lab, "lab.resumed", t, clock="running" if was == "1" else "still paused, as it was")
+    t, runs = clock.unpark(r, lab)
+    stream.emit(r, lab, "lab.resumed", t, clock="running" if runs else "still paused, as it was")
     return True
 
 

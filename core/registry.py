@@ -112,14 +112,22 @@ def workers(r: redis.Redis, lab: str) -> list[dict]:
     return _sorted_workers(r.hgetall(key(lab, "workers")))
 
 
-def _sorted_workers(rows: dict[str, str], progress: dict[str, str] | None = None) -> list[dict]:
-    """The worker rows in id order; with the lab's `progress` hash (worker → "job:attempt:percent", written by
-    the attempt: workers/tasks.py report_progress), each busy worker's progress in the attempt it runs now."""
+PROGRESS_LOOKBACK = 200
+"""Newest events a snapshot reads for its busy workers' progress (a job.progress event per job about once a real
+second: workers/tasks.py report_progress); a worker with none among them shows none until its next one."""
+
+
+def _sorted_workers(rows: dict[str, str], recent: list | None = None) -> list[dict]:
+    """The worker rows in id order; with the lab's `recent` events (newest first, as XREVRANGE gives them), each
+    busy worker's progress in the attempt it runs now: its newest job.progress event for that attempt."""
     out = sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
-    for w in out:
-        job_id, attempt, pct = (progress or {}).get(w["id"], "::").rsplit(":", 2)
-        if w.get("state") == "busy" and job_id == w.get("job_id") and attempt == str(w.get("attempt")):
-            w["progress"] = int(pct)
+    busy = {(w["id"], w.get("job_id"), w.get("attempt")): w for w in out if w.get("state") == "busy"}
+    for _id, fields in recent or []:
+        if busy and '"job.progress"' in fields["e"]:
+            ev = json.loads(fields["e"])
+            w = busy.pop((ev.get("worker_id"), ev.get("job_id"), ev.get("attempt")), None)
+            if w is not None:
+                w["progress"] = ev["data"]["percent"]
     return out
 
 
@@ -244,12 +252,11 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         pipe.hgetall(key(lab, "states"))
         pipe.hgetall(key(lab, "counts"))
         pipe.hgetall(key(lab, "workers"))
-        pipe.hgetall(key(lab, "progress"))
         pipe.hgetall(key(lab, "faults"))
         pipe.hgetall(key(lab, "breaker"))
-        pipe.xrevrange(key(lab, "events"), count=1)
+        pipe.xrevrange(key(lab, "events"), count=PROGRESS_LOOKBACK)
         raw = pipe.execute()
-    state_rows, counter_rows, worker_rows, progress, faults, breaker, last = raw[JOB_READS * len(ids):]
+    state_rows, counter_rows, worker_rows, faults, breaker, recent = raw[JOB_READS * len(ids):]
     jobs = _fold_jobs(ids, raw)
     return {
         "lab_id": lab,
@@ -257,11 +264,11 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         "settings": settings(r, lab),
         "clock": clock.read(r, lab),
         "counts": _fold_counts(state_rows, counter_rows),
-        "workers": _sorted_workers(worker_rows, progress),
+        "workers": _sorted_workers(worker_rows, recent),
         "jobs": jobs,
         "faults": faults,
         "breaker": breaker or {"state": "closed"},
-        "last_event_id": last[0][0] if last else "0",
+        "last_event_id": recent[0][0] if recent else "0",
         "events_trimmed": events_trimmed(r, lab),
     }
 

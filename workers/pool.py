@@ -35,6 +35,13 @@ from workers.spare import Spares
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
 
+def worker_argv(name: str, queues: list[str]) -> list[str]:
+    """`rq worker`'s arguments for one of a lab's workers (after RQ_BIN; the server comes in RQ_REDIS_URL)."""
+    return ["worker", "--name", name, "--quiet", "--worker-class", "workers.rqworker.LabWorker",
+            "--connection-class", "workers.rqworker.LabRedis", "--logging_level", "WARNING", "--worker-ttl", "60",
+            *queues]
+
+
 @dataclass
 class Slot:
     id: str
@@ -97,9 +104,7 @@ class Keeper:
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
         nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
         pool.nice = nice
-        argv = ["worker", "--name", name, "--quiet",
-                "--worker-class", "workers.rqworker.LabWorker",
-                "--logging_level", "WARNING", "--worker-ttl", "60", *queues, queue_name(pool.lab)]
+        argv = worker_argv(name, [*queues, queue_name(pool.lab)])
         slot.proc = self.spares.take(argv, {"LAB_WORKER_ID": slot.id}, nice) or subprocess.Popen(
             [RQ_BIN, *argv], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
         slot.state = "idle"

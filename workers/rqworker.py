@@ -12,6 +12,7 @@ ready is one the lab's other workers wait for too.
 
 import time
 
+from redis import Redis
 from rq import Worker
 
 import workers.tasks  # noqa: F401  (preload: forked horses inherit it warm)
@@ -50,3 +51,13 @@ class LabWorker(Worker):
         """RQ retitles its processes (`rq:worker:…: Listening on …`) when setproctitle is installed; ours keep
         the command line they were started with (or given: workers/spare.py), which names the server and
         the lab's queue, so a lab's or a stack's processes can always be found by it."""
+
+
+class LabRedis(Redis):
+    """RQ's connection (`rq worker --connection-class`): RESP2, and no CLIENT SETINFO. RQ opens two or three
+    connections per job (a horse is a new process), each of which would otherwise start with a HELLO and two
+    SETINFOs: 6 to 9 of a busy lab's commands per job. Nothing RQ or we do here needs RESP3."""
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs) -> "LabRedis":
+        return super().from_url(url, **{"protocol": 2, "driver_info": None, **kwargs})

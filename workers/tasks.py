@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import redis
+from rq import get_current_job
 
 from core import blobs, clock, registry, stream
 from core.config import Config
@@ -43,8 +44,7 @@ def connection() -> redis.Redis:
     if _conn is None:
         # nothing sent on connect (no HELLO, no CLIENT SETINFO): a horse is one process per job, and its
         # connections (this one, and its Watch's) are its own
-        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, lib_name=None,
-                                     lib_version=None)
+        _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, driver_info=None)
     return _conn
 
 
@@ -66,14 +66,10 @@ def set_worker(r: redis.Redis, lab: str, **fields) -> None:
 
 
 def report_progress(r: redis.Redis, lab: str, job_id: str, attempt: int, pct: int, now: float) -> None:
-    """The attempt's new tenth: in the lab's progress hash (the snapshot shows it on this worker's row while the
-    row still runs this attempt: core/registry.py) and as a job.progress event, two commands in one round trip
-    (the event is uncounted, so the two need no MULTI; a busy lab reports a tenth a second per job)."""
-    with r.pipeline(transaction=False) as pipe:
-        pipe.hset(key(lab, "progress"), worker_id(), f"{job_id}:{attempt}:{pct}")
-        stream.append(pipe, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt,
-                      percent=pct)
-        pipe.execute()
+    """The attempt's new tenth, as a job.progress event: one command (a busy lab reports about one a second per
+    job). Pages hear it live; a snapshot finds it among the lab's newest events (core/registry.py
+    PROGRESS_LOOKBACK) and shows it on this worker's row while the row still runs this attempt."""
+    stream.append(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
 
 
 def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
@@ -98,7 +94,9 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     settings = registry.parse_settings(raw_settings)
     wid = worker_id()
     now = clock.reading(clock_hash, time.time())["t_raw"]
-    outcome = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid())
+    delivery = get_current_job()  # RQ's job in hand (no read): its id names this delivery's hand-off note
+    note = handoff.note_of(job_id, attempt, delivery.id) if delivery else ""
+    outcome, rec = leases.receive(r, lab, job_id, attempt, wid, now, settings, os.getpid(), note)
     if outcome != leases.RUN:
         # the delivery has arrived (even a stale copy: delivery `attempt` was received, or will never be); its
         # own barrier only: this worker is idle again at once and takes the delivery any other was held for
@@ -111,7 +109,6 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     # before then, so a producer never counts this worker idle with no delivery on its way to it
     set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
     handoff.received(r, lab, job_id, attempt, holder=holder, at=now)
-    rec = r.hgetall(job(lab, job_id))
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     watch: Watch | None = None

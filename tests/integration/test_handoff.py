@@ -12,10 +12,10 @@ import threading
 import pytest
 import redis
 
-from core import clock
-from core.keys import key, queue_name
+from core import clock, presets
+from core.keys import attempts, job, key, msg, queue_name
 from tests.helpers import requests_sent, round_trips
-from workers.broker import handoff, reaper
+from workers.broker import handoff, leases, reaper
 
 pytestmark = pytest.mark.integration
 LAB = "handofftest"
@@ -127,3 +127,32 @@ def test_a_delivery_is_noted_and_enqueued_in_one_step(rl, redis_server, monkeypa
             rq_conn.delete(b"rq:job:" + rq_id)
         rq_conn.delete(queue, key(LAB, "handoffs"))
         rq_conn.close()
+
+
+@pytest.mark.parametrize("arrives", ["first", "again"])
+def test_a_receive_takes_its_hand_off_note_away_and_answers_with_the_record_it_left(rl, arrives):
+    """A delivery that arrives ends its hand-off whatever comes of it (run, or a stale second copy): its note
+    goes in the receive, so the supervisor's sweep finds only lost ones. The receive answers with the job's
+    record as it left it, so the attempt reads it no more."""
+    note = handoff.note_of("1", 1, f"{LAB}-1-1-7")
+    rl.hset(job(LAB, "1"), mapping={"id": "1", "state": "queued", "attempt": 0, "payload": "{}", "source": "s"})
+    rl.hset(msg(LAB, "1"), mapping={"state": "pending", "receives": 0})
+    rl.hset(key(LAB, "states"), "queued", 1)
+    rl.zadd(key(LAB, "handoffs"), {note: 1.0, handoff.note_of("2", 1, f"{LAB}-2-1-8"): 1.0})
+    settings = {**presets.settings_for("ch1"), "guard": "claim"}
+    try:
+        if arrives == "again":
+            assert leases.receive(rl, LAB, "1", 1, "w1", 5.0, settings, 1)[0] == leases.RUN
+            rl.zadd(key(LAB, "handoffs"), {note: 1.0})  # a second copy of delivery 1, sent again
+        outcome, rec = leases.receive(rl, LAB, "1", 1, "w1", 5.0, settings, 1, note)
+        assert rl.zrange(key(LAB, "handoffs"), 0, -1) == [handoff.note_of("2", 1, f"{LAB}-2-1-8")], \
+            "the receive left its hand-off note (or took another's)"
+        if arrives == "first":
+            assert outcome == leases.RUN
+            assert rec == rl.hgetall(job(LAB, "1")), "the record answered is not the one the receive left"
+            assert rec["state"] == "running" and rec["attempt"] == "1" and rec["worker"] == "w1"
+        else:
+            assert (outcome, rec) == (leases.STALE, {})
+    finally:
+        rl.delete(job(LAB, "1"), msg(LAB, "1"), attempts(LAB, "1"),
+                  *(key(LAB, k) for k in ("handoffs", "states", "events", "counts", "leases", "alive")))

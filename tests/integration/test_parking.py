@@ -17,8 +17,8 @@ import pytest
 import redis
 import websocket
 
-from core import parking, slots
-from core.keys import key
+from core import clock, parking, presets, slots
+from core.keys import LABS, PARKED, key
 from runtime.procs import wait
 from runtime.stack import Stack
 from tests.helpers import ws_until
@@ -246,3 +246,45 @@ def test_a_job_held_when_its_lab_parks_comes_back_after_the_resume_ack_late(psta
         assert "job.lost" not in event_types(pr, lab["lab_id"])
     finally:
         ws.close()
+
+
+@pytest.mark.parametrize("paused_by_learner", [False, True])
+def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was(redis_server, monkeypatch,
+                                                                                paused_by_learner):
+    """A park takes the lab out of the running set, then pauses its clock; a page that opens it between the two
+    resumes it. The clock must then be left as the learner had it (running, or their own pause), with no
+    `parked` mark a later resume would act on, and no lab.parked after the lab.resumed. On a database no
+    supervisor watches, with the lab's keys written here: the race is too narrow for a whole stack to hit."""
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/8", decode_responses=True)
+    r.flushdb()
+    lab = "tparkrace"
+    r.sadd(LABS, lab)
+    r.set(key(lab, "settings"), json.dumps(presets.settings_for("ch1")))
+    r.hset(key(lab, "meta"), "client", "127.0.0.1")
+    clock.start(r, lab, speed=20)
+    if paused_by_learner:
+        clock.pause(r, lab)
+    parks = clock.park
+
+    def a_page_opens_meanwhile(r_, lab_, parked_set):
+        assert parking.resume(r_, lab_, CAP, MAX_WORKERS), "the lab was not parked when the page opened it"
+        return parks(r_, lab_, parked_set)
+
+    monkeypatch.setattr(clock, "park", a_page_opens_meanwhile)
+    try:
+        assert parking.park(r, lab, parking.OWNER_WHY) is False, "a park undone by a resume said it parked"
+        state = r.hgetall(key(lab, "clock"))
+        assert state["paused"] == ("1" if paused_by_learner else "0"), "the park changed the clock it lost to"
+        assert "parked" not in state, "a mark was left for a later resume to act on"
+        assert not r.sismember(PARKED, lab)
+        kinds = [(e["type"], e["data"].get("clock")) for e in (json.loads(f["e"]) for _i, f in
+                                                               r.xrange(key(lab, "events")))]
+        assert kinds == [("lab.resumed", "still paused, as it was" if paused_by_learner else "running")], kinds
+        monkeypatch.setattr(clock, "park", parks)  # and a park with no page in between still parks
+        assert parking.park(r, lab, parking.OWNER_WHY)
+        assert r.hget(key(lab, "clock"), "paused") == "1" and r.sismember(PARKED, lab)
+        assert parking.resume(r, lab, CAP, MAX_WORKERS)
+        assert r.hget(key(lab, "clock"), "paused") == ("1" if paused_by_learner else "0")
+    finally:
+        r.flushdb()
+        r.close()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 
 import pytest
 import redis
 from rq import Queue
 
+from runtime import embedded_redis
 from tests.helpers import requests_sent
+from workers.pool import RQ_BIN, worker_argv
 from workers.rqworker import HEARTBEAT_GAP_S, LabWorker
 
 pytestmark = pytest.mark.integration
@@ -51,3 +54,37 @@ def test_a_worker_writes_its_heartbeat_and_state_once_between_two_jobs(redis_ser
     finally:
         conn.delete(worker.key, worker.executions_key)
         conn.close()
+
+
+@pytest.mark.parametrize("argv", ["the pool's", "RQ's default"])
+def test_a_labs_rq_worker_and_its_horse_connect_without_a_handshake(tmp_path, argv):
+    """A busy lab's worker runs a horse per job, each on a new connection, and its parent opens another to
+    check on it: with RQ's default connection each starts with HELLO and two CLIENT SETINFOs. The pool's
+    argv (`--connection-class`) sends none. On a server of its own, so the counts are this worker's alone."""
+    server = embedded_redis.start(tmp_path / "redis", persist=False)
+    try:
+        conn = redis.Redis.from_url(server.url, protocol=2, driver_info=None)
+        queue = Queue("t-rqw-handshake", connection=conn)
+        for _ in range(2):
+            queue.enqueue("os.path.basename", "a/b")
+        name = f"t-rqw-{uuid.uuid4().hex[:8]}"
+        args = (worker_argv(name, [queue.name]) if argv == "the pool's" else
+                ["worker", "--name", name, "--quiet", "--worker-class", "workers.rqworker.LabWorker", queue.name])
+        before = handshakes(conn)  # the server's start-up check's own connection made one
+        done = subprocess.run([RQ_BIN, *args, "--burst", "--url", server.url], capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert queue.finished_job_registry.count == 2, "the worker did not run both jobs"
+        sent = handshakes(conn) - before
+        if argv == "the pool's":
+            assert sent == 0, f"the lab's worker sent {sent} HELLO/SETINFO"
+        else:  # the measure sees them when they are sent: the parent's connection, and one per horse
+            assert sent >= 3 * 3, f"RQ's default connection sent only {sent} HELLO/SETINFO"
+        conn.close()
+    finally:
+        server.stop()
+
+
+def handshakes(conn: redis.Redis) -> int:
+    """HELLOs and CLIENT SETINFOs the server has run."""
+    stats = conn.info("commandstats")
+    return sum(int(stats.get(c, {}).get("calls", 0)) for c in ("cmdstat_hello", "cmdstat_client|setinfo"))

@@ -107,15 +107,21 @@ def transit_holder(job_id: str, n: int) -> str:
     return f"{_TRANSIT_PREFIX}{job_id}:{n}"
 
 
+def note_of(job_id: str, attempt: int, rq_id: str) -> str:
+    """A delivery's hand-off note: what `record` notes, and the receive takes away (workers/broker/leases.py)."""
+    return f"{job_id}:{attempt}:{rq_id}"
+
+
 def record(rq_conn: redis.Redis | redis.client.Pipeline, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
     """Note a delivery with its enqueue (in its MULTI: workers/broker/reaper.py send), so neither is ever
-    without the other."""
-    rq_conn.zadd(key(lab, "handoffs"), {f"{job_id}:{attempt}:{rq_id}": time.time()})
+    without the other. Its receive takes the note away; one still here HANDOFF_S later was lost (`sweep`)."""
+    rq_conn.zadd(key(lab, "handoffs"), {note_of(job_id, attempt, rq_id): time.time()})
 
 
 def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, rq_queue_key: str, now: float,
           resend) -> int:
-    """Forget claimed hand-offs, re-check waiting ones later, re-send lost ones. Returns the re-sends."""
+    """Forget hand-offs whose delivery moved on, re-check waiting ones later, re-send lost ones (a received
+    delivery took its note away itself). Returns the re-sends."""
     k = key(lab, "handoffs")
     resent = 0
     for member in r.zrangebyscore(k, "-inf", time.time() - HANDOFF_S, start=0, num=500):

@@ -44,25 +44,32 @@ def keys_for(lab: str, job_id: str, *extra: str) -> list[str]:
 
 
 # KEYS: [1] record [2] state gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
+#       [9] hand-offs (handoff.record's notes)
 # ARGV: [1] delivery n [2] job id [3] now [4] lease deadline ('' = ack early) [5] '1' if the lease is a
 #       heartbeat lease [6] guard off|claim|fence [7] worker id [8] job.claimed event [9] job.duplicate_blocked
-#       event [10] job.claim_refused event [11] this attempt's record (JSON)
-# Returns run | blocked | refused | stale. (Each hash read once, with HMGET, and written once: a busy lab
-# receives a delivery every two seconds.)
+#       event [10] job.claim_refused event [11] this attempt's record (JSON) [12] this delivery's hand-off
+#       note ('' if none)
+# Returns {run | blocked | refused | stale, the record as this receive left it (HGETALL's flat list; empty if
+# stale)}. (Each hash read once and written once: a busy lab receives a delivery every two seconds.) The
+# delivery has arrived whatever comes of it, so its hand-off note goes (the supervisor sweeps only those
+# that never arrive).
 _RECEIVE = """
+if ARGV[12] ~= '' then redis.call('ZREM', KEYS[9], ARGV[12]) end
 -- 1. the broker: only the delivery it sent last may receive the message
 local m = redis.call('HMGET', KEYS[6], 'state', 'receives')
-if m[1] ~= 'pending' then return 'stale' end
-if tonumber(m[2] or '0') + 1 ~= tonumber(ARGV[1]) then return 'stale' end
+if m[1] ~= 'pending' then return {'stale', {}} end
+if tonumber(m[2] or '0') + 1 ~= tonumber(ARGV[1]) then return {'stale', {}} end
 if ARGV[4] == '' then
   redis.call('HSET', KEYS[6], 'receives', ARGV[1], 'state', 'deleted')  -- ack early: deleted on receive, no lease
 else
   redis.call('HSET', KEYS[6], 'receives', ARGV[1], 'state', 'inflight', 'hb', ARGV[5])
   redis.call('ZADD', KEYS[7], ARGV[4], ARGV[2])
 end
--- 2. the record: what the guard lets this holder do
-local rec = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'holder')
-local st = rec[1]
+-- 2. the record: what the guard lets this holder do (read whole: the attempt works from it)
+local flat = redis.call('HGETALL', KEYS[1])
+local rec = {}
+for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+local st = rec['state']
 local guard = ARGV[6]
 local finished = st == 'done' or st == 'dlq' or st == 'lost'
 if guard ~= 'off' and finished then
@@ -71,18 +78,18 @@ if guard ~= 'off' and finished then
   redis.call('ZREM', KEYS[7], ARGV[2])
   local ev = cjson.decode(ARGV[10])
   ev['data']['state'] = st
-  ev['data']['current_attempt'] = tonumber(rec[2] or '0')
+  ev['data']['current_attempt'] = tonumber(rec['attempt'] or '0')
   emit(KEYS[3], KEYS[4], cjson.encode(ev), 'claims_refused')
-  return 'refused'
+  return {'refused', flat}
 end
 if guard == 'claim' and st == 'running' then
   -- zero rows updated: back off, leave the message in flight (it comes back after its deadline)
   local ev = cjson.decode(ARGV[9])
-  ev['data']['holder'] = tonumber(rec[3] or '0')
+  ev['data']['holder'] = tonumber(rec['holder'] or '0')
   emit(KEYS[3], KEYS[4], cjson.encode(ev), 'duplicates_blocked')
-  return 'blocked'
+  return {'blocked', flat}
 end
-local fields = {'attempt', tostring(tonumber(rec[2] or '0') + 1), 'holder', ARGV[1], 'worker', ARGV[7],
+local fields = {'attempt', tostring(tonumber(rec['attempt'] or '0') + 1), 'holder', ARGV[1], 'worker', ARGV[7],
                 'claimed_at', ARGV[3]}
 if st == 'queued' or st == 'retrying' then
   fields[#fields + 1], fields[#fields + 2] = 'state', 'running'
@@ -95,13 +102,18 @@ redis.call('HSET', KEYS[5], ARGV[1], ARGV[11])
 local ev = cjson.decode(ARGV[8])
 ev['data']['record_was'] = st
 emit(KEYS[3], KEYS[4], cjson.encode(ev), '')
-return 'run'
+for i = 1, #fields, 2 do rec[fields[i]] = fields[i + 1] end
+local out = {}
+for f, v in pairs(rec) do out[#out + 1] = f; out[#out + 1] = v end
+return {'run', out}
 """
 
 
 def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: dict,
-            pid: int) -> str:
-    """Receive delivery n of the job's message and try the guard's claim, in one round trip.
+            pid: int, note: str = "") -> tuple[str, dict]:
+    """Receive delivery n of the job's message and try the guard's claim, in one round trip: the outcome, and
+    the job's record as the receive left it (empty if stale). `note`: the delivery's hand-off note
+    (handoff.note_of), which goes whatever the outcome.
 
     The first lease is the VT, or — with the heartbeat on — one heartbeat window (`heartbeat_extend`),
     so a crash before the first beat is found as quickly as one after it.
@@ -119,10 +131,11 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     refused = stream.encode("job.claim_refused", now, **common, guard=guard)
     rec = json.dumps({"attempt": n, "worker": worker_id, "pid": pid, "start": round(now, 3),
                       "outcome": "running", "ack_mode": settings["ack_mode"]})
-    return script(r, _RECEIVE)(keys=keys_for(lab, job_id),
-                               args=[n, job_id, now, "" if deadline is None else repr(deadline),
-                                     "1" if settings["heartbeat"] and not early else "0", guard, worker_id,
-                                     claimed, blocked, refused, rec])
+    outcome, flat = script(r, _RECEIVE)(keys=keys_for(lab, job_id, key(lab, "handoffs")),
+                                        args=[n, job_id, now, "" if deadline is None else repr(deadline),
+                                              "1" if settings["heartbeat"] and not early else "0", guard,
+                                              worker_id, claimed, blocked, refused, rec, note])
+    return outcome, dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 # KEYS: as receive, then (a barrier to move in the same step) [9] clock [10] barriers [11] barrier alive.
