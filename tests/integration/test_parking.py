@@ -255,7 +255,7 @@ def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was
     resumes it. The clock must then be left as the learner had it (running, or their own pause), with no
     `parked` mark a later resume would act on, and no lab.parked after the lab.resumed. On a database no
     supervisor watches, with the lab's keys written here: the race is too narrow for a whole stack to hit."""
-    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/8", decode_responses=True)
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/13", decode_responses=True)
     r.flushdb()
     lab = "tparkrace"
     r.sadd(LABS, lab)
