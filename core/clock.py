@@ -118,11 +118,15 @@ def _rebase(r: redis.Redis, lab: str, **changes) -> float:
 def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
     """Apply a rebase to the lab and to every other lane of its race (one timeline: pausing, stepping or
     re-speeding one lane does the same to all); returns the lab's own new time."""
-    peers = r.hget(key(lab, "clock"), "peers")
+    _rebase_peers(r, r.hget(key(lab, "clock"), "peers"), **changes)
+    return _rebase(r, lab, **changes)
+
+
+def _rebase_peers(r: redis.Redis, peers: str | None, **changes) -> None:
+    """The same rebase for the other lanes of a race (`peers`: the clock hash's JSON list of them)."""
     for peer in json.loads(peers) if peers else []:
         if r.exists(key(peer, "clock")):  # a lane already deleted keeps no clock (nothing outlives its lab)
             _rebase(r, peer, **changes)
-    return _rebase(r, lab, **changes)
 
 
 def pause(r: redis.Redis, lab: str) -> float:
@@ -151,26 +155,31 @@ def park(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None
         return None
     t, state = done
     running = state.get("paused") != "1"
-    for peer in json.loads(state.get("peers") or "[]") if running else []:
-        if r.exists(key(peer, "clock")):
-            _rebase(r, peer, paused=1)
+    if running:
+        _rebase_peers(r, state.get("peers"), paused=1)
     return t, running
 
 
 def unpark(r: redis.Redis, lab: str) -> tuple[float, bool]:
     """The clock's part of resuming a parked lab: its `parked` mark goes, and a clock the park paused runs
-    again (every lane); one the learner had paused stays paused. The moment, and whether it runs."""
+    again in the same transaction (then the other lanes); one the learner had paused stays paused. The moment,
+    and whether it runs."""
     k = key(lab, "clock")
 
-    def step(pipe) -> dict:
+    def step(pipe) -> tuple[float, dict]:
         state = pipe.hgetall(k)
+        real = time.time()
+        t = _now(state, real)
         pipe.multi()
         pipe.hdel(k, "parked")
-        return state
-    state = _watched(r, [k], step)
+        if state.get("parked") == "1":
+            pipe.hset(k, mapping={"base_sim": t, "base_real": real, "paused": 0})
+        return t, state
+    t, state = _watched(r, [k], step)
     if state.get("parked") == "1":
-        return resume(r, lab), True
-    return _now(state), state.get("paused") != "1"  # (no mark: the resume came before the park's clock step)
+        _rebase_peers(r, state.get("peers"), paused=0)
+        return t, True
+    return t, state.get("paused") != "1"  # (no mark: the resume came before the park's clock step)
 
 
 def resume(r: redis.Redis, lab: str) -> float:
