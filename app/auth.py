@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import wraps
 from urllib.parse import urlsplit
 
-from flask import request
+from flask import current_app, request
 
 from app import limits
 from app.errors import ApiError
@@ -55,17 +55,27 @@ def refuse_foreign_origin() -> None:
         raise ApiError(403, "bad_origin", "a call from another site's page was refused")
 
 
-def authorise(lab_id: str, token: str | None, write: bool) -> str:
-    """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); the token's role."""
+def authorise(lab_id: str, token: str | None, write: bool) -> tuple[str, float]:
+    """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); the token's role, and when
+    the lab's owner last called (read with it)."""
     r = get_redis()
     if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     if not token:
         raise ApiError(401, "missing_token", "send Authorization: Bearer <token>", {"WWW-Authenticate": "Bearer"})
-    role = registry.check_token(r, lab_id, token, allow_view=not write)
+    role, last = registry.access(r, lab_id, token, allow_view=not write)
     if role is None:
         raise ApiError(403, "forbidden", "this token does not open this lab" + (" for changes" if write else ""))
-    return role
+    return role, last
+
+
+TOUCH_GAP_S = 5.0  # an owner call within this many seconds of the last one it recorded records nothing
+
+
+def touch_gap(park_after: float) -> float:
+    """How long an owner call's record of the lab's use stands: TOUCH_GAP_S, or a quarter of the parking delay
+    when that is shorter (a lab is never parked for want of a call that was made)."""
+    return min(TOUCH_GAP_S, park_after / 4) if park_after > 0 else TOUCH_GAP_S
 
 
 def lab_access(write: bool, resume: bool = True):
@@ -75,11 +85,11 @@ def lab_access(write: bool, resume: bool = True):
     def deco(fn):
         @wraps(fn)
         def wrapper(lab_id: str, *a, **kw):
-            role = authorise(lab_id, request_token(lab_id), write)
+            role, last = authorise(lab_id, request_token(lab_id), write)
             if write and bearer_token() is None:
                 refuse_cross_site()
             if role == "owner":
-                registry.touch(get_redis(), lab_id)
+                registry.touch(get_redis(), lab_id, last, touch_gap(current_app.config["LAB"].park_after))
             if resume:
                 limits.wake(get_redis(), lab_id)
             return fn(lab_id, *a, **kw)

@@ -276,6 +276,7 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh,
     l[4] = clock_now(l[3], real)
     if l[4] > ahead then ahead = l[4] end
   end
+  local own_now = lanes[1][4]  -- this lab's clock at real_s: the change moves its barrier, not its present
   if op == 'sweep' then
     local dead = 0
     for _, h in ipairs(redis.call('ZRANGE', bk, 0, -1)) do
@@ -294,7 +295,21 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh,
     redis.call('ZREM', bk, holder)
     redis.call('HDEL', ak, holder)
   end
-  if also and also ~= '' then
+  if also and string.sub(also, 1, 1) == '?' then  -- '?holder': that barrier, or else the first of its kind
+    also = string.sub(also, 2)
+    if redis.call('ZREM', bk, also) == 1 then
+      redis.call('HDEL', ak, also)
+    else
+      local kind = string.match(also, '^[^:]*:') or also
+      for _, h in ipairs(redis.call('ZRANGE', bk, 0, -1)) do
+        if string.sub(h, 1, #kind) == kind then
+          redis.call('ZREM', bk, h)
+          redis.call('HDEL', ak, h)
+          break
+        end
+      end
+    end
+  elseif also and also ~= '' then
     redis.call('ZREM', bk, also)
     redis.call('HDEL', ak, also)
   end
@@ -319,13 +334,14 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh,
       redis.call('PUBLISH', l[1], cjson.encode(st))  -- the hash as it now is (state_channel)
     end
   end
-  return 1
+  return 1, own_now
 end
 """
 # KEYS: [1] the clock hash, [2] barriers zset, [3] alive hash
 # ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
 #       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold),
-#       [7] another holder to lift in the same step ('' for none)
+#       [7] another holder to lift in the same step ('' for none; '?holder': that one if it holds, else the
+#           lowest of its kind, the holders named with the same prefix up to the first ':')
 _BARRIER_LUA = BARRIER_FN + "return barrier(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], " \
                             "ARGV[6], ARGV[7])"
 _scripts: dict[int, object] = {}
@@ -334,7 +350,8 @@ _scripts: dict[int, object] = {}
 def barrier_call(lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL,
                  refresh: bool = True, also_lift: str = "") -> tuple[list[str], list[str]]:
     """The KEYS and ARGV of one barrier change (as `_BARRIER_LUA` takes them, and as a script embedding
-    BARRIER_FN passes them on); `also_lift`: another holder's barrier lifted in the same step."""
+    BARRIER_FN passes them on); `also_lift`: another holder's barrier lifted in the same step (or `either`'s
+    choice of one)."""
     real = time.time()
     return ([key(lab, "clock"), _barriers(lab), _alive(lab)],
             [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0", also_lift])
@@ -361,6 +378,12 @@ def refresh(r: redis.Redis, lab: str, holder: str, ttl: float = BARRIER_TTL) -> 
     """The holder is alive: keep its barrier (called every REFRESH_S while it paces). False if the barrier was
     gone (its stamp was new: a sweep lifted it while its holder stalled), so the holder places it again."""
     return r.hset(_alive(lab), holder, time.time() + ttl) == 0
+
+
+def either(holder: str) -> str:
+    """As `also_lift`: this holder's barrier, or if it holds none the lowest of its kind (the holders whose names
+    share its prefix up to the first ':'), found in the same step rather than by reading the barriers first."""
+    return f"?{holder}"
 
 
 def lift(r: redis.Redis, lab: str, holder: str) -> None:

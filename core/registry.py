@@ -67,19 +67,30 @@ def exists(r: redis.Redis, lab: str) -> bool:
 
 def check_token(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> str | None:
     """'owner' or 'viewer' if the token opens this lab, else None (constant-time compare)."""
+    return access(r, lab, token, allow_view)[0]
+
+
+def access(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> tuple[str | None, float]:
+    """The token's role (as `check_token`) and, read with it, when the lab's owner last called (0: never)."""
     if not token:
-        return None
-    stored = r.hmget(key(lab, "meta"), "token", "view_token")
+        return None, 0.0
+    stored = r.hmget(key(lab, "meta"), "token", "view_token", "last_active")
     given = _hash(token)
+    last = float(stored[2] or 0)
     if stored[0] and hmac.compare_digest(stored[0], given):
-        return "owner"
+        return "owner", last
     if allow_view and stored[1] and hmac.compare_digest(stored[1], given):
-        return "viewer"
-    return None
+        return "viewer", last
+    return None, last
 
 
-def touch(r: redis.Redis, lab: str) -> None:
-    r.hset(key(lab, "meta"), "last_active", time.time())
+def touch(r: redis.Redis, lab: str, last: float | None = None, gap: float = 0.0) -> None:
+    """The owner called: the lab is in use (parking, idle expiry). With `last` (the stored time, as `access`
+    read it), a call within `gap` seconds of it writes nothing: a busy lab's owner calls every second or two,
+    and parking counts in tens of seconds."""
+    now = time.time()
+    if last is None or now - last >= gap:
+        r.hset(key(lab, "meta"), "last_active", now)
 
 
 def settings(r: redis.Redis, lab: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The worker class the supervisor starts: RQ's own Worker, with what every work horse needs made once in
-the worker parent, its command line kept, and its repeated bookkeeping between two jobs written once.
+the worker parent, its command line kept, its repeated bookkeeping between two jobs written once, and the end of
+a lab's job (no result kept, no dependents) in one transaction.
 
 RQ forks a work horse per job, and a horse inherits the parent's memory but loses whatever it makes itself
 when it exits. Made here, before any fork:
@@ -14,24 +15,32 @@ import time
 
 from redis import Redis
 from rq import Worker
+from rq.job import Job, JobStatus
+from rq.results import Result
+from rq.suspension import WORKERS_SUSPENDED
+from rq.utils import now
 
-import workers.tasks  # noqa: F401  (preload: forked horses inherit it warm)
+import workers.tasks  # preloaded: forked horses inherit it warm
 from workers import media
 
 media.ffmpeg()
 
 
-HEARTBEAT_GAP_S = 1.0  # real seconds within which a worker's heartbeat with an unchanged TTL is not sent again
+HEARTBEAT_GAP_S = 25.0  # real seconds within which a worker's heartbeat with an unchanged TTL is not sent again
 
 
 class LabWorker(Worker):
     """Between one job and the next (a busy lab's workers do this every few seconds), RQ's worker parent writes
     its heartbeat up to four times (the horse's end, the dequeue loop before and after its wait, the suspension
-    check's pipeline) and its `idle` state twice, within milliseconds: up to 14 commands, where one heartbeat
-    and one state (4) say as much. A heartbeat with the TTL this process last set, less than HEARTBEAT_GAP_S
-    later (alone or in a pipeline), and a state this process last wrote (alone), are not sent again: the
-    worker's key lives `worker_ttl` + 60 s, and the skipped beat's TTL would have ended under a second later.
-    A beat with another TTL (a job's start, the horse's beats while it works) always goes."""
+    check's pipeline) and its `idle` state twice, within milliseconds: up to 14 commands, where one state (1)
+    says as much. A heartbeat with the TTL this process last set, less than HEARTBEAT_GAP_S after it (alone or in
+    a pipeline), and a state this process last wrote (alone), are not sent again. The worker's key never lapses
+    for it: the pool runs `--worker-ttl 60`, so this parent's beats set 120 s and a horse's (at its job's start)
+    90 s, and this parent sends a beat at least every HEARTBEAT_GAP_S + 45 s (its dequeue wait) = 70 s, alone or
+    in the horse monitor's 30 s beats. A beat with another TTL (a job's start, the monitor's) always goes.
+
+    The lab's own jobs end in fewer commands too (`plain`, below): a busy lab's RQ bookkeeping was about 60
+    commands a job, two fifths of it redundant."""
 
     _beat: tuple[int, float] = (0, 0.0)  # the TTL of this process's last heartbeat, and when (monotonic)
 
@@ -46,6 +55,84 @@ class LabWorker(Worker):
         if pipeline is None and state == self.get_state():
             return
         super().set_state(state, pipeline)
+
+    def execute_job(self, job: Job, queue) -> None:
+        """Before the fork: whether the server sends keyspace notifications, looked at here at most every
+        tasks.NOTIFY_CHECK_S, so the horse (which would otherwise ask with every job) inherits the answer."""
+        workers.tasks.keyspace_flags(self.connection)
+        super().execute_job(job, queue)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ asks whether `rq suspend` is on before every dequeue, in a MULTI with a heartbeat that is nearly
+        always skipped (above): three commands a job. One EXISTS asks the same; only a suspended worker goes
+        on to RQ's own check (its wait, its state, its beats)."""
+        if self.connection.exists(WORKERS_SUSPENDED):
+            super().check_for_suspension(burst)
+
+    @staticmethod
+    def plain(job: Job) -> bool:
+        """A job as the lab's producers enqueue it (workers/broker/reaper.py, workers/engines/fairness.py):
+        no result kept (`result_ttl=0`), no repeats, no group, no rate limit, no success callback. Nothing in
+        the lab enqueues with `depends_on`, so no job has dependents."""
+        return (job.result_ttl == 0 and not job.repeats_left and not job.group_id and not job.has_rate_limit
+                and job.success_callback is None)
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """In the horse, before a job runs, RQ beats the worker's key (3 commands), writes the job's heartbeat,
+        then its status with the heartbeat again. The worker's key is its parent's, which that parent's own
+        beats keep alive throughout (above: at least every 70 s, TTL 120 s, and every 30 s while a horse
+        works), so for a plain job: the status and heartbeat in one write, the record kept for good, and the
+        job out of RQ's intermediate list, in one MULTI of 5 where RQ sends 9. Any other job goes RQ's way."""
+        if not self.plain(job):
+            super().prepare_job_execution(job, remove_from_intermediate_queue)
+            return
+        with self.connection.pipeline() as pipe:
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            if remove_from_intermediate_queue:
+                pipe.lrem(self.queue_class(job.origin, connection=self.connection).intermediate_queue_key, 1,
+                          job.id)
+            pipe.execute()
+
+    def handle_execution_ended(self, job: Job, queue, heartbeat_ttl: int) -> None:
+        """A plain job that succeeded is deleted in the next step (handle_job_success), so RQ's write of its
+        last heartbeat first is for nothing; a failed one's record stays, and is written as RQ writes it."""
+        if job.get_status(refresh=False) != JobStatus.FAILED and self.plain(job):
+            job.ended_at = now()
+            return
+        super().handle_execution_ended(job, queue, heartbeat_ttl)
+
+    def handle_job_success(self, job: Job, queue, started_job_registry, execution) -> None:
+        """A plain job's success, in one MULTI of 7 commands where RQ sends 25 on two connections (with the job's
+        last heartbeat, above): RQ watches and reads the job's dependents (it has none), reads its status and its
+        executions twice over (it has one, this), and deletes that execution three times. What is written is
+        what RQ writes for a job with `result_ttl=0`: the worker's counts, the execution gone from the job, the
+        worker and the started registry, and the job's keys deleted. Any other job goes RQ's own way."""
+        if not self.plain(job):
+            super().handle_job_success(job, queue, started_job_registry, execution)
+            return
+        with self.connection.pipeline() as pipe:
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            # the execution (RQ's cleanup_execution: its record, its place in the job's executions, in the started
+            # registry and in the worker's): the job's executions go with the job's keys, in one DEL
+            pipe.zrem(started_job_registry.key, execution.composite_key)
+            pipe.srem(execution.worker_executions_key, execution.composite_key)
+            pipe.delete(execution.key, job.execution_registry.key, job.key, job.dependents_key, job.dependencies_key,
+                        Result.get_key(job.id))
+            pipe.execute()
+        self.executions.pop(execution.id, None)
+        job._status = JobStatus.FINISHED
+
+    def unsubscribe(self) -> None:
+        """RQ unsubscribes from its command channel, stops the channel's thread and joins it for at most 1 s (the
+        thread is a daemon). redis-py 8's `stop()` joins first, with no bound: when the thread has already read
+        the unsubscribe's reply it waits up to 60 s to be subscribed again (rq/rq#1613), so a worker's end (a
+        burst's, a warm shutdown's) hung for a minute now and then on a loaded host. The same steps, bounded as
+        RQ means them."""
+        if self.pubsub_thread:
+            self.pubsub.unsubscribe()
+            self.pubsub_thread.stop(timeout=1)
 
     def procline(self, message: str) -> None:
         """RQ retitles its processes (`rq:worker:…: Listening on …`) when setproctitle is installed; ours keep

@@ -36,7 +36,9 @@ REFRESH_S = 2.0  # real seconds between refreshes of the attempt's barrier (it l
 PROGRESS_GAP_S = 1.0  # real seconds at least between two tenths of a job's progress: the worker card's bar moves
 # about once a second at any speed (every tenth while a tenth takes longer than that; at 20× a 120 s job shows 5)
 SUBSCRIBE_CONFIRM_S = 10.0  # real seconds the server may take to confirm a subscription (a busy box)
+NOTIFY_CHECK_S = 30.0  # real seconds a worker trusts its last look at whether the server sends notifications
 _conn: redis.Redis | None = None
+_notify: tuple[float, str] | None = None  # (monotonic time of the look, the server's notify-keyspace-events)
 
 
 def connection() -> redis.Redis:
@@ -46,6 +48,20 @@ def connection() -> redis.Redis:
         # connections (this one, and its Watch's) are its own
         _conn = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, driver_info=None)
     return _conn
+
+
+def keyspace_flags(r: redis.Redis) -> str:
+    """The server's `notify-keyspace-events` ("" if it will not say), looked at once per NOTIFY_CHECK_S. The
+    worker parent looks before it forks a horse (workers/rqworker.py), so a horse starts with a fresh answer in
+    hand instead of asking the server for it with every job; the supervisor's Waker keeps the setting on."""
+    global _notify
+    if _notify is None or time.monotonic() - _notify[0] >= NOTIFY_CHECK_S:
+        try:
+            flags = next(iter(r.config_get("notify-keyspace-events").values()), "")
+        except redis.ResponseError:
+            flags = ""
+        _notify = (time.monotonic(), flags.decode() if isinstance(flags, bytes) else flags)
+    return _notify[1]
 
 
 def worker_id() -> str:
@@ -84,13 +100,25 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     """One delivery (number `attempt`) of the job's message, received by this worker."""
     die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
+    watch = Watch(r, lab)  # what the attempt knows of its lab's clock and faults, to its end: subscribed first
+    try:
+        _run_attempt(r, lab, job_id, attempt, watch)
+    finally:
+        watch.close()
+
+
+def _run_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, watch: Watch) -> None:
     with r.pipeline(transaction=False) as pipe:  # what the attempt starts from, in one round trip
         pipe.sismember(LABS, lab)
         pipe.get(key(lab, "settings"))
-        pipe.hgetall(key(lab, "clock"))
-        live, raw_settings, clock_hash = pipe.execute()
+        for k in watch.keys.values():
+            pipe.hgetall(k)
+        live, raw_settings, *hashes = pipe.execute()
     if not live:
         return
+    first = dict(zip(watch.keys, hashes, strict=True))
+    watch.seed(first)
+    clock_hash = first["clock"]
     settings = registry.parse_settings(raw_settings)
     wid = worker_id()
     now = clock.reading(clock_hash, time.time())["t_raw"]
@@ -111,7 +139,6 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     handoff.received(r, lab, job_id, attempt, holder=holder, at=now)
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
-    watch: Watch | None = None
     try:
         if rec.get("poison") == "crash":
             # A crashing pill: the handler kills the process that runs it, every time (as an OOM would).
@@ -122,7 +149,6 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
             set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
             clock.lift(r, lab, holder)
             os._exit(70)
-        watch = Watch(r, lab)  # what the attempt knows of its lab's clock and faults, to its end
         outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
         end = watch.now()
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
@@ -148,8 +174,6 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         # attempt's own barrier goes in the same step
         handoff.hold_for_next(r, lab, now, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
-        if watch is not None:
-            watch.close()
 
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
@@ -367,10 +391,7 @@ class Watch:
         self.state: dict[str, dict] = {}
         self.stale = set(self.keys)
         self.ps = None
-        try:
-            flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
-        except redis.ResponseError:
-            flags = ""
+        flags = keyspace_flags(r)
         if "K" in flags and ("h" in flags or "A" in flags):
             self.channels = {keyspace(r, k): name for name, k in self.keys.items()}
             self.published = clock.state_channel(lab)
@@ -386,6 +407,12 @@ class Watch:
                         raise RuntimeError("the server did not confirm a keyspace subscription")
         # how long a wait may last with nothing due: with notifications, until the barrier's next refresh
         self.longest = REFRESH_S / 2 if self.ps is not None else PACE_MAX_S
+
+    def seed(self, hashes: dict[str, dict]) -> None:
+        """The hashes as read after subscribing (the attempt's first round trip reads them with its other
+        keys): taken as this watch's own first read. A change since then has notified, and is heard."""
+        self.state.update(hashes)
+        self.stale.difference_update(hashes)
 
     def _get(self, name: str) -> dict:
         if name in self.stale or self.ps is None:

@@ -244,6 +244,29 @@ def test_inline_transcode_makes_the_client_wait_while_enqueue_answers_at_once(ap
     assert api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "poison"}, lab["token"]).status == 422
 
 
+def test_an_owner_call_records_the_labs_use_unless_it_was_recorded_moments_ago(api, stack):
+    """Every owner call keeps its lab in use (parking, idle expiry): a call writes the time unless the stored one
+    is within auth.TOUCH_GAP_S (a busy lab's owner calls every second or two); a view token's call writes none."""
+    import redis
+
+    from app.auth import TOUCH_GAP_S
+
+    lab = api.lab("ch1", speed=20)
+    r = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    meta = f"lab:{lab['lab_id']}:meta"
+    recent = time.time() - TOUCH_GAP_S / 2
+    r.hset(meta, "last_active", recent)
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 200
+    assert float(r.hget(meta, "last_active")) == recent, "a call moments after the last one wrote again"
+    stale = time.time() - TOUCH_GAP_S - 1
+    r.hset(meta, "last_active", stale)
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["view_token"]).status == 200
+    assert float(r.hget(meta, "last_active")) == stale, "a viewer's call counted as the owner's"
+    assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 200
+    assert float(r.hget(meta, "last_active")) > time.time() - 5, "an owner call after the gap wrote nothing"
+    r.close()
+
+
 def test_an_idle_lab_expires_and_leaves_no_keys_files_or_workers(api, stack):
     import redis
 

@@ -255,3 +255,25 @@ def test_two_web_processes_serve_one_labs_sockets_with_exact_resume(cluster):
     all_ids = [e["id"] for e in a.events(lab)]
     assert got == all_ids[: len(got)], "gap or repeat across the reconnect to another web process"
     a.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+
+
+def test_a_hosts_heartbeat_renews_only_its_own_leases_and_reads_every_labs_owner(r):
+    """The heartbeat extends this host's leases and reads each lab's owner in one step: another host's lease
+    and an unowned lab are read, not touched, and a lease it lost meanwhile is not taken back."""
+    agent = hosts.HostAgent(r, "t-renew-a", lease_s=3.0, max_workers=10)
+    labs = [f"t-renew-{i}" for i in range(3)]
+    r.set(owner(labs[0]), "t-renew-a", px=500)
+    r.set(owner(labs[1]), "t-renew-b", px=500)
+    try:
+        assert agent.renew(labs) == {labs[0]: "t-renew-a", labs[1]: "t-renew-b", labs[2]: None}
+        assert r.pttl(owner(labs[0])) > 2000, "this host's lease was not extended"
+        assert 0 < r.pttl(owner(labs[1])) <= 500, "another host's lease was extended"
+        assert not r.exists(owner(labs[2])), "an unowned lab was taken by a renewal"
+        assert agent.renew([]) == {}
+        many = [f"t-renew-m{i}" for i in range(1203)]  # past one MGET chunk inside the script
+        r.set(owner(many[-1]), "t-renew-a", px=500)
+        held = agent.renew(many)
+        assert len(held) == len(many) and held[many[-1]] == "t-renew-a" and held[many[0]] is None
+        assert r.pttl(owner(many[-1])) > 2000
+    finally:
+        r.delete(*[owner(lab) for lab in labs], owner(f"t-renew-m{1202}"))

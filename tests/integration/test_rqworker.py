@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 import uuid
 
 import pytest
 import redis
 from rq import Queue
+from rq.job import Job
+from rq.utils import now
 
 from runtime import embedded_redis
 from tests.helpers import requests_sent
@@ -88,3 +92,167 @@ def handshakes(conn: redis.Redis) -> int:
     """HELLOs and CLIENT SETINFOs the server has run."""
     stats = conn.info("commandstats")
     return sum(int(stats.get(c, {}).get("calls", 0)) for c in ("cmdstat_hello", "cmdstat_client|setinfo"))
+
+
+def test_a_plain_jobs_success_leaves_nothing_behind_in_one_transaction(tmp_path):
+    """A lab's job (result_ttl=0, no dependents, no repeats) ends in one MULTI, where RQ's own worker first
+    watches and reads its dependents and reads its executions twice on another connection: no WATCH for it.
+    The job leaves no key behind, the worker counts it, and a job that keeps its result goes RQ's own way
+    (its dependents watched, its result kept)."""
+    server = embedded_redis.start(tmp_path / "redis", persist=False)
+    try:
+        conn = redis.Redis.from_url(server.url, protocol=2, driver_info=None)
+        queue = Queue("t-rqw-plain", connection=conn)
+        plain = [queue.enqueue("os.path.basename", f"a/{i}", result_ttl=0).id for i in range(3)]
+        kept = queue.enqueue("os.path.basename", "a/kept").id
+        name = f"t-rqw-{uuid.uuid4().hex[:8]}"
+        before = conn.info("commandstats")
+        done = subprocess.run([RQ_BIN, *worker_argv(name, [queue.name]), "--burst", "--url", server.url],
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        stats = conn.info("commandstats")
+        watched = int(stats.get("cmdstat_watch", {}).get("calls", 0)) - \
+            int(before.get("cmdstat_watch", {}).get("calls", 0))
+        left = sorted(k.decode() for k in conn.scan_iter() if any(j in k.decode() for j in plain))
+        assert left == [], f"a plain job left keys behind: {left}"
+        assert conn.zcard(f"rq:wip:{queue.name}") == 0, "an execution stayed in the started registry"
+        assert conn.smembers(f"rq:worker:{name}:executions") == set(), "an execution stayed in the worker's index"
+        assert Job.fetch(kept, connection=conn).return_value() == "kept", "the kept job's result was lost"
+        assert queue.finished_job_registry.get_job_ids() == [kept]
+        assert int(conn.hget(f"rq:worker:{name}", "successful_job_count") or 0) == 4
+        assert watched == 1, f"the worker watched {watched} times (only the kept job's dependents are watched)"
+        conn.close()
+    finally:
+        server.stop()
+
+
+def test_a_suspended_lab_worker_takes_no_further_job(tmp_path):
+    """The lab's worker asks whether `rq suspend` is on with one EXISTS before each dequeue (RQ's own check is a
+    MULTI with a heartbeat in it). A worker already waiting takes the job that comes; suspended, it takes no
+    other; resumed, it does."""
+    server = embedded_redis.start(tmp_path / "redis", persist=False)
+    conn = redis.Redis.from_url(server.url, protocol=2, driver_info=None)
+    queue = Queue("t-rqw-suspend", connection=conn)
+    name = f"t-rqw-{uuid.uuid4().hex[:8]}"
+    worker = subprocess.Popen([RQ_BIN, *worker_argv(name, [queue.name]), "--url", server.url],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: conn.hget(f"rq:worker:{name}", "state") == b"idle", "the worker never waited")
+        subprocess.run([RQ_BIN, "suspend", "--url", server.url], check=True, capture_output=True, timeout=30)
+        first = queue.enqueue("os.path.basename", "a/1", result_ttl=0)
+        until(lambda: not conn.exists(first.key), "the waiting worker did not run the job that came")
+        second = queue.enqueue("os.path.basename", "a/2", result_ttl=0)
+        until(lambda: conn.hget(f"rq:worker:{name}", "state") == b"suspended", "the worker did not see the suspension")
+        assert queue.get_job_ids() == [second.id], "a suspended worker took a job"
+        subprocess.run([RQ_BIN, "resume", "--url", server.url], check=True, capture_output=True, timeout=30)
+        until(lambda: not conn.exists(second.key), "the resumed worker did not run the job")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        conn.close()
+        server.stop()
+
+
+def until(check, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_worker_leaves_its_command_channel_even_when_its_thread_read_the_unsubscribe_first(redis_server):
+    """rq/rq#1613 with redis-py 8: the channel's thread reads the unsubscribe's reply, then waits up to 60 s to be
+    subscribed again, and `stop()` joins it without a bound: a worker's end hung for a minute. Here the race is
+    made to happen (the reply read before the stop); the lab's worker still leaves at once (its join is bounded
+    as RQ means it, 1 s; the bound below only tells a hang from that)."""
+    conn = redis.Redis.from_url(redis_server.url)
+    worker = LabWorker([Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)], connection=conn,
+                       name=f"t-rqw-{uuid.uuid4().hex[:8]}")
+    worker.subscribe()
+    try:
+        until(lambda: worker.pubsub.subscribed and worker.pubsub_thread.is_alive(), "the channel never opened")
+        worker.pubsub.unsubscribe()
+        until(lambda: not worker.pubsub.subscribed, "the thread never read the unsubscribe's reply")
+        leaving = threading.Thread(target=worker.unsubscribe, daemon=True)
+        leaving.start()
+        leaving.join(20)
+        assert not leaving.is_alive(), "the worker hung leaving its command channel"
+    finally:
+        conn.close()
+
+
+def test_a_plain_jobs_horse_starts_it_in_one_write_and_leaves_the_workers_key_to_its_parent(redis_server, monkeypatch):
+    """Before a job runs, RQ's horse beats the worker's key and writes the job's heartbeat twice; for a plain job
+    the lab's horse writes its status (with the heartbeat) once: the parent's beats keep the worker's key. A job
+    that keeps its result is started RQ's own way."""
+    from redis.client import Pipeline
+
+    conn = redis.Redis.from_url(redis_server.url)
+    queue = Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)
+    plain = queue.enqueue("os.path.basename", "a/b", result_ttl=0)
+    kept = queue.enqueue("os.path.basename", "a/kept")
+    worker = LabWorker([queue], connection=conn, name=f"t-rqw-{uuid.uuid4().hex[:8]}")
+    sent: list[list[str]] = []  # each pipeline's commands, as it is sent
+    execute = Pipeline.execute
+
+    def recorded(pipe, *a, **kw):
+        sent.append([c[0][0] for c in pipe.command_stack])
+        return execute(pipe, *a, **kw)
+
+    monkeypatch.setattr(Pipeline, "execute", recorded)
+    try:
+        worker.prepare_job_execution(plain, remove_from_intermediate_queue=True)
+        assert sent == [["HSET", "PERSIST", "LREM"]], sent
+        assert conn.hget(plain.key, "status") == b"started" and conn.ttl(plain.key) == -1
+        assert conn.hget(plain.key, "worker_name") == worker.name.encode()
+        sent.clear()
+        worker.prepare_job_execution(kept, remove_from_intermediate_queue=True)
+        assert sent and "EXPIRE" in sent[0], f"a job that keeps its result was not started RQ's way: {sent}"
+    finally:
+        conn.delete(plain.key, kept.key, worker.key, worker.executions_key)
+        conn.close()
+
+
+def test_a_plain_jobs_end_takes_its_execution_out_of_every_index(redis_server):
+    """The lean end removes what RQ's cleanup_execution does: the execution's record, its place in the started
+    registry and in the worker's own index (which outlives the job while the worker lives), and the job's
+    executions with its keys."""
+    from datetime import timedelta
+
+    conn = redis.Redis.from_url(redis_server.url)
+    queue = Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)
+    job = queue.enqueue("os.path.basename", "a/b", result_ttl=0)
+    worker = LabWorker([queue], connection=conn, name=f"t-rqw-{uuid.uuid4().hex[:8]}")
+    try:
+        execution = worker.prepare_execution(job)
+        assert conn.smembers(worker.executions_key) == {execution.composite_key.encode()}
+        job.started_at = now()
+        job.ended_at = job.started_at + timedelta(seconds=1)
+        worker.handle_job_success(job, queue, queue.started_job_registry, execution)
+        assert conn.smembers(worker.executions_key) == set(), "the execution stayed in the worker's index"
+        assert conn.zcard(queue.started_job_registry.key) == 0, "the execution stayed in the started registry"
+        assert [k for k in conn.scan_iter() if job.id.encode() in k] == [], "the job left keys behind"
+        assert int(conn.hget(worker.key, "successful_job_count")) == 1
+        assert execution.id not in worker.executions
+    finally:
+        conn.delete(worker.key, worker.executions_key)
+        conn.close()
+
+
+def test_a_horse_starts_with_the_servers_notification_setting_in_hand(r, monkeypatch):
+    """Whether the server sends keyspace notifications is asked once per NOTIFY_CHECK_S, by the worker parent
+    before it forks (a horse inherits the answer): not once per job. A setting changed since is seen once that
+    time has passed."""
+    from workers import tasks
+
+    clock = [5000.0]
+    monkeypatch.setattr("workers.tasks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(tasks, "_notify", None)
+    sent = requests_sent(r, monkeypatch)
+    first = tasks.keyspace_flags(r)
+    assert first == r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    sent.clear()
+    clock[0] += tasks.NOTIFY_CHECK_S / 2
+    assert tasks.keyspace_flags(r) == first and sent == [], f"asked again within the gap: {sent}"
+    clock[0] += tasks.NOTIFY_CHECK_S
+    assert tasks.keyspace_flags(r) == first and sent == ["CONFIG GET"], sent

@@ -24,7 +24,7 @@ from workers.broker.state import script
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 
 
-def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float = 0.0) -> None:
+def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float = 0.0) -> float | None:
     """A delivery on its way to an idle worker takes no simulated time: the clock waits until the worker
     receives it (the receive lifts this barrier), so RQ's real pick-up latency (a fork, a few round trips:
     tens of simulated seconds at 200×, more on a busy host) does not shift the lesson's timeline. Only as
@@ -36,14 +36,19 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
     A barrier for a delivery no worker is free to take would hold the clock until it lapses (the running jobs
     cannot finish past it, so none frees up to take it): HANDOFF_S real seconds of standstill. So the idle
     workers are counted and the barrier placed in one step (`_TRANSIT`): two producers that look at once cannot
-    both take the same idle worker."""
+    both take the same idle worker.
+
+    Returns the lab's simulated time at that step (what `clock.now` would read just after; None if the lab's
+    clock is gone), so the producer need not read the clock again."""
     keys, args = clock.barrier_call(lab, "hold", transit_holder(job_id, n), now, ttl=HANDOFF_S)
-    script(r, _TRANSIT)(keys=[key(lab, "workers"), *keys], args=[_TRANSIT_PREFIX, *args])
+    _, at = script(r, _TRANSIT)(keys=[key(lab, "workers"), *keys], args=[_TRANSIT_PREFIX, *args])
+    return float(at) if at else None
 
 
 # KEYS: [1] the lab's worker rows, then [2..4] the barrier's (clock.barrier_call).
 # ARGV: [1] the transit holders' prefix, then [2..8] the barrier change (clock.barrier_call: a hold).
 # Holds only while some idle worker has no delivery on its way to it: idle rows minus transit barriers.
+# Returns {held (1/0), the lab's simulated time at ARGV[5] as a string (false: no clock)}.
 _TRANSIT = clock.BARRIER_FN + """
 local free = 0
 for _, raw in ipairs(redis.call('HVALS', KEYS[1])) do
@@ -52,8 +57,14 @@ end
 for _, h in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   if string.sub(h, 1, #ARGV[1]) == ARGV[1] then free = free - 1 end
 end
-if free <= 0 then return 0 end
-return barrier(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+local held, now = 0, nil
+if free > 0 then
+  held, now = barrier(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+else
+  local st = clock_state(KEYS[2])
+  if next(st) ~= nil then now = clock_now(st, tonumber(ARGV[5])) end
+end
+return {held, now and string.format('%.17g', now) or false}
 """
 
 
@@ -64,12 +75,12 @@ def received(r: redis.Redis, lab: str, job_id: str, n: int, holder: str = "", at
     would stop the very jobs it waits for. With `holder`, the attempt's own barrier is held at `at` in the
     same step (the clock never runs between the two)."""
     mine = transit_holder(job_id, n)
+    if holder:  # the choice made in the hold's own step: no read of the barriers first
+        clock.hold(r, lab, holder, at, also_lift=clock.either(mine))
+        return
     transit = [h for h in clock.holders(r, lab) if h.startswith(_TRANSIT_PREFIX)]
-    gone = (mine if mine in transit else transit[0]) if transit else ""
-    if holder:
-        clock.hold(r, lab, holder, at, also_lift=gone)
-    elif gone:
-        clock.lift(r, lab, gone)
+    if transit:
+        clock.lift(r, lab, mine if mine in transit else transit[0])
 
 
 def hold_for_next(r: redis.Redis, lab: str, now: float, holder: str) -> None:

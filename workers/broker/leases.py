@@ -224,7 +224,9 @@ local function done()
   if rec[3] then redis.call('HDEL', KEYS[1], 'dlq_reason') end
   move(KEYS[2], st, 'done')
   redis.call('ZREM', KEYS[8], ARGV[8])
-  redis.call('ZREM', KEYS[9], ARGV[8])
+  -- only a finished record (dlq, lost, or done at the redrive) is in the DLQ: a running one never is (a redrive
+  -- moves a running record to dlq; a receive never runs a finished one)
+  if st ~= 'running' then redis.call('ZREM', KEYS[9], ARGV[8]) end
   ack()
   emit(KEYS[3], KEYS[4], ARGV[3], 'succeeded')
   return 1

@@ -29,8 +29,9 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
     number = next_job_number(r, lab)
     job_id = str(number)
     # held before the clock is read: the job is enqueued, and claimed by an idle worker, at one instant
-    handoff.hold_for_transit(r, lab, job_id, 1)
-    now = clock.now(r, lab)
+    now = handoff.hold_for_transit(r, lab, job_id, 1)
+    if now is None:
+        now = clock.now(r, lab)
     payload = {"job_id": job_id, "job_type": job_type, "video_id": video_id, "resolutions": resolutions,
                "idempotency_key": idempotency_key, "created_at": round(now, 3), "attempt_count": 0,
                "duration_s": duration_s}
