@@ -51,17 +51,26 @@ def connection() -> redis.Redis:
 
 
 def keyspace_flags(r: redis.Redis) -> str:
-    """The server's `notify-keyspace-events` ("" if it will not say), looked at once per NOTIFY_CHECK_S. The
-    worker parent looks before it forks a horse (workers/rqworker.py), so a horse starts with a fresh answer in
-    hand instead of asking the server for it with every job; the supervisor's Waker keeps the setting on."""
+    """The server's `notify-keyspace-events` ("" if it will not say). An answer that the server notifies of hash
+    writes is trusted for NOTIFY_CHECK_S (the supervisor's Waker keeps the setting on); any other is asked again
+    next time, so a watch polls only while the server really sends nothing. The worker parent looks before it
+    forks a horse (workers/rqworker.py), so a horse starts with a fresh answer in hand instead of asking the
+    server for it with every job."""
     global _notify
     if _notify is None or time.monotonic() - _notify[0] >= NOTIFY_CHECK_S:
         try:
             flags = next(iter(r.config_get("notify-keyspace-events").values()), "")
         except redis.ResponseError:
             flags = ""
-        _notify = (time.monotonic(), flags.decode() if isinstance(flags, bytes) else flags)
+        flags = flags.decode() if isinstance(flags, bytes) else flags
+        _notify = (time.monotonic(), flags) if notifies(flags) else None
+        return flags
     return _notify[1]
+
+
+def notifies(flags: str) -> bool:
+    """Whether these `notify-keyspace-events` flags send a keyspace notification for every hash write."""
+    return "K" in flags and ("h" in flags or "A" in flags)
 
 
 def worker_id() -> str:
@@ -391,8 +400,7 @@ class Watch:
         self.state: dict[str, dict] = {}
         self.stale = set(self.keys)
         self.ps = None
-        flags = keyspace_flags(r)
-        if "K" in flags and ("h" in flags or "A" in flags):
+        if notifies(keyspace_flags(r)):
             self.channels = {keyspace(r, k): name for name, k in self.keys.items()}
             self.published = clock.state_channel(lab)
             # on a connection of its own, not one of `r`'s: closed with the watch, it would otherwise be the next

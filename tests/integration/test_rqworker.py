@@ -241,18 +241,28 @@ def test_a_plain_jobs_end_takes_its_execution_out_of_every_index(redis_server):
 
 def test_a_horse_starts_with_the_servers_notification_setting_in_hand(r, monkeypatch):
     """Whether the server sends keyspace notifications is asked once per NOTIFY_CHECK_S, by the worker parent
-    before it forks (a horse inherits the answer): not once per job. A setting changed since is seen once that
-    time has passed."""
+    before it forks (a horse inherits the answer): not once per job. A "yes" is trusted that long; a "no" is
+    asked again each time (a watch then polls, so it must not miss the setting coming on)."""
     from workers import tasks
 
     clock = [5000.0]
     monkeypatch.setattr("workers.tasks.time.monotonic", lambda: clock[0])
     monkeypatch.setattr(tasks, "_notify", None)
-    sent = requests_sent(r, monkeypatch)
-    first = tasks.keyspace_flags(r)
-    assert first == r.config_get("notify-keyspace-events")["notify-keyspace-events"]
-    sent.clear()
-    clock[0] += tasks.NOTIFY_CHECK_S / 2
-    assert tasks.keyspace_flags(r) == first and sent == [], f"asked again within the gap: {sent}"
-    clock[0] += tasks.NOTIFY_CHECK_S
-    assert tasks.keyspace_flags(r) == first and sent == ["CONFIG GET"], sent
+    flags = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    try:
+        r.config_set("notify-keyspace-events", "".join(sorted(set(flags) | set("Kh"))))  # as the supervisor's Waker
+        on = r.config_get("notify-keyspace-events")["notify-keyspace-events"]  # as the server spells it
+        sent = requests_sent(r, monkeypatch)
+        assert tasks.keyspace_flags(r) == on and sent == ["CONFIG GET"]
+        sent.clear()
+        clock[0] += tasks.NOTIFY_CHECK_S / 2
+        assert tasks.keyspace_flags(r) == on and sent == [], f"asked again within the gap: {sent}"
+        clock[0] += tasks.NOTIFY_CHECK_S
+        assert tasks.keyspace_flags(r) == on and sent == ["CONFIG GET"], sent
+        r.config_set("notify-keyspace-events", "")
+        clock[0] += tasks.NOTIFY_CHECK_S
+        sent.clear()
+        assert tasks.keyspace_flags(r) == "" and tasks.keyspace_flags(r) == ""
+        assert sent == ["CONFIG GET", "CONFIG GET"], f"a 'no' was trusted: {sent}"
+    finally:
+        r.config_set("notify-keyspace-events", flags)
