@@ -109,25 +109,13 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     """One delivery (number `attempt`) of the job's message, received by this worker."""
     die_with_parent()  # this work horse goes when its worker goes (RQ's fork clears the setting)
     r = connection()
-    watch = Watch(r, lab)  # what the attempt knows of its lab's clock and faults, to its end: subscribed first
-    try:
-        _run_attempt(r, lab, job_id, attempt, watch)
-    finally:
-        watch.close()
-
-
-def _run_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, watch: Watch) -> None:
     with r.pipeline(transaction=False) as pipe:  # what the attempt starts from, in one round trip
         pipe.sismember(LABS, lab)
         pipe.get(key(lab, "settings"))
-        for k in watch.keys.values():
-            pipe.hgetall(k)
-        live, raw_settings, *hashes = pipe.execute()
+        pipe.hgetall(key(lab, "clock"))
+        live, raw_settings, clock_hash = pipe.execute()
     if not live:
         return
-    first = dict(zip(watch.keys, hashes, strict=True))
-    watch.seed(first)
-    clock_hash = first["clock"]
     settings = registry.parse_settings(raw_settings)
     wid = worker_id()
     now = clock.reading(clock_hash, time.time())["t_raw"]
@@ -148,6 +136,7 @@ def _run_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, watch: Wat
     handoff.received(r, lab, job_id, attempt, holder=holder, at=now)
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
+    watch: Watch | None = None
     try:
         if rec.get("poison") == "crash":
             # A crashing pill: the handler kills the process that runs it, every time (as an OOM would).
@@ -158,6 +147,9 @@ def _run_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, watch: Wat
             set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
             clock.lift(r, lab, holder)
             os._exit(70)
+        # what the attempt knows of its lab's clock and faults, to its end: its first read comes after the hold
+        # above (a clock read before it would not know this attempt's own barrier until its notification came)
+        watch = Watch(r, lab)
         outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
         end = watch.now()
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
@@ -183,6 +175,8 @@ def _run_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, watch: Wat
         # attempt's own barrier goes in the same step
         handoff.hold_for_next(r, lab, now, holder)
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+        if watch is not None:
+            watch.close()
 
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
@@ -415,12 +409,6 @@ class Watch:
                         raise RuntimeError("the server did not confirm a keyspace subscription")
         # how long a wait may last with nothing due: with notifications, until the barrier's next refresh
         self.longest = REFRESH_S / 2 if self.ps is not None else PACE_MAX_S
-
-    def seed(self, hashes: dict[str, dict]) -> None:
-        """The hashes as read after subscribing (the attempt's first round trip reads them with its other
-        keys): taken as this watch's own first read. A change since then has notified, and is heard."""
-        self.state.update(hashes)
-        self.stale.difference_update(hashes)
 
     def _get(self, name: str) -> dict:
         if name in self.stale or self.ps is None:

@@ -68,27 +68,6 @@ def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, red
         own.close()
 
 
-def test_a_watch_seeded_with_the_attempts_first_read_reads_nothing_more_until_a_change(r, redis_server, lab):
-    """The attempt's first round trip reads the clock and faults with its settings, after the watch subscribed:
-    the watch takes those as its own first read (no second one), and still hears a change made after it."""
-    own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
-    watch = Watch(own, lab)
-    try:
-        me = str(own.client_id())
-        first = {"clock": own.hgetall(key(lab, "clock")), "faults": own.hgetall(key(lab, "faults"))}
-        watch.seed(first)
-        before = commands_run(r, id=me)
-        assert watch.clock() == first["clock"] and watch.faults() == {}
-        assert commands_run(r, id=me) == before, "a seeded watch read a hash again"
-        r.hset(key(lab, "faults"), mapping={"storage_outage_from": 5, "storage_outage_until": 65})
-        wait(lambda: watch.wait(0.1), 10, "a fault after the first read never woke the watch")
-        assert watch.faults()["storage_outage_until"] == "65"
-        assert commands_run(r, id=me) == before + 1, "the change was not read once"
-    finally:
-        watch.close()
-        own.close()
-
-
 def test_a_barrier_that_moves_the_clock_hands_the_watch_its_new_reading_and_other_writes_are_read(r, redis_server,
                                                                                                   lab):
     own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
