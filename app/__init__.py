@@ -1,7 +1,8 @@
 """Async Work Lab: the Flask app factory.
 
-One blueprint per concern, as in Flask's tutorial: `pages` (server-rendered course),
-`api` (the JSON contract in DESIGN.md), `ws` (live event push).
+One blueprint per concern, as in Flask's tutorial, each a module of `app.routes` (listed in
+`app.routes.BLUEPRINTS`): `pages` (server-rendered course), the JSON contract in DESIGN.md split by
+resource (`labs`, `jobs`, `clock` …), and `ws` (live event push).
 """
 
 from __future__ import annotations
@@ -26,24 +27,8 @@ def create_app(config: Config | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
 
-    from app import (
-        api,
-        assets,
-        branch,
-        charts,
-        errors,
-        fairness,
-        filters,
-        http,
-        loadgen,
-        pages,
-        retries,
-        schedule,
-        status,
-        store,
-        webhooks,
-        ws,
-    )
+    from app import assets, charts, errors, filters, http, store
+    from app.routes import BLUEPRINTS, ws
 
     if config.trusted_proxies:
         n = config.trusted_proxies
@@ -54,21 +39,9 @@ def create_app(config: Config | None = None) -> Flask:
     charts.init_app(app)
     errors.init_app(app)
     app.before_request(http.guard_request)  # path and query values checked before any route
-    app.register_blueprint(pages.bp)
-    app.register_blueprint(api.bp)
-    app.register_blueprint(fairness.bp)
-    app.register_blueprint(loadgen.bp)
-    app.register_blueprint(retries.bp)
-    app.register_blueprint(schedule.bp)
-    app.register_blueprint(status.bp)
-    app.register_blueprint(webhooks.bp)
-    app.register_blueprint(branch.bp)
+    for bp in BLUEPRINTS:
+        app.register_blueprint(bp)
     ws.init_app(app)
-    from app import export, races, rooms  # classroom (issue 10): rooms, scenario links, run export
-
-    app.register_blueprint(rooms.bp)
-    app.register_blueprint(races.bp)  # one input through 2–4 variant labs (issue 22)
-    app.register_blueprint(export.bp)
     app.after_request(security_headers)
     app.after_request(finish_reading_body)
     return app

@@ -231,15 +231,15 @@ def _letters_or_digits(value: str) -> bool:
 _STREAM_ID = r"^\d+(-\d+)?$"
 TIER = Field("tier", "choice", "the customer tier", default="free", choices=fairness.TIERS)
 
-# --- api.py: labs ------------------------------------------------------------------------------
-SETTINGS = Body("api.patch_settings", tuple(Field(s.name, setting=s.name) for s in settings.SCHEMA),
+# --- routes: labs, settings, clock --------------------------------------------------------------
+SETTINGS = Body("settings.patch_settings", tuple(Field(s.name, setting=s.name) for s in settings.SCHEMA),
                 error="invalid_settings", unknown="unknown setting")
-NEW_LAB = Body("api.create_lab", (
+NEW_LAB = Body("labs.create_lab", (
     Field("preset", "choice", "the chapter preset the lab starts from", default=presets.DEFAULT_PRESET,
           choices=tuple(presets.PRESETS), error="invalid_preset"),
     Field("speed", setting="speed", error="invalid_settings"),  # default: the deployment's SPEED
 ))
-BRANCH = Body("api.create_lab", (
+BRANCH = Body("labs.create_lab", (
     Field("branch_of", "string", "branch this lab (send its token or view token): the new lab starts from that "
           "lab's moment `at_event`", required=True, min_length=1, max_length=32, error="invalid_branch",
           message="must be the id of the lab to branch from"),
@@ -247,11 +247,11 @@ BRANCH = Body("api.create_lab", (
           "new jobs", required=True, max_length=40, pattern=_STREAM_ID, check=_event_id, error="invalid_at_event",
           message="must be an event id of the parent lab, like 1700000000000-0"),
     Field("settings", "object", "settings changed for the branch (on top of the parent's settings at `at_event`)",
-          body=Body("api.create_lab", SETTINGS.fields, error="invalid_settings", unknown="unknown setting",
+          body=Body("labs.create_lab", SETTINGS.fields, error="invalid_settings", unknown="unknown setting",
                     register=False), error="invalid_settings", message="settings must be a JSON object"),
     Field("speed", setting="speed", nullable=True, error="invalid_settings"),
 ))
-CLOCK = Body("api.clock_action", (
+CLOCK = Body("clock.clock_action", (
     Field("action", "choice", "pause, resume, or step a paused clock (may be left out when only `speed` "
           "changes)", choices=("pause", "resume", "step"), nullable=True, error="invalid_action",
           message="must be pause, resume or step"),
@@ -260,26 +260,26 @@ CLOCK = Body("api.clock_action", (
     Field("speed", setting="speed", error="invalid_settings"),
 ))
 
-# --- api.py: jobs, faults, DLQ -----------------------------------------------------------------
-JOB = Body("api.create_job", (
+# --- routes: jobs, inline, faults, DLQ ----------------------------------------------------------
+JOB = Body("jobs.create_job", (
     Field("job_type", "choice", "what the worker makes", default="transcode", choices=producer.JOB_TYPES),
     Field("sample", "choice", "one of the lab's sample clips (or the poison pill)", default="bigbuckbunny",
           choices=tuple(SAMPLES)),
     Field("duration_s", setting="job_duration", doc="simulated duration of this job (default: the lab's "
           "`job_duration`)"),  # default: the lab's job_duration
 ), error="invalid_job")
-INLINE = Body("api.inline_transcode", (
+INLINE = Body("inline.inline_transcode", (
     Field("sample", "choice", "a real clip to transcode inside the request", default="bigbuckbunny",
           choices=tuple(s for s in SAMPLES if s != "poison"), error="unknown_sample"),
     Field("duration_s", setting="job_duration", doc="simulated duration of the inline job (default: the lab's "
           "`job_duration`); the request is held that long unless the gateway times out first"),
 ), error="invalid_job")
-FAULT = Body("api.inject_fault", (
+FAULT = Body("faults.inject_fault", (
     Field("type", "choice", "the fault", choices=tuple(FAULTS), required=True),
     Field("duration_s", "number", "simulated seconds the fault lasts (up to a simulated day; the poison pill "
           "is one job and ignores it)", default=120.0, min=1, max=86400),
 ), error="invalid_fault")
-REPLAY = Body("api.replay_dlq", (
+REPLAY = Body("dlq.replay_dlq", (
     Field("reason", "string", "replay only the dead letters with this reason", nullable=True,
           error="invalid_reason"),
     Field("rate", "number", "pace the replay at this many jobs per simulated second (left out: all at once)",

@@ -21,7 +21,7 @@ ERROR = {"type": "object", "required": ["error"],
 
 def upload_schema() -> dict[str, Any]:
     """A job with its own video: the multipart form carries the same fields as the JSON body, and the file."""
-    schema = bodies.document_schema("api.create_job") or {"properties": {}}
+    schema = bodies.document_schema("jobs.create_job") or {"properties": {}}
     return {"type": "object", "required": ["file"], "properties": {
         "file": {"type": "string", "format": "binary", "description": "the video; its bytes decide, not its name"},
         **schema["properties"]}}
@@ -37,12 +37,12 @@ def _query(name: str, schema: dict, doc: str) -> dict[str, Any]:
 
 _STREAM_ID = {"type": "string", "pattern": r"^\d+(-\d+)?$"}
 QUERY: dict[str, list[dict[str, Any]]] = {
-    "api.get_events": [_query("after", _STREAM_ID, "only events after this id")],
-    "api.meta": [_query("preset", {"type": "string", "enum": list(presets.PRESETS)},
+    "events.get_events": [_query("after", _STREAM_ID, "only events after this id")],
+    "meta.meta": [_query("preset", {"type": "string", "enum": list(presets.PRESETS)},
                         "only this preset's scenario buttons and steps")],
-    "api.get_job": [_query("wait", {"type": "number", "minimum": 0, "maximum": 25}, "long-poll seconds"),
+    "jobs.get_job": [_query("wait", {"type": "number", "minimum": 0, "maximum": 25}, "long-poll seconds"),
                     _query("include", {"type": "string", "enum": ["history"]}, "add every attempt's internals")],
-    "api.list_jobs": [_query("prefix", {"type": "string", "pattern": r"^[1-9][0-9]{0,11}$"},
+    "jobs.list_jobs": [_query("prefix", {"type": "string", "pattern": r"^[1-9][0-9]{0,11}$"},
                              "jobs whose number starts with these digits, however old"),
                       _query("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "most matches (default 25)")],
     "loadgen.get_loadgen": [_query("window", {"type": "number", "minimum": 10, "maximum": 86400},
@@ -55,23 +55,23 @@ QUERY: dict[str, list[dict[str, Any]]] = {
 # What a call answers when it succeeds, where that is not "200 with a JSON object". Errors are
 # always `{error, detail}` JSON (4XX, and 503 when a dependency is down).
 SUCCESS: dict[str, dict[str, Any]] = {
-    "api.create_lab": {"201": _json("the new lab; one from a preset also carries its `snapshot` (as GET answers it)",
+    "labs.create_lab": {"201": _json("the new lab; one from a preset also carries its `snapshot` (as GET answers it)",
                                     {"type": "object", "required": [
                                         "lab_id", "token", "view_token", "settings", "ws_url"]})},
-    "api.delete_lab": {"204": {"description": "removed with its keys, files and workers"}},
-    "api.create_job": {"202": _json("queued", {"type": "object", "required": ["job_id", "status_url"]})},
-    "api.inject_fault": {"202": _json("fault started", {"type": "object", "required": ["fault"]})},
-    "api.inline_transcode": {"200": _json("the inline transcode answered before the gateway gave up"),
+    "labs.delete_lab": {"204": {"description": "removed with its keys, files and workers"}},
+    "jobs.create_job": {"202": _json("queued", {"type": "object", "required": ["job_id", "status_url"]})},
+    "faults.inject_fault": {"202": _json("fault started", {"type": "object", "required": ["fault"]})},
+    "inline.inline_transcode": {"200": _json("the inline transcode answered before the gateway gave up"),
                              "504": _json("the gateway timeout passed first (the server transcodes on for nobody)",
                                           ERROR)},
-    "api.get_job": {"200": _json("the job"), "304": {"description": "unchanged since If-None-Match"}},
-    "api.get_output": {"200": {"description": "the file", "content": {"video/mp4": {}, "image/jpeg": {}}},
+    "jobs.get_job": {"200": _json("the job"), "304": {"description": "unchanged since If-None-Match"}},
+    "jobs.get_output": {"200": {"description": "the file", "content": {"video/mp4": {}, "image/jpeg": {}}},
                        "206": {"description": "a byte range", "content": {"video/mp4": {}, "image/jpeg": {}}},
                        "304": {"description": "unchanged"}},
-    "api.park_lab": {"200": _json("the lab is parked: its processes stop, its history stays; opening its page "
+    "labs.park_lab": {"200": _json("the lab is parked: its processes stop, its history stays; opening its page "
                                   "again resumes it")},
-    "api.metrics": {"200": {"description": "Prometheus text", "content": {"text/plain": {}}}},
-    "api.healthz": {"200": _json("healthy"), "503": _json("Redis unreachable")},
+    "health.metrics": {"200": {"description": "Prometheus text", "content": {"text/plain": {}}}},
+    "health.healthz": {"200": _json("healthy"), "503": _json("Redis unreachable")},
     "ws.lab_events": {"101": {"description": "switching to the WebSocket protocol"}},
     "export.export_events": {"200": {"description": "the events, one JSON object per line",
                                      "content": {"application/x-ndjson": {}}}},
@@ -114,7 +114,7 @@ def document(app: Flask) -> dict[str, Any]:
             body = bodies.document_schema(rule.endpoint)
             if body and method in ("POST", "PATCH", "PUT"):
                 op["requestBody"] = {"content": {"application/json": {"schema": body}}}
-            if rule.endpoint == "api.create_job":
+            if rule.endpoint == "jobs.create_job":
                 op["requestBody"]["content"]["multipart/form-data"] = {"schema": upload_schema()}
             paths.setdefault(path, {})[method.lower()] = op
     return {

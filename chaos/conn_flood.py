@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import websocket
 
-from app.ws import CLOSE_LIMIT
+from app.routes.ws import CLOSE_LIMIT
 from bench.common import pct
 from chaos.common import Result, drill_client
 from core.config import Config

@@ -5,7 +5,7 @@ then it never reads again, so the server's writes to it stall as soon as the two
 are full. Meanwhile 8 workers run thumbnail jobs with a heartbeat every tick (a `lease.extended`
 and `job.progress` stream of events), a fast websocket-client reads everything and an HTTP probe
 polls the snapshot. The web process fans events out through one hub thread and a bounded mailbox
-per socket (`app.ws.QUEUE_MAX`), so the stalled socket must not slow anyone else down and must not
+per socket (`app.routes.ws.QUEUE_MAX`), so the stalled socket must not slow anyone else down and must not
 grow the web process without bound; when its mailbox overflows the server is meant to cut it
 (close 1013) so that it reconnects with after=<last id>.
 
@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.ws import QUEUE_MAX
+from app.routes.ws import QUEUE_MAX
 from chaos.common import Result, WsTail, drill_client, drill_stack, workers_registered
 from runtime.procs import rss_kb, wait
 from runtime.stack import Stack
@@ -35,7 +35,7 @@ INVARIANT = (f"a WebSocket consumer that stops reading does not stall anyone: a 
              f"every event in order while the lab floods events, HTTP keeps answering, the web process RSS stays "
              f"bounded, and the stalled consumer is cut (close 1013) once its mailbox exceeds QUEUE_MAX="
              f"{QUEUE_MAX}, having received a gap-free prefix of the stream")
-# 1013: cut when its mailbox overflowed (app/ws.py); 1008: simple-websocket's ping/pong timeout got there first
+# 1013: cut when its mailbox overflowed (app/routes/ws.py); 1008: simple-websocket's ping/pong timeout got there first
 # (a peer that reads nothing answers no ping either: 2 × ping_interval after connecting, on a slow box)
 CUT_CODES = (1013, 1008)
 TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
@@ -205,10 +205,10 @@ def run(redis_url: str | None = None, workers: int = 8, speed: float = 1000, dur
         res.check(cut_state[0] != "ESTABLISHED",
                   f"the stalled consumer was not cut: {cut_grace_s:g} s after {since} events (> QUEUE_MAX="
                   f"{QUEUE_MAX} + what the kernel buffers hold) the server's end of its socket is still ESTABLISHED "
-                  f"with {cut_state[1]} bytes unsent. app/ws.py lab_events only looks at the mailbox's overflowed "
-                  f"flag between blocking ws.send() calls, and its ws.close() is one more blocking send (of the close "
-                  f"frame); nothing aborts the connection, so the handler holds its gthread thread until the peer "
-                  f"reads again or TCP gives up")
+                  f"with {cut_state[1]} bytes unsent. app/routes/ws.py lab_events only looks at the mailbox's "
+                  f"overflowed flag between blocking ws.send() calls, and its ws.close() is one more blocking send "
+                  f"(of the close frame); nothing aborts the connection, so the handler holds its gthread thread "
+                  f"until the peer reads again or TCP gives up")
 
         # let the lab go quiet, then compare
         stop_probe.set()

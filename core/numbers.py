@@ -377,7 +377,7 @@ INPUT_SPECS: tuple[InputSpec, ...] = (
     _spec("lock_ttl_s", "Lock TTL (sized)", "s", 1, 86_400, 1, "ch7"),
     _spec("clock_skew_s", "Clock skew between nodes", "s", 0, 600, 0.1, "ch7"),
     _spec("leader_lease_s", "Leader lease", "s", 1, 3600, 1, "ch7"),
-    # 0, not 1000: on the 1,000 grid, and chapter 7's lab still models its own 1–5,000 users (app/schedule.py)
+    # 0, not 1000: on the 1,000 grid, and chapter 7's lab still models its own 1–5,000 users (app/routes/schedule.py)
     _spec("users", "Users (daily feed job)", "users", 0, 10_000_000_000, 1000, "ch7", "int"),
     _spec("shard_buckets", "Shard buckets per day", "buckets", 1, 86_400, 1, "ch7", "int"),
     _spec("catchup_factor", "Missed-tick factor", "× interval", 1, 10, 0.1, "ch7"),

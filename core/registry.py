@@ -39,7 +39,7 @@ def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: d
            t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
-    A branch (app/branch.py) passes its own settings, a clock starting at the parent's moment and
+    A branch (app/branch_seed.py) passes its own settings, a clock starting at the parent's moment and
     the meta fields that remember its parent. `lab`: the id its running-lab slot was reserved under
     (core/slots.py).
     """

@@ -105,7 +105,7 @@ def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> N
 
 def emit_all(r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]]) -> None:
     """Append events (type, simulated time, fields) in one step. One uncounted event is one XADD (readers block
-    on the stream itself: app/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one
+    on the stream itself: app/routes/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one
     HINCRBY per counter (in a MULTI, the MULTI and the EXEC would be two more commands, and each event its own
     HINCRBY)."""
     if len(events) == 1 and not counter(events[0][0]):

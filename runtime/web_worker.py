@@ -7,7 +7,7 @@ bounds so one client cannot hold the process.
   is closed after the same time, and a body (or a response the client stops reading) that stalls for
   `BODY_TIMEOUT` s closes the connection.
 
-An open WebSocket costs a couple of greenlets and a mailbox (see app/ws.py), so a thousand of them fit
+An open WebSocket costs a couple of greenlets and a mailbox (see app/routes/ws.py), so a thousand of them fit
 in one process, and `/healthz`, pages and API calls are served alongside whatever one client holds.
 """
 
@@ -33,7 +33,7 @@ class LabGeventWorker(GeventWorker):
 
     def load_wsgi(self):
         super().load_wsgi()
-        from app.pages import warm
+        from app.routes.pages import warm
 
         gevent.spawn(warm, self.wsgi)  # every chapter rendered once, in the background
 

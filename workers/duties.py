@@ -223,7 +223,7 @@ class Duties:
             self.r.hset(k, "effective", round(achieved, 1 if achieved < 10 else 0))
 
     def release_branch(self, lab: str, settings: dict, seen: Seen) -> bool:
-        """A branch (app/branch.py) starts paused; its clock runs once its workers are taking jobs.
+        """A branch (app/branch_seed.py) starts paused; its clock runs once its workers are taking jobs.
         True while it still waits for them."""
         if not seen.hold:
             return False

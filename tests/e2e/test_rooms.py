@@ -14,13 +14,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app import scenarios
-from app.rooms import ALPHABET, CODE_LENGTH, pretty
+from app.routes.rooms import ALPHABET, CODE_LENGTH, pretty
 from core.presets import settings_for
 from tests.conftest import ARTIFACTS
 from tests.helpers import unfold
 
 ROOM_URL = re.compile(rf"/rooms/[{ALPHABET}]{{{CODE_LENGTH}}}$")
-"""A room's page: its join code as app/rooms.py makes them (CODE_LENGTH letters of ALPHABET)."""
+"""A room's page: its join code as app/routes/rooms.py makes them (CODE_LENGTH letters of ALPHABET)."""
 
 pytestmark = pytest.mark.e2e
 

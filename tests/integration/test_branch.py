@@ -1,4 +1,4 @@
-"""Branching a run (app/branch.py): a new lab seeded from one moment of another lab's event stream.
+"""Branching a run (app/branch_seed.py): a new lab seeded from one moment of another lab's event stream.
 
 Real stack: the parent's jobs run on real rq workers; the branch's seeded jobs must run too.
 """

@@ -13,7 +13,7 @@ import pytest
 import segno
 
 from app import scenarios
-from app.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
+from app.routes.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 from core import presets, registry
 
 pytestmark = pytest.mark.integration

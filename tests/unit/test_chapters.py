@@ -70,7 +70,7 @@ def test_an_unknown_chapter_is_a_404(client):
 
 
 def test_the_start_up_warm_up_leaves_every_chapter_body_rendered_and_cached():
-    from app.pages import warm
+    from app.routes.pages import warm
 
     chapters._rendered.clear()
     warm(create_app(Config(testing=True)))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import chapters, races, racing, scenarios
+from app import chapters, racing, scenarios
+from app.routes import races
 from core import presets, settings
 from core.events import COUNTERS
 

@@ -1,7 +1,8 @@
 """Room pieces that need no server: join codes as students type them, and the documented room calls."""
 
-from app import create_app, rooms
+from app import create_app
 from app.openapi import document
+from app.routes import rooms
 from core.config import Config
 
 

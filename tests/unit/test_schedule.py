@@ -1,6 +1,6 @@
 """Chapter 7's readouts and replica clocks, checked against the lesson's figures."""
 
-from app.schedule import by_strategy, margins, model
+from app.routes.schedule import by_strategy, margins, model
 from core import numbers, presets
 from workers.engines.scheduler import clock_offset
 

@@ -68,7 +68,7 @@ export async function createLab({ preset, speed, storeKey, live = false }) {
   const lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
   try { sessionStorage.setItem(storeKey, JSON.stringify(lab)); } catch { /* private mode */ }
   const socket = live ? heldSocket(lab) : null;
-  if (d.snapshot) return { lab, snap: d.snapshot, socket }; // the POST's answer carries it (app/api.py)
+  if (d.snapshot) return { lab, snap: d.snapshot, socket }; // the POST's answer carries it (app/routes/labs.py)
   const snap = await makeApi(() => lab)('GET', `/api/labs/${d.lab_id}`);
   if (!snap.ok) {
     if (socket) socket.sock.close();

@@ -3,7 +3,7 @@
 // address cannot count as a crowd. Kept for the tab (sessionStorage), so a reload keeps its guess.
 //
 // The seat also carries the room's code as the server writes it (`display_code`): the one formatter
-// (app/rooms.py `pretty`), so the chip, the dashboard and the projector read the same ABCDE-FGHJK.
+// (app/routes/rooms.py `pretty`), so the chip, the dashboard and the projector read the same ABCDE-FGHJK.
 
 const pending = new Map(); // code → Promise of {client, display_code} | null
 

@@ -8,7 +8,7 @@ from flask import Blueprint, jsonify, render_template, request
 
 from app import chapters
 from app.auth import lab_access
-from app.branching import info
+from app.branch_seed import info
 from app.store import get_redis
 from core import registry, settings
 from core.keys import key

@@ -479,7 +479,7 @@ def round_result(code: str):
 
 @bp.post("/api/rooms/<code>/race")
 def room_race(code: str):
-    """The instructor points the room at a race (app/races.py): every page in the room links to it."""
+    """The instructor points the room at a race (app/routes/races.py): every page in the room links to it."""
     refuse_foreign_origin()
     r = get_redis()
     room = require_instructor(r, code)
