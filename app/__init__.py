@@ -1,7 +1,7 @@
 """Async Work Lab: the Flask app factory.
 
 One blueprint per concern, as in Flask's tutorial: `pages` (server-rendered course),
-`api` (the JSON contract in DESIGN.md), `ws` (live event push).
+`api` (the JSON contract in docs/design.md), `ws` (live event push).
 """
 
 from __future__ import annotations

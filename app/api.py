@@ -1,4 +1,4 @@
-"""The JSON API: the public contract in DESIGN.md that widgets, tests and benchmarks share.
+"""The JSON API: the public contract in docs/design.md that widgets, tests and benchmarks share.
 
 Read calls accept the lab's token or its view token; mutating calls need the lab token.
 Every bad input answers with `{error, detail}` and a 4xx status, never a 500.

@@ -207,7 +207,7 @@ def run(redis_url: str | None = None, workers: int = 8, speed: float = 1000, dur
                   f"{QUEUE_MAX} + what the kernel buffers hold) the server's end of its socket is still ESTABLISHED "
                   f"with {cut_state[1]} bytes unsent. app/ws.py lab_events only looks at the mailbox's overflowed "
                   f"flag between blocking ws.send() calls, and its ws.close() is one more blocking send (of the close "
-                  f"frame); nothing aborts the connection, so the handler holds its gthread thread until the peer "
+                  f"frame); nothing aborts the connection, so the handler holds its greenlet until the peer "
                   f"reads again or TCP gives up")
 
         # let the lab go quiet, then compare

@@ -24,10 +24,9 @@ from runtime import embedded_redis
 WORKER_CLASS = "runtime.web_worker.LabGeventWorker"
 
 
-def gunicorn_command(config: Config, threads: int = 0) -> list[str]:
-    """One gevent worker: a greenlet per connection, no thread per socket (`threads` is accepted for
-    callers written for gthread and ignored). See runtime/web_worker.py for the per-client bounds."""
-    del threads
+def gunicorn_command(config: Config) -> list[str]:
+    """One gevent worker: a greenlet per connection, no thread per socket. See runtime/web_worker.py for
+    the per-client bounds."""
     return [
         sys.executable, "-m", "runtime.gunicorn_main", "app:create_app()",  # gunicorn, ssl patched first
         "-k", WORKER_CLASS, "--worker-connections", "8192", "-w", "1",
