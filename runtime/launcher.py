@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     lab lives in the server (AOF on) and the supervisor rebuilds its pools from it. Only Ctrl-C/SIGTERM
     tears the stack down.
 
-    A role runs one part on a machine of its own ("More than one machine" in the README), kept running the
+    A role runs one part on a machine of its own ("More than one machine" in docs/deploy.md), kept running the
     same way: `server` the embedded server alone, on SERVER_BIND:SERVER_PORT with its ACL users; `web`
     gunicorn alone and `pool` the supervisor alone, both against the shared server named by REDIS_URL
     (required: no embedded server)."""
