@@ -1,7 +1,7 @@
 """Async Work Lab: the Flask app factory.
 
 One blueprint per concern, as in Flask's tutorial, each a module of `app.routes` (listed in
-`app.routes.BLUEPRINTS`): `pages` (server-rendered course), the JSON contract in DESIGN.md split by
+`app.routes.BLUEPRINTS`): `pages` (server-rendered course), the JSON contract in docs/design.md split by
 resource (`labs`, `jobs`, `clock` …), and `ws` (live event push).
 """
 

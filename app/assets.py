@@ -5,7 +5,7 @@ yields `/static/js/widget.<hash>.js`, served with `Cache-Control: immutable` for
 reload costs no request at all. No build step: ES modules' relative imports (`from './x.js'`) are
 rewritten when the file is loaded to the fingerprinted names of what they import, and a module's
 hash covers everything it imports (transitively), so a changed dependency changes its importers'
-URLs too. Plain names (`/static/js/widget.js`) still work, with `no-cache` and an ETag.
+URLs too. Plain names (`/static/js/widget/index.js`) still work, with `no-cache` and an ETag.
 Each text file is gzipped once, at start-up; dynamic text responses (HTML, JSON) are gzipped per
 response when the client accepts it and the body is worth it.
 """

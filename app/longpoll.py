@@ -2,8 +2,9 @@
 
 A held request blocks on the lab's event stream (XREAD BLOCK): every state change is appended to
 that stream in the same atomic step as the change, so a held request wakes the moment its job
-moves, with no re-check loop. A held request costs a web thread, so held polls are capped per web
-process (503) and per lab (429): beyond the cap the client is told to fall back to plain polling.
+moves, with no re-check loop. A held request costs a greenlet and a blocking server connection, so
+held polls are capped per web process (503) and per lab (429): beyond the cap the client is told to
+fall back to plain polling.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from app.errors import ApiError
 from core.keys import key
 
 CLIENTS = ("poll", "etag", "long")  # ?client= labels, so the lab can tally each watcher's load
-MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a thread up longer
+MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a connection up longer
 # One XREAD blocks at most this long, then the hold blocks again: redis-py reads with a 5 s socket
 # timeout, so a single 25 s block would be cut off (and a loaded box adds to any block's length).
 BLOCK_CHUNK_S = 2.0

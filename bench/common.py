@@ -2,7 +2,7 @@
 
 The stack and its HTTP client are the ones the tests and the fault drills use (runtime/stack.py,
 runtime/client.py): a private valkey-server, the pool supervisor (real `rq worker` processes) and
-gunicorn (gthread), each on a free 127.0.0.1 port with its own VAR_DIR, started once for every
+gunicorn (gevent), each on a free 127.0.0.1 port with its own VAR_DIR, started once for every
 benchmark; `Stack.stop()` stops all of it, including any process a benchmark started through
 `Stack.spawn()`, and removes its files.
 """
@@ -31,7 +31,6 @@ from runtime.stack import Stack
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
-WEB_THREADS = 256  # gthread holds one thread per open WebSocket: > the 200 sockets of `latency`
 DRIVER = "bench-driver"  # the client name of the bench's own connection to the server (`cost` leaves its commands out)
 LOAD: dict[str, float] = {}  # 1-minute load average when the current benchmark started
 
@@ -78,8 +77,8 @@ def rusage_cpu_s(ru) -> float:
 
 
 def stack() -> Stack:
-    """The benchmarks' stack: no per-client limits, threads for every WebSocket `latency` opens."""
-    return Stack("bench", web_threads=WEB_THREADS, env={"MAX_LABS": "50"})
+    """The benchmarks' stack: no per-client limits, room for 50 labs."""
+    return Stack("bench", env={"MAX_LABS": "50"})
 
 
 wait = functools.partial(procs.wait, every=0.02)

@@ -32,7 +32,7 @@ OUT = ROOT / "var" / "chaos"
 # --- the stack ---------------------------------------------------------------------------------
 
 def drill_stack(name: str, redis_url: str | None = None, persist: bool = False, root: Path | None = None) -> Stack:
-    return Stack(name, root=root, redis_url=redis_url, persist=persist, web_threads=64, logs=True)
+    return Stack(name, root=root, redis_url=redis_url, persist=persist, logs=True)
 
 
 def drill_client(s: Stack) -> Api:

@@ -1,5 +1,5 @@
 """Drill: one client at its cap of WebSockets or of slow connections, or a room filling its lab, and everyone
-else is still answered within 200 ms (p99): issue 23's floods, against a stack at the README's default limits.
+else is still answered within 200 ms (p99): issue 23's floods, against a stack at the default limits (core/config.py).
 
 Before the gevent web tier, 257 WebSockets opened with a view token (every student of a room has one) made
 `/healthz`, chapter pages and the owner's own calls time out for the whole hold, and 260 slowloris

@@ -5,7 +5,7 @@ namespace of its own (issue 30).
 joined to it by a veth pair, on a /24 of its own chosen free. Each namespace's loopback is its own, as on a
 machine of its own: a process that still named 127.0.0.1 for another part would find nothing there.
 `NetStack` runs each part with the launcher's own role (`python -m runtime.launcher server|web|pool`,
-the README's "More than one machine" commands) under `ip netns exec`: the server listens on its namespace's
+the commands of docs/deploy.md's "More than one machine") under `ip netns exec`: the server listens on its namespace's
 address only, with an ACL user and password per role; the web and pool hosts reach it with their own user
 and share nothing but the network (each its own VAR_DIR).
 """

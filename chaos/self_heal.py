@@ -1,4 +1,4 @@
-"""Drill: the stack heals itself. Started exactly as the README says (`python -m runtime.launcher`), under a
+"""Drill: the stack heals itself. Started exactly as `python3 lab.py` starts it (`python -m runtime.launcher`), under a
 steady stream of jobs, each process is SIGKILLed in turn — the Redis-protocol server, the pool supervisor,
 gunicorn (master and worker) — and the launcher must bring it back (with backoff, logged) without tearing
 anything down. Meanwhile every API call answers 2xx/4xx or 503 + Retry-After, never a 500; at the end every

@@ -207,8 +207,8 @@ def run(redis_url: str | None = None, workers: int = 8, speed: float = 1000, dur
                   f"{QUEUE_MAX} + what the kernel buffers hold) the server's end of its socket is still ESTABLISHED "
                   f"with {cut_state[1]} bytes unsent. app/routes/ws.py lab_events only looks at the mailbox's "
                   f"overflowed flag between blocking ws.send() calls, and its ws.close() is one more blocking send "
-                  f"(of the close frame); nothing aborts the connection, so the handler holds its gthread thread "
-                  f"until the peer reads again or TCP gives up")
+                  f"(of the close frame); nothing aborts the connection, so the handler holds its greenlet until "
+                  f"the peer reads again or TCP gives up")
 
         # let the lab go quiet, then compare
         stop_probe.set()

@@ -2,7 +2,7 @@
 
 A pool host on another machine (or a second web process) needs nothing but the server URL: a job's
 `source` names a blob (`blob:uploads/<random>.bin`), its outputs are blobs under the deterministic
-names DESIGN.md fixes (`transcoded/{job_id}/{rendition}.mp4`). Local disk is only a cache: a worker
+names docs/design.md fixes (`transcoded/{job_id}/{rendition}.mp4`). Local disk is only a cache: a worker
 materialises a source once per host (`var/labs/<lab>/cache/…`), ffmpeg writes its temp file locally,
 and the finished file is published with one SET (atomic: readers see all of it or nothing).
 

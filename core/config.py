@@ -138,8 +138,8 @@ class Config:
     secret_key: str = ""
     """Flask secret (signs nothing security-critical; tokens are random and checked in Redis)."""
     long_poll_max: int = 32
-    """Long-polls this web process holds at once. gthread spends a thread per held request (and per
-    WebSocket), so the cap keeps held polls from starving everything else; beyond it: 503."""
+    """Long-polls this web process holds at once. Each holds a blocking server connection, so the cap
+    keeps held polls from starving everything else of connections; beyond it: 503."""
     long_poll_per_lab: int = 12
     """Long-polls one lab may hold at once, so one lab cannot take the whole budget; beyond it: 429."""
     webhook_allowlist: tuple[str, ...] = ()

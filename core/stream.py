@@ -41,7 +41,7 @@ end
 
 def encode(type_: str, t_sim: float, job_id: str | None = None, worker_id: str | None = None,
            attempt: int | None = None, **data: Any) -> str:
-    """An event as the JSON DESIGN.md fixes; its id is the stream id assigned on append."""
+    """An event as the JSON docs/design.md fixes; its id is the stream id assigned on append."""
     if type_ not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type_}")
     ev = {"t_sim": round(t_sim, 3), "t_real": round(time.time(), 4), "type": type_}

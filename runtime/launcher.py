@@ -24,10 +24,9 @@ from runtime import embedded_redis
 WORKER_CLASS = "runtime.web_worker.LabGeventWorker"
 
 
-def gunicorn_command(config: Config, threads: int = 0) -> list[str]:
-    """One gevent worker: a greenlet per connection, no thread per socket (`threads` is accepted for
-    callers written for gthread and ignored). See runtime/web_worker.py for the per-client bounds."""
-    del threads
+def gunicorn_command(config: Config) -> list[str]:
+    """One gevent worker: a greenlet per connection, no thread per socket. See runtime/web_worker.py for
+    the per-client bounds."""
     return [
         sys.executable, "-m", "runtime.gunicorn_main", "app:create_app()",  # gunicorn, ssl patched first
         "-k", WORKER_CLASS, "--worker-connections", "8192", "-w", "1",
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     lab lives in the server (AOF on) and the supervisor rebuilds its pools from it. Only Ctrl-C/SIGTERM
     tears the stack down.
 
-    A role runs one part on a machine of its own ("More than one machine" in the README), kept running the
+    A role runs one part on a machine of its own ("More than one machine" in docs/deploy.md), kept running the
     same way: `server` the embedded server alone, on SERVER_BIND:SERVER_PORT with its ACL users; `web`
     gunicorn alone and `pool` the supervisor alone, both against the shared server named by REDIS_URL
     (required: no embedded server)."""

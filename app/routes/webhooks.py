@@ -1,7 +1,7 @@
 """Chapter 3's webhooks: register a callback URL for a lab, and a built-in receiver that shows arrivals.
 
 Registration validates the target against SSRF before anything is stored (delivery checks again on
-every try: see workers/webhooks.py, which does the sending). The built-in receiver is the lab's own
+every try: see workers/engines/webhooks.py, which does the sending). The built-in receiver is the lab's own
 endpoint on this server, the one target allowed to be loopback. It authenticates a caller the way any
 Standard Webhooks receiver does, by the signature rather than a lab token (the sender has none), and
 it de-duplicates on `webhook-id`, because at-least-once delivery means the same message can come twice.

@@ -1,4 +1,4 @@
-"""Issue 27's reader: one tab walks every chapter, a race and back, on a stack started with the README's
+"""Issue 27's reader: one tab walks every chapter, a race and back, on a stack started with the
 default limits (4 running labs per client, 10 lab openings a minute, 64 processes, parking after 60 s).
 Every lab goes live and none says "could not start": labs the reader left are parked to make room, and
 the first chapter's lab, opened again, resumes with its history."""
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def default_stack(redis_server, tmp_path_factory):
     """A stack of each test's own (a reader's lab openings per minute are limited too) with every limit at
-    the README's default ("" reads as the default in core.config), on its own database of the session's
+    its default ("" reads as the default in core.config), on its own database of the session's
     server."""
     db = redis_server.url.rsplit("/", 1)[0] + "/8"
     redis.Redis.from_url(db).flushdb()

@@ -146,7 +146,7 @@ def test_a_stalled_websocket_consumer_is_cut_once_its_mailbox_overflows(slow_run
 
 
 def test_one_client_at_its_socket_or_connection_cap_is_refused_more_and_everyone_else_is_answered():
-    """issue 23 at the README's default limits: past WS_PER_CLIENT (one address, a view token) and WS_PER_LAB
+    """issue 23 at the default limits (core/config.py): past WS_PER_CLIENT (one address, a view token) and WS_PER_LAB
     (a room of addresses) a socket is closed with 4429 and the kept ones stay open; slow headers are cut, past
     CONN_PER_CLIENT at accept; and every probe from another address answers (the drill judges its latency)."""
     cfg = conn_flood.DEFAULTS

@@ -37,7 +37,7 @@ def own(tmp_path_factory):
     root = tmp_path_factory.mktemp("lifecycle")
     server = embedded_redis.start(root / "redis", persist=True, maxmemory=512 * 1024 * 1024)
     try:
-        with Stack("lifecycle", root=root, redis_url=server.url, web_threads=16,
+        with Stack("lifecycle", root=root, redis_url=server.url,
                    env={"MAX_LABS": "40", "MAX_BLOB_BYTES": str(MAX_BLOB_BYTES),
                         "CLIENT_BLOB_SHARE": str(CLIENT_SHARE), "MAX_LAB_BYTES": str(MAX_BLOB_BYTES),
                         "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "RECONCILE_S": "3",

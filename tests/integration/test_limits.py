@@ -41,7 +41,7 @@ def tight(redis_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("tight")
     db = redis_server.url.rsplit("/", 1)[0] + "/3"
     redis.Redis.from_url(db).flushdb()
-    with Stack("tight", root=root, redis_url=db, web_threads=16, access_log=str(root / "access.log"),
+    with Stack("tight", root=root, redis_url=db, access_log=str(root / "access.log"),
                env={"MAX_LABS": str(MAX_LABS), "MAX_WORKERS": str(MAX_WORKERS), "LAB_IDLE_TTL": str(IDLE_TTL),
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),

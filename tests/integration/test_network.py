@@ -1,6 +1,6 @@
 """A class on several machines (issue 30 item 5): the server, the web process and two pool hosts each in a
 network namespace of its own (chaos/netns.py: own address, loopback down, no disk shared), started with the
-launcher's roles as the README's "More than one machine" says. The server listens on its own address only,
+launcher's roles as docs/deploy.md's "More than one machine" says. The server listens on its own address only,
 with an ACL user and password per role; jobs, uploads and outputs cross the network through it; the
 webhook deliverer on a pool host reaches the web tier at its public address; and the `pool_host_killed`
 drill runs there.

@@ -31,7 +31,7 @@ PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
 def pstack(redis_server, tmp_path_factory):
     db = redis_server.url.rsplit("/", 1)[0] + "/7"
     redis.Redis.from_url(db).flushdb()
-    with Stack("parking", root=tmp_path_factory.mktemp("parking"), redis_url=db, web_threads=32,
+    with Stack("parking", root=tmp_path_factory.mktemp("parking"), redis_url=db,
                env={"PARK_AFTER": str(PARK_AFTER), "MAX_WORKERS": str(MAX_WORKERS), "MAX_CLIENT_LABS": str(CAP),
                     "MAX_LABS": "40"}) as s:
         yield s

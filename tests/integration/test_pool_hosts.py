@@ -57,7 +57,7 @@ class Cluster:
     def start_web(self) -> None:
         port = embedded_redis.free_port()
         env = dict(self.env(f"web-{len(self.webs)}"), PORT=str(port))
-        self.webs.append(subprocess.Popen(gunicorn_command(Config(redis_url=self.redis_url, port=port), threads=16),
+        self.webs.append(subprocess.Popen(gunicorn_command(Config(redis_url=self.redis_url, port=port)),
                                           env=env))
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, self.webs[-1:])

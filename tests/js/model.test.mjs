@@ -1,5 +1,5 @@
 // The widget's model without a browser: node --test tests/js/
-// A snapshot plus the events after it must give the numbers the lab itself keeps (DESIGN.md: model =
+// A snapshot plus the events after it must give the numbers the lab itself keeps (docs/design.md: model =
 // last snapshot ⊕ events after its last_event_id), whatever order reconnects and refreshes bring them in.
 
 import assert from 'node:assert/strict';
@@ -11,7 +11,7 @@ import {
 } from '../../static/js/widget/model.js';
 import { filterTimeline, mergeTimelineJob, recentCounts, retryArrivals, workerAttempts } from '../../static/js/widget/timeline-model.js';
 
-// the counters these event types bump, as app/events.py EVENT_TYPES has them (served by /api/meta)
+// the counters these event types bump, as core/events.py EVENT_TYPES has them (served by /api/meta)
 const COUNTERS = {
   'job.enqueued': 'enqueued', 'job.claimed': null, 'lease.extended': 'leases_extended',
   'lease.expired': 'leases_expired', 'job.redelivered': 'redelivered', 'job.progress': null,

@@ -224,7 +224,7 @@ def measure(r: redis.Redis, lab: str, now: float, window_s: float = 600.0) -> di
 
 
 def model(lam: float, workers: int, mix: str = "lesson") -> dict[str, Any]:
-    """The numbers model's figures for this λ and pool (app/numbers.py is the one source). Both mixes
+    """The numbers model's figures for this λ and pool (core.numbers is the one source). Both mixes
     have the same W, so the same figures; `mix` names the one running and lists its job types."""
     L = numbers.littles_law_L(lam, MIX_W)
     rho = L / workers if workers > 0 else math.inf

@@ -1,10 +1,10 @@
 """Webhook delivery: one signed POST per finished job to the lab's callback URL, retried with full jitter.
 
 It runs as one background thread in the pool supervisor, not in the web process and not inside the
-supervisor's reaper tick. Not the web process: gthread threads there are budgeted for sockets and
-held long-polls, and an outbound call to a slow customer endpoint would sit on one. Not the tick: the
-reaper loop runs every 20 ms and bounds how late a lease is redelivered, so it must never wait on
-someone else's server. The thread tails each lab's event stream from a cursor, so a finished job
+supervisor's reaper tick. Not the web process: its connections are budgeted for sockets and held
+long-polls, and an outbound call to a slow customer endpoint would sit on one. Not the tick: the
+reaper's pass bounds how late a lease is redelivered, so it must never wait on someone else's
+server. The thread tails each lab's event stream from a cursor, so a finished job
 becomes a message exactly once (the message id is derived from the event id, and creating it is a
 SETNX), and every try is claimed by one compare-and-set on its due time, so two deliverers never
 send the same try.
