@@ -26,11 +26,10 @@ from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
-from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
+from core import blobs, clock, hosts, media, numbers, parking, presets, registry, settings, slots, stream
+from core.broker import dlq, leases, producer
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 from core.keys import LABS, host_running, key, lab_dir
-from workers import hosts, media
-from workers.broker import dlq, leases, producer
 
 bp = Blueprint("api", __name__)
 

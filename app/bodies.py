@@ -17,8 +17,8 @@ from typing import Any
 
 from app import scenarios
 from core import presets, settings
+from core.broker import producer
 from core.events import FAULTS, SAMPLES
-from workers.broker import producer
 from workers.engines import fairness, loadgen
 
 ABSENT: Any = object()

@@ -51,7 +51,7 @@ from bench.common import pct, report, rnd
 from chaos import netns
 from chaos.common import WsTail, drill_client
 from chaos.pool_host_killed import HostsStack
-from runtime.procs import children, cpu_s, rss_kb, wait
+from core.procs import children, cpu_s, rss_kb, wait
 
 BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
 CLOCK_LAG_PP = 5  # a lab's clock may run at most this many points slower than one lab's alone on a free host

@@ -23,9 +23,8 @@ from typing import Any
 
 import redis
 
-from core import stream
+from core import procs, stream
 from core.keys import key
-from runtime import procs
 from runtime.stack import Stack
 
 ROOT = Path(__file__).resolve().parent.parent

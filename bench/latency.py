@@ -23,7 +23,7 @@ import websocket
 
 from bench.common import Bench, pct, report, rnd, wait
 from core import clock, stream
-from runtime.procs import cpu_s, rss_kb
+from core.procs import cpu_s, rss_kb
 
 NAME = "latency"
 LEVELS = ((1, 200, 0.02), (20, 100, 0.03), (200, 50, 0.06), (1000, 20, 0.15))  # (sockets, events, interval s)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 
 from bench.common import Bench, pct, report, rnd, wait
-from runtime.procs import cpu_s
+from core.procs import cpu_s
 
 TIMER_SAMPLES = 200
 IDLE_CPU_S = 5.0  # real seconds over which the supervisor's idle CPU is measured

@@ -20,8 +20,8 @@ import time
 
 from chaos.common import Result, drill_client, workers_registered
 from core.config import Config
+from core.procs import wait
 from runtime.client import Api
-from runtime.procs import wait
 from runtime.stack import Stack
 
 NAME = "flood"

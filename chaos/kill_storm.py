@@ -13,9 +13,8 @@ import time
 from collections import Counter
 
 from chaos.common import Result, drill_client, drill_stack, workers_registered
-from core import blobs
-from runtime.procs import processes_matching, wait
-from workers import media
+from core import blobs, media
+from core.procs import processes_matching, wait
 
 NAME = "kill_storm"
 INVARIANT = ("no job lost: every accepted job ends done or in the DLQ with a reason; every done job has "

@@ -21,12 +21,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from chaos.common import ROOT, Result, drill_client
-from core import blobs
+from core import blobs, hosts, media
 from core.keys import owner
+from core.procs import alive, processes_matching, wait
 from runtime import cpuquota
-from runtime.procs import alive, processes_matching, wait
 from runtime.stack import Stack
-from workers import hosts, media
 
 NAME = "pool_host_killed"
 INVARIANT = ("SIGKILL of a pool host under load: its labs move to the live host (narrated 'went silent'), every "

@@ -15,7 +15,7 @@ from collections import Counter
 
 from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
 from core.keys import key
-from runtime.procs import wait
+from core.procs import wait
 
 NAME = "redis_restart"
 INVARIANT = ("every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "

@@ -22,9 +22,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chaos.common import ROOT, Result
+from core.procs import alive, children, processes_matching, wait
 from runtime.client import Api
 from runtime.embedded_redis import free_port
-from runtime.procs import alive, children, processes_matching, wait
 from runtime.stack import UNLIMITED, _scratch
 
 NAME = "self_heal"

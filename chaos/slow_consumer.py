@@ -27,7 +27,7 @@ from pathlib import Path
 
 from app.ws import QUEUE_MAX
 from chaos.common import Result, WsTail, drill_client, drill_stack, workers_registered
-from runtime.procs import rss_kb, wait
+from core.procs import rss_kb, wait
 from runtime.stack import Stack
 
 NAME = "slow_consumer"

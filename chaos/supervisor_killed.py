@@ -12,7 +12,7 @@ import time
 
 from chaos.common import Result, drill_client, drill_stack, workers_registered
 from core.keys import key
-from runtime.procs import processes_matching, wait
+from core.procs import processes_matching, wait
 
 NAME = "supervisor_killed"
 INVARIANT = ("SIGKILL of the supervisor leaves no process of its lab alive (rq workers, work horses, their "

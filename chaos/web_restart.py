@@ -13,7 +13,7 @@ import time
 
 from chaos.common import Result, WsTail, drill_client, drill_stack, id_key, workers_registered
 from core import clock
-from runtime.procs import wait
+from core.procs import wait
 
 NAME = "web_restart"
 INVARIANT = ("every WebSocket client that reconnects with after=<last id> across web restarts (SIGTERM and "

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import redis
 
 from core import clock, registry, stream
+from core.broker import handoff, reaper
 from core.config import MAINTAIN_S, PACING_WINDOW_S, REAPER_BARRIER_S, Config
 from core.keys import key, queue_name
-from workers.broker import handoff, reaper
 from workers.engines import autoscale, fairness, loadgen
 from workers.hosts import HostAgent
 from workers.pool import LabPool

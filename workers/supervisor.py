@@ -25,10 +25,10 @@ import time
 import redis
 
 from core import clock, parking, registry, stream
+from core.broker import reaper
 from core.config import Config
 from core.keys import LABS, PARKED, key, owner
 from workers import hosts, reconcile, wait
-from workers.broker import reaper
 from workers.duties import Duties
 from workers.engines import webhooks
 from workers.engines.fleet import SchedulerFleet

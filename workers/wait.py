@@ -18,9 +18,9 @@ from collections.abc import Container
 import redis
 
 from core import clock
+from core.broker.handoff import HANDOFF_S
 from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, REAPER_LEAD_S
 from core.keys import LABS, PARKED, key, keyspace
-from workers.broker.handoff import HANDOFF_S
 from workers.duties import DISPATCH_AGE_S, Seen
 from workers.pool import LabPool
 

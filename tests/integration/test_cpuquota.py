@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from core.procs import alive, children, cpu_s, wait
 from runtime import cpuquota
-from runtime.procs import alive, children, cpu_s, wait
 
 WHY = cpuquota.unavailable()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(WHY), reason=f"no CPU quotas here: {WHY}")]

@@ -14,12 +14,13 @@ import pytest
 import redis
 
 from chaos import netns, pool_host_killed
+from core import media
 from core.keys import owner
-from runtime.procs import cmdline, wait
+from core.procs import cmdline, wait
 from tests.helpers import enqueue
 from tests.integration.test_api import multipart
 from tests.integration.test_delivery import busy_worker
-from workers import media, reconcile
+from workers import reconcile
 
 pytestmark = pytest.mark.integration
 

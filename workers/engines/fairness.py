@@ -25,8 +25,8 @@ from rq import Queue
 
 from core import clock, stream
 from core import settings as settings_schema
+from core.broker import reaper
 from core.keys import key, queue_name
-from workers.broker import reaper
 
 TIERS = ("pro", "free")
 STRATEGIES = settings_schema.BY_NAME["fairness"].choices  # shared first: the baseline the bench compares with

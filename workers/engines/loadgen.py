@@ -23,10 +23,9 @@ from typing import Any
 
 import redis
 
-from core import numbers, stream
+from core import media, numbers, stream
+from core.broker import producer
 from core.keys import job, key
-from workers import media
-from workers.broker import producer
 
 MIX: tuple[numbers.JobType, ...] = numbers.DEFAULT_JOB_MIX
 MIX_W = numbers.blended_duration(MIX)

@@ -30,10 +30,10 @@ from urllib.parse import urlsplit
 import redis
 
 from core import clock, registry, stream
+from core.broker import retry
 from core.config import Config
 from core.keys import LABS, key, keyspace
 from core.webhook_targets import TargetRefused, sign, validate_target
-from workers.broker import retry
 
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
