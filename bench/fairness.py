@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from bench.common import Bench, pct, report, rnd, wait
 from core import clock, numbers
-from workers.engines import fairness
+from core.engines import fairness
 
 NAME = "fairness"
 SPEED = 50.0

@@ -15,9 +15,9 @@ import math
 import redis
 
 from core import numbers, registry, slots, stream
+from core.engines import loadgen
 from core.keys import key
 from core.settings import BY_NAME
-from workers.engines import loadgen
 
 EVERY_S = 10.0  # simulated seconds between decisions
 SCALE_IN_COOLDOWN_S = 60.0  # no scale-in this soon after any change (no flapping on a quiet spell)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import redis
 
 from core import clock, stream
-from workers.engines.scheduler import clock_offset, cron_key
+from core.engines.scheduler import clock_offset, cron_key
 from workers.process import die_with_parent
 
 

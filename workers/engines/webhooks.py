@@ -16,6 +16,7 @@ registration); the connection goes to the address that was checked. A try is cla
 lease rather than removed, so a supervisor killed mid-send leaves the try to come back, not vanish.
 """
 
+
 from __future__ import annotations
 
 import http.client
@@ -32,18 +33,15 @@ import redis
 from core import clock, registry, stream
 from core.broker import retry
 from core.config import Config
-from core.keys import LABS, key, keyspace
+from core.engines.webhooks import BUILTIN, due, hook, messages, receiver_path
+from core.keys import LABS, keyspace
 from core.webhook_targets import TargetRefused, sign, validate_target
 
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
-BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05  # real seconds between ticks while some lab has a webhook registered
 RESCAN_S = 5.0  # real seconds between looks for registrations a missed notification would hide
 TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
-# Due times are on the lab's simulated clock, like its jobs' retries: pausing the lab holds its
-# webhook retries too, and the spread the learner reads is the lesson's seconds, not ours.
-
 # Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
 # and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
 _LEASE_TRY = """
@@ -52,33 +50,6 @@ if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
-KEEP = 200  # messages shown and receiver arrivals kept per lab
-
-
-def hook(lab: str) -> str:
-    """Registration hash: url, secret, cursor (last event turned into messages), receiver fail count."""
-    return key(lab, "webhook")
-
-
-def messages(lab: str) -> str:
-    return key(lab, "webhook", "messages")
-
-
-def due(lab: str) -> str:
-    return key(lab, "webhook", "due")
-
-
-def arrivals(lab: str) -> str:
-    return key(lab, "webhook", "arrivals")
-
-
-def seen(lab: str) -> str:
-    """Message ids the built-in receiver has accepted: a second arrival of one is a duplicate."""
-    return key(lab, "webhook", "seen")
-
-
-def receiver_path(lab: str) -> str:
-    return f"/api/labs/{lab}/webhook/receiver"
 
 
 def collect(r: redis.Redis, lab: str, reg: dict, now: float) -> int:
