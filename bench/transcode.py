@@ -21,8 +21,9 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.common import Bench, median, pct, report, rnd, wait
+from bench.common import Bench, median, report, rnd, wait
 from core import media
+from runtime.harness.stats import pct
 
 NAME = "transcode"
 RENDITIONS = ("240p", "144p")

@@ -29,11 +29,12 @@ from urllib.parse import urlsplit
 import websocket
 
 from app.ws import CLOSE_LIMIT
-from bench.common import pct
-from chaos.common import Result, drill_client
+from chaos.common import Result
 from core.config import Config
-from runtime.client import Api
-from runtime.stack import UNLIMITED, Stack
+from runtime.harness.client import Api
+from runtime.harness.drill import drill_client
+from runtime.harness.stack import UNLIMITED, Stack
+from runtime.harness.stats import pct
 
 NAME = "conn_flood"
 INVARIANT = ("one client holding its maximum of WebSockets (a view token) or of slow-header connections, or a "

@@ -15,9 +15,10 @@ import os
 import signal
 import time
 
-from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
+from chaos.common import Result, post_mortem, workers_registered
 from core.keys import key
 from core.procs import tcp_ports, wait
+from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "dequeue_crash"
 INVARIANT = ("a job whose RQ message was received by a worker that died before claiming it is still "

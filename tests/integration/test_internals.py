@@ -5,7 +5,7 @@ import time
 import pytest
 import redis
 
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.integration.test_delivery import busy_worker, enqueue, kill, types
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from core import blobs, media
 from core.keys import LABS
 from core.procs import processes_matching, wait
 from runtime import embedded_redis
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.integration.test_api import multipart
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 from core import blobs, hosts, media
 from core.keys import owner
 from core.procs import wait
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning

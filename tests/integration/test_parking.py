@@ -20,7 +20,7 @@ import websocket
 from core import clock, parking, presets, slots
 from core.keys import LABS, PARKED, key
 from core.procs import wait
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.helpers import ws_until
 
 pytestmark = pytest.mark.integration

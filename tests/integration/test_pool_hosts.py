@@ -25,9 +25,9 @@ from core.config import Config
 from core.hosts import live_hosts
 from core.keys import owner
 from runtime import embedded_redis
-from runtime.client import Api
+from runtime.harness.client import Api
+from runtime.harness.stack import UNLIMITED
 from runtime.launcher import gunicorn_command, wait_healthy
-from runtime.stack import UNLIMITED
 from tests.helpers import ws_until
 from workers.hosts import HostAgent
 

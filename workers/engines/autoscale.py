@@ -15,6 +15,7 @@ import math
 import redis
 
 from core import numbers, registry, slots, stream
+from core.config import Config
 from core.engines import loadgen
 from core.keys import key
 from core.settings import BY_NAME
@@ -68,3 +69,28 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     registry.update_settings(r, lab, {"workers": target})
     stream.emit(r, lab, "autoscale.scaled", now, frm=current, to=target, depth=depth, reason=why)
     return target
+
+
+class Autoscaler:
+    """The autoscaler in the supervisor's pass (the `Engine` protocol): a decision due every EVERY_S while
+    `autoscale` is on."""
+
+    name = "autoscale"
+    wakes = ()
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        return 0
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return bool(settings.get("autoscale"))
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        tick(r, lab, state["t_raw"], settings, config.max_workers)
+        return 0
+
+
+ENGINE = Autoscaler()

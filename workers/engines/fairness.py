@@ -26,6 +26,7 @@ from rq import Queue
 
 from core import clock, stream
 from core.broker import reaper
+from core.config import Config
 from core.engines.fairness import (
     POISON_CRASHES,
     SPIKE_FACTOR,
@@ -306,3 +307,32 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
         # the end of the run the bill pays for, so the bill can be checked against the time a worker was held
         stream.emit(r, lab, "fairness.finished", clock.now(r, lab), worker_id=wid, tier=tier, customer=customer,
                     seq=seq)
+
+
+class Releaser:
+    """Chapter 6's traffic in the supervisor's pass (the `Engine` protocol): quiet, neither read nor ticked,
+    while none arrives, waits or runs, until a tier's queue changes."""
+
+    name = "fairness"
+    wakes = ("fair:pending:*",)
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        pipe.hlen(inflight_key(lab))
+        for tier in TIERS:
+            pipe.zcard(pending_key(lab, tier))
+        return 1 + len(TIERS)
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return any(gauges) or float(settings.get("arrival_rate", 0)) > 0
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        if not state["paused"] and (float(settings["arrival_rate"]) > 0 or not quiet):
+            tick(r, rq, lab, settings, state["t_raw"])
+        return 0
+
+
+ENGINE = Releaser()

@@ -1,4 +1,4 @@
-"""Chapter 2's load generator: Poisson arrivals at λ simulated jobs/s with the lesson's job mix.
+"""Chapter 2's load generator, the pool's face: Poisson arrivals at λ jobs/s with the lesson's job mix.
 
 Arrivals are paced on the lab's simulated clock and go through the real producer, so every
 generated job is an ordinary lab job (real RQ delivery, real ffmpeg, leases, redelivery). The
@@ -23,6 +23,7 @@ import redis
 
 from core import media
 from core.broker import producer
+from core.config import Config
 from core.engines.loadgen import MAX_IN_FLIGHT, MIXES, arrivals_key, draw, effective_rate, read_state, state_key
 from core.keys import key
 
@@ -80,3 +81,28 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
         pipe.hincrby(state_key(lab), "shed", shed)
         pipe.execute()
     return made
+
+
+class Generator:
+    """The load generator in the supervisor's pass (the `Engine` protocol): quiet, neither read nor ticked,
+    while it is off, until its state key changes."""
+
+    name = "loadgen"
+    wakes = ("loadgen",)
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        pipe.hget(state_key(lab), "on")
+        return 1
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return gauges == ["1"]
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate)
+
+
+ENGINE = Generator()

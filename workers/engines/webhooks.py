@@ -208,3 +208,26 @@ class Deliverer:
             stream.emit(self.r, lab, "webhook.attempted", now, **fields, reason=reason, delay=round(delay, 2))
         msg["tries"].append(attempt)
         self.r.hset(messages(lab), msg_id, json.dumps(msg))
+
+
+class Delivery:
+    """Webhook delivery for the supervisor (the `Engine` protocol): a thread of its own, nothing in the pass."""
+
+    name = "webhooks"
+    wakes = ()
+
+    def start(self, config: Config) -> None:
+        Deliverer(config).start()  # outbound calls off the reaper loop
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        return 0
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return False
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        return 0
+
+
+ENGINE = Delivery()

@@ -25,7 +25,7 @@ import redis
 from core.config import ROOT, Config
 from core.procs import alive, children, cpu_s, port_free, processes_matching, server_tag, wait
 from runtime import embedded_redis
-from runtime.client import Api
+from runtime.harness.client import Api
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
 UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
