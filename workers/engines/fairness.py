@@ -9,6 +9,7 @@ short jobs on two cores); its wait is measured when a worker actually starts it.
 Full separation is more than a count: its pro and free workers are different processes on different
 RQ queues, so a free poison job that takes its worker down can only take down free workers. Under a
 hard split the wall is a count over one fleet, and the same storm kills the workers pro runs on too.
+The face both processes share (state keys, readers, commands) is core/engines/fairness.py.
 """
 
 

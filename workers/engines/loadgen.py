@@ -11,6 +11,7 @@ thumbnail or a 144p transcode of the smallest sample clip.
 Two mixes share that W: `lesson` (the lesson's blend above) and `even` (every job the blend's mean W,
 so λ, W and ρ are the same and only the spread of job times differs). Erlang C assumes exponential job
 times; the even mix has none of that spread and the lesson's blend far more, so the two bracket it.
+The face both processes share (state keys, readers, commands) is core/engines/loadgen.py.
 """
 
 

@@ -6,6 +6,7 @@ run at 1000×), so a real EX would expire while the lab stands still. These scri
 in simulated seconds. The deadline is written on the holder's clock and every replica judges it by
 its own, as an `expires_at` column in a lock row is: a replica whose clock runs ahead sees the lock
 expire early, which is the lesson's clock skew eating the TTL's margin.
+The face both processes share (state keys, readers, commands) is core/engines/locks.py.
 """
 
 

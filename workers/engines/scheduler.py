@@ -12,6 +12,7 @@ Each replica's clock runs `clock_skew·(k−1)/(N−1)` simulated seconds ahead 
 judges locks by that clock; its scheduler fires `cron_late·(k−1)/(N−1)` s after each tick (the lesson's
 late replica, which finds a too-short lock expired while the first run still holds it).
 Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
+The face both processes share (state keys, readers, commands) is core/engines/scheduler.py.
 """
 
 

@@ -14,6 +14,7 @@ gets it again with the same `webhook-id`, which is how a receiver de-duplicates.
 followed and the target is resolved and checked again on every try (DNS can change after
 registration); the connection goes to the address that was checked. A try is claimed with a short
 lease rather than removed, so a supervisor killed mid-send leaves the try to come back, not vanish.
+The face both processes share (state keys, readers, commands) is core/engines/webhooks.py.
 """
 
 
