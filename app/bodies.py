@@ -17,9 +17,9 @@ from typing import Any
 
 from app import scenarios
 from core import presets, settings
+from core.broker import producer
+from core.engines import fairness, loadgen
 from core.events import FAULTS, SAMPLES
-from workers.broker import producer
-from workers.engines import fairness, loadgen
 
 ABSENT: Any = object()
 """A field with this default is left out of the clean values when the body leaves it out."""

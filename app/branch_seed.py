@@ -20,10 +20,9 @@ from app import limits
 from app.auth import request_token
 from app.errors import ApiError
 from app.store import get_redis, get_rq
-from core import blobs, clock, presets, registry, slots, stream
+from core import blobs, clock, media, presets, registry, slots, stream
+from core.broker import producer
 from core.keys import job, key
-from workers import media
-from workers.broker import producer
 
 # the job states a fold of the stream ends in; the first three are "not yet done"
 _UNFINISHED = ("queued", "running", "retrying")

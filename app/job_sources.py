@@ -8,9 +8,8 @@ from flask import current_app, request
 
 from app.errors import ApiError
 from app.store import get_redis
-from core import blobs
+from core import blobs, media
 from core.events import SAMPLES
-from workers import media
 
 
 def source_from_upload(lab_id: str) -> tuple[str, str]:

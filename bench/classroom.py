@@ -1,7 +1,7 @@
 """Classroom capacity: how many follow-along labs a pool host carries within the budgets, on 1, 2, 3 hosts.
 
 Each step starts its own stack (valkey, H pool hosts with their own data dirs, one web process:
-chaos/pool_host_killed.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3 workers,
+runtime/harness/hosts.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3 workers,
 heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker every few
 seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50 ms, paced-job
 overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms, and one of ours: no lab's clock runs more than 5 points
@@ -16,13 +16,13 @@ per busy lab per second are reported; from the last, how many busy labs one serv
 CPU-s per lab-second).
 
 A machine of its own per pool host, as in a class: the server, the web process and each pool host run in a
-network namespace of their own (chaos/netns.py's NetStack: own address, no loopback between them, the server
+network namespace of their own (runtime/harness/netns.py's NetStack: own address, no loopback between them, the server
 on its own address with an ACL user and password per role, each part started with the launcher's role), and
 the driver reaches the web tier across the bridge. Where namespaces cannot be made (not root, no `ip`) the
 parts run on loopback (HostsStack) and the report says why (`network`). On one box every host would also
 share the same cores, so a second host could add no capacity. Each host therefore gets its own CPU budget,
 CLASSROOM_HOST_CPUS cores (a cgroup v1 CPU
-quota, runtime/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses, ffmpeg),
+quota, runtime/harness/cpuquota.py, over the host's whole process tree: supervisor, rq workers, their horses, ffmpeg),
 and the server, the web process and this driver run on what is left of the box (3 hosts × 0.5 cores leave 0.5
 of 2). Each row shows the cores each host actually used (`host_cores`, its cgroup's cpuacct count) and the
 share of 100 ms periods in which the kernel throttled it (`throttled_pct`): a host at its budget and throttled
@@ -47,11 +47,12 @@ import random
 import threading
 import time
 
-from bench.common import pct, report, rnd
-from chaos import netns
-from chaos.common import WsTail, drill_client
-from chaos.pool_host_killed import HostsStack
-from runtime.procs import children, cpu_s, rss_kb, wait
+from bench.common import report, rnd
+from core.procs import children, cpu_s, rss_kb, wait
+from runtime.harness import netns
+from runtime.harness.drill import WsTail, drill_client
+from runtime.harness.hosts import HostsStack
+from runtime.harness.stats import pct
 
 BUDGET = {"late_p99_ms": 50, "overrun_p99_pct": 5, "event_p99_ms": 100}
 CLOCK_LAG_PP = 5  # a lab's clock may run at most this many points slower than one lab's alone on a free host

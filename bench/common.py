@@ -1,7 +1,7 @@
-"""What the benchmarks share beyond the stack: statistics, the browser, the benchmark context, the report.
+"""What the benchmarks share beyond the harness: statistics, the benchmark context, the report.
 
-The stack and its HTTP client are the ones the tests and the fault drills use (runtime/stack.py,
-runtime/client.py): a private valkey-server, the pool supervisor (real `rq worker` processes) and
+The stack and its HTTP client are the ones the tests and the fault drills use (runtime/harness/stack.py,
+runtime/harness/client.py): a private valkey-server, the pool supervisor (real `rq worker` processes) and
 gunicorn (gevent), each on a free 127.0.0.1 port with its own VAR_DIR, started once for every
 benchmark; `Stack.stop()` stops all of it, including any process a benchmark started through
 `Stack.spawn()`, and removes its files.
@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -23,10 +22,10 @@ from typing import Any
 
 import redis
 
-from core import stream
+from core import procs, stream
 from core.keys import key
-from runtime import procs
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
+from runtime.harness.stats import pct
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"
@@ -35,17 +34,7 @@ DRIVER = "bench-driver"  # the client name of the bench's own connection to the 
 LOAD: dict[str, float] = {}  # 1-minute load average when the current benchmark started
 
 
-# --- statistics -------------------------------------------------------------------------------
-
-def pct(values: Iterable[float], q: float) -> float:
-    """The q-th percentile (0–100), linear interpolation between closest ranks; nan if empty."""
-    xs = sorted(values)
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
+# --- statistics (percentiles: runtime/harness/stats.py) ------------------------------------------
 
 def median(values: Iterable[float]) -> float:
     return pct(values, 50)
@@ -53,21 +42,6 @@ def median(values: Iterable[float]) -> float:
 
 def rnd(x: float, nd: int = 2) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
-
-
-# --- the browser -----------------------------------------------------------------------------
-
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def chromium_launch_args(base: dict | None = None) -> dict:
-    """System Chromium when present (playwright install cannot download here), else Playwright's."""
-    args = {**(base or {}), "args": CHROMIUM_ARGS}
-    system = shutil.which("chromium") or "/usr/bin/chromium"
-    if Path(system).exists():
-        args["executable_path"] = system
-    return args
 
 
 # --- processes --------------------------------------------------------------------------------
@@ -94,7 +68,7 @@ class Bench:
         self.api = stack.api(timeout=30)
         LOAD["start"] = round(os.getloadavg()[0], 2)
 
-    # HTTP (the shared client; `call` answers the JSON or raises runtime.client.HttpError) ------------------------
+    # HTTP (the shared client; `call` answers the JSON or raises runtime.harness.client.HttpError) ----------------
     def call(self, method: str, path: str, body: Any = None, token: str | None = None,
              expect: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 30) -> Any:
         return self.api.ok(method, path, body, token, expect=expect, timeout=timeout)

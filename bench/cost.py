@@ -12,7 +12,7 @@ Four windows of COST_SECONDS (20) real seconds on the bench stack, each after a 
 Each window reads the server's own counters (INFO commandstats: calls by command, and
 total_commands_processed), the supervisor process's own CPU (without its reaped children: the workers' CPU is
 the jobs', not the loop's) and the server process's own CPU, each from the kernel's per-process CPU clock, to
-the nanosecond (`runtime.procs.run_s`), where /proc's stat counts in 10 ms ticks (7 % of a busy lab's server
+the nanosecond (`core.procs.run_s`), where /proc's stat counts in 10 ms ticks (7 % of a busy lab's server
 CPU over a 60 s window). A lab's figure is its window minus the floor, over its labs; the server's CPU per busy
 lab-second gives the busy labs one server core carries (1 / that).
 Goals (issue 30): an idle lab ≤ 5 server commands/s and ≤ 0.3 % of a core in the supervisor; a busy lab
@@ -25,7 +25,7 @@ import os
 import time
 
 from bench.common import DRIVER, Bench, report, rnd, wait
-from runtime.procs import run_s
+from core.procs import run_s
 
 NAME = "cost"
 SECONDS = float(os.environ.get("COST_SECONDS", "20"))

@@ -27,9 +27,10 @@ import statistics
 import time
 from typing import NamedTuple
 
-from bench.common import Bench, pct, report, rnd, wait
+from bench.common import Bench, report, rnd, wait
 from core import clock, numbers
-from workers.engines import fairness
+from core.engines import fairness
+from runtime.harness.stats import pct
 
 NAME = "fairness"
 SPEED = 50.0

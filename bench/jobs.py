@@ -15,8 +15,8 @@ def import_tasks() -> None:
 
 
 def resolve_ffmpeg() -> None:
-    """A no-op that resolves the ffmpeg binary as `workers.media` does in every horse: the
+    """A no-op that resolves the ffmpeg binary as `core.media` does in every horse: the
     lru_cache dies with the horse, so each job imports imageio_ffmpeg and runs `ffmpeg -version`."""
-    from workers import media
+    from core import media
 
     media.ffmpeg()

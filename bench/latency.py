@@ -21,9 +21,10 @@ import time
 import redis
 import websocket
 
-from bench.common import Bench, pct, report, rnd, wait
+from bench.common import Bench, report, rnd, wait
 from core import clock, stream
-from runtime.procs import cpu_s, rss_kb
+from core.procs import cpu_s, rss_kb
+from runtime.harness.stats import pct
 
 NAME = "latency"
 LEVELS = ((1, 200, 0.02), (20, 100, 0.03), (200, 50, 0.06), (1000, 20, 0.15))  # (sockets, events, interval s)

@@ -18,8 +18,8 @@ import time
 
 from bench.common import Bench, report, rnd
 from core import clock
+from core.engines import loadgen
 from core.keys import job
-from workers.engines import loadgen
 
 NAME = "littles"
 RATES = (0.05, 0.1)

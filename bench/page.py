@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Bench, chromium_launch_args, median, report, rnd
+from bench.common import Bench, median, report, rnd
+from runtime.harness.browser import chromium_launch_args
 
 NAME = "page"
 CHAPTERS = range(9)

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Bench, pct, report, rnd, wait
-from runtime.procs import cpu_s
+from bench.common import Bench, report, rnd, wait
+from core.procs import cpu_s
+from runtime.harness.stats import pct
 
 TIMER_SAMPLES = 200
 IDLE_CPU_S = 5.0  # real seconds over which the supervisor's idle CPU is measured

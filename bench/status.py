@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from bench.common import Bench, chromium_launch_args, report, rnd
+from bench.common import Bench, report, rnd
+from runtime.harness.browser import chromium_launch_args
 
 NAME = "status"
 JOBS, SPEED, INTERVAL_S = 10, 20, 2.0

@@ -4,7 +4,7 @@ Rows, each with N worker processes (N = 2 and 4):
 - lab:          `{"job_type": "thumbnail", "duration_s": 1}` at speed 1000 through the public API:
                 lease claim, paced work (1 ms), real ffmpeg thumbnail, CAS ack, events, email;
 - raw rq noop:  plain `rq worker --burst` processes running a trivial function: RQ's own cost;
-- raw rq ffmpeg thumbnail: plain `rq worker --burst` running the same `workers.media.thumbnail`
+- raw rq ffmpeg thumbnail: plain `rq worker --burst` running the same `core.media.thumbnail`
                 on the same clip: the physical floor of the work itself;
 - diagnostics:  the no-op plus `import workers.tasks` in the horse (what each lab job paid before
                 `workers.rqworker` preloaded it in the worker parent), and the no-op plus
@@ -28,8 +28,8 @@ from rq import Queue
 from rq.job import Job
 
 from bench.common import RQ_BIN, Bench, report, rnd, rusage_cpu_s, wait
-from runtime.procs import cpu_s
-from workers import media
+from core import media
+from core.procs import cpu_s
 
 NAME = "throughput"
 WORKER_COUNTS = (2, 4)
@@ -164,7 +164,7 @@ def run(b: Bench) -> dict:
             got.append(rq_rate(b, n, "noop + import workers.tasks", "bench.jobs.import_tasks",
                                [()] * DIAG_JOBS))
             got.append(rq_rate(b, n, "noop + media.ffmpeg()", "bench.jobs.resolve_ffmpeg", [()] * DIAG_JOBS))
-            got.append(rq_rate(b, n, "ffmpeg thumbnail", "workers.media.thumbnail",
+            got.append(rq_rate(b, n, "ffmpeg thumbnail", "core.media.thumbnail",
                                [(clip, thumbs / f"r{rnd_no}-n{n}-{i}.jpg") for i in range(FFMPEG_JOBS)]))
             got.append(lab_rate(b, n, LAB_JOBS))
         for r in got:
@@ -205,7 +205,7 @@ def run(b: Bench) -> dict:
          "worker_cpu_ms_per_job", "cpu_overhead_ms", "valkey_cpu_ms_per_job", "sup_web_cpu_ms_per_job"],
         rows,
         {"label": f"lab jobs/s ÷ raw-RQ ffmpeg jobs/s at {top} workers", "value": lab_top["vs_rq_ffmpeg"],
-         "baseline": "raw rq worker --burst running workers.media.thumbnail, same server, same N",
+         "baseline": "raw rq worker --burst running core.media.thumbnail, same server, same N",
          "vs_rq_noop": lab_top["vs_rq_noop"], "cpu_vs_rq_ffmpeg": lab_top["cpu_vs_rq_ffmpeg"],
          "also": f"worker CPU per job ÷ raw-RQ ffmpeg's: {lab_top['cpu_vs_rq_ffmpeg']}; "
                  f"jobs/s ÷ raw-RQ no-op's: {lab_top['vs_rq_noop']}"},

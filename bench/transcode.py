@@ -1,6 +1,6 @@
 """transcode: real ffmpeg time per rendition, and how far paced lab jobs drift from their duration.
 
-Part 1, the physical floor: `workers.media.start_transcode` on the sample clip, each rendition
+Part 1, the physical floor: `core.media.start_transcode` on the sample clip, each rendition
 alone and both at once (a lab attempt runs them in parallel), timed from start to exit.
 Part 2, pacing: transcode jobs through a one-worker lab at speed 20 and 200. A job of simulated
 duration D should take D/speed real seconds; drift = (job.succeeded t_sim − job.claimed t_sim)
@@ -21,8 +21,9 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.common import Bench, median, pct, report, rnd, wait
-from workers import media
+from bench.common import Bench, median, report, rnd, wait
+from core import media
+from runtime.harness.stats import pct
 
 NAME = "transcode"
 RENDITIONS = ("240p", "144p")

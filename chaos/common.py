@@ -1,44 +1,30 @@
-"""What the drills share beyond the stack: reads of the broker's keys, a WebSocket tail, the verdict.
+"""What the drills share beyond the harness: reads of the broker's keys, the verdict.
 
-The stack and its client are the ones the tests and the benchmarks use (runtime/stack.py,
-runtime/client.py): every part of `Stack` starts on its own, so a drill can SIGKILL the supervisor,
-restart gunicorn on the same port or stop the server and bring it back on the same port and data dir,
-and `Stack.stop()` sweeps any process still naming the stack's Redis URL or data dir, by pid.
-`drill_stack(name, …)` is a drill's stack: its processes log to files under the stack's root.
+The stack, its client, a drill's stack and the WebSocket tail are the harness's (runtime/harness/): every
+part of `Stack` starts on its own, so a drill can SIGKILL the supervisor, restart gunicorn on the same port
+or stop the server and bring it back on the same port and data dir, and `Stack.stop()` sweeps any process
+still naming the stack's Redis URL or data dir, by pid.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
-import websocket
 
 from core import stream
 from core.keys import key
-from runtime.client import Api
-from runtime.stack import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "chaos"
 
 
-# --- the stack ---------------------------------------------------------------------------------
-
-def drill_stack(name: str, redis_url: str | None = None, persist: bool = False, root: Path | None = None) -> Stack:
-    return Stack(name, root=root, redis_url=redis_url, persist=persist, logs=True)
-
-
-def drill_client(s: Stack) -> Api:
-    """The drills' client: a refused or cut connection (a server being restarted) is status 0, not a raise."""
-    return s.api(offline_ok=True, timeout=30)
-
+# --- the broker's keys ---------------------------------------------------------------------------
 
 def workers_registered(r: redis.Redis, lab: dict) -> int:
     return r.scard(f"rq:workers:lab-{lab['lab_id']}")
@@ -51,72 +37,6 @@ def stream_ids(r: redis.Redis, lab: dict) -> list[str]:
 def job_states(r: redis.Redis, lab: dict) -> dict[str, str]:
     ids = r.zrange(key(lab["lab_id"], "jobs"), 0, -1)
     return {i: r.hget(key(lab["lab_id"], "job", i), "state") or "missing" for i in ids}
-
-
-# --- WebSocket ---------------------------------------------------------------------------------
-
-class WsTail(threading.Thread):
-    """One WebSocket client: records every event id, reconnects with after=<last id> on any close."""
-
-    def __init__(self, stack: Stack, lab: dict, name: str, after: str = "0"):
-        super().__init__(name=f"ws-{name}", daemon=True)
-        self.stack, self.lab = stack, lab
-        self.first_after = after
-        self.ids: list[str] = []
-        self.lags: list[float] = []  # receive time − the event's t_real, seconds
-        self.arrivals: list[float] = []
-        self.connections = 0
-        self.connect_failures = 0
-        self.target: str | None = None
-        self.stop = threading.Event()
-        self.finished = threading.Event()
-        self.error: str | None = None
-
-    def url(self) -> str:
-        after = self.ids[-1] if self.ids else self.first_after
-        return f"{self.stack.ws_base}/ws/labs/{self.lab['lab_id']}?after={after}&token={self.lab['token']}"
-
-    def reached(self) -> bool:
-        return self.target is not None and bool(self.ids) and id_key(self.ids[-1]) >= id_key(self.target)
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set() and not self.reached():
-                try:
-                    ws = websocket.create_connection(self.url(), timeout=5, origin=self.stack.url)
-                except (OSError, websocket.WebSocketException):
-                    self.connect_failures += 1
-                    time.sleep(0.2)
-                    continue
-                self.connections += 1
-                ws.settimeout(0.5)
-                try:
-                    while not self.stop.is_set() and not self.reached():
-                        try:
-                            msg = ws.recv()
-                        except websocket.WebSocketTimeoutException:
-                            continue
-                        if not msg:
-                            break  # closed by the server
-                        ev = json.loads(msg)
-                        now = time.time()
-                        self.ids.append(ev["id"])
-                        self.arrivals.append(now)
-                        self.lags.append(now - float(ev.get("t_real", now)))
-                except (OSError, websocket.WebSocketException):
-                    pass
-                finally:
-                    ws.close()
-        except Exception as e:  # noqa: BLE001 - reported in the result, never a hang
-            self.error = f"{type(e).__name__}: {e}"
-        finally:
-            self.finished.set()
-
-
-def id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
 
 
 # --- results ----------------------------------------------------------------------------------------

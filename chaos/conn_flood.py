@@ -1,5 +1,5 @@
 """Drill: one client at its cap of WebSockets or of slow connections, or a room filling its lab, and everyone
-else is still answered within 200 ms (p99): issue 23's floods, against a stack at the default limits (core/config.py).
+else is still answered within 200 ms (p99): issue 23's floods, against a stack at the README's default limits.
 
 Before the gevent web tier, 257 WebSockets opened with a view token (every student of a room has one) made
 `/healthz`, chapter pages and the owner's own calls time out for the whole hold, and 260 slowloris
@@ -29,11 +29,12 @@ from urllib.parse import urlsplit
 import websocket
 
 from app.routes.ws import CLOSE_LIMIT
-from bench.common import pct
-from chaos.common import Result, drill_client
+from chaos.common import Result
 from core.config import Config
-from runtime.client import Api
-from runtime.stack import UNLIMITED, Stack
+from runtime.harness.client import Api
+from runtime.harness.drill import drill_client
+from runtime.harness.stack import UNLIMITED, Stack
+from runtime.harness.stats import pct
 
 NAME = "conn_flood"
 INVARIANT = ("one client holding its maximum of WebSockets (a view token) or of slow-header connections, or a "

@@ -15,9 +15,10 @@ import os
 import signal
 import time
 
-from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
+from chaos.common import Result, post_mortem, workers_registered
 from core.keys import key
-from runtime.procs import tcp_ports, wait
+from core.procs import tcp_ports, wait
+from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "dequeue_crash"
 INVARIANT = ("a job whose RQ message was received by a worker that died before claiming it is still "
@@ -75,7 +76,7 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_
                          f"({wait_vts:g} visibility timeouts of {vt:g} sim s)")
         except TimeoutError as e:
             res.violations.append(f"{e}: the message went to a worker that died before the claim and was not "
-                                  f"sent again (workers/broker/handoff.py); the job is "
+                                  f"sent again (core/broker/handoff.py); the job is "
                                   f"{r.hget(key(lab_id, 'job', job_id), 'state')!r}")
         snap = api.snapshot(lab)
         res.counts = {"state_at_kill": state_at_kill, "final_state": r.hget(key(lab_id, "job", job_id), "state"),

@@ -18,11 +18,12 @@ from __future__ import annotations
 import threading
 import time
 
-from chaos.common import Result, drill_client, workers_registered
+from chaos.common import Result, workers_registered
 from core.config import Config
-from runtime.client import Api
-from runtime.procs import wait
-from runtime.stack import Stack
+from core.procs import wait
+from runtime.harness.client import Api
+from runtime.harness.drill import drill_client
+from runtime.harness.stack import Stack
 
 NAME = "flood"
 INVARIANT = "with one lab flooding at its limits, a learner's lab keeps ≥ 80 % of its quiet-box throughput"

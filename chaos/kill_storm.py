@@ -12,10 +12,10 @@ import random
 import time
 from collections import Counter
 
-from chaos.common import Result, drill_client, drill_stack, workers_registered
-from core import blobs
-from runtime.procs import processes_matching, wait
-from workers import media
+from chaos.common import Result, workers_registered
+from core import blobs, media
+from core.procs import processes_matching, wait
+from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "kill_storm"
 INVARIANT = ("no job lost: every accepted job ends done or in the DLQ with a reason; every done job has "

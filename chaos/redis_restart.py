@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from chaos.common import Result, drill_client, drill_stack, post_mortem, workers_registered
+from chaos.common import Result, post_mortem, workers_registered
 from core.keys import key
-from runtime.procs import wait
+from core.procs import wait
+from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "redis_restart"
 INVARIANT = ("every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "

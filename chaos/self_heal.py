@@ -22,10 +22,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from chaos.common import ROOT, Result
-from runtime.client import Api
+from core.procs import alive, children, processes_matching, wait
 from runtime.embedded_redis import free_port
-from runtime.procs import alive, children, processes_matching, wait
-from runtime.stack import UNLIMITED, _scratch
+from runtime.harness.client import Api
+from runtime.harness.stack import UNLIMITED, _scratch
 
 NAME = "self_heal"
 INVARIANT = ("SIGKILL of the Redis-protocol server, the supervisor and gunicorn, one at a time under load: the "

@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 from app.routes.ws import QUEUE_MAX
-from chaos.common import Result, WsTail, drill_client, drill_stack, workers_registered
-from runtime.procs import rss_kb, wait
-from runtime.stack import Stack
+from chaos.common import Result, workers_registered
+from core.procs import rss_kb, wait
+from runtime.harness.drill import WsTail, drill_client, drill_stack
+from runtime.harness.stack import Stack
 
 NAME = "slow_consumer"
 INVARIANT = (f"a WebSocket consumer that stops reading does not stall anyone: a fast client on the same lab gets "

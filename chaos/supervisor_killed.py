@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 
-from chaos.common import Result, drill_client, drill_stack, workers_registered
+from chaos.common import Result, workers_registered
 from core.keys import key
-from runtime.procs import processes_matching, wait
+from core.procs import processes_matching, wait
+from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "supervisor_killed"
 INVARIANT = ("SIGKILL of the supervisor leaves no process of its lab alive (rq workers, work horses, their "

@@ -11,9 +11,10 @@ from __future__ import annotations
 import signal
 import time
 
-from chaos.common import Result, WsTail, drill_client, drill_stack, id_key, workers_registered
+from chaos.common import Result, workers_registered
 from core import clock
-from runtime.procs import wait
+from core.procs import wait
+from runtime.harness.drill import WsTail, drill_client, drill_stack, id_key
 
 NAME = "web_restart"
 INVARIANT = ("every WebSocket client that reconnects with after=<last id> across web restarts (SIGTERM and "

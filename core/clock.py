@@ -223,7 +223,7 @@ def _alive(lab: str) -> str:
 
 
 # The barrier change as a Lua function, so a script that must move a barrier in the same round trip as its
-# own work (a heartbeat: workers/broker/leases.py) calls it too:
+# own work (a heartbeat: core/broker/leases.py) calls it too:
 #   barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh, also)
 # ck the clock hash, bk the barriers zset (holder → sim time), ak the alive hash (holder → real expiry);
 # op 'hold' | 'lift' | 'sweep'; at the barrier's sim time (hold); real_s the real now (a string: the clock's

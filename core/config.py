@@ -237,6 +237,8 @@ class Config:
         )
 
 
+AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below this size (nor does the reconcile)
+
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (workers/wait.py: Waker)
 REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on

@@ -116,7 +116,7 @@ HERD_BUCKET_S = 1.0  # chapter 4's storage-arrivals histogram: 1 simulated secon
 
 
 def _delay(n: int, base: float, cap: float) -> float:
-    return min(cap, base * 2 ** (n - 1))  # workers.broker.retry.exponential_delay
+    return min(cap, base * 2 ** (n - 1))  # core.broker.retry.exponential_delay
 
 
 def ch4_lab_model() -> dict[str, Any]:

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import redis
 
+from core.config import AOF_REWRITE_MIN
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A free TCP port on `host` (bind to 0, read it back)."""
@@ -77,14 +79,6 @@ def shown(url: str) -> str:
     return parts._replace(netloc=f"{parts.username}:***@{parts.hostname}:{parts.port}").geturl()
 
 
-def server_tag(url: str) -> str:
-    """`@host:port/db`, the server and database `url` names without its user or password: what a lab's
-    processes carry on their command line (ps, the reconcile, the sweeps) to tell one stack's from another's.
-    The URL itself, which may hold the pool role's password, reaches them in their environment only."""
-    parts = urlsplit(url)
-    return f"@{parts.hostname}:{parts.port or 6379}/{parts.path.strip('/') or '0'}"
-
-
 @dataclass
 class EmbeddedRedis:
     process: subprocess.Popen
@@ -111,9 +105,6 @@ class EmbeddedRedis:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-AOF_REWRITE_MIN = 32 * 1024 * 1024  # no AOF rewrite below this size (workers/reconcile.py uses it too)
 
 
 def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemory: int | None = None,

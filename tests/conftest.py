@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.common import chromium_launch_args
 from runtime import embedded_redis
-from runtime.client import Api, Response
-from runtime.stack import Stack
+from runtime.harness.browser import chromium_launch_args
+from runtime.harness.client import Api, Response
+from runtime.harness.stack import Stack
 
 __all__ = ["ARTIFACTS", "Api", "Response"]  # tests import the shared client from here too
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

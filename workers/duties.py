@@ -1,5 +1,5 @@
 """A lab's clock-driven duties, once per pass: the broker's (lease expiry → redelivery, due retries,
-dispatch, lost hand-offs, stale jobs), the chapter engines' (load generator, autoscaler, chapter 6 traffic),
+dispatch, lost hand-offs, stale jobs), the chapter engines' (workers/engines: ENGINES),
 faults that end, the reaper's barrier on the lab's clock, and the clock's pacing readout.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import redis
 
 from core import clock, registry, stream
+from core.broker import handoff, reaper
 from core.config import MAINTAIN_S, PACING_WINDOW_S, REAPER_BARRIER_S, Config
 from core.keys import key, queue_name
-from workers.broker import handoff, reaper
-from workers.engines import autoscale, fairness, loadgen
+from workers.engines import ENGINES
 from workers.hosts import HostAgent
 from workers.pool import LabPool
 
@@ -37,8 +37,7 @@ class Seen:
     workers: dict  # the lab's worker rows
     faults: dict
     states: list  # queued, retrying, running
-    loadgen_on: str | None = None  # read only while the load generator is not known to be off (LabPool.quiet)
-    fair: list = field(default_factory=list)  # chapter 6 traffic in flight and waiting, read likewise
+    gauges: dict = field(default_factory=dict)  # engine name → what its `read` read (only while it is not quiet)
     here: set = field(default_factory=set)  # the lab's slots on this host when it was read
     foreign: bool = False  # worker rows of another live host (still draining after a handover) were found
 
@@ -66,12 +65,7 @@ class Duties:
             pipe.hgetall(key(lab, "workers"))
             pipe.hgetall(key(lab, "faults"))
             pipe.hmget(key(lab, "states"), "queued", "retrying", "running")
-            if "loadgen" not in pool.quiet:
-                pipe.hget(key(lab, "loadgen"), "on")
-            if "fair" not in pool.quiet:
-                pipe.hlen(fairness.inflight_key(lab))
-                for tier in fairness.TIERS:
-                    pipe.zcard(fairness.pending_key(lab, tier))
+            reads = [(e.name, e.read(pipe, lab)) for e in ENGINES if e.name not in pool.quiet]
             raw, clock_hash, hold, alive, barriers, *rest = pipe.execute()
         real = time.time()
         heads, rest = rest[:len(HEADS)], rest[len(HEADS):]
@@ -80,9 +74,8 @@ class Duties:
         workers, faults, states, *gauges = rest
         seen = Seen(registry.parse_settings(raw), clock_hash, clock.reading(clock_hash, real), hold, alive, barriers,
                     workers, faults, states, here=set(pool.slots))
-        if "loadgen" not in pool.quiet:
-            seen.loadgen_on = gauges.pop(0)
-        seen.fair = gauges
+        for name, n in reads:
+            seen.gauges[name], gauges = gauges[:n], gauges[n:]
         return seen
 
     def tick(self, pool: LabPool, settings: dict, seen: Seen) -> None:
@@ -115,15 +108,12 @@ class Duties:
                 pool.heads["leases"], pool.heads["scheduled"] = pipe.execute()
         reaper.sweep_stale(self.r, lab, now, settings)
         self.reaper_barrier(pool, seen.state, seen.alive)
-        if "loadgen" not in pool.quiet:
-            moved += loadgen.tick(self.r, self.rq, lab, now, self.config.lab_job_rate)
-        autoscale.tick(self.r, lab, now, settings, self.config.max_workers)
+        for engine in ENGINES:
+            moved += engine.tick(self.r, self.rq, lab, settings, state, self.config, engine.name in pool.quiet)
         if moved or any(t <= time.time() - DISPATCH_AGE_S for _m, t in pool.heads["dispatch"]):
             reaper.dispatch(self.r, self.rq, lab, older_than=None if moved else time.time() - DISPATCH_AGE_S)
             # all sent, or only those old enough: then the first one left is read (its own moment is due later)
             pool.heads["dispatch"] = self.r.zrange(key(lab, "dispatch"), 0, 0, withscores=True) if not moved else []
-        if not state["paused"] and (float(settings["arrival_rate"]) > 0 or "fair" not in pool.quiet):
-            fairness.tick(self.r, self.rq, lab, settings, now)
         if any(t <= time.time() - handoff.HANDOFF_S for _m, t in pool.heads["handoffs"]):
             reaper.resend_lost_handoffs(self.r, self.rq, lab, now)
             pool.heads["handoffs"] = self.r.zrange(key(lab, "handoffs"), 0, 0, withscores=True)

@@ -28,8 +28,9 @@ from collections.abc import Container, Mapping
 import redis
 
 from core import clock, registry, slots, stream
+from core.broker import reaper
+from core.hosts import live_hosts
 from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, host_running, key, owner
-from workers.broker import reaper
 
 CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
 
@@ -263,15 +264,3 @@ class HostAgent:
         if (n, self.last_beat) != self.reported:
             self.reported = (n, self.last_beat)
             self.r.set(host_running(self.id), n, px=self.lease_ms)
-
-
-def live_hosts(r: redis.Redis) -> dict[str, dict]:
-    """Every registered host whose entry has not expired: id → its fields."""
-    ids = sorted(r.smembers(HOSTS))
-    if not ids:
-        return {}
-    with r.pipeline(transaction=False) as pipe:
-        for h in ids:
-            pipe.hgetall(host_key(h))
-        rows = pipe.execute()
-    return {(h.decode() if isinstance(h, bytes) else h): row for h, row in zip(ids, rows, strict=True) if row}

@@ -22,11 +22,11 @@ from pathlib import Path
 import redis
 
 from core import clock, registry, stream
+from core.broker import handoff, reaper
 from core.config import STOP_GRACE_S, Config
 from core.keys import key, lab_dir, queue_name
-from runtime.embedded_redis import server_tag
+from core.procs import server_tag
 from workers import reconcile
-from workers.broker import handoff, reaper
 from workers.engines import fairness
 from workers.engines.fleet import SchedulerFleet
 from workers.process import lab_env, lab_nice, renice, start_lab_process

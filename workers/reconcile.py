@@ -28,10 +28,9 @@ from pathlib import Path
 import redis
 
 from core import blobs, registry
-from core.config import Config
+from core.config import AOF_REWRITE_MIN, Config
 from core.keys import LABS
-from runtime.embedded_redis import AOF_REWRITE_MIN, server_tag
-from runtime.procs import cmdline, ppid
+from core.procs import cmdline, ppid, server_tag
 
 AOF_MAX_RATIO = 4  # the AOF may be this many times the live data (plus the server's rewrite min-size)
 LOCK = "pool:reconcile"

@@ -7,7 +7,7 @@ when it exits. Made here, before any fork:
 - the job module (`workers.tasks`, Flask with it): imported afresh, ~75 ms per job;
 - the ffmpeg binary's path (`media.ffmpeg`: imageio_ffmpeg's import and an `ffmpeg -version` run): ~55 ms per
   job that runs ffmpeg, because its cache dies with the horse.
-A lab's hand-off holds its clock (workers/broker/handoff.py), so every millisecond a horse spends getting
+A lab's hand-off holds its clock (core/broker/handoff.py), so every millisecond a horse spends getting
 ready is one the lab's other workers wait for too.
 """
 
@@ -21,7 +21,7 @@ from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
 
 import workers.tasks  # preloaded: forked horses inherit it warm
-from workers import media
+from core import media
 
 media.ffmpeg()
 
@@ -71,7 +71,7 @@ class LabWorker(Worker):
 
     @staticmethod
     def plain(job: Job) -> bool:
-        """A job as the lab's producers enqueue it (workers/broker/reaper.py, workers/engines/fairness.py):
+        """A job as the lab's producers enqueue it (core/broker/reaper.py, workers/engines/fairness.py):
         no result kept (`result_ttl=0`), no repeats, no group, no rate limit, no success callback. Nothing in
         the lab enqueues with `depends_on`, so no job has dependents."""
         return (job.result_ttl == 0 and not job.repeats_left and not job.group_id and not job.has_rate_limit

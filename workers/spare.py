@@ -31,7 +31,7 @@ import redis
 
 from core.config import SPARE_REFILL_S, Config
 from core.keys import spare_assignment
-from runtime.embedded_redis import server_tag
+from core.procs import server_tag
 from workers.process import lab_env, start_lab_process
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits

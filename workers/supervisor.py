@@ -25,12 +25,12 @@ import time
 import redis
 
 from core import clock, parking, registry, stream
+from core.broker import reaper
 from core.config import Config
 from core.keys import LABS, PARKED, key, owner
 from workers import hosts, reconcile, wait
-from workers.broker import reaper
 from workers.duties import Duties
-from workers.engines import webhooks
+from workers.engines import ENGINES
 from workers.engines.fleet import SchedulerFleet
 from workers.pool import Keeper, LabPool, stop_pool
 from workers.process import lab_nice
@@ -56,7 +56,8 @@ class Supervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
         signal.signal(signal.SIGINT, lambda *a: setattr(self, "running", False))
-        webhooks.Deliverer(self.config).start()  # outbound calls off the reaper loop (see workers/engines/webhooks.py)
+        for engine in ENGINES:
+            engine.start(self.config)  # what runs beside this loop (webhook delivery's thread)
         waker: wait.Waker | None = None
         last_expiry = next_host = 0.0
         outage = commands = False

@@ -14,19 +14,21 @@ import signal
 import socket
 import time
 from collections.abc import Container
+from fnmatch import fnmatchcase
 
 import redis
 
 from core import clock
+from core.broker.handoff import HANDOFF_S
 from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, REAPER_LEAD_S
 from core.keys import LABS, PARKED, key, keyspace
-from workers.broker.handoff import HANDOFF_S
 from workers.duties import DISPATCH_AGE_S, Seen
+from workers.engines import ENGINES
 from workers.pool import LabPool
 
 DEADLINE_KEYS = ("leases", "scheduled", "clock")  # a change moves the lab's next deadline
-# a change wakes a lab at rest: new settings, a job, a delivery, the load generator, a fault, chapter 6 traffic
-WAKING_KEYS = ("settings", "states", "dispatch", "loadgen", "faults", "fair:pending:*")
+# a change wakes a lab at rest: new settings, a job, a delivery, a fault, an engine's own keys (Engine.wakes)
+WAKING_KEYS = ("settings", "states", "dispatch", "faults", *(w for e in ENGINES for w in e.wakes))
 # The keyspace event of a lease pushed later (a ZINCRBY). The lab's known lease head can then only be early,
 # never late, so it is not read again: an early head wakes the lab at most once too soon, and its pass reads all.
 PUSHED_LATER = "zincr"
@@ -127,22 +129,20 @@ def next_pass(pool: LabPool, settings: dict, seen: Seen, holding: bool, replicas
     most INFLIGHT_S apart; never (math.inf) when nothing is in flight. The pacing readout needs no pass: its
     samples are taken from the clock hash in hand (`pool.sample_at`, Duties.sample)."""
     lab = pool.lab
-    state, states, fair = seen.state, seen.states, seen.fair
+    state, states = seen.state, seen.states
     running = int(states[2] or 0)
-    # engines with nothing to do skip their tick until their keys change (note): the load generator while it is
-    # off; chapter 6 traffic while none arrives, waits or runs (a full tick at rate 0 has dropped its last
-    # generation time, so traffic that starts again starts from its own moment). A quiet engine's gauges are not
-    # read (Duties.look), so they stay quiet here.
-    pool.quiet = ({"loadgen"} if seen.loadgen_on != "1" else set()) | \
-        ({"fair"} if not any(fair) and float(settings.get("arrival_rate", 0)) <= 0 else set())
+    # engines with nothing to do skip their tick until their keys change (note): one with keys that wake it
+    # (Engine.wakes) while it is not busy, e.g. the load generator while it is off, chapter 6 traffic while none
+    # arrives, waits or runs (a full tick at rate 0 has dropped its last generation time, so traffic that starts
+    # again starts from its own moment). A quiet engine's gauges are not read (Duties.look): it stays quiet here.
+    busy = {e.name for e in ENGINES if e.busy(settings, seen.gauges.get(e.name, []))}
+    pool.quiet = {e.name for e in ENGINES if e.wakes and e.name not in busy}
     slots = {s.state for s in pool.slots.values()}
     in_flight = any(int(n or 0) for n in states) or pool.heads["dispatch"] or seen.alive or \
         pool.reaper_at is not None
     real = time.time()
     pool.sample_at = real + MAINTAIN_S if in_flight or state["slowed"] else math.inf
-    if (seen.loadgen_on == "1" or any(fair) or float(settings.get("arrival_rate", 0)) > 0
-            or settings.get("autoscale") or int(settings.get("scheduler_replicas", 0)) > 0
-            or lab in replicas or pool.fault_active or holding or slots & {"draining", "rewiring"}
+    if (busy or lab in replicas or pool.fault_active or holding or slots & {"draining", "rewiring"}
             or (running and settings.get("guard") == "claim" and settings.get("stale_after"))):
         return HOUSEKEEP_S
     if not in_flight:
@@ -219,11 +219,11 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
         if parts[2] in DEADLINE_KEYS:
             stale[pool.lab] = pool
             keys.setdefault(pool.lab, set()).add(parts[2])
-        if parts[2] == "loadgen" or parts[2].startswith("fair:"):
-            pool.quiet.discard("loadgen" if parts[2] == "loadgen" else "fair")
+        woken = {e.name for e in ENGINES if any(fnmatchcase(parts[2], w) for w in e.wakes)}
+        pool.quiet -= woken
         if parts[2] == "settings" or pool.due_at == math.inf:
             pool.due_at = 0.0
-        elif parts[2] in ("loadgen", "faults") or parts[2].startswith("fair:"):
+        elif woken or parts[2] == "faults":
             pool.due_at = min(pool.due_at, time.time() + HOUSEKEEP_S)  # an engine or a fault's cadence starts
         elif parts[2] == "dispatch":  # a delivery its sender may not live to send: looked at once it is due
             pool.due_at = min(pool.due_at, time.time() + DISPATCH_AGE_S + MAINTAIN_S)

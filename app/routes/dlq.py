@@ -9,7 +9,7 @@ from app.auth import lab_access
 from app.http import json_body, parse
 from app.store import get_redis
 from core import clock
-from workers.broker import dlq
+from core.broker import dlq
 
 bp = Blueprint("dlq", __name__)
 

@@ -1,7 +1,7 @@
 """Chapter 6 API: submit tier traffic, drop a noisy-neighbour burst, spike a tier, read the waits.
 
 The strategy itself is the `fairness` setting (PATCH /settings switches it live); these calls feed
-the per-tier queues in `workers.engines.fairness` and read back what the real workers measured.
+the per-tier queues in `core.engines.fairness` and read back what the real workers measured.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from app.auth import lab_access
 from app.http import json_body, parse
 from app.store import get_redis
 from core import clock, numbers, registry
+from core.engines import fairness
 from core.keys import key
-from workers.engines import fairness
 
 bp = Blueprint("fairness", __name__)
 

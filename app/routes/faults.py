@@ -11,10 +11,9 @@ from app.errors import ApiError
 from app.http import job_or_404, json_body, parse
 from app.job_sources import source_from_sample
 from app.store import get_redis, get_rq
-from core import clock, registry, stream
+from core import clock, media, registry, stream
+from core.broker import leases, producer
 from core.keys import key
-from workers import media
-from workers.broker import leases, producer
 
 bp = Blueprint("faults", __name__)
 

@@ -11,9 +11,8 @@ from flask import Blueprint, current_app, jsonify
 from app.auth import bearer_token
 from app.errors import ApiError
 from app.store import get_redis
-from core import parking, registry
+from core import hosts, parking, registry
 from core.keys import LABS, host_running
-from workers import hosts
 
 bp = Blueprint("health", __name__)
 

@@ -15,9 +15,8 @@ from app.auth import lab_access
 from app.errors import ApiError
 from app.http import json_body, parse
 from app.store import get_redis
-from core import clock, registry, stream
+from core import clock, media, registry, stream
 from core.keys import key, lab_dir
-from workers import media
 
 bp = Blueprint("inline", __name__)
 INLINE_REAL_CAP_S = 300.0  # a request is never held longer than this in real time (a paused clock)

@@ -19,8 +19,8 @@ from app.job_sources import source_from_sample, source_from_upload
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.store import get_redis, get_rq
 from core import blobs, registry
+from core.broker import producer
 from core.keys import key
-from workers.broker import producer
 
 bp = Blueprint("jobs", __name__)
 

@@ -14,8 +14,8 @@ from app.errors import ApiError
 from app.http import json_body, parse
 from app.store import get_redis
 from core import clock, registry
+from core.engines import loadgen
 from core.keys import key
-from workers.engines import loadgen
 
 bp = Blueprint("loadgen", __name__)
 

@@ -42,7 +42,7 @@ def lab_scenarios() -> dict:
 
 def lab_facts() -> dict:
     """What the chapter text says about the lab itself: each preset's settings and the lab's bounds."""
-    from workers.engines import loadgen
+    from core.engines import loadgen
 
     return {"preset": {name: presets.settings_for(name) for name in presets.PRESETS},
             "max_in_flight": loadgen.MAX_IN_FLIGHT, "ch7_scenarios": presets.CH7_SCENARIOS,

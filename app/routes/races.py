@@ -33,11 +33,10 @@ from app.errors import ApiError
 from app.http import json_body, parse
 from app.racing import RACES, for_preset, public
 from app.store import get_redis, get_rq
-from core import clock, presets, registry, settings, slots, stream
+from core import clock, media, presets, registry, settings, slots, stream
+from core.broker import producer
 from core.keys import key, queue_name
 from core.registry import _hash as token_hash
-from workers import media
-from workers.broker import producer
 
 bp = Blueprint("races", __name__)
 

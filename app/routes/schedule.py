@@ -21,8 +21,8 @@ from app.http import json_body, parse
 from app.pool import ask_pool
 from app.store import get_redis
 from core import clock, numbers, registry, stream
-from workers.engines import locks, shards
-from workers.engines.scheduler import TASK, clock_offset, cron_key
+from core.engines import locks, shards
+from core.engines.scheduler import TASK, clock_offset, cron_key
 
 bp = Blueprint("schedule", __name__)
 RECENT_TICKS = 30

@@ -20,8 +20,8 @@ from app.http import job_or_404
 from app.longpoll import CLIENTS, conditional, etag_of, held_now
 from app.store import get_redis, get_rq
 from core import registry
+from core.broker import leases, reaper
 from core.keys import key
-from workers.broker import leases, reaper
 
 bp = Blueprint("status", __name__)
 

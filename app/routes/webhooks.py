@@ -22,9 +22,9 @@ from app.errors import ApiError
 from app.http import json_body, parse, valid_id
 from app.store import get_redis
 from core import clock, registry, stream
+from core.engines import webhooks
 from core.keys import key
 from core.webhook_targets import TargetRefused, new_secret, sign, validate_target
-from workers.engines import webhooks
 
 bp = Blueprint("webhooks", __name__)
 TOLERANCE_S = 300  # the Standard Webhooks timestamp window: older or newer signed messages are replays

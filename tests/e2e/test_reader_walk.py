@@ -12,7 +12,7 @@ import redis
 from playwright.sync_api import Browser, Page, expect
 
 from core import parking, slots
-from runtime.stack import UNLIMITED, Stack
+from runtime.harness.stack import UNLIMITED, Stack
 from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.e2e

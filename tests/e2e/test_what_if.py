@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from app import chapters
-from runtime.procs import wait
+from core.procs import wait
 
 pytestmark = pytest.mark.e2e
 

@@ -14,10 +14,10 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from runtime.procs import wait
+from core import media
+from core.procs import wait
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, unfold
-from workers import media
 
 pytestmark = pytest.mark.e2e
 

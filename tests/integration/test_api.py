@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
+from core import media
 from tests.helpers import long_polls_held, sim_time_passes
-from workers import media
 
 pytestmark = pytest.mark.integration
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import redis
 
-from core import blobs, registry
+from core import blobs, media, registry
 from core.keys import LABS, key
 from tests.helpers import requests_sent
 from tests.integration.test_api import multipart
-from workers import media
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import pytest
 
 from core import clock
 from core.keys import key
-from runtime.procs import wait
+from core.procs import wait
 
 
 @pytest.fixture

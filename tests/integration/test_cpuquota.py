@@ -1,4 +1,4 @@
-"""A CPU quota holds a whole process tree to its cores (runtime/cpuquota.py, the pool hosts' own machines in
+"""A CPU quota holds a whole process tree to its cores (runtime/harness/cpuquota.py, the pool hosts' own machines in
 `bench classroom`).
 
 Two busy loops, a parent and the child it forks after entering the cgroup, would take two cores between them;
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from runtime import cpuquota
-from runtime.procs import alive, children, cpu_s, wait
+from core.procs import alive, children, cpu_s, wait
+from runtime.harness import cpuquota
 
 WHY = cpuquota.unavailable()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(WHY), reason=f"no CPU quotas here: {WHY}")]

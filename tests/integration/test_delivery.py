@@ -9,9 +9,8 @@ import random
 import pytest
 import redis
 
-from core import blobs
+from core import blobs, media
 from tests.helpers import enqueue, types
-from workers import media
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from workers.engines import fairness
+from core.engines import fairness
 
 SPEED = 50
 JOB_S = 30

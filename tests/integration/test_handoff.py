@@ -2,7 +2,7 @@
 
 A transit barrier for a delivery no worker is free to take holds the lab's clock until it lapses (the running
 jobs cannot finish past it, so none frees up to take it): seconds of standstill for every lab with more work
-than workers (bench throughput found them). These drive workers/broker/handoff.py directly: the races are
+than workers (bench throughput found them). These drive core/broker/handoff.py directly: the races are
 between producers and work horses, which a whole stack reaches only now and then.
 """
 
@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from core import clock, presets
+from core.broker import handoff, leases, reaper
 from core.keys import attempts, job, key, msg, queue_name
 from tests.helpers import requests_sent, round_trips
-from workers.broker import handoff, leases, reaper
 
 pytestmark = pytest.mark.integration
 LAB = "handofftest"

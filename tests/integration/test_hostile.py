@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from core import blobs
+from core import blobs, media
 from tests.conftest import ARTIFACTS, Api
 from tests.helpers import readline_within
 from tests.integration.test_api import multipart, post_oversize
 from tests.integration.test_launcher import processes_mentioning
-from workers import media
 
 pytestmark = pytest.mark.integration
 MAX_UPLOAD = 2 * 1024 * 1024  # the shared stack's MAX_UPLOAD_BYTES
@@ -252,7 +251,7 @@ def test_a_killed_work_horse_takes_its_ffmpeg_with_it(tmp_path):
     """What SIGKILL on a busy worker does to the transcode it started: no orphan keeps running."""
     fifo = tmp_path / "stuck.mp4"
     os.mkfifo(fifo)
-    script = ("import sys, time; from pathlib import Path; from workers import media; "
+    script = ("import sys, time; from pathlib import Path; from core import media; "
               "p = media.start_transcode(Path(sys.argv[1]), Path(sys.argv[2]), 144); print(p.pid, flush=True); "
               "time.sleep(600)")
     horse = subprocess.Popen([sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")],

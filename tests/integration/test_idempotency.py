@@ -8,8 +8,7 @@ import urllib.parse
 import pytest
 import redis
 
-from core import blobs
-from workers import media
+from core import blobs, media
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ import time
 import pytest
 import redis
 
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.integration.test_delivery import busy_worker, enqueue, kill, types
 
 pytestmark = pytest.mark.integration
@@ -61,8 +61,7 @@ def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_p
     """workers/spare.py: a lab's workers are processes started before the lab was asked for (Python, RQ and
     the job code loaded), which then run as its `rq worker`; so is a killed worker's replacement; and the
     host tops its spares back up."""
-    from runtime.embedded_redis import server_tag
-    from runtime.procs import processes_matching, started_at, wait
+    from core.procs import processes_matching, server_tag, started_at, wait
 
     stack, api = spare_stack
 

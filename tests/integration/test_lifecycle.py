@@ -17,13 +17,12 @@ import uuid
 
 import pytest
 
-from core import blobs
+from core import blobs, media
 from core.keys import LABS
+from core.procs import processes_matching, wait
 from runtime import embedded_redis
-from runtime.procs import processes_matching, wait
-from runtime.stack import Stack
+from runtime.harness.stack import Stack
 from tests.integration.test_api import multipart
-from workers import media
 
 pytestmark = pytest.mark.integration
 MAX_BLOB_BYTES, CLIENT_SHARE = 8_000_000, 0.25  # one client may hold 2 MB, the server 8 MB

@@ -18,14 +18,13 @@ import redis
 import websocket
 from playwright.sync_api import expect
 
-from core import blobs
+from core import blobs, hosts, media
 from core.keys import owner
-from runtime.procs import wait
-from runtime.stack import Stack
+from core.procs import wait
+from runtime.harness.stack import Stack
 from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
-from workers import hosts, media
 
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600

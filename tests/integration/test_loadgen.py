@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from core.engines import loadgen
 from tests.helpers import types
-from workers.engines import loadgen
 
 pytestmark = pytest.mark.integration
 

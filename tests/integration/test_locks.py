@@ -3,6 +3,7 @@ and expiry judged by each replica's own clock (the skew that eats the margin).""
 
 import pytest
 
+from core.engines.locks import lock_key, read
 from workers.engines import locks
 
 pytestmark = pytest.mark.integration
@@ -11,9 +12,9 @@ LAB = "locktest"
 
 @pytest.fixture
 def rl(r):
-    r.delete(locks.lock_key(LAB, "t"))
+    r.delete(lock_key(LAB, "t"))
     yield r
-    r.delete(locks.lock_key(LAB, "t"))
+    r.delete(lock_key(LAB, "t"))
 
 
 def test_only_one_holder_until_the_ttl_runs_out(rl):
@@ -35,14 +36,14 @@ def test_compare_and_delete_releases_only_your_own_lock(rl):
     locks.acquire(rl, LAB, "t", "A", now=0, ttl=30)
     locks.acquire(rl, LAB, "t", "B", now=30, ttl=30)  # A's expired mid-run; B holds it now
     assert locks.release(rl, LAB, "t", "A", "compare") == "B"
-    assert locks.read(rl, LAB, "t")["holder"] == "B"
+    assert read(rl, LAB, "t")["holder"] == "B"
     assert locks.release(rl, LAB, "t", "A", "delete") == "B"  # the plain DEL of the lesson's snippet
-    assert locks.read(rl, LAB, "t")["holder"] is None
+    assert read(rl, LAB, "t")["holder"] is None
 
 
 def test_only_the_holder_can_extend(rl):
     locks.acquire(rl, LAB, "t", "A", now=0, ttl=30)
     assert locks.extend(rl, LAB, "t", "A", now=20, ttl=30) is None
-    assert locks.read(rl, LAB, "t")["expires"] == 50
+    assert read(rl, LAB, "t")["expires"] == 50
     assert locks.extend(rl, LAB, "t", "B", now=25, ttl=30) == "A"
     assert not locks.acquire(rl, LAB, "t", "B", now=45, ttl=30)["won"]

@@ -1,5 +1,5 @@
 """A class on several machines (issue 30 item 5): the server, the web process and two pool hosts each in a
-network namespace of its own (chaos/netns.py: own address, loopback down, no disk shared), started with the
+network namespace of its own (runtime/harness/netns.py: own address, loopback down, no disk shared), started with the
 launcher's roles as docs/deploy.md's "More than one machine" says. The server listens on its own address only,
 with an ACL user and password per role; jobs, uploads and outputs cross the network through it; the
 webhook deliverer on a pool host reaches the web tier at its public address; and the `pool_host_killed`
@@ -13,13 +13,15 @@ import subprocess
 import pytest
 import redis
 
-from chaos import netns, pool_host_killed
+from chaos import pool_host_killed
+from core import media
 from core.keys import owner
-from runtime.procs import cmdline, wait
+from core.procs import cmdline, wait
+from runtime.harness import netns
 from tests.helpers import enqueue
 from tests.integration.test_api import multipart
 from tests.integration.test_delivery import busy_worker
-from workers import media, reconcile
+from workers import reconcile
 
 pytestmark = pytest.mark.integration
 

@@ -21,12 +21,12 @@ import pytest
 import redis
 
 from core import clock, registry, stream
+from core.broker import leases, retry
 from core.keys import job, key, msg
+from core.procs import wait
 from core.settings import DEFAULTS
-from runtime.procs import wait
 from tests.helpers import commands_run, requests_sent, round_trips
 from workers import tasks
-from workers.broker import leases, retry
 from workers.pool import LabPool
 from workers.tasks import Watch, report_progress
 from workers.wait import Waker, note, refresh_deadlines

@@ -19,8 +19,8 @@ import websocket
 
 from core import clock, parking, presets, slots
 from core.keys import LABS, PARKED, key
-from runtime.procs import wait
-from runtime.stack import Stack
+from core.procs import wait
+from runtime.harness.stack import Stack
 from tests.helpers import ws_until
 
 pytestmark = pytest.mark.integration

@@ -19,11 +19,11 @@ import pytest
 import redis
 
 from core import clock, presets
+from core.broker import handoff
 from core.config import MAINTAIN_S, Config
 from core.keys import job, key, msg, queue_name
-from runtime.procs import wait
+from core.procs import wait
 from tests.helpers import commands_run, round_trips
-from workers.broker import handoff
 from workers.pool import LabPool
 from workers.supervisor import Supervisor
 

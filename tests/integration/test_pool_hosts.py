@@ -20,15 +20,16 @@ import pytest
 import redis
 import websocket
 
-from core import blobs
+from core import blobs, media
 from core.config import Config
+from core.hosts import live_hosts
 from core.keys import owner
 from runtime import embedded_redis
-from runtime.client import Api
+from runtime.harness.client import Api
+from runtime.harness.stack import UNLIMITED
 from runtime.launcher import gunicorn_command, wait_healthy
-from runtime.stack import UNLIMITED
 from tests.helpers import ws_until
-from workers import hosts, media
+from workers.hosts import HostAgent
 
 pytestmark = pytest.mark.integration
 LEASE_S = 3.0
@@ -51,7 +52,7 @@ class Cluster:
         env = dict(self.env(f"pool-{host}"), POOL_HOST_ID=host)
         proc = self.pool[host] = subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env,
                                                   start_new_session=True)  # its own process group
-        wait_until(lambda: host in hosts.live_hosts(self.client()), 30, f"pool host {host} to register")
+        wait_until(lambda: host in live_hosts(self.client()), 30, f"pool host {host} to register")
         return proc
 
     def start_web(self) -> None:
@@ -230,7 +231,7 @@ def test_a_graceful_stop_hands_its_labs_over_without_losing_a_job(cluster):
     c = snap["counts"]
     assert c["done"] == len(accepted) and c["lost"] == 0 and c["dlq"] == 0, c
     assert not events(a, lab, "pool.host_silent")
-    assert leaving not in hosts.live_hosts(cluster.client()), "a stopped host leaves the registry at once"
+    assert leaving not in live_hosts(cluster.client()), "a stopped host leaves the registry at once"
     a.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
     cluster.start_host(leaving)
 
@@ -260,7 +261,7 @@ def test_two_web_processes_serve_one_labs_sockets_with_exact_resume(cluster):
 def test_a_hosts_heartbeat_renews_only_its_own_leases_and_reads_every_labs_owner(r):
     """The heartbeat extends this host's leases and reads each lab's owner in one step: another host's lease
     and an unowned lab are read, not touched, and a lease it lost meanwhile is not taken back."""
-    agent = hosts.HostAgent(r, "t-renew-a", lease_s=3.0, max_workers=10)
+    agent = HostAgent(r, "t-renew-a", lease_s=3.0, max_workers=10)
     labs = [f"t-renew-{i}" for i in range(3)]
     r.set(owner(labs[0]), "t-renew-a", px=500)
     r.set(owner(labs[1]), "t-renew-b", px=500)

@@ -7,7 +7,7 @@ from pathlib import Path
 import redis
 from rq import Queue
 
-from workers import media
+from core import media
 
 pytestmark = __import__("pytest").mark.integration
 

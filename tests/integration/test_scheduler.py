@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from core.engines import shards
 from tests.helpers import control, readline_within, sched, sim_time_passes, wait_sched
-from workers.engines import shards
 
 pytestmark = pytest.mark.integration
 

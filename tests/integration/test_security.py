@@ -12,8 +12,8 @@ import pytest
 import redis
 import websocket
 
+from core import media
 from tests.integration.test_api import multipart
-from workers import media
 
 pytestmark = pytest.mark.integration
 EVIL = "http://evil.example"

@@ -11,7 +11,7 @@ import redis
 from app import create_app, longpoll
 from core import registry
 from core.config import Config
-from runtime.procs import wait
+from core.procs import wait
 from tests.helpers import long_polls_held
 
 

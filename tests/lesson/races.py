@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from runtime.client import WaitTimeout
+from runtime.harness.client import WaitTimeout
 
 BUSY_LOOP = "while True: pass"
 

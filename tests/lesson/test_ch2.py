@@ -11,8 +11,8 @@ import time
 import pytest
 
 from core import numbers, presets, series
+from core.engines import loadgen
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
-from workers.engines import loadgen
 
 pytestmark = pytest.mark.lesson
 

@@ -6,8 +6,9 @@ import math
 import statistics
 
 from core import presets
+from core.engines import loadgen
 from core.settings import DEFAULTS
-from workers.engines import autoscale, loadgen
+from workers.engines import autoscale
 
 
 def test_arrivals_are_poisson_at_lambda_with_the_lessons_mix():

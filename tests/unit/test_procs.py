@@ -1,11 +1,11 @@
-"""runtime/procs.py's CPU readings of another process, against each other (no wall-clock thresholds)."""
+"""core/procs.py's CPU readings of another process, against each other (no wall-clock thresholds)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from runtime.procs import cpu_s, run_s
+from core.procs import cpu_s, run_s
 
 
 def test_run_s_reads_another_processs_cpu_to_below_a_tick_and_agrees_with_proc_stat():

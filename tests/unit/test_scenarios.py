@@ -26,8 +26,8 @@ def test_a_scenario_url_round_trips_every_setting_through_the_validator():
 
 
 def test_every_scenario_button_is_valid_settings_faults_and_jobs_on_a_known_preset():
+    from core.broker.producer import JOB_TYPES
     from core.events import FAULTS, SAMPLES
-    from workers.broker.producer import JOB_TYPES
 
     assert {"ch1", "ch4", "ch8"} <= set(scenarios.BUTTONS)
     for preset, buttons in scenarios.BUTTONS.items():

@@ -2,7 +2,7 @@
 
 from app.routes.schedule import by_strategy, margins, model
 from core import numbers, presets
-from workers.engines.scheduler import clock_offset
+from core.engines.scheduler import clock_offset
 
 LESSON = {**presets.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
           "clock_skew": 2, "leader_lease": 60}

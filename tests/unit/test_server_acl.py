@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
+from core.procs import server_tag
 from runtime import embedded_redis, launcher
 
 
@@ -27,9 +28,9 @@ def test_a_url_shown_in_a_log_hides_its_password():
 
 
 def test_the_tag_on_a_lab_processs_command_line_names_the_server_and_database_but_no_user_or_password():
-    tag = embedded_redis.server_tag(embedded_redis.server_url("10.0.0.2", 6390, "pool", "p@ss:w/rd"))
+    tag = server_tag(embedded_redis.server_url("10.0.0.2", 6390, "pool", "p@ss:w/rd"))
     assert tag == "@10.0.0.2:6390/0" and "ss" not in tag and "pool" not in tag
-    tags = {embedded_redis.server_tag(u) for u in ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6390/11",
+    tags = {server_tag(u) for u in ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6390/11",
                                                      "redis://127.0.0.1:16390/1", "redis://127.0.0.2:6390/1")}
     assert len(tags) == 4, tags  # another database, port or address is another stack
 

@@ -2,7 +2,7 @@
 
 import random
 
-from workers.engines import shards
+from core.engines import shards
 
 
 def test_the_same_user_always_lands_in_the_same_bucket():

@@ -15,9 +15,10 @@ import math
 import redis
 
 from core import numbers, registry, slots, stream
+from core.config import Config
+from core.engines import loadgen
 from core.keys import key
 from core.settings import BY_NAME
-from workers.engines import loadgen
 
 EVERY_S = 10.0  # simulated seconds between decisions
 SCALE_IN_COOLDOWN_S = 60.0  # no scale-in this soon after any change (no flapping on a quiet spell)
@@ -68,3 +69,28 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     registry.update_settings(r, lab, {"workers": target})
     stream.emit(r, lab, "autoscale.scaled", now, frm=current, to=target, depth=depth, reason=why)
     return target
+
+
+class Autoscaler:
+    """The autoscaler in the supervisor's pass (the `Engine` protocol): a decision due every EVERY_S while
+    `autoscale` is on."""
+
+    name = "autoscale"
+    wakes = ()
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        return 0
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return bool(settings.get("autoscale"))
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        tick(r, lab, state["t_raw"], settings, config.max_workers)
+        return 0
+
+
+ENGINE = Autoscaler()

@@ -9,7 +9,9 @@ short jobs on two cores); its wait is measured when a worker actually starts it.
 Full separation is more than a count: its pro and free workers are different processes on different
 RQ queues, so a free poison job that takes its worker down can only take down free workers. Under a
 hard split the wall is a count over one fleet, and the same storm kills the workers pro runs on too.
+The face both processes share (state keys, readers, commands) is core/engines/fairness.py.
 """
+
 
 from __future__ import annotations
 
@@ -24,64 +26,30 @@ import redis
 from rq import Queue
 
 from core import clock, stream
-from core import settings as settings_schema
+from core.broker import reaper
+from core.config import Config
+from core.engines.fairness import (
+    POISON_CRASHES,
+    SPIKE_FACTOR,
+    TIERS,
+    WAITS_KEPT,
+    customer_key,
+    customers_key,
+    enqueue,
+    inflight_key,
+    oldest,
+    pending_key,
+    poison_key,
+    pools,
+    running_counts,
+    submit,
+)
 from core.keys import key, queue_name
-from workers.broker import reaper
 
-TIERS = ("pro", "free")
-STRATEGIES = settings_schema.BY_NAME["fairness"].choices  # shared first: the baseline the bench compares with
-SPIKE_FACTOR = 2.0  # the lesson's "2x" spike
-WAITS_KEPT = 5000
-COUNTERS = ("submitted", "done", "requeued", "crashes", "dead")  # per-tier job counts kept in the meta hash
 TICK = 0.02
-POISON_CRASHES = 3  # a poison job that has taken down this many workers is dead-lettered, not run again
 START_GRACE_S = 30.0  # real seconds a job RQ has taken may wait for its horse to claim it
 SWEEP_S = 0.5  # real seconds between sweeps for released jobs that will never finish
 _swept: dict[str, float] = {}  # lab → real time of its last sweep (the supervisor's process only)
-
-
-def pending_key(lab: str, tier: str) -> str:
-    return key(lab, "fair", "pending", tier)
-
-
-def customer_key(lab: str, tier: str, customer: str) -> str:
-    return key(lab, "fair", "cust", tier, customer)
-
-
-def customers_key(lab: str, tier: str) -> str:
-    return key(lab, "fair", "customers", tier)
-
-
-def inflight_key(lab: str) -> str:
-    return key(lab, "fair", "inflight")
-
-
-def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None,
-           poison: bool = False) -> int:
-    """Queue `count` jobs for one customer; members are `seq:customer`, scored by enqueue time.
-    Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over).
-    A poison job takes down the worker that runs it (the process dies, as an OOM kill would)."""
-    now = clock.now(r, lab) if now is None else now
-    r.hsetnx(key(lab, "fair", "meta"), "t0", now)
-    first = r.hincrby(key(lab, "fair", "meta"), "seq", count) - count
-    members = {f"{first + i}:{customer}": now + (first + i) * 1e-6 for i in range(count)}  # FIFO by seq
-    if poison:
-        r.sadd(poison_key(lab), *members)
-    _enqueue(r, lab, tier, customer, members)
-    r.hincrby(key(lab, "fair", "meta"), f"submitted_{tier}", count)
-    return count
-
-
-def _enqueue(r: redis.Redis, lab: str, tier: str, customer: str, members: dict[str, float]) -> None:
-    pipe = r.pipeline()
-    pipe.zadd(pending_key(lab, tier), members)
-    pipe.zadd(customer_key(lab, tier, customer), members)
-    pipe.sadd(customers_key(lab, tier), customer)
-    pipe.execute()
-
-
-def poison_key(lab: str) -> str:
-    return key(lab, "fair", "poison")
 
 
 def fleet_of(settings: dict, rank: int) -> str | None:
@@ -94,20 +62,6 @@ def fleet_of(settings: dict, rank: int) -> str | None:
 def tier_queue_name(lab: str, tier: str) -> str:
     """A separate fleet's own RQ queue (its workers listen to it before the lab's ordinary queue)."""
     return f"{queue_name(lab)}-{tier}"
-
-
-def pools(settings: dict) -> dict[str, int]:
-    """Workers each tier may use at once: hard split and full separation wall off `pro_workers`."""
-    total = int(settings["workers"])
-    if settings["fairness"] in ("split", "separate"):
-        pro = min(int(settings["pro_workers"]), total)
-        return {"pro": pro, "free": total - pro}
-    return {"pro": total, "free": total}
-
-
-def _oldest(r: redis.Redis, k: str) -> tuple[str, float] | None:
-    got = r.zrange(k, 0, 0, withscores=True)
-    return got[0] if got else None
 
 
 def capacity(settings: dict, rows: list[dict]) -> tuple[dict[str, int], int]:
@@ -127,7 +81,7 @@ def choose(r: redis.Redis, lab: str, settings: dict, now: float, running: dict[s
     `cap[tier]` jobs running per tier (the strategy's pools when not given)."""
     cap = pools(settings) if cap is None else cap
     open_tiers = [t for t in TIERS if running.get(t, 0) < cap[t]]
-    heads = {t: h for t in open_tiers if (h := _oldest(r, pending_key(lab, t)))}
+    heads = {t: h for t in open_tiers if (h := oldest(r, pending_key(lab, t)))}
     if not heads:
         return None
     strategy = settings["fairness"]
@@ -155,7 +109,7 @@ def _round_robin(r: redis.Redis, lab: str, tier: str) -> tuple[str, str, float] 
     cursor = r.hget(key(lab, "fair", "meta"), f"rr_{tier}") or ""
     start = next((i for i, c in enumerate(customers) if c > cursor), 0)
     for cust in customers[start:] + customers[:start]:
-        head = _oldest(r, customer_key(lab, tier, cust))
+        head = oldest(r, customer_key(lab, tier, cust))
         if head:
             r.hset(key(lab, "fair", "meta"), f"rr_{tier}", cust)
             return tier, head[0], head[1]
@@ -170,15 +124,6 @@ def _take(r: redis.Redis, lab: str, tier: str, member: str) -> bool:
     pipe.zrem(pending_key(lab, tier), member)
     pipe.zrem(customer_key(lab, tier, cust), member)
     return bool(pipe.execute()[0])
-
-
-def running_counts(r: redis.Redis, lab: str) -> dict[str, int]:
-    """Jobs released to RQ and not yet finished, per tier: the in-flight records are the truth, so a
-    job whose worker was killed stops counting when the sweep takes its record back."""
-    counts = dict.fromkeys(TIERS, 0)
-    for raw in r.hvals(inflight_key(lab)):
-        counts[json.loads(raw)["tier"]] += 1
-    return counts
 
 
 def generate(r: redis.Redis, lab: str, settings: dict, now: float) -> int:
@@ -264,7 +209,7 @@ def sweep(r: redis.Redis, lab: str, now: float) -> int:
         reason = lost_reason(rec, job_label(rec["tier"], member), r.hget(f"rq:job:{rec['rq']}", "status"),
                              workers, lambda rq_id, q=rec["q"]: r.lpos(q, rq_id) is not None)
         if reason and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
-            _enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
+            enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
             r.hincrby(key(lab, "fair", "meta"), f"requeued_{rec['tier']}", 1)
             stream.emit(r, lab, "fairness.requeued", now, worker_id=rec.get("worker") or "?", tier=rec["tier"],
                         customer=member.split(":", 1)[1], reason=reason)
@@ -365,60 +310,30 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
                     seq=seq)
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50/p95/p99 by nearest rank: the tail is the point of the chapter, not the mean."""
-    if not values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
-    ordered = sorted(values)
+class Releaser:
+    """Chapter 6's traffic in the supervisor's pass (the `Engine` protocol): quiet, neither read nor ticked,
+    while none arrives, waits or runs, until a tier's queue changes."""
 
-    def rank(q: float) -> float:
-        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    name = "fairness"
+    wakes = ("fair:pending:*",)
 
-    return {"n": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
 
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        pipe.hlen(inflight_key(lab))
+        for tier in TIERS:
+            pipe.zcard(pending_key(lab, tier))
+        return 1 + len(TIERS)
 
-def waits(r: redis.Redis, lab: str) -> list[dict]:
-    return [json.loads(x) for x in r.lrange(key(lab, "fair", "waits"), 0, -1)]
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return any(gauges) or float(settings.get("arrival_rate", 0)) > 0
 
-
-def summary(r: redis.Redis, lab: str, settings: dict, now: float) -> dict:
-    """What the chapter plots: pending and running per tier, wait percentiles per tier and customer,
-    and worker-seconds used vs paid per tier (paid = the tier's pool × elapsed lab time)."""
-    rows = waits(r, lab)
-    by_tier = {t: percentiles([w["wait"] for w in rows if w["tier"] == t]) for t in TIERS}
-    customers = sorted({w["customer"] for w in rows})
-    by_customer = {c: percentiles([w["wait"] for w in rows if w["customer"] == c]) for c in customers}
-    used = {t: float(v) for t, v in r.hgetall(key(lab, "fair", "used")).items()}
-    cap = pools(settings)
-    meta = r.hgetall(key(lab, "fair", "meta"))
-    return {
-        "strategy": settings["fairness"], "now": round(now, 3), "pools": cap,
-        "pending": {t: r.zcard(pending_key(lab, t)) for t in TIERS},
-        # age of each tier's oldest waiting job: climbs without bound while a tier starves
-        "oldest_wait": {t: round(now - head[1], 1) if (head := _oldest(r, pending_key(lab, t))) else None
-                        for t in TIERS},
-        "running": running_counts(r, lab),
-        **{name: {t: int(meta.get(f"{name}_{t}", 0)) for t in TIERS} for name in COUNTERS},
-        "waits": by_tier, "customers": by_customer,
-        "used_worker_s": {t: round(used.get(t, 0.0), 1) for t in TIERS},
-        "paid_worker_s": paid_worker_s(settings, used, now - float(meta.get("t0", now))),
-    }
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        if not state["paused"] and (float(settings["arrival_rate"]) > 0 or not quiet):
+            tick(r, rq, lab, settings, state["t_raw"])
+        return 0
 
 
-def paid_worker_s(settings: dict, used: dict[str, float], elapsed: float) -> dict[str, float]:
-    """A walled-off pool is paid for whether busy or idle; a shared pool's bill is split by use."""
-    cap = pools(settings)
-    if settings["fairness"] in ("split", "separate"):
-        return {t: round(cap[t] * elapsed, 1) for t in TIERS}
-    total = sum(used.get(t, 0.0) for t in TIERS) or 1.0
-    return {t: round(int(settings["workers"]) * elapsed * used.get(t, 0.0) / total, 1) for t in TIERS}
-
-
-def reset(r: redis.Redis, lab: str) -> None:
-    """Forget queued jobs and measurements (running jobs finish and are still counted)."""
-    cust_keys = [customer_key(lab, t, c) for t in TIERS for c in r.smembers(customers_key(lab, t))]
-    r.delete(*(pending_key(lab, t) for t in TIERS), *(customers_key(lab, t) for t in TIERS), *cust_keys,
-             key(lab, "fair", "waits"), key(lab, "fair", "used"), key(lab, "fair", "spike"), poison_key(lab),
-             key(lab, "fair", "crashes"))
-    r.hdel(key(lab, "fair", "meta"), "t0", *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
-           *(f"rr_{t}" for t in TIERS))
+ENGINE = Releaser()

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import redis
 
 from core import clock, stream
-from workers.engines.scheduler import clock_offset, cron_key
-from workers.process import die_with_parent
+from core.config import Config
+from core.engines.scheduler import clock_offset, cron_key
+from core.procs import die_with_parent
 
 
 @dataclass
@@ -159,3 +160,28 @@ class SchedulerFleet:
     def stop_all(self) -> None:
         for lab in list(self.fleets):
             self.stop(lab)
+
+
+class Replicas:
+    """Chapter 7's replicas in the supervisor's pass (the `Engine` protocol): they run as processes of
+    their own (the fleet above keeps them); the lab is passed on the housekeeping cadence while it asks for
+    some."""
+
+    name = "scheduler"
+    wakes = ()
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        return 0
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return int(settings.get("scheduler_replicas", 0)) > 0
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        return 0
+
+
+ENGINE = Replicas()

@@ -1,4 +1,4 @@
-"""Chapter 2's load generator: Poisson arrivals at λ simulated jobs/s with the lesson's job mix.
+"""Chapter 2's load generator, the pool's face: Poisson arrivals at λ jobs/s with the lesson's job mix.
 
 Arrivals are paced on the lab's simulated clock and go through the real producer, so every
 generated job is an ordinary lab job (real RQ delivery, real ffmpeg, leases, redelivery). The
@@ -11,97 +11,25 @@ thumbnail or a 144p transcode of the smallest sample clip.
 Two mixes share that W: `lesson` (the lesson's blend above) and `even` (every job the blend's mean W,
 so λ, W and ρ are the same and only the spread of job times differs). Erlang C assumes exponential job
 times; the even mix has none of that spread and the lesson's blend far more, so the two bracket it.
+The face both processes share (state keys, readers, commands) is core/engines/loadgen.py.
 """
+
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
-from typing import Any
 
 import redis
 
-from core import numbers, stream
-from core.keys import job, key
-from workers import media
-from workers.broker import producer
+from core import media
+from core.broker import producer
+from core.config import Config
+from core.engines.loadgen import MAX_IN_FLIGHT, MIXES, arrivals_key, draw, effective_rate, read_state, state_key
+from core.keys import key
 
-MIX: tuple[numbers.JobType, ...] = numbers.DEFAULT_JOB_MIX
-MIX_W = numbers.blended_duration(MIX)
-# The same mean job time with no spread: every arrival a W-second job (real work: a thumbnail).
-EVEN_MIX: tuple[numbers.JobType, ...] = (numbers.JobType("even", "Every job the blend's mean", 100.0, MIX_W, MIX_W),)
-MIXES: dict[str, tuple[numbers.JobType, ...]] = {"lesson": MIX, "even": EVEN_MIX}
-MAX_IN_FLIGHT = 150  # the lab's bound: arrivals past it are shed (counted), never half-created
 MAX_PER_TICK = 50
-PEAK_FACTOR = numbers.Inputs().peak_multiplier  # the lesson's 1.8× daytime step
 SAMPLE = "carphone_pristine"
-
-
-def state_key(lab: str) -> str:
-    return key(lab, "loadgen")
-
-
-def arrivals_key(lab: str) -> str:
-    return key(lab, "loadgen", "arrivals")
-
-
-def draw(seed: int, k: int, lam: float, mix: tuple[numbers.JobType, ...] = MIX) -> tuple[float, numbers.JobType]:
-    """The k-th inter-arrival gap (exponential with rate λ) and job type (by the mix's shares)."""
-    rng = random.Random(f"{seed}:{k}")
-    gap = rng.expovariate(lam)
-    pick = rng.random() * sum(jt.share_pct for jt in mix)
-    for jt in mix:
-        pick -= jt.share_pct
-        if pick < 0:
-            return gap, jt
-    return gap, mix[-1]
-
-
-def read_state(r: redis.Redis, lab: str) -> dict[str, Any]:
-    raw = r.hgetall(state_key(lab))
-    return {"on": raw.get("on") == "1", "rate": float(raw.get("rate", 0)), "factor": float(raw.get("factor", 1)),
-            "seed": int(raw.get("seed", 0)), "k": int(raw.get("k", 0)), "next_t": float(raw.get("next_t", 0)),
-            "started_t": float(raw.get("started_t", 0)), "shed": int(raw.get("shed", 0)),
-            "generated": int(raw.get("generated", 0)), "mix": raw.get("mix") if raw.get("mix") in MIXES else "lesson"}
-
-
-def effective_rate(state: dict[str, Any]) -> float:
-    return state["rate"] * state["factor"]
-
-
-def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str = "lesson") -> dict[str, Any]:
-    """Start (or restart) generation at `rate` with `mix` (lesson | even); measurements restart with it."""
-    gap, _ = draw(seed, 0, rate)
-    r.delete(arrivals_key(lab))
-    r.hset(state_key(lab), mapping={"on": 1, "rate": rate, "factor": 1, "seed": seed, "k": 0, "mix": mix,
-                                    "next_t": now + gap, "started_t": now, "shed": 0, "generated": 0})
-    stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed, mix=mix)
-    return read_state(r, lab)
-
-
-def stop(r: redis.Redis, lab: str, now: float) -> dict[str, Any]:
-    r.hset(state_key(lab), "on", 0)
-    stream.emit(r, lab, "loadgen.stopped", now)
-    return read_state(r, lab)
-
-
-def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None,
-           peak: bool | None = None) -> dict[str, Any]:
-    """Change λ or the peak step; the next gap is redrawn at the new rate from now."""
-    state = read_state(r, lab)
-    if rate is not None:
-        state["rate"] = rate
-    if peak is not None:
-        state["factor"] = PEAK_FACTOR if peak else 1.0
-    lam = effective_rate(state)
-    gap, _ = draw(state["seed"], state["k"], lam) if lam > 0 else (math.inf, None)
-    r.hset(state_key(lab), mapping={"rate": state["rate"], "factor": state["factor"], "next_t": now + gap})
-    stream.emit(r, lab, "loadgen.rate", now, rate=round(lam, 6), peak=state["factor"] != 1)
-    return read_state(r, lab)
-
-
 _budget: dict[str, tuple[float, float]] = {}  # lab → (jobs it may still create, real time of the last refill)
 
 
@@ -156,103 +84,26 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
     return made
 
 
-def recent_rate(r: redis.Redis, lab: str, now: float, window_s: float = 120.0) -> float:
-    """Measured arrivals per simulated second over the last `window_s` (what an autoscaler sees)."""
-    return r.zcount(arrivals_key(lab), now - window_s, "+inf") / window_s
+class Generator:
+    """The load generator in the supervisor's pass (the `Engine` protocol): quiet, neither read nor ticked,
+    while it is off, until its state key changes."""
+
+    name = "loadgen"
+    wakes = ("loadgen",)
+
+    def start(self, config: Config) -> None:
+        """Nothing runs beside the pass."""
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        pipe.hget(state_key(lab), "on")
+        return 1
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return gauges == ["1"]
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate)
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
-    return max(0.0, min(a1, b1) - max(a0, b0))
-
-
-def measure(r: redis.Redis, lab: str, now: float, window_s: float = 600.0) -> dict[str, Any]:
-    """Little's law on the real run: time-averaged L, arrival rate λ, time in system W, queue wait.
-
-    Over the window [t0, now] (t0 = generator start, at most `window_s` back). `W_done` is the mean
-    time in system of jobs that finished; `W_all` also counts jobs still in flight up to now, which
-    makes L = λ·W_all an identity when the window starts at the generator's start — a check that no
-    job is missing from the bookkeeping. Busy time counts every attempt, including redeliveries.
-    """
-    state = read_state(r, lab)
-    t0 = max(state["started_t"], now - window_s)
-    span = now - t0
-    ids = r.zrangebyscore(arrivals_key(lab), now - window_s - 7200, "+inf")
-    with r.pipeline() as pipe:
-        for i in ids:
-            pipe.hmget(job(lab, i), "created_at", "state")
-            pipe.hvals(job(lab, i) + ":attempts")
-        rows = pipe.execute()
-    area = busy = 0.0
-    n = 0
-    in_sys_done, in_sys_all, waits = [], [], []
-    for i in range(0, len(rows), 2):
-        created, st = rows[i]
-        if created is None:
-            continue
-        created = float(created)
-        attempts = sorted((json.loads(a) for a in rows[i + 1]), key=lambda a: a["attempt"])
-        end = next((a["end"] for a in attempts if a.get("outcome") == "succeeded"), None)
-        if st != "done":
-            end = None
-        area += _overlap(created, end if end is not None else now, t0, now)
-        for a in attempts:
-            busy += _overlap(a["start"], a.get("end", now), t0, now)
-        if created >= t0:
-            n += 1
-            in_sys_all.append((end if end is not None else now) - created)
-            if end is not None:
-                in_sys_done.append(end - created)
-            if attempts:
-                waits.append(attempts[0]["start"] - created)
-            else:
-                waits.append(now - created)
-    lam = n / span if span > 0 else None
-    L = area / span if span > 0 else None
-    w_all = _mean(in_sys_all)
-    return {"t0": round(t0, 3), "t1": round(now, 3), "arrivals": n, "completed": len(in_sys_done),
-            "lambda": lam, "L": L, "W_done": _mean(in_sys_done), "W_all": w_all,
-            "lambda_W": lam * w_all if lam is not None and w_all is not None else None,
-            "queue_wait": _mean(waits), "busy_s": busy}
-
-
-def model(lam: float, workers: int, mix: str = "lesson") -> dict[str, Any]:
-    """The numbers model's figures for this λ and pool (core.numbers is the one source). Both mixes
-    have the same W, so the same figures; `mix` names the one running and lists its job types."""
-    L = numbers.littles_law_L(lam, MIX_W)
-    rho = L / workers if workers > 0 else math.inf
-    return {"W": MIX_W, "lambda": lam, "workers": workers, "L": L, "rho": _finite(rho), "mix_name": mix,
-            "approx_wait": _finite(numbers.approx_wait(MIX_W, rho)) if workers > 0 else None,
-            "mmc_wait": _finite(numbers.erlang_c_wait(lam, MIX_W, workers)),
-            "workers_for_target": numbers.workers_for_utilisation(lam, MIX_W, numbers.Inputs().target_utilisation)
-            if lam > 0 else 0,
-            "mix": [{"name": jt.name, "label": jt.label, "share_pct": jt.share_pct, "mean_s": jt.mean_s,
-                     "p99_s": jt.p99_s} for jt in MIXES[mix]]}
-
-
-def timeout_ordering(settings: dict[str, Any]) -> dict[str, Any]:
-    """The lesson's ordering: per-job execution timeout (above the slowest job's p99) < VT < lock TTL.
-
-    The execution timeout should trip first (a stuck job freed by its own worker), the VT second
-    (a worker that vanished), and nothing should wait for the lock TTL."""
-    p99 = max(jt.p99_s for jt in MIX)
-    ex, vt, ttl = float(settings["exec_timeout"]), float(settings["vt_seconds"]), float(settings["lock_ttl"])
-    checks = [
-        {"rule": "exec_timeout set", "ok": ex > 0,
-         "detail": "no per-job timeout: a stuck job holds its worker until the VT hands it to another"},
-        {"rule": "exec_timeout ≥ slowest job's p99", "ok": ex == 0 or ex >= p99,
-         "detail": f"an execution timeout under {p99:g} s kills healthy slow transcodes"},
-        {"rule": "exec_timeout < vt_seconds", "ok": ex == 0 or ex < vt,
-         "detail": "the VT expires before the job's own timeout: a slow job is redelivered while it still runs"},
-        {"rule": "vt_seconds < lock_ttl", "ok": vt < ttl,
-         "detail": "the lock TTL would expire before the VT decides the worker is gone"},
-    ]
-    return {"exec_timeout": ex, "vt_seconds": vt, "lock_ttl": ttl, "p99": p99,
-            "ok": all(c["ok"] for c in checks), "checks": checks}
+ENGINE = Generator()

@@ -6,13 +6,15 @@ run at 1000×), so a real EX would expire while the lab stands still. These scri
 in simulated seconds. The deadline is written on the holder's clock and every replica judges it by
 its own, as an `expires_at` column in a lock row is: a replica whose clock runs ahead sees the lock
 expire early, which is the lesson's clock skew eating the TTL's margin.
+The face both processes share (state keys, readers, commands) is core/engines/locks.py.
 """
+
 
 from __future__ import annotations
 
 import redis
 
-from core.keys import key
+from core.engines.locks import lock_key
 
 # KEYS[1] lock hash; ARGV: holder, now (caller's clock), ttl.
 # Returns {won, holder, expires, fence[, previous holder, its expiry]}.
@@ -28,14 +30,12 @@ local deadline = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'expires', tostring(deadline), 'since', ARGV[2])
 return {1, ARGV[1], tostring(deadline), tostring(fence), holder or '', tostring(expires)}
 """
-
 # Only the holder may push its own deadline (heartbeat, lease renewal).
 _EXTEND = """
 if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] then return redis.call('HGET', KEYS[1], 'holder') or '' end
 redis.call('HSET', KEYS[1], 'expires', tostring(tonumber(ARGV[2]) + tonumber(ARGV[3])))
 return 1
 """
-
 # Compare-and-delete: release the lock only if it is still this holder's (ARGV[2] = 'delete' skips the check,
 # the plain DEL of the lesson's snippet). Returns the holder found ('' when none).
 _RELEASE = """
@@ -45,7 +45,6 @@ if holder == ARGV[1] or ARGV[2] == 'delete' then
 end
 return holder
 """
-
 _scripts: dict[tuple[int, str], object] = {}
 
 
@@ -54,10 +53,6 @@ def _script(r: redis.Redis, body: str):
     if k not in _scripts:
         _scripts[k] = r.register_script(body)
     return _scripts[k]
-
-
-def lock_key(lab: str, name: str) -> str:
-    return key(lab, "cron", "lock", name)
 
 
 def acquire(r: redis.Redis, lab: str, name: str, holder: str, now: float, ttl: float) -> dict:
@@ -78,9 +73,3 @@ def extend(r: redis.Redis, lab: str, name: str, holder: str, now: float, ttl: fl
 def release(r: redis.Redis, lab: str, name: str, holder: str, mode: str = "compare") -> str:
     """Release; returns who held the lock at that moment (not `holder` → it had expired and moved on)."""
     return _script(r, _RELEASE)(keys=[lock_key(lab, name)], args=[holder, mode]) or ""
-
-
-def read(r: redis.Redis, lab: str, name: str) -> dict:
-    raw = r.hgetall(lock_key(lab, name))
-    return {"holder": raw.get("holder") or None, "expires": float(raw["expires"]) if raw.get("expires") else None,
-            "since": float(raw["since"]) if raw.get("since") else None, "fence": int(raw.get("fence", 0))}

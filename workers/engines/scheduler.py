@@ -12,7 +12,9 @@ Each replica's clock runs `clock_skew·(k−1)/(N−1)` simulated seconds ahead 
 judges locks by that clock; its scheduler fires `cron_late·(k−1)/(N−1)` s after each tick (the lesson's
 late replica, which finds a too-short lock expired while the first run still holds it).
 Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
+The face both processes share (state keys, readers, commands) is core/engines/scheduler.py.
 """
+
 
 from __future__ import annotations
 
@@ -27,16 +29,15 @@ import time
 import redis
 
 from core import clock, registry, stream
-from core.keys import key
-from workers.engines import locks, shards
+from core.engines import shards
+from core.engines.scheduler import TASK, clock_offset, cron_key
+from workers.engines import locks
 
-TASK = "send-digest"
 FOLLOWER_POLL_S = 5.0  # simulated seconds between a follower's tries for the leader lease
 CATCH_UP_FACTOR = 1.5  # the lesson's rule: a last run older than 1.5 intervals means a tick was missed
 SENT_TTL_S = 3600  # real seconds the "digest sent" claims are kept
 SLICES = 10  # a run mails its users in this many batches spread over its duration
 SETTINGS_EVERY_S = 0.1  # real seconds between re-reads of the lab's settings
-
 # A batch of digests: claim (day, user) in the sent hash; count an email unless idempotent and claimed before.
 _SEND = """
 local sent, wasted = 0, 0
@@ -54,7 +55,6 @@ if sent > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':emails', sent) end
 if wasted > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':wasted', wasted) end
 return {sent, wasted}
 """
-
 # Start of a run, atomically: count it for its tick, note who ran it, and see who else is running.
 _START = """
 local runs = redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':runs', 1)
@@ -73,17 +73,6 @@ return {runs, table.concat(others, ',')}
 def loop_sleep(settings: dict) -> float:
     """About one simulated second per loop, within 4–50 ms of real time."""
     return min(0.05, max(0.004, 1 / max(float(settings.get("speed", 20)), 1e-9)))
-
-
-def cron_key(lab: str, *parts: str) -> str:
-    return key(lab, "cron", *parts)
-
-
-def clock_offset(settings: dict, replica: str) -> float:
-    """How far this replica's clock runs ahead of replica 1's (replica k of N: skew·(k−1)/(N−1))."""
-    n = int(settings["scheduler_replicas"])
-    k = int(replica.lstrip("r") or 1)
-    return float(settings["clock_skew"]) * (k - 1) / (n - 1) if n > 1 else 0.0
 
 
 def fire_delay(settings: dict, replica: str) -> float:

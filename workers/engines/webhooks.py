@@ -14,7 +14,9 @@ gets it again with the same `webhook-id`, which is how a receiver de-duplicates.
 followed and the target is resolved and checked again on every try (DNS can change after
 registration); the connection goes to the address that was checked. A try is claimed with a short
 lease rather than removed, so a supervisor killed mid-send leaves the try to come back, not vanish.
+The face both processes share (state keys, readers, commands) is core/engines/webhooks.py.
 """
+
 
 from __future__ import annotations
 
@@ -30,20 +32,17 @@ from urllib.parse import urlsplit
 import redis
 
 from core import clock, registry, stream
+from core.broker import retry
 from core.config import Config
-from core.keys import LABS, key, keyspace
+from core.engines.webhooks import BUILTIN, due, hook, messages, receiver_path
+from core.keys import LABS, keyspace
 from core.webhook_targets import TargetRefused, sign, validate_target
-from workers.broker import retry
 
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
-BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05  # real seconds between ticks while some lab has a webhook registered
 RESCAN_S = 5.0  # real seconds between looks for registrations a missed notification would hide
 TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
-# Due times are on the lab's simulated clock, like its jobs' retries: pausing the lab holds its
-# webhook retries too, and the spread the learner reads is the lesson's seconds, not ours.
-
 # Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
 # and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
 _LEASE_TRY = """
@@ -52,33 +51,6 @@ if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
-KEEP = 200  # messages shown and receiver arrivals kept per lab
-
-
-def hook(lab: str) -> str:
-    """Registration hash: url, secret, cursor (last event turned into messages), receiver fail count."""
-    return key(lab, "webhook")
-
-
-def messages(lab: str) -> str:
-    return key(lab, "webhook", "messages")
-
-
-def due(lab: str) -> str:
-    return key(lab, "webhook", "due")
-
-
-def arrivals(lab: str) -> str:
-    return key(lab, "webhook", "arrivals")
-
-
-def seen(lab: str) -> str:
-    """Message ids the built-in receiver has accepted: a second arrival of one is a duplicate."""
-    return key(lab, "webhook", "seen")
-
-
-def receiver_path(lab: str) -> str:
-    return f"/api/labs/{lab}/webhook/receiver"
 
 
 def collect(r: redis.Redis, lab: str, reg: dict, now: float) -> int:
@@ -237,3 +209,26 @@ class Deliverer:
             stream.emit(self.r, lab, "webhook.attempted", now, **fields, reason=reason, delay=round(delay, 2))
         msg["tries"].append(attempt)
         self.r.hset(messages(lab), msg_id, json.dumps(msg))
+
+
+class Delivery:
+    """Webhook delivery for the supervisor (the `Engine` protocol): a thread of its own, nothing in the pass."""
+
+    name = "webhooks"
+    wakes = ()
+
+    def start(self, config: Config) -> None:
+        Deliverer(config).start()  # outbound calls off the reaper loop
+
+    def read(self, pipe: redis.client.Pipeline, lab: str) -> int:
+        return 0
+
+    def busy(self, settings: dict, gauges: list) -> bool:
+        return False
+
+    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
+             quiet: bool) -> int:
+        return 0
+
+
+ENGINE = Delivery()

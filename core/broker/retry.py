@@ -12,9 +12,9 @@ import random
 import redis
 
 from core import stream
+from core.broker import handoff, leases
+from core.broker.state import script
 from core.keys import key
-from workers.broker import handoff, leases
-from workers.broker.state import script
 
 
 class NonRetryable(Exception):

@@ -1,14 +1,18 @@
-"""Processes as /proc shows them (no psutil), and waiting for a condition: what the stack, the
-benchmarks and the fault drills read about the processes they started."""
+"""Processes as /proc shows them (no psutil), the tag naming a lab's processes' server, a child that
+must not outlive its parent, and waiting for a condition: what the pool, the stack, the benchmarks and
+the fault drills know about the processes they start."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -146,3 +150,23 @@ def wait(pred: Callable[[], Any], timeout: float, what: str = "condition", every
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} (after {timeout:.0f} s)")
         time.sleep(every)
+
+
+def server_tag(url: str) -> str:
+    """`@host:port/db`, the server and database `url` names without its user or password: what a lab's
+    processes carry on their command line (ps, the reconcile, the sweeps) to tell one stack's from another's.
+    The URL itself, which may hold the pool role's password, reaches them in their environment only."""
+    parts = urlsplit(url)
+    return f"@{parts.hostname}:{parts.port or 6379}/{parts.path.strip('/') or '0'}"
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
+
+    Set in each rq worker (parent: the supervisor) and again in each work horse (parent: its
+    worker), because the setting is cleared on fork: a dead supervisor then leaves no orphans.
+    """
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass

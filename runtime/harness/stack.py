@@ -23,10 +23,10 @@ from pathlib import Path
 import redis
 
 from core.config import ROOT, Config
+from core.procs import alive, children, cpu_s, port_free, processes_matching, server_tag, wait
 from runtime import embedded_redis
-from runtime.client import Api
+from runtime.harness.client import Api
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
-from runtime.procs import alive, children, cpu_s, port_free, processes_matching, wait
 
 UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
              "RATE_ROOM_LOOKUPS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0", "LAB_JOB_RATE": "0",
@@ -211,7 +211,7 @@ class Stack:
     # --- teardown ----------------------------------------------------------------------------
     def leftovers(self) -> dict[int, str]:
         """Processes still naming this stack (its server, as its lab processes show it, or its data dir)."""
-        return processes_matching(str(self.var_dir), f"{embedded_redis.server_tag(self.redis_url)} ")
+        return processes_matching(str(self.var_dir), f"{server_tag(self.redis_url)} ")
 
     def stop(self) -> None:
         stop_all(self.started)

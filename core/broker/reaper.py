@@ -15,9 +15,9 @@ import redis
 from rq import Queue
 
 from core import clock, stream
+from core.broker import handoff, leases
+from core.broker.state import script
 from core.keys import key, queue_name
-from workers.broker import handoff, leases
-from workers.broker.state import script
 
 # KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
 #       [9] dispatch [10] DLQ

@@ -15,9 +15,9 @@ from typing import Any
 import redis
 
 from core import clock, stream
+from core.broker import handoff, reaper
 from core.keys import job, key, msg
 from core.registry import next_job_number
-from workers.broker import handoff, reaper
 
 JOB_TYPES = ("transcode", "thumbnail")
 

@@ -31,8 +31,8 @@ import json
 import redis
 
 from core import clock, stream
+from core.broker.state import lab_keys, script
 from core.keys import key, msg
-from workers.broker.state import lab_keys, script
 
 RUN, BLOCKED, REFUSED, STALE = "run", "blocked", "refused", "stale"
 

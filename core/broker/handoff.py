@@ -17,9 +17,9 @@ import time
 import redis
 
 from core import clock, stream
+from core.broker.state import script
 from core.config import REAPER_BARRIER_S
 from core.keys import key, msg, queue_name
-from workers.broker.state import script
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
 
@@ -119,12 +119,12 @@ def transit_holder(job_id: str, n: int) -> str:
 
 
 def note_of(job_id: str, attempt: int, rq_id: str) -> str:
-    """A delivery's hand-off note: what `record` notes, and the receive takes away (workers/broker/leases.py)."""
+    """A delivery's hand-off note: what `record` notes, and the receive takes away (core/broker/leases.py)."""
     return f"{job_id}:{attempt}:{rq_id}"
 
 
 def record(rq_conn: redis.Redis | redis.client.Pipeline, lab: str, job_id: str, attempt: int, rq_id: str) -> None:
-    """Note a delivery with its enqueue (in its MULTI: workers/broker/reaper.py send), so neither is ever
+    """Note a delivery with its enqueue (in its MULTI: core/broker/reaper.py send), so neither is ever
     without the other. Its receive takes the note away; one still here HANDOFF_S later was lost (`sweep`)."""
     rq_conn.zadd(key(lab, "handoffs"), {note_of(job_id, attempt, rq_id): time.time()})
 

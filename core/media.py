@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from core.config import ROOT, Config
-from workers.process import die_with_parent
+from core.procs import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
 LIMITS = Config.from_env()

@@ -15,7 +15,7 @@ import os
 import signal
 from pathlib import Path
 
-from runtime.procs import wait
+from core.procs import wait
 
 CPU = Path("/sys/fs/cgroup/cpu")
 ACCT = Path("/sys/fs/cgroup/cpuacct")

@@ -21,18 +21,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import redis
 
-from chaos.pool_host_killed import LEASE_S, HostsStack
+from core.config import ROOT
+from core.procs import alive, children, processes_matching, server_tag, wait
 from runtime import embedded_redis
+from runtime.harness.hosts import LEASE_S, HostsStack
 from runtime.launcher import wait_healthy
-from runtime.procs import alive, children, processes_matching, wait
 
 SERVER_PORT = 6390  # fixed: each namespace has ports of its own, nothing else listens there
 WEB_PORT = 8000
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def unavailable() -> str:
@@ -220,7 +219,7 @@ class NetStack(HostsStack):
     def leftovers(self) -> dict[int, str]:
         if self.net is None:
             return {}
-        return processes_matching(f"{self.root}/var-", f"{embedded_redis.server_tag(self.redis_url)} ")
+        return processes_matching(f"{self.root}/var-", f"{server_tag(self.redis_url)} ")
 
     def stop(self) -> None:
         try:

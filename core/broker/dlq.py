@@ -11,10 +11,10 @@ import time
 import redis
 
 from core import stream
+from core.broker import leases
+from core.broker.state import script
 from core.keys import key
 from core.registry import read_job
-from workers.broker import leases
-from workers.broker.state import script
 
 # KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
 #       [9] DLQ [10] dispatch

@@ -1,0 +1,147 @@
+"""Chapter 6's fair queues as both processes see them: the per-tier keys, submitting jobs, the summary
+the chapter plots, and a reset. The pool's face (releasing jobs to free workers, the tier jobs themselves)
+is workers/engines/fairness.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import redis
+
+from core import clock
+from core import settings as settings_schema
+from core.keys import key
+
+TIERS = ("pro", "free")
+STRATEGIES = settings_schema.BY_NAME["fairness"].choices  # shared first: the baseline the bench compares with
+SPIKE_FACTOR = 2.0  # the lesson's "2x" spike
+WAITS_KEPT = 5000
+COUNTERS = ("submitted", "done", "requeued", "crashes", "dead")  # per-tier job counts kept in the meta hash
+POISON_CRASHES = 3  # a poison job that has taken down this many workers is dead-lettered, not run again
+
+
+def pending_key(lab: str, tier: str) -> str:
+    return key(lab, "fair", "pending", tier)
+
+
+def customer_key(lab: str, tier: str, customer: str) -> str:
+    return key(lab, "fair", "cust", tier, customer)
+
+
+def customers_key(lab: str, tier: str) -> str:
+    return key(lab, "fair", "customers", tier)
+
+
+def inflight_key(lab: str) -> str:
+    return key(lab, "fair", "inflight")
+
+
+def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None,
+           poison: bool = False) -> int:
+    """Queue `count` jobs for one customer; members are `seq:customer`, scored by enqueue time.
+    Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over).
+    A poison job takes down the worker that runs it (the process dies, as an OOM kill would)."""
+    now = clock.now(r, lab) if now is None else now
+    r.hsetnx(key(lab, "fair", "meta"), "t0", now)
+    first = r.hincrby(key(lab, "fair", "meta"), "seq", count) - count
+    members = {f"{first + i}:{customer}": now + (first + i) * 1e-6 for i in range(count)}  # FIFO by seq
+    if poison:
+        r.sadd(poison_key(lab), *members)
+    enqueue(r, lab, tier, customer, members)
+    r.hincrby(key(lab, "fair", "meta"), f"submitted_{tier}", count)
+    return count
+
+
+def enqueue(r: redis.Redis, lab: str, tier: str, customer: str, members: dict[str, float]) -> None:
+    pipe = r.pipeline()
+    pipe.zadd(pending_key(lab, tier), members)
+    pipe.zadd(customer_key(lab, tier, customer), members)
+    pipe.sadd(customers_key(lab, tier), customer)
+    pipe.execute()
+
+
+def poison_key(lab: str) -> str:
+    return key(lab, "fair", "poison")
+
+
+def pools(settings: dict) -> dict[str, int]:
+    """Workers each tier may use at once: hard split and full separation wall off `pro_workers`."""
+    total = int(settings["workers"])
+    if settings["fairness"] in ("split", "separate"):
+        pro = min(int(settings["pro_workers"]), total)
+        return {"pro": pro, "free": total - pro}
+    return {"pro": total, "free": total}
+
+
+def oldest(r: redis.Redis, k: str) -> tuple[str, float] | None:
+    got = r.zrange(k, 0, 0, withscores=True)
+    return got[0] if got else None
+
+
+def running_counts(r: redis.Redis, lab: str) -> dict[str, int]:
+    """Jobs released to RQ and not yet finished, per tier: the in-flight records are the truth, so a
+    job whose worker was killed stops counting when the sweep takes its record back."""
+    counts = dict.fromkeys(TIERS, 0)
+    for raw in r.hvals(inflight_key(lab)):
+        counts[json.loads(raw)["tier"]] += 1
+    return counts
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50/p95/p99 by nearest rank: the tail is the point of the chapter, not the mean."""
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    return {"n": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
+
+
+def waits(r: redis.Redis, lab: str) -> list[dict]:
+    return [json.loads(x) for x in r.lrange(key(lab, "fair", "waits"), 0, -1)]
+
+
+def summary(r: redis.Redis, lab: str, settings: dict, now: float) -> dict:
+    """What the chapter plots: pending and running per tier, wait percentiles per tier and customer,
+    and worker-seconds used vs paid per tier (paid = the tier's pool × elapsed lab time)."""
+    rows = waits(r, lab)
+    by_tier = {t: percentiles([w["wait"] for w in rows if w["tier"] == t]) for t in TIERS}
+    customers = sorted({w["customer"] for w in rows})
+    by_customer = {c: percentiles([w["wait"] for w in rows if w["customer"] == c]) for c in customers}
+    used = {t: float(v) for t, v in r.hgetall(key(lab, "fair", "used")).items()}
+    cap = pools(settings)
+    meta = r.hgetall(key(lab, "fair", "meta"))
+    return {
+        "strategy": settings["fairness"], "now": round(now, 3), "pools": cap,
+        "pending": {t: r.zcard(pending_key(lab, t)) for t in TIERS},
+        # age of each tier's oldest waiting job: climbs without bound while a tier starves
+        "oldest_wait": {t: round(now - head[1], 1) if (head := oldest(r, pending_key(lab, t))) else None
+                        for t in TIERS},
+        "running": running_counts(r, lab),
+        **{name: {t: int(meta.get(f"{name}_{t}", 0)) for t in TIERS} for name in COUNTERS},
+        "waits": by_tier, "customers": by_customer,
+        "used_worker_s": {t: round(used.get(t, 0.0), 1) for t in TIERS},
+        "paid_worker_s": paid_worker_s(settings, used, now - float(meta.get("t0", now))),
+    }
+
+
+def paid_worker_s(settings: dict, used: dict[str, float], elapsed: float) -> dict[str, float]:
+    """A walled-off pool is paid for whether busy or idle; a shared pool's bill is split by use."""
+    cap = pools(settings)
+    if settings["fairness"] in ("split", "separate"):
+        return {t: round(cap[t] * elapsed, 1) for t in TIERS}
+    total = sum(used.get(t, 0.0) for t in TIERS) or 1.0
+    return {t: round(int(settings["workers"]) * elapsed * used.get(t, 0.0) / total, 1) for t in TIERS}
+
+
+def reset(r: redis.Redis, lab: str) -> None:
+    """Forget queued jobs and measurements (running jobs finish and are still counted)."""
+    cust_keys = [customer_key(lab, t, c) for t in TIERS for c in r.smembers(customers_key(lab, t))]
+    r.delete(*(pending_key(lab, t) for t in TIERS), *(customers_key(lab, t) for t in TIERS), *cust_keys,
+             key(lab, "fair", "waits"), key(lab, "fair", "used"), key(lab, "fair", "spike"), poison_key(lab),
+             key(lab, "fair", "crashes"))
+    r.hdel(key(lab, "fair", "meta"), "t0", *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
+           *(f"rr_{t}" for t in TIERS))
