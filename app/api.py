@@ -26,7 +26,7 @@ from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
-from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
+from core import blobs, clock, numbers, parking, presets, registry, sandbox, settings, slots, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 from core.keys import LABS, host_running, key, lab_dir
 from workers import hosts, media
@@ -38,14 +38,16 @@ bp = Blueprint("api", __name__)
 @bp.get("/healthz")
 def healthz():
     """Web is up if this answers; Redis reachability is checked, not assumed. `master` is the pid of the
-    gunicorn master this worker was forked from: the launcher starts only when it hears its own."""
+    gunicorn master this worker was forked from: the launcher starts only when it hears its own. `sandbox` is
+    "ok" where ffmpeg runs in its namespaces, else why not (it then runs with rlimits only; core/sandbox.py)."""
     try:
         get_redis().ping()
         redis_state = "ok"
     except redis.RedisError as e:
         redis_state = f"error: {e.__class__.__name__}"
     ok = redis_state == "ok"
-    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid()), 200 if ok else 503
+    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid(),
+                   sandbox=sandbox.unavailable() or "ok"), 200 if ok else 503
 
 
 @bp.get("/api/model")

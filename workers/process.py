@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
-import signal
 
 from core import registry
 from core.config import Config
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
-
-    Set in each rq worker (parent: the supervisor) and again in each work horse (parent: its
-    worker), because the setting is cleared on fork: a dead supervisor then leaves no orphans.
-    """
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+from core.sandbox import die_with_parent
 
 
 def lab_nice(config: Config, settings: dict) -> int:

@@ -22,11 +22,11 @@ from rq import get_current_job
 from core import blobs, clock, registry, stream
 from core.config import Config
 from core.keys import LABS, job, key, keyspace, lab_dir
+from core.sandbox import die_with_parent
 from workers import media
 from workers.broker import handoff, leases, retry
 from workers.broker.retry import NonRetryable, StorageDown
 from workers.broker.state import record_attempt, script
-from workers.process import die_with_parent
 
 PACE_MAX_S = 0.25  # real seconds a paced attempt sleeps at most before reading the clock when the server sends
 # no keyspace notifications (a pause, a new speed, a storage outage that began: an in-flight upload fails at its

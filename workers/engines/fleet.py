@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import redis
 
 from core import clock, stream
+from core.sandbox import die_with_parent
 from workers.engines.scheduler import clock_offset, cron_key
-from workers.process import die_with_parent
 
 
 @dataclass

