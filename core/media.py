@@ -5,11 +5,14 @@ The wheel has no ffprobe, so validity is checked by decoding: `-xerror` turns an
 Every input is opened with SAFE_INPUT: only the `file` protocol and only real video containers
 (no HLS playlist, no ffconcat list, so an upload cannot make ffmpeg read /etc/passwd or another
 lab's files), and no frame larger than the configured pixel cap (a 30000×30000 header cannot make
-the decoder allocate gigabytes). Every run has a real-time limit and is killed when it passes it.
+the decoder allocate gigabytes). Every run has a real-time limit and is killed when it passes it, and
+every run is sandboxed (core/sandbox.py): it reads its inputs and writes its one output directory, and
+nothing else, with no network and no environment (the server's URL and password stay outside).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -17,8 +20,8 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+from core import sandbox
 from core.config import ROOT, Config
-from core.procs import die_with_parent
 
 RENDITIONS: dict[str, int] = {"360p": 360, "240p": 240, "144p": 144}
 LIMITS = Config.from_env()
@@ -29,6 +32,12 @@ FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi"
 THREADS = ["-threads", str(os.environ.get("FFMPEG_THREADS", "1")), "-filter_threads", "1"]
 SAFE_INPUT = ["-protocol_whitelist", "file", "-format_whitelist", FORMATS,
               "-max_pixels", str(LIMITS.max_video_pixels)]
+# The sandbox of every run, from measured need (bench sandbox; a 5 s 720p clip, a 1.7 MB 10 s 640×360 upload,
+# a 2 s 4K upload): peak 1.12 GB of address space (glibc's per-thread arenas; 139 MB resident at most), 16
+# threads (the probe's decoder), 6 open files, 2.0 CPU-s. Limits: CPU as long as the real-time limit (a run is
+# killed then anyway), 3 GiB of address space, 64 tasks, twice the `-fs` cap per file, 64 open files.
+SANDBOX = sandbox.Limits(cpu_s=max(1, math.ceil(LIMITS.ffmpeg_timeout)), memory_bytes=3 << 30, tasks=64,
+                         file_bytes=2 * LIMITS.max_output_bytes, open_files=64)
 
 
 @lru_cache(maxsize=1)
@@ -36,6 +45,11 @@ def ffmpeg() -> str:
     import imageio_ffmpeg
 
     return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def _run(args: list[str], read: list[Path], write: Path | None) -> sandbox.Sandboxed:
+    """`ffmpeg args` in the sandbox: the binary and `read` read-only, `write` (a directory) read-write."""
+    return sandbox.sandboxed([ffmpeg(), *args], read=[Path(ffmpeg()), *read], write=write, limits=SANDBOX)
 
 
 # The lab's sample clips (their names and labels: core/events.py SAMPLES), made from ffmpeg's own test
@@ -79,11 +93,10 @@ def make_clip(path: Path, size: str, seconds: float, audio: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.mp4")
     source, codec = _AUDIO[audio]
     try:
-        subprocess.run([ffmpeg(), "-v", "error", "-y",
-                        "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
-                        *(arg.format(s=seconds) for arg in source),
-                        "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", "1", "-pix_fmt", "yuv420p",
-                        *codec, "-shortest", str(tmp)], check=True, timeout=60, preexec_fn=die_with_parent)
+        _run(["-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
+              *(arg.format(s=seconds) for arg in source),
+              "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", "1", "-pix_fmt", "yuv420p",
+              *codec, "-shortest", str(tmp)], [], path.parent).run(check=True, timeout=60)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -104,9 +117,8 @@ def _reason(stderr: str, path: Path) -> str:
 
 def _decode_check(path: Path, extra: list[str], timeout: float) -> None:
     try:
-        proc = subprocess.run([ffmpeg(), "-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra,
-                               "-f", "null", "-"], capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=die_with_parent)
+        proc = _run(["-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra, "-f", "null", "-"],
+                    [path], None).run(capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise InvalidMedia(f"decoding took longer than {timeout:g} s") from None
     if proc.returncode != 0:
@@ -128,44 +140,43 @@ def check_upload(path: Path, timeout: float = 20) -> None:
 def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
     """Start a real libx264 transcode to `dst` (an .mp4 temp path); the caller paces and waits."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src), "-t", "8",
+    return _run(
+        ["-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src), "-t", "8",
          "-fs", str(LIMITS.max_output_bytes),
          "-vf", f"scale=-2:{height}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28", *THREADS,
          "-pix_fmt", "yuv420p", "-c:a", "aac", "-ac", "2", "-b:a", "64k",
-         "-movflags", "+faststart", "-f", "mp4", str(dst)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        preexec_fn=die_with_parent)  # a killed work horse takes its ffmpeg with it
+         "-movflags", "+faststart", "-f", "mp4", str(dst)], [src], dst.parent,
+    ).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # dies with the horse
 
 
 def start_transcodes(src: Path, outputs: list[tuple[Path, int]]) -> subprocess.Popen:
     """Every rendition of one job from ONE decode (`split` filter), each to its own .mp4 temp path:
     measured 0.96 CPU-s for 240p + 144p of the sample against 1.37 for two single-threaded runs
     (1.49 with ffmpeg's default threading). What a transcode attempt runs (workers/tasks.py): one process,
-    one decode, one encode per rendition. Same encode per output as `start_transcode` (first 8 s, size cap)."""
-    for dst, _h in outputs:
-        dst.parent.mkdir(parents=True, exist_ok=True)
+    one decode, one encode per rendition. Same encode per output as `start_transcode` (first 8 s, size cap).
+    Every output is in one directory (the sandbox writes one)."""
+    (out_dir,) = {dst.parent for dst, _h in outputs}
+    out_dir.mkdir(parents=True, exist_ok=True)
     n = len(outputs)
     graph = f"[0:v]split={n}" + "".join(f"[s{i}]" for i in range(n)) + ";" + ";".join(
         f"[s{i}]scale=-2:{h}[v{i}]" for i, (_dst, h) in enumerate(outputs))
-    args = [ffmpeg(), "-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src),
+    args = ["-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src),
             "-filter_complex", graph, "-filter_complex_threads", "1"]
     for i, (dst, _h) in enumerate(outputs):
         args += ["-map", f"[v{i}]", "-map", "0:a?", "-t", "8", "-fs", str(LIMITS.max_output_bytes), "-c:v", "libx264",
                  "-preset", "veryfast", "-crf", "28", "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac",
                  "-ac", "2", "-b:a", "64k", "-movflags", "+faststart", "-f", "mp4", str(dst)]
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=die_with_parent)
+    return _run(args, [src], out_dir).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE)
 
 
 def start_thumbnail(src: Path, dst: Path) -> subprocess.Popen:
     """A 144p JPEG of the first frame, running: a thumbnail attempt paces its job while it works
     (workers/tasks.py), so the lab's clock moves on meanwhile instead of waiting at the claim."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([ffmpeg(), "-v", "error", "-y", "-threads", "1", *SAFE_INPUT, "-i", str(src),
-                             "-frames:v", "1", "-vf", "scale=-2:144", "-f", "image2", str(dst)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=die_with_parent)
+    return _run(["-v", "error", "-y", "-threads", "1", *SAFE_INPUT, "-i", str(src),
+                 "-frames:v", "1", "-vf", "scale=-2:144", "-f", "image2", str(dst)], [src], dst.parent,
+                ).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def thumbnail(src: Path, dst: Path) -> None:
@@ -183,8 +194,8 @@ def thumbnail(src: Path, dst: Path) -> None:
 
 def duration_of(path: Path) -> float:
     """Decoded duration in seconds (from ffmpeg's own progress output: no ffprobe in the wheel)."""
-    proc = subprocess.run([ffmpeg(), "-v", "error", *SAFE_INPUT, "-i", str(path), "-f", "null",
-                           "-progress", "pipe:1", "-"], capture_output=True, text=True, timeout=60)
+    proc = _run(["-v", "error", *SAFE_INPUT, "-i", str(path), "-f", "null", "-progress", "pipe:1", "-"],
+                [path], None).run(capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise InvalidMedia(proc.stderr.strip()[:160])
     us = [int(line.split("=")[1]) for line in proc.stdout.splitlines()

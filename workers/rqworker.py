@@ -7,6 +7,8 @@ when it exits. Made here, before any fork:
 - the job module (`workers.tasks`, Flask with it): imported afresh, ~75 ms per job;
 - the ffmpeg binary's path (`media.ffmpeg`: imageio_ffmpeg's import and an `ffmpeg -version` run): ~55 ms per
   job that runs ffmpeg, because its cache dies with the horse.
+- whether the sandbox works on this host (`sandbox.unavailable`: one bwrap start, logged if it does not): once
+  per worker instead of once per job.
 A lab's hand-off holds its clock (core/broker/handoff.py), so every millisecond a horse spends getting
 ready is one the lab's other workers wait for too.
 """
@@ -21,9 +23,10 @@ from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
 
 import workers.tasks  # preloaded: forked horses inherit it warm
-from core import media
+from core import media, sandbox
 
 media.ffmpeg()
+sandbox.unavailable()
 
 
 HEARTBEAT_GAP_S = 25.0  # real seconds within which a worker's heartbeat with an unchanged TTL is not sent again

@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, jsonify
 from app.auth import bearer_token
 from app.errors import ApiError
 from app.store import get_redis
-from core import hosts, parking, registry
+from core import hosts, parking, registry, sandbox
 from core.keys import LABS, host_running
 
 bp = Blueprint("health", __name__)
@@ -20,14 +20,16 @@ bp = Blueprint("health", __name__)
 @bp.get("/healthz")
 def healthz():
     """Web is up if this answers; Redis reachability is checked, not assumed. `master` is the pid of the
-    gunicorn master this worker was forked from: the launcher starts only when it hears its own."""
+    gunicorn master this worker was forked from: the launcher starts only when it hears its own. `sandbox` is
+    "ok" where ffmpeg runs in its namespaces, else why not (it then runs with rlimits only; core/sandbox.py)."""
     try:
         get_redis().ping()
         redis_state = "ok"
     except redis.RedisError as e:
         redis_state = f"error: {e.__class__.__name__}"
     ok = redis_state == "ok"
-    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid()), 200 if ok else 503
+    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid(),
+                   sandbox=sandbox.unavailable() or "ok"), 200 if ok else 503
 
 
 @bp.get("/metrics")
