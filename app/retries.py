@@ -19,8 +19,8 @@ from app.auth import lab_access
 from app.errors import ApiError
 from app.store import get_redis
 from core import clock, numbers, registry, stream
+from core.backoff import exponential_delay
 from core.keys import key
-from workers.broker.retry import exponential_delay
 
 bp = Blueprint("retries", __name__)
 EVENT_LIMIT = 50_000  # a lab's whole history at the lab sizes this course runs

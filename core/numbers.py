@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.backoff import exponential_delay
+
 SECONDS_PER_DAY = 86_400
 BYTES_PER_KB = 1_000
 BYTES_PER_MB = 1_000_000
@@ -625,11 +627,6 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) or math.isnan(x) else x
 
 
-def _exp_delay(inputs: Inputs, attempt: int) -> float:
-    """The schedule's n-th delay (base · 2^(n−1)) — table arithmetic, not the engine's delay function."""
-    return inputs.retry_base_s * 2 ** (attempt - 1)
-
-
 # --------------------------------------------------------------------------------------------
 # Chapter figures
 # --------------------------------------------------------------------------------------------
@@ -900,7 +897,7 @@ def _ch3(inputs: Inputs, core: dict[str, float]) -> dict[str, Any]:
 def _retry_schedule(inputs: Inputs) -> list[dict[str, Any]]:
     rows, lin_total, exp_total = [], 0.0, 0.0
     for n in range(1, inputs.max_attempts + 1):
-        lin, exp = inputs.linear_step_s * n, _exp_delay(inputs, n)
+        lin, exp = inputs.linear_step_s * n, exponential_delay(n, inputs.retry_base_s, math.inf)
         lin_total += lin
         exp_total += exp
         rows.append({
@@ -921,16 +918,16 @@ def _retry_budget(inputs: Inputs) -> dict[str, float]:
         elapsed += inputs.hang_attempt_s
         if attempts >= inputs.max_attempts or elapsed > inputs.retry_budget_s:
             break
-        elapsed += _exp_delay(inputs, attempts)
+        elapsed += exponential_delay(attempts, inputs.retry_base_s, math.inf)
     count_only = inputs.max_attempts * inputs.hang_attempt_s + sum(
-        _exp_delay(inputs, n) for n in range(1, inputs.max_attempts))
+        exponential_delay(n, inputs.retry_base_s, math.inf) for n in range(1, inputs.max_attempts))
     return {"count_only_s": count_only, "with_budget_s": elapsed, "with_budget_attempts": attempts}
 
 
 def _ch4(inputs: Inputs, core: dict[str, float]) -> dict[str, Any]:
     lam, workers, W = core["lam"], core["workers"], core["W"]
     bucket_s = inputs.jitter_bucket_ms / 1000
-    window = _exp_delay(inputs, 1)
+    window = exponential_delay(1, inputs.retry_base_s, math.inf)
     schedule = _retry_schedule(inputs)
     poison_s = lam * inputs.poison_rate
     poison_day = poison_s * SECONDS_PER_DAY
@@ -949,7 +946,7 @@ def _ch4(inputs: Inputs, core: dict[str, float]) -> dict[str, Any]:
         "full_jitter_peak_per_bucket": jitter_peak_per_bucket(inputs.outage_workers, window, bucket_s),
         "jitter_peak_reduction_x": jitter_peak_reduction(window, bucket_s),
         "backoff_schedule_total_s": schedule[-1]["exponential_total_s"],
-        "backoff_between_attempts_s": sum(_exp_delay(inputs, k) for k in range(1, n)),
+        "backoff_between_attempts_s": sum(exponential_delay(k, inputs.retry_base_s, math.inf) for k in range(1, n)),
         "linear_schedule_total_s": schedule[-1]["linear_total_s"],
         "exponential_last_delay_s": schedule[-1]["exponential_delay_s"],
         "linear_last_delay_s": schedule[-1]["linear_delay_s"],

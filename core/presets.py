@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from core.backoff import exponential_delay
 from core.numbers import Inputs, derive, jitter_expected_peak, jitter_peak_per_bucket
 from core.settings import DEFAULTS
 
@@ -115,10 +116,6 @@ def ch7_lab_model() -> dict[str, Any]:
 HERD_BUCKET_S = 1.0  # chapter 4's storage-arrivals histogram: 1 simulated second a bar
 
 
-def _delay(n: int, base: float, cap: float) -> float:
-    return min(cap, base * 2 ** (n - 1))  # workers.broker.retry.exponential_delay
-
-
 def ch4_lab_model() -> dict[str, Any]:
     """What chapter 4's "Try this" says its lab (the ch4 preset) will show, from the preset's settings and
     the numbers model's jitter formulas: the storage herd's size and waves, full jitter's mean and expected
@@ -127,9 +124,9 @@ def ch4_lab_model() -> dict[str, Any]:
     s = settings_for("ch4")
     base, cap, n_max = float(s["retry_base"]), float(s["retry_cap"]), int(s["max_attempts"])
     callers = int(s["workers"]) * int(s["upload_parts"])
-    exp_delays = [_delay(k, base, cap) for k in range(1, n_max)]
+    exp_delays = [exponential_delay(k, base, cap) for k in range(1, n_max)]
     herd_at = [sum(exp_delays[:k]) for k in range(1, len(exp_delays) + 1)]
-    window = _delay(1, base, cap)  # full jitter's first-retry window
+    window = exponential_delay(1, base, cap)  # full jitter's first-retry window
     return {
         "workers": int(s["workers"]), "upload_parts": int(s["upload_parts"]), "callers": callers,
         "retry_base_s": base, "retry_cap_s": cap, "max_attempts": n_max, "max_receives": int(s["max_receives"]),
@@ -168,7 +165,7 @@ def ch3_lab_model() -> dict[str, Any]:
     return {"short_vt_s": short_vt, "short_vt_copies": math.ceil(dur / short_vt) - 1,
             "receiver_fails": fails, "webhook_arrivals": fails + 1, "max_attempts": int(s["max_attempts"]),
             "retry_base_s": float(s["retry_base"]), "retry_cap_s": float(s["retry_cap"]),
-            "jitter_windows_s": [_delay(k, float(s["retry_base"]), float(s["retry_cap"]))
+            "jitter_windows_s": [exponential_delay(k, float(s["retry_base"]), float(s["retry_cap"]))
                                  for k in range(1, fails + 1)]}
 
 
