@@ -19,14 +19,15 @@ import uuid
 import redis
 from flask import Blueprint, current_app, jsonify, request, send_file
 
-from app import bodies, branching, idempotency, internals, limits, scenarios
+import chapters
+from app import bodies, branching, idempotency, internals, limits
 from app.auth import bearer_token, lab_access, refuse_foreign_origin
 from app.errors import ApiError
 from app.http import job_or_404, json_body, parse, parse_after
 from app.longpoll import etag_of, hold_until_changed, parse_wait
 from app.pool import ask_pool
 from app.store import get_redis, get_rq
-from core import blobs, clock, numbers, parking, presets, registry, settings, slots, stream
+from core import blobs, clock, numbers, parking, registry, settings, slots, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 from core.keys import LABS, host_running, key, lab_dir
 from workers import hosts, media
@@ -113,13 +114,13 @@ def meta():
 
     ?preset= keeps only that preset's scenario buttons and steps (a chapter's widget shows no other: about a
     third of the answer's bytes, on every chapter page's first load)."""
-    buttons, steps = scenarios.BUTTONS, scenarios.steps_public()
+    buttons, steps = chapters.BUTTONS, chapters.steps_public()
     preset = request.args.get("preset")
     if preset is not None:
-        if preset not in presets.PRESETS:
-            raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(presets.PRESETS)}"})
+        if preset not in chapters.PRESETS:
+            raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(chapters.PRESETS)}"})
         buttons, steps = {preset: buttons.get(preset, [])}, {preset: steps.get(preset, [])}
-    resp = jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
+    resp = jsonify(settings=settings.schema_json(), presets=chapters.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
                    faults=list(FAULTS), scenario_buttons=buttons, steps=steps,
                    fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
@@ -148,9 +149,9 @@ def create_lab():
     cfg = current_app.config["LAB"]
     clean = parse(body, bodies.NEW_LAB, speed=cfg.speed)
     preset = clean["preset"]
-    [lab] = limits.open_labs(r, [registry.processes_of(presets.settings_for(preset))])
+    [lab] = limits.open_labs(r, [registry.processes_of(chapters.settings_for(preset))])
     try:
-        created = registry.create(r, preset, clean["speed"], cfg.max_labs, lab=lab)
+        created = registry.create(r, preset, clean["speed"], cfg.max_labs, chapters.settings_for(preset), lab=lab)
     except registry.LabFull:
         slots.release(r, lab)
         raise limits.labs_full(cfg.max_labs) from None

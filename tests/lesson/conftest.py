@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import chapters
 from core import lesson
 
 _RUN: dict[str, dict] = {}
@@ -37,7 +38,7 @@ def measured(request) -> dict:
     values: dict = {}
     _RUN.setdefault(request.node.nodeid, {})["measured"] = values
     yield values
-    claims = lesson.by_test().get(claim_nodeid(request.node), [])
+    claims = lesson.by_test(chapters.CLAIMS).get(claim_nodeid(request.node), [])
     rep = _RUN[request.node.nodeid]
     if rep.get("outcome") == "passed" and any(c.status == "tested" for c in claims):
         assert values, f"{request.node.nodeid} passed but recorded no measured value for /lesson"
@@ -63,7 +64,7 @@ def merged(runs: list[dict]) -> dict:
 
 
 def pytest_sessionfinish(session):
-    claims = lesson.by_test()
+    claims = lesson.by_test(chapters.CLAIMS)
     by_claim: dict[str, list[dict]] = {}
     for r in _RUN.values():
         if r.get("claim") in claims and "outcome" in r:

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from core import numbers, presets, settings
+import chapters
+from core import numbers, settings
 from tests.helpers import sim_time_passes
 from tests.lesson.helpers import events_of, num, page_text, wait_event
 from tests.lesson.races import cpu_hogs
@@ -19,7 +20,7 @@ from tests.lesson.races import cpu_hogs
 pytestmark = pytest.mark.lesson
 
 C0 = numbers.derive()["ch0"]
-PRESET = presets.settings_for("ch0")
+PRESET = chapters.settings_for("ch0")
 # A worker runs real ffmpeg (about a second of real time) paced to the job's 600 simulated s: at 200× that
 # is 3 real s, well inside the 1,200 s VT, so the job is not redelivered while the clock outruns ffmpeg.
 JOB_SPEED = 200

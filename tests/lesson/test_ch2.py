@@ -10,14 +10,15 @@ import time
 
 import pytest
 
-from core import numbers, presets, series
+import chapters
+from core import numbers, series
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 from workers.engines import loadgen
 
 pytestmark = pytest.mark.lesson
 
 C2 = numbers.derive()["ch2"]
-PRESET = presets.settings_for("ch2")
+PRESET = chapters.settings_for("ch2")
 
 
 def lg(api, lab, **body) -> dict:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from core import numbers, presets
+import chapters
+from core import numbers
 from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
 FIG = numbers.derive()
 C1, C8 = FIG["ch1"], FIG["ch8"]
-PRESET = presets.settings_for("ch8")
+PRESET = chapters.settings_for("ch8")
 SPEED = 200
 TOL = 0.4 * SPEED
 RATE_WINDOW_S = 600  # the widget's redelivery-rate readout (static/js/widget/readouts.js), 10 buckets

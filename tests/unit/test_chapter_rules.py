@@ -11,7 +11,7 @@ import re
 import pytest
 from jinja2 import Environment, nodes
 
-from app import chapters
+import chapters
 from core import numbers
 
 _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Neg)
@@ -19,10 +19,9 @@ _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes
 
 
 def _parsed(ch):
-    path = chapters.CHAPTER_DIR / f"{ch.number:02d}-{ch.slug}.md"
-    text = path.read_text(encoding="utf-8")
+    text = ch.path.read_text(encoding="utf-8")
     offset = text[: len(text) - len(ch.source)].count("\n")
-    return path.name, Environment().parse(ch.source), offset
+    return f"ch{ch.number}/{ch.path.name}", Environment().parse(ch.source), offset
 
 
 @pytest.mark.parametrize("ch", chapters.all_chapters(), ids=lambda c: c.slug)

@@ -4,7 +4,9 @@ import re
 
 import pytest
 
-from app import chapters, create_app
+import chapters
+from app import create_app
+from chapters import prose
 from core import numbers
 from core.config import Config
 
@@ -15,7 +17,7 @@ def client():
 
 
 def test_there_are_nine_chapters_numbered_0_to_8_each_with_a_preset():
-    from core.presets import PRESETS
+    from chapters import PRESETS
 
     found = chapters.all_chapters()
     assert [c.number for c in found] == list(range(9))
@@ -72,14 +74,14 @@ def test_an_unknown_chapter_is_a_404(client):
 def test_the_start_up_warm_up_leaves_every_chapter_body_rendered_and_cached():
     from app.pages import warm
 
-    chapters._rendered.clear()
+    prose._rendered.clear()
     warm(create_app(Config(testing=True)))
-    cached = {k[0] for k in chapters._rendered if k[2] == numbers.Inputs()}
+    cached = {k[0] for k in prose._rendered if k[2] == numbers.Inputs()}
     assert cached == {c.number for c in chapters.all_chapters()}
 
 
 def test_each_chapter_shows_what_the_earlier_chapters_did_and_chapter_0_no_lease_redelivery_or_dlq(client):
-    from core.presets import PRESETS
+    from chapters import PRESETS
 
     shows = client.get("/api/meta").get_json()["presets"]
     order = [c.preset for c in chapters.all_chapters()]  # in the course's order

@@ -1,10 +1,11 @@
 """Chapter 7's readouts and replica clocks, checked against the lesson's figures."""
 
+import chapters
 from app.schedule import by_strategy, margins, model
-from core import numbers, presets
+from core import numbers
 from workers.engines.scheduler import clock_offset
 
-LESSON = {**presets.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
+LESSON = {**chapters.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
           "clock_skew": 2, "leader_lease": 60}
 
 

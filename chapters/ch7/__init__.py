@@ -1,0 +1,145 @@
+"""Chapter 7, Scheduled & Recurring Work: its home — everything that is this chapter's.
+
+Its prose is chapter.md beside this file; here are its preset(s) (settings, controls, what the widget
+shows), the widget's scenario buttons, its guided steps, shared set-ups, races, lesson claims and the
+names of its add-on. chapters/__init__.py gathers every chapter's tables into the ones the code reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chapters.common import GAP, LESSON_INPUTS, PER_TICK, SHOWS_RETRIES, settings_of
+from core.lesson import Claim
+from core.numbers import Inputs, derive
+
+SLUG = "scheduled-and-recurring-work"  # the page is /chapters/7-scheduled-and-recurring-work
+ADDON = "schedule"  # its lab panel: templates/_lab_schedule.html, static/js/lab-schedule.js
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "ch7": {"shows": SHOWS_RETRIES, "title": "Scheduled jobs: one cron entry, four replicas",
+            "settings": {"workers": 0, "scheduler_replicas": 4, "cron_strategy": "none",
+                         # replicas do not all fire on the tick: the latest is late enough to find a
+                         # 30 s lock expired while a 45 s (p99) run still holds it, as in the lesson
+                         "cron_task_s": LESSON_INPUTS.task_p99_s, "cron_lock_ttl": LESSON_INPUTS.lock_ttl_s,
+                         "cron_late": LESSON_INPUTS.late_replica_s,
+                         # ticks far enough apart that the late replica's run (36–81 s) is over, and its
+                         # lock gone, before the next tick: every tick then starts from the same state
+                         "cron_interval": 120,
+                         # a killed leader stays dead past its lease, so a live follower takes over
+                         "respawn_delay": 150},
+            "pipeline": False,
+            "controls": ["scheduler_replicas", "cron_strategy", "cron_lock_ttl", "cron_task_s", "cron_interval",
+                         "cron_late", "clock_skew", "cron_release", "leader_lease", "cron_idempotent", "cron_catch_up",
+                         "cron_shard", "shard_buckets", "respawn_delay", "clock"]},
+}
+
+# The lab panel's cron-strategy buttons: settings each button applies.
+# The lesson's bug and its two fixes: a lock shorter than the p99 run, a sized lock, a heartbeat lock.
+CRON_STRATEGIES: dict[str, dict[str, Any]] = {
+    # sharded, so every tick mails its bucket of users: with no lock each replica mails them again (unsharded,
+    # only the day's first tick mails anyone, and two ticks would show no duplicate email at all)
+    "none": {"label": "No lock", "settings": {"cron_strategy": "none", "cron_shard": True}},
+    "lock": {"label": f"Lock, TTL {LESSON_INPUTS.lock_ttl_s:g} s",
+             "settings": {"cron_strategy": "lock", "cron_lock_ttl": LESSON_INPUTS.lock_ttl_s}},
+    "short": {"label": f"Lock, TTL {LESSON_INPUTS.short_lock_ttl_s:g} s",
+              "settings": {"cron_strategy": "lock", "cron_lock_ttl": LESSON_INPUTS.short_lock_ttl_s}},
+    "heartbeat": {"label": "Lock + heartbeat",
+                  "settings": {"cron_strategy": "heartbeat", "cron_lock_ttl": LESSON_INPUTS.short_lock_ttl_s}},
+    "leader": {"label": "Leader lease",
+               "settings": {"cron_strategy": "leader", "leader_lease": LESSON_INPUTS.leader_lease_s}},
+}
+
+DOWNTIME_DRILL_S = 330  # chapter 7's "All replicas down" button: long enough to miss more than two ticks
+
+
+def lab_model() -> dict[str, Any]:
+    """The numbers model's chapter 7 figures for the ch7 lab as it starts (its replicas, task, interval,
+    late replica) with the strategy buttons' TTLs: what the page says the lab will show, and what the
+    conformance suite checks the lab against."""
+    s = settings_of(PRESETS["ch7"])
+    inputs = Inputs(scheduler_replicas=int(s["scheduler_replicas"]), cron_interval_s=float(s["cron_interval"]),
+                    task_p99_s=float(s["cron_task_s"]), late_replica_s=float(s["cron_late"]),
+                    short_lock_ttl_s=float(CRON_STRATEGIES["short"]["settings"]["cron_lock_ttl"]),
+                    lock_ttl_s=float(CRON_STRATEGIES["lock"]["settings"]["cron_lock_ttl"]),
+                    clock_skew_s=float(s["clock_skew"]), leader_lease_s=float(s["leader_lease"]))
+    model = derive(inputs)["ch7"]
+    model["downtime_drill_s"] = DOWNTIME_DRILL_S
+    model["downtime_drill_ticks"] = DOWNTIME_DRILL_S / inputs.cron_interval_s
+    return model
+
+
+PANEL = {"cron_strategies": CRON_STRATEGIES}  # what the lab panel's template reads
+
+
+def lab_facts() -> dict[str, Any]:
+    """What the chapter's text says about its lab (`lab.ch7_model` in chapter.md)."""
+    return {"ch7_model": lab_model(), "cron_strategies": CRON_STRATEGIES}
+
+STEPS: dict[str, list[dict[str, Any]]] = {
+    "ch7": [
+        {"claim": "ch7.no_lock", "title": "No lock",
+         "do": [{"click": "ch7-scenario-none"}],
+         "predict": {**PER_TICK, "id": "ch7-step-none",
+                     "question": "With no lock, how many runs will one tick produce?"},
+         "moment": "cron.overlap", "look": "ch7-counts-box",
+         "says": "One tick, {measured} runs: with no lock every replica that fires runs the task."},
+        {"claim": "ch7.short_ttl", "title": "A lock shorter than the run",
+         "do": [{"click": "ch7-scenario-short"}],
+         "predict": {**PER_TICK, "id": "ch7-step-short",
+                     "question": "The lock expires before the run ends, and one replica fires late. How many runs "
+                                 "per tick?"},
+         "moment": "cron.overlap", "look": "ch7-counts-box",
+         "says": "{measured} runs in one tick: the late replica found the lock expired under a run still going "
+                 "and ran the task again beside it."},
+        {"claim": "ch7.fixes", "title": "One click fixes it",
+         "do": [{"click": "ch7-scenario-lock"}],
+         "predict": {**PER_TICK, "id": "ch7-step-lock",
+                     "question": "A lock whose TTL outlasts the run: how many runs per tick now?"},
+         "moment": "cron.skipped", "look": "ch7-counts-box",
+         "says": "{measured} run per tick: the late replica found the lock held and skipped."},
+        {"claim": "ch7.leader", "title": "Kill the leader",
+         # as its conformance test has it: the killed leader stays dead, so a follower takes over (not its own
+         # restart, which would re-take the lease it still holds); the kill waits for a leader to exist
+         "do": [{"settings": {"respawn_delay": 3600}}, {"click": "ch7-scenario-leader"}, {"click": "ch7-kill-leader"}],
+         "predict": {**GAP, "id": "ch7-step-leader", "measure": "gap:replica.killed:leader.elected",
+                     "question": "You kill the leader as soon as it is elected. For how many simulated seconds "
+                                 "does the schedule have no leader?"},
+         "moment": "leader.elected", "moment_after": "replica.killed", "look": "ch7-replicas-box",
+         "says": "No leader for {measured} s after the kill: the followers waited out what was left of the dead "
+                 "leader's {leader_lease} s lease (the lesson's bound), then the next one to poll took it."},
+        {"claim": "ch7.catch_up", "title": "All replicas down",
+         "do": [{"click": "ch7-scenario-lock"},
+                {"settings": {"cron_shard": True, "cron_catch_up": True,
+                              "respawn_delay": settings_of(PRESETS["ch7"])["respawn_delay"]}},
+                {"click": "ch7-down"}],
+         "predict": {"kind": "number", "min": 0, "max": 20, "unit": "runs", "id": "ch7-step-catch-up",
+                     "measure": "count:cron.catch_up:scheduler.up",
+                     "question": f"Every replica is down for {DOWNTIME_DRILL_S:g} s. When they come back, how "
+                                 "many catch-up runs mail the missed buckets?"},
+         "moment": "cron.catch_up", "moment_after": "scheduler.up", "look": "ch7-counts-box",
+         "says": "{measured} catch-up run at t = {moment_t} s: the first replica back took the lock and mailed "
+                 "the missed buckets; the others found the tick already run."},
+    ],
+}
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("ch7.no_lock", 7, "Try this 1", "No lock: every replica runs every tick",
+          "test_try1_without_a_lock_every_replica_runs_every_tick"),
+    Claim("ch7.short_ttl", 7, "Try this 2 / Check yourself 1", "Lock TTL 30 s, 45 s (p99) run, a late replica: "
+          "the task runs twice per tick, overlapping, and the first run's release is refused",
+          "test_try2_check1_a_30s_lock_under_a_45s_run_lets_the_late_replica_run_it_again"),
+    Claim("ch7.fixes", 7, "Try this 3", "One click fixes it: TTL 120 s, or a heartbeat-extended 30 s lock, runs "
+          "once per tick", "test_try3_ttl_120_or_a_heartbeat_lock_runs_once_per_tick"),
+    Claim("ch7.plain_del", 7, "Check yourself 2", "A plain DEL after expiry frees another replica's lock",
+          "test_check2_a_plain_delete_frees_the_next_holders_lock"),
+    Claim("ch7.skew_margin", 7, "Check yourself 3", "The lock's margin after skew is TTL − p99 − skew",
+          "test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew", status="model"),
+    Claim("ch7.leader", 7, "Try this 4 / Check yourself 4", "A killed leader is replaced within one lease",
+          "test_try4_check4_a_killed_leader_is_replaced_within_its_lease"),
+    Claim("ch7.catch_up", 7, "Try this 5", "After every replica was down, one catch-up run mails the missed "
+          "buckets; it mails a cut run's bucket again (a user mailed twice) unless the task is idempotent",
+          "test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_unless_idempotent"),
+    Claim("ch7.buckets", 7, "Check yourself 5", "Sustained load does not depend on the bucket count",
+          "test_check5_sustained_load_does_not_depend_on_bucket_count", status="model"),
+)
