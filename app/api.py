@@ -57,7 +57,7 @@ def model():
         inputs = numbers.inputs_from_mapping(given)
     except numbers.InputError as e:
         raise ApiError(422, "invalid_inputs", e.errors) from None
-    return jsonify(numbers.to_json(inputs))
+    return jsonify(chapters.to_json(inputs))
 
 
 @bp.get("/api/openapi.json")

@@ -51,7 +51,7 @@ def lab_facts() -> dict:
 @lru_cache(maxsize=1)
 def lesson_figures() -> dict:
     """The numbers model at the lesson's own inputs (computed once per process)."""
-    return numbers.derive(numbers.Inputs())
+    return chapters.derive(numbers.Inputs())
 
 
 def warm(app: Flask) -> None:
@@ -90,7 +90,7 @@ def chapter(number: int, slug: str | None = None):
     inputs, input_errors = model_from_query()
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
-    fig = numbers.derive(inputs)
+    fig = chapters.derive(inputs)
     body = chapters.render_body(ch, current_app.jinja_env, {
         "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})

@@ -8,6 +8,7 @@ folder and nothing else. Like core/, it has no Flask and imports neither app/ no
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -17,6 +18,7 @@ from typing import Any
 from chapters.common import settings_of
 from chapters.prose import Chapter, from_home, parse_front_matter, render_body, scrollable_tables
 from core.lesson import Claim
+from core.numbers import Inputs, core_quantities, spec_values
 
 
 def _homes() -> tuple[tuple[int, ModuleType], ...]:
@@ -53,6 +55,35 @@ def lab_facts() -> dict[str, Any]:
     return {k: v for _, home in HOMES if hasattr(home, "lab_facts") for k, v in home.lab_facts().items()}
 
 
+def derive(inputs: Inputs | None = None) -> dict[str, dict[str, Any]]:
+    """Every figure the course shows, computed from `inputs`, grouped by chapter
+    (``figures["ch2"]["workers_at_target"]``): each home's `figures` in chapter order (a chapter may read
+    the ones before it), then each home's `prose` figures, then its `lesson_notes`. Values are numbers,
+    booleans, strings, ``None`` (unbounded) or lists of row dicts for tables; the whole result is
+    JSON-serialisable."""
+    inputs = inputs or Inputs()
+    core = core_quantities(inputs)
+    fig: dict[str, dict[str, Any]] = {}
+    with_figures = [(f"ch{n}", home) for n, home in HOMES if hasattr(home, "figures")]
+    for name, home in with_figures:
+        fig[name] = home.figures(inputs, core, fig)
+    for _, home in with_figures:
+        home.prose(inputs, fig)
+    for name, home in with_figures:
+        fig[name]["lesson_notes"] = home.lesson_notes(inputs, fig) if hasattr(home, "lesson_notes") else []
+    return fig
+
+
+def to_json(inputs: Inputs | None = None) -> dict[str, Any]:
+    """Inputs, their specs and every figure as one JSON-serialisable dict — the `/api/model` body."""
+    inputs = inputs or Inputs()
+    return {
+        "inputs": dict(inputs.flat(), job_mix=[dataclasses.asdict(jt) for jt in inputs.job_mix]),
+        "specs": spec_values(inputs),
+        "figures": derive(inputs),
+    }
+
+
 def all_chapters() -> tuple[Chapter, ...]:
     """Every chapter, in order (read once per process)."""
     return CHAPTERS
@@ -80,5 +111,5 @@ def steps_public() -> dict[str, list[dict[str, Any]]]:
 
 
 __all__ = ["BUTTONS", "BY_ID", "CHAPTERS", "CLAIMS", "DEFAULT_PRESET", "HOMES", "PANEL", "PRESETS", "RACES",
-           "SCENARIOS", "STEPS", "Chapter", "all_chapters", "find", "lab_facts", "parse_front_matter",
-           "render_body", "scrollable_tables", "settings_for", "steps_public"]
+           "SCENARIOS", "STEPS", "Chapter", "all_chapters", "derive", "find", "lab_facts", "parse_front_matter",
+           "render_body", "scrollable_tables", "settings_for", "steps_public", "to_json"]

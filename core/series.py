@@ -182,10 +182,7 @@ def heartbeat_vs_static_vt(inputs: numbers.Inputs, fig: dict) -> Chart:
 # Chapter 2: mean queue wait against utilisation
 # ---------------------------------------------------------------------------------------------
 
-SMALL_POOL = numbers.SMALL_POOL_WORKERS  # the lab-sized pool the chapter compares with
-
-
-def small_pool_wait_s(rho: float, W: float, c: int = SMALL_POOL) -> float | None:
+def small_pool_wait_s(rho: float, W: float, c: int) -> float | None:
     """Exact (Erlang C) mean wait for a `c`-worker pool at utilisation ρ — numbers.erlang_c_wait."""
     if rho >= 1:
         return None
@@ -194,13 +191,13 @@ def small_pool_wait_s(rho: float, W: float, c: int = SMALL_POOL) -> float | None
 
 def wait_vs_utilisation(inputs: numbers.Inputs, fig: dict) -> Chart:
     c2 = fig["ch2"]
-    W = c2["blended_duration_s"]
+    W, small_c = c2["blended_duration_s"], c2["small_pool_workers"]  # the lab-sized pool the chapter compares with
     rows = sorted(c2["wait_curve"], key=lambda r: r["rho"])
     approx = tuple(Point(r["rho"], r["approx_wait_s"], f"{r['workers']:,} workers")
                    for r in rows if r["approx_wait_s"] is not None)
     exact = tuple(Point(r["rho"], r["mmc_wait_s"], f"{r['workers']:,} workers")
                   for r in rows if r["mmc_wait_s"] is not None)
-    small = tuple(Point(r["rho"], small_pool_wait_s(r["rho"], W), f"{SMALL_POOL} workers")
+    small = tuple(Point(r["rho"], small_pool_wait_s(r["rho"], W, small_c), f"{small_c} workers")
                   for r in rows if r["rho"] < 1)
     workers = [r["workers"] for r in rows]
     ymax = max((p.y for p in approx), default=0)
@@ -211,16 +208,17 @@ def wait_vs_utilisation(inputs: numbers.Inputs, fig: dict) -> Chart:
                f"{fmt(ymax)} seconds near ρ = 1 and is unbounded at ρ = 1. The exact wait for this "
                f"pool, sized for each ρ, "
                + ("stays below a millisecond" if mmc_max < 0.001 else f"stays at or below {fmt(mmc_max)} seconds")
-               + f" at every ρ below 1. A pool of just {SMALL_POOL} workers sits in between.")
+               + f" at every ρ below 1. A pool of just {small_c} workers sits in between.")
     series = (
         Series("approx", "approximation W/(1−ρ) (solid)", approx, "solid", "circle", "accent"),
-        Series("small", f"exact, a {SMALL_POOL}-worker pool (dotted)", small, "dotted", "none", "ok"),
+        Series("small", f"exact, a {small_c}-worker pool (dotted)", small, "dotted", "none", "ok"),
         Series("exact", f"exact, this pool: {min(workers):,}–{max(workers):,} workers (dashed)",
                exact, "dashed", "square", "accent-2"),
     )
     x_min = min([math.floor(min((r["rho"] for r in rows), default=rho) * 10) / 10, rho - 0.05])
-    table = (("ρ", "approx. wait (s)", f"exact, {SMALL_POOL} workers (s)", "exact, this pool (s)"),) + tuple(
-        (f"{r['rho']:.2f}", fmt(r["approx_wait_s"]), fmt(small_pool_wait_s(r["rho"], W)), fmt(r["mmc_wait_s"]))
+    table = (("ρ", "approx. wait (s)", f"exact, {small_c} workers (s)", "exact, this pool (s)"),) + tuple(
+        (f"{r['rho']:.2f}", fmt(r["approx_wait_s"]), fmt(small_pool_wait_s(r["rho"], W, small_c)),
+         fmt(r["mmc_wait_s"]))
         for r in rows)
     return Chart("wait_vs_utilisation", "line", "utilisation ρ = L / workers", "mean queue wait (s)",
                  series=series, marks=(Mark(rho, f"target ρ = {rho:.2f}", style="dotted", tone="muted"),),
@@ -421,8 +419,6 @@ class ChartSeries(dict):
             raise AttributeError(name) from None
 
 
-def chart_series(inputs: numbers.Inputs | None = None, fig: dict | None = None) -> ChartSeries:
-    """All chart data for `inputs` (the figures from `numbers.derive` unless given)."""
-    inputs = inputs or numbers.Inputs()
-    fig = fig if fig is not None else numbers.derive(inputs)
+def chart_series(inputs: numbers.Inputs, fig: dict) -> ChartSeries:
+    """All chart data for `inputs` and their figures (`chapters.derive(inputs)`)."""
     return ChartSeries({name: build(inputs, fig) for name, build in CHARTS.items()})

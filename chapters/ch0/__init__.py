@@ -11,6 +11,7 @@ from typing import Any
 
 from chapters.common import SHOWS_BASICS
 from core.lesson import Claim
+from core.numbers import Inputs
 
 SLUG = "the-hand-off"  # the page is /chapters/0-the-hand-off
 
@@ -60,3 +61,35 @@ CLAIMS: tuple[Claim, ...] = (
           "says the clock slowed",
           "test_try5_at_1000x_an_inline_transcode_takes_its_duration_and_the_readout_says_the_clock_slowed"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    transcode = inputs.job("transcode")
+    return {
+        "enqueue_ms": inputs.enqueue_ms,
+        "upload_response_ms": inputs.upload_response_ms,
+        "inline_transcode_s": transcode.mean_s,
+        "api_budget_ms": inputs.api_budget_ms,
+        "inline_over_budget_x": transcode.mean_s * 1000 / inputs.api_budget_ms,
+        "inline_vs_enqueue_x": transcode.mean_s * 1000 / inputs.upload_response_ms,
+        "gateway_timeout_s": inputs.gateway_timeout_s,
+        "inline_gets_504": transcode.mean_s > inputs.gateway_timeout_s,
+        "inline_over_gateway_x": transcode.mean_s / inputs.gateway_timeout_s,
+        "inline_unheard_s": max(0.0, transcode.mean_s - inputs.gateway_timeout_s),
+    }
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another (a unit change, a ratio): so the page does no arithmetic."""
+    c0 = fig["ch0"]
+    c0["gateway_over_budget_x"] = c0["gateway_timeout_s"] * 1000 / c0["api_budget_ms"]
+    tx = next(r for r in fig["ch2"]["job_mix"] if r["job_type"] == "transcode")
+    c0["inline_transcode_min"] = c0["inline_transcode_s"] / 60
+    c0["inline_transcode_ms"] = c0["inline_transcode_s"] * 1000
+    c0["inline_fits_budget"] = c0["inline_transcode_s"] * 1000 <= c0["api_budget_ms"]
+    c0["inline_request_slots"] = tx["rate_per_s"] * c0["inline_transcode_s"]
+    c0["enqueue_request_slots"] = tx["rate_per_s"] * c0["upload_response_ms"] / 1000
+    c0["enqueue_budget_fraction"] = c0["upload_response_ms"] / c0["api_budget_ms"]

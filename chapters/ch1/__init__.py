@@ -7,10 +7,12 @@ names of its add-on. chapters/__init__.py gathers every chapter's tables into th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from chapters.common import GAP, KILL_ON_CLAIM, LONG_JOB, LONG_TRANSCODE, SHOWS_LEASES
 from core.lesson import Claim
+from core.numbers import Inputs
 
 SLUG = "task-queue-anatomy"  # the page is /chapters/1-task-queue-anatomy
 
@@ -184,3 +186,123 @@ CLAIMS: tuple[Claim, ...] = (
           "worker lapses one extension after the last beat it sent, long before a static VT would",
           "test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_within_one_extension"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def _collision_overlap_s(vt: float, mean: float, p99: float) -> float:
+    """Duplicated compute per collision: the original's remaining run after the VT fires (the
+    lesson's 600 − 300 = 300 s). If the VT covers the typical job, only slow (p99) jobs collide."""
+    duration = mean if vt < mean else p99
+    return max(0.0, duration - vt)
+
+
+def _redelivery_timeline(vt: float, duration: float) -> list[dict[str, Any]]:
+    """Ch1's hand-walked timeline of one job under a visibility timeout."""
+    rows = [{"t_s": 0.0, "actor": "Worker A", "event": "claims the message; broker hides it for the VT"}]
+    if vt >= duration:
+        rows.append({"t_s": duration, "actor": "Worker A", "event": "finishes and deletes the message"})
+        return rows
+    rows += [
+        {"t_s": vt, "actor": "Broker", "event": "VT expires while A is still working; message visible again"},
+        {"t_s": vt, "actor": "Worker B", "event": "claims the same message and starts a duplicate"},
+        {"t_s": duration, "actor": "Worker A", "event": "finishes and deletes — B is still running"},
+        {"t_s": vt + duration, "actor": "Worker B", "event": "finishes the duplicate: same work done twice"},
+    ]
+    return rows
+
+
+def _heartbeat_timeline(inputs: Inputs, crash_at_s: float = 10.0) -> list[dict[str, Any]]:
+    """Lease deadlines with heartbeats vs a static VT, for a worker that dies at `crash_at_s`."""
+    beat, extend = inputs.heartbeat_interval_s, inputs.heartbeat_extend_s
+    last_beat = math.floor(crash_at_s / beat) * beat
+    rows = [{"t_s": 0.0, "event": f"claim; lease runs to t = {extend:g} s"}]
+    for k in range(1, 4):
+        t = k * beat
+        rows.append({"t_s": t, "event": f"heartbeat (if alive): lease extended to t = {t + extend:g} s"})
+    rows.append({"t_s": crash_at_s, "event": "worker crashes"})
+    rows.append({"t_s": last_beat + extend, "event": "heartbeat lease expires → redelivered"})
+    rows.append({"t_s": inputs.fixed_visibility_timeout_s,
+                 "event": "static VT would only expire now → redelivered"})
+    return sorted(rows, key=lambda r: r["t_s"])
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    t = inputs.job("transcode")
+    vt = inputs.visibility_timeout_s
+    collides = vt < t.p99_s
+    overlap = _collision_overlap_s(vt, t.mean_s, t.p99_s)
+    collisions = inputs.transcodes_per_day * inputs.redelivery_bug_rate if collides else 0.0
+    wasted_hours_day = collisions * overlap / 3600
+    waste_day = wasted_hours_day * inputs.transcode_price_per_hour
+    days_per_month = inputs.hours_per_month / 24
+    lost_day = inputs.transcodes_per_day * inputs.crash_rate
+    hb_safe = inputs.heartbeat_interval_s < inputs.heartbeat_extend_s
+    return {
+        "transcode_mean_s": t.mean_s,
+        "transcode_p99_s": t.p99_s,
+        "visibility_timeout_s": vt,
+        "vt_covers_mean": vt >= t.mean_s,
+        "vt_covers_p99": vt >= t.p99_s,
+        "collision_overlap_s": overlap,
+        "collisions_per_day": collisions,
+        "wasted_worker_hours_per_day": wasted_hours_day,
+        "redelivery_waste_usd_per_day": waste_day,
+        "redelivery_waste_usd_per_month": waste_day * days_per_month,
+        "fixed_vt_s": inputs.fixed_visibility_timeout_s,
+        "fixed_vt_over_p99_x": inputs.fixed_visibility_timeout_s / t.p99_s,
+        "fixed_vt_over_mean_x": inputs.fixed_visibility_timeout_s / t.mean_s,
+        "fixed_vt_crash_detection_s": inputs.fixed_visibility_timeout_s,
+        "fixed_vt_crash_detection_min": inputs.fixed_visibility_timeout_s / 60,
+        "heartbeat_interval_s": inputs.heartbeat_interval_s,
+        "heartbeat_extend_s": inputs.heartbeat_extend_s,
+        "heartbeat_crash_detection_s": inputs.heartbeat_extend_s,
+        "heartbeat_missed_beats": inputs.heartbeat_extend_s / inputs.heartbeat_interval_s,
+        "heartbeat_safe": hb_safe,
+        "ack_early_lost_per_day": lost_day,
+        "ack_early_lost_per_month": lost_day * days_per_month,
+        "ack_late_lost_per_day": 0,
+        "redelivery_timeline": _redelivery_timeline(vt, t.mean_s),
+        "heartbeat_timeline": _heartbeat_timeline(inputs),
+        "delivery_guarantees": [
+            {"guarantee": "at-most-once", "ack": "early (delete on claim)",
+             "on_crash": "job lost", "lost_per_day": lost_day, "duplicates_per_day": 0.0},
+            {"guarantee": "at-least-once", "ack": "late (delete after success)",
+             "on_crash": "redelivered after the VT", "lost_per_day": 0.0,
+             "duplicates_per_day": collisions + lost_day},
+            {"guarantee": "effectively-once", "ack": "late + idempotent handler",
+             "on_crash": "redelivered; duplicate is a no-op", "lost_per_day": 0.0,
+             "duplicates_per_day": 0.0},
+        ],
+        "vt_by_job_type": [
+            {"job_type": jt.name, "label": jt.label, "mean_s": jt.mean_s, "p99_s": jt.p99_s,
+             "vt_s": vt, "vt_covers_p99": vt >= jt.p99_s}
+            for jt in inputs.job_mix
+        ],
+    }
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another: so the page does no arithmetic."""
+    c1 = fig["ch1"]
+    hb = c1["heartbeat_timeline"]
+    c1["heartbeat_crash_at_s"] = next((r["t_s"] for r in hb if r["event"] == "worker crashes"), 0.0)
+    c1["heartbeat_redelivered_at_s"] = next(
+        (r["t_s"] for r in hb if "heartbeat lease expires" in r["event"]), inputs.heartbeat_extend_s)
+    c1["p99_collision_overlap_s"] = c1["transcode_p99_s"] - c1["visibility_timeout_s"]
+
+
+def lesson_notes(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where this chapter's figure corrects the lesson's own arithmetic (see chapters.derive)."""
+    c1 = fig["ch1"]
+    notes = []
+    if abs(c1["fixed_vt_over_p99_x"] - 2) > 0.1:
+        notes.append({
+            "id": "fixed_vt_ratio", "where": "Two fixes",
+            "lesson": "VT = 1,200 s, “roughly 2× the 900 s p99”",
+            "ours": f"{c1['fixed_vt_s']:,.0f} / {c1['transcode_p99_s']:,.0f} = {c1['fixed_vt_over_p99_x']:.2f}×",
+            "why": f"the lesson rounds this to 2×; 1,200 s is 2× the {c1['transcode_mean_s']:,.0f} s mean "
+                   f"({c1['fixed_vt_over_mean_x']:.1f}×), not the p99. It still covers the p99, which is what matters.",
+            "values": {"lesson": 2.0, "ours": c1["fixed_vt_over_p99_x"]}})
+    return notes

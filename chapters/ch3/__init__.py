@@ -13,6 +13,7 @@ from typing import Any
 from chapters.common import SHOWS_LEASES, settings_of
 from core.backoff import exponential_delay
 from core.lesson import Claim
+from core.numbers import BYTES_PER_KB, BYTES_PER_MB, Inputs
 
 SLUG = "status-delivery"  # the page is /chapters/3-status-delivery
 ADDON = "status"  # its lab panel: templates/_lab_status.html, static/js/lab-status.js
@@ -87,3 +88,76 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch3.design", 3, "Check yourself 3, 6", "Webhook outbox; which mechanism to build first",
           status="thought", why="design judgement, not an outcome the lab produces"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    lam, L = core["lam"], core["L"]
+    polls = L / inputs.poll_interval_s
+    unchanged = max(0.0, 1 - lam / polls)
+    ws_bytes = L * inputs.websocket_kb_per_connection * BYTES_PER_KB
+    long_poll_rate = max(lam, L / inputs.long_poll_max_wait_s)
+    interval_rows = [
+        {"interval_s": t, "polls_per_s": L / t, "polls_per_completion": L / t / lam,
+         "mean_delay_to_learn_s": t / 2, "worst_delay_to_learn_s": t}
+        for t in inputs.poll_interval_options
+    ]
+    return {
+        "watched_jobs": L,
+        "poll_interval_s": inputs.poll_interval_s,
+        "polls_per_s": polls,
+        "completions_per_s": lam,
+        "polls_per_completion": polls / lam,
+        "poll_mean_delay_to_learn_s": inputs.poll_interval_s / 2,
+        "poll_interval_table": interval_rows,
+        "webhook_requests_per_s": lam,
+        "webhook_reduction_x": polls / lam,
+        "websocket_connections": L,
+        "websocket_memory_bytes": ws_bytes,
+        "websocket_memory_mb": ws_bytes / BYTES_PER_MB,
+        "long_poll_max_wait_s": inputs.long_poll_max_wait_s,
+        "long_poll_delay_to_learn_s": inputs.long_poll_check_s,
+        "long_poll_held_connections": L,
+        "long_poll_requests_per_s": long_poll_rate,
+        "etag_unchanged_fraction": unchanged,
+        "etag_not_modified_per_s": polls * unchanged,
+        "status_body_bytes": inputs.status_body_bytes,
+        "etag_bandwidth_saved_bytes_per_s": polls * unchanged * inputs.status_body_bytes,
+        "delivery_mechanisms": [
+            {"mechanism": "polling", "requests_per_s": polls,
+             "mean_delay_to_learn_s": inputs.poll_interval_s / 2,
+             "server_holds": "nothing", "best_for": "first version; any client"},
+            {"mechanism": "long polling", "requests_per_s": long_poll_rate,
+             "mean_delay_to_learn_s": inputs.long_poll_check_s, "server_holds": f"{L:,.0f} open requests",
+             "best_for": "browsers without a socket tier"},
+            {"mechanism": "webhook", "requests_per_s": lam, "mean_delay_to_learn_s": 0.0,
+             "server_holds": "outbound calls + retries", "best_for": "server-to-server clients"},
+            {"mechanism": "WebSocket", "requests_per_s": 0.0, "mean_delay_to_learn_s": 0.0,
+             "server_holds": f"{ws_bytes / BYTES_PER_MB:,.1f} MB of sockets",
+             "best_for": "browser tabs that cannot receive a callback"},
+        ],
+        "state_transitions": [
+            {"from": "queued", "to": "running", "valid": True, "when": "a worker claims the job (CAS)"},
+            {"from": "running", "to": "done", "valid": True, "when": "the attempt succeeds"},
+            {"from": "running", "to": "retrying", "valid": True,
+             "when": "a retryable failure, attempts left"},
+            {"from": "retrying", "to": "running", "valid": True, "when": "the retry is claimed"},
+            {"from": "running", "to": "failed", "valid": True,
+             "when": "non-retryable or attempts exhausted → DLQ"},
+            {"from": "done", "to": "running", "valid": False,
+             "when": "a redelivered duplicate after success — CAS updates 0 rows"},
+        ],
+    }
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another: so the page does no arithmetic."""
+    c3 = fig["ch3"]
+    saved = c3["etag_bandwidth_saved_bytes_per_s"]
+    c3["etag_bandwidth_saved_kb_per_s"] = saved / 1000
+    c3["etag_bandwidth_saved_gb_per_day"] = saved * 86400 / 1e9
+    c3["halved_poll_interval_s"] = c3["poll_interval_s"] / 2
+    c3["halved_interval_polls_per_s"] = c3["polls_per_s"] * 2
+    c3["halved_interval_mean_delay_s"] = c3["poll_mean_delay_to_learn_s"] / 2

@@ -7,12 +7,13 @@ names of its add-on. chapters/__init__.py gathers every chapter's tables into th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from chapters.common import OUTAGE_JOB, SHOWS_RETRIES, settings_of
 from core.backoff import exponential_delay
 from core.lesson import Claim
-from core.numbers import jitter_expected_peak, jitter_peak_per_bucket
+from core.numbers import SECONDS_PER_DAY, Inputs, jitter_expected_peak, jitter_peak_per_bucket, jitter_peak_reduction
 
 SLUG = "retries-and-backoff"  # the page is /chapters/4-retries-and-backoff
 ADDON = "retries"  # its lab panel: templates/_lab_retries.html, static/js/lab-retries.js
@@ -272,3 +273,127 @@ CLAIMS: tuple[Claim, ...] = (
           "window, about the model's band per bucket",
           "test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry", status="model"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def _retry_schedule(inputs: Inputs) -> list[dict[str, Any]]:
+    rows, lin_total, exp_total = [], 0.0, 0.0
+    for n in range(1, inputs.max_attempts + 1):
+        lin, exp = inputs.linear_step_s * n, exponential_delay(n, inputs.retry_base_s, math.inf)
+        lin_total += lin
+        exp_total += exp
+        rows.append({
+            "attempt": n, "linear_delay_s": lin, "linear_total_s": lin_total,
+            "exponential_delay_s": exp, "exponential_total_s": exp_total,
+            "full_jitter_max_s": exp, "full_jitter_mean_s": exp / 2,
+            "herd_retry_at_s": exp_total, "dependency_down": exp_total < inputs.outage_s,
+        })
+    return rows
+
+
+def _retry_budget(inputs: Inputs) -> dict[str, float]:
+    """Walk attempts that each hang `hang_attempt_s`, with the un-jittered schedule between them,
+    checking the count cap and the wall-clock budget after each failure (Ch4's handle_failure)."""
+    elapsed, attempts = 0.0, 0
+    while True:
+        attempts += 1
+        elapsed += inputs.hang_attempt_s
+        if attempts >= inputs.max_attempts or elapsed > inputs.retry_budget_s:
+            break
+        elapsed += exponential_delay(attempts, inputs.retry_base_s, math.inf)
+    count_only = inputs.max_attempts * inputs.hang_attempt_s + sum(
+        exponential_delay(n, inputs.retry_base_s, math.inf) for n in range(1, inputs.max_attempts))
+    return {"count_only_s": count_only, "with_budget_s": elapsed, "with_budget_attempts": attempts}
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    lam, workers, W = core["lam"], core["workers"], core["W"]
+    bucket_s = inputs.jitter_bucket_ms / 1000
+    window = exponential_delay(1, inputs.retry_base_s, math.inf)
+    schedule = _retry_schedule(inputs)
+    poison_s = lam * inputs.poison_rate
+    poison_day = poison_s * SECONDS_PER_DAY
+    budget = _retry_budget(inputs)
+    first_up = next((r for r in schedule if not r["dependency_down"]), None)
+    n = inputs.max_attempts
+    return {
+        "outage_workers": inputs.outage_workers,
+        "outage_s": inputs.outage_s,
+        "retry_schedule": schedule,
+        "herd_spikes_during_outage": sum(1 for r in schedule if r["dependency_down"]),
+        "herd_recovers_at_s": first_up["herd_retry_at_s"] if first_up else None,
+        "no_jitter_peak_per_bucket": inputs.outage_workers,
+        "jitter_window_s": window,
+        "jitter_buckets": jitter_peak_reduction(window, bucket_s),
+        "full_jitter_peak_per_bucket": jitter_peak_per_bucket(inputs.outage_workers, window, bucket_s),
+        "jitter_peak_reduction_x": jitter_peak_reduction(window, bucket_s),
+        "backoff_schedule_total_s": schedule[-1]["exponential_total_s"],
+        "backoff_between_attempts_s": sum(exponential_delay(k, inputs.retry_base_s, math.inf) for k in range(1, n)),
+        "linear_schedule_total_s": schedule[-1]["linear_total_s"],
+        "exponential_last_delay_s": schedule[-1]["exponential_delay_s"],
+        "linear_last_delay_s": schedule[-1]["linear_delay_s"],
+        "retry_policies": [
+            {"policy": "fixed", "delay_at_last_attempt_s": inputs.retry_base_s,
+             "total_s": inputs.retry_base_s * n, "peak_per_bucket": inputs.outage_workers},
+            {"policy": "linear", "delay_at_last_attempt_s": schedule[-1]["linear_delay_s"],
+             "total_s": schedule[-1]["linear_total_s"], "peak_per_bucket": inputs.outage_workers},
+            {"policy": "exponential", "delay_at_last_attempt_s": schedule[-1]["exponential_delay_s"],
+             "total_s": schedule[-1]["exponential_total_s"], "peak_per_bucket": inputs.outage_workers},
+            {"policy": "full_jitter (expected)",
+             "delay_at_last_attempt_s": schedule[-1]["full_jitter_mean_s"],
+             "total_s": schedule[-1]["exponential_total_s"] / 2,
+             "peak_per_bucket": jitter_peak_per_bucket(inputs.outage_workers, window, bucket_s)},
+        ],
+        "poison_pills_per_s": poison_s,
+        "poison_pills_per_day": poison_day,
+        "poison_uncapped_slots_after_day": poison_day,
+        "poison_uncapped_pool_fraction_after_day": poison_day / workers,
+        "poison_attempts_per_pill": n,
+        "poison_attempts_per_day_capped": poison_day * n,
+        "poison_attempts_per_day_classified": poison_day,
+        "non_retryable_attempts_saved": n - 1,
+        "poison_worker_hours_per_day_capped": poison_day * n * inputs.poison_attempt_s / 3600,
+        "hang_attempt_s": inputs.hang_attempt_s,
+        "hang_time_to_dlq_count_only_s": budget["count_only_s"],
+        "hang_time_to_dlq_count_only_min": budget["count_only_s"] / 60,
+        "retry_budget_s": inputs.retry_budget_s,
+        "hang_time_to_dlq_with_budget_s": budget["with_budget_s"],
+        "hang_attempts_with_budget": budget["with_budget_attempts"],
+        "retry_budget_worst_case_s": inputs.retry_budget_s + inputs.hang_attempt_s,
+        "blended_duration_s": W,
+    }
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another (the herd's real waves): so the page does no arithmetic."""
+    c4 = fig["ch4"]
+    c4["retries_per_job"] = inputs.max_attempts - 1
+    waves = []
+    for row in c4["retry_schedule"]:
+        if row["attempt"] >= inputs.max_attempts:
+            break
+        waves.append(row)
+        if not row["dependency_down"]:
+            break
+    c4["herd_waves"] = waves  # the synchronised retries that really happen, capped by max_attempts
+    c4["herd_waves_failing"] = sum(1 for r in waves if r["dependency_down"])
+    c4["herd_recovery_wave"] = next((r for r in waves if not r["dependency_down"]), None)
+
+
+def lesson_notes(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where this chapter's figure corrects the lesson's own arithmetic (see chapters.derive)."""
+    c4 = fig["ch4"]
+    n = inputs.max_attempts
+    notes = []
+    between, schedule = c4["backoff_between_attempts_s"], c4["backoff_schedule_total_s"]
+    if between != schedule:
+        notes.append({
+            "id": "poison_backoff_total", "where": "Poison pills",
+            "lesson": f"{n} attempts cost “roughly {schedule:,.0f} seconds of backoff schedule”",
+            "ours": f"{n} attempts have {n - 1} waits between them: {between:,.0f} s of backoff",
+            "why": f"the lesson sums all {n} delays of the schedule ({schedule:,.0f} s); the last one is never "
+                   "waited, because after the last attempt the job goes to the DLQ instead of retrying.",
+            "values": {"lesson": schedule, "ours": between}})
+    return notes

@@ -7,10 +7,12 @@ names of its add-on. chapters/__init__.py gathers every chapter's tables into th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from chapters.common import LONG_JOB, LONG_TRANSCODE, SHOWS_RETRIES
 from core.lesson import Claim
+from core.numbers import BYTES_PER_MB, Inputs
 
 SLUG = "idempotency"  # the page is /chapters/5-idempotency
 ADDON = "idempotency"  # its lab panel: templates/_lab_idempotency.html, static/js/lab-idempotency.js
@@ -101,3 +103,74 @@ CLAIMS: tuple[Claim, ...] = (
           "completion email is a compare-and-swap on a 'notified' flag: only the first finisher sends it",
           "test_try3_check2_output_path_and_notified_guards_hold_when_the_record_guard_is_off"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    t = inputs.job("transcode")
+    worst = inputs.fixed_visibility_timeout_s + t.p99_s
+    window = math.ceil(worst / inputs.dedup_round_to_s - 1e-9) * inputs.dedup_round_to_s
+    keys = core["lam"] * window
+    key_bytes = keys * inputs.idempotency_key_bytes
+    return {
+        "fixed_vt_s": inputs.fixed_visibility_timeout_s,
+        "transcode_p99_s": t.p99_s,
+        "worst_case_duplicate_gap_s": worst,
+        "dedup_window_s": window,
+        "dedup_window_h": window / 3600,
+        "dedup_margin_s": window - worst,
+        "keys_in_window": keys,
+        "idempotency_key_bytes": inputs.idempotency_key_bytes,
+        "key_store_bytes": key_bytes,
+        "key_store_mb": key_bytes / BYTES_PER_MB,
+        "offline_client_retry_s": inputs.offline_client_retry_s,
+        "offline_retry_caught": inputs.offline_client_retry_s <= window,
+        "side_effects": [
+            {"operation": "write transcoded/{job_id}/… (deterministic path)", "naturally_idempotent": True,
+             "guard": "none needed: a repeat overwrites the same file"},
+            {"operation": "set status = done", "naturally_idempotent": True,
+             "guard": "CAS on the expected previous state"},
+            {"operation": "send completion email", "naturally_idempotent": False,
+             "guard": "CAS flag: UPDATE … SET notified = true WHERE notified = false"},
+            {"operation": "charge a card", "naturally_idempotent": False,
+             "guard": "idempotency key checked before the charge; fail closed"},
+            {"operation": "increment a counter", "naturally_idempotent": False,
+             "guard": "record the job id with the increment; skip if seen"},
+        ],
+        "dedup_store_down": [
+            {"choice": "fail open (proceed without the check)", "risk": "an uncaught duplicate",
+             "right_for": "transcodes: downstream path + CAS make a duplicate merely wasteful"},
+            {"choice": "fail closed (reject, client retries)",
+             "risk": "unavailability while the store is down",
+             "right_for": "payments: nothing downstream un-charges a card"},
+        ],
+        "key_vs_request_id": [
+            {"identifier": "request ID / trace ID", "identifies": "one HTTP call",
+             "on_retry": "fresh every attempt", "dedups": False},
+            {"identifier": "idempotency key", "identifies": "one logical operation",
+             "on_retry": "the SAME key reused", "dedups": True},
+        ],
+        "defence_layers": [
+            {"layer": 1, "mechanism": "heartbeat / VT above p99",
+             "stops": "most redeliveries happening at all"},
+            {"layer": 2, "mechanism": "CAS queued → running", "stops": "a second worker doing the work"},
+            {"layer": 3, "mechanism": "deterministic output path", "stops": "two divergent output files"},
+            {"layer": 4, "mechanism": "notified CAS flag", "stops": "a second completion email"},
+        ],
+    }
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another (the doubled VT's window): so the page does no arithmetic."""
+    c5 = fig["ch5"]
+    c5["offline_client_retry_min"] = c5["offline_client_retry_s"] / 60
+    c5["dedup_window_min"] = c5["dedup_window_s"] / 60
+    vt2 = c5["fixed_vt_s"] * 2
+    gap2 = vt2 + c5["transcode_p99_s"]
+    win2 = math.ceil(gap2 / inputs.dedup_round_to_s) * inputs.dedup_round_to_s
+    c5["doubled_vt"] = {"vt_s": vt2, "gap_s": gap2, "window_s": win2, "key_count": inputs.arrival_rate * win2,
+                        "key_mb": inputs.arrival_rate * win2 * c5["idempotency_key_bytes"] / 1e6,
+                        "window_unchanged": win2 == c5["dedup_window_s"], "spare_s": win2 - gap2,
+                        "extra_min": (win2 - c5["dedup_window_s"]) / 60}

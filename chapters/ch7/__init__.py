@@ -7,11 +7,12 @@ names of its add-on. chapters/__init__.py gathers every chapter's tables into th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from chapters.common import GAP, LESSON_INPUTS, PER_TICK, SHOWS_RETRIES, settings_of
 from core.lesson import Claim
-from core.numbers import Inputs, derive
+from core.numbers import SECONDS_PER_DAY, Inputs
 
 SLUG = "scheduled-and-recurring-work"  # the page is /chapters/7-scheduled-and-recurring-work
 ADDON = "schedule"  # its lab panel: templates/_lab_schedule.html, static/js/lab-schedule.js
@@ -63,6 +64,8 @@ def lab_model() -> dict[str, Any]:
                     short_lock_ttl_s=float(CRON_STRATEGIES["short"]["settings"]["cron_lock_ttl"]),
                     lock_ttl_s=float(CRON_STRATEGIES["lock"]["settings"]["cron_lock_ttl"]),
                     clock_skew_s=float(s["clock_skew"]), leader_lease_s=float(s["leader_lease"]))
+    from chapters import derive  # the collector: chapter 7's figures need chapters 1 and 5's
+
     model = derive(inputs)["ch7"]
     model["downtime_drill_s"] = DOWNTIME_DRILL_S
     model["downtime_drill_ticks"] = DOWNTIME_DRILL_S / inputs.cron_interval_s
@@ -143,3 +146,115 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch7.buckets", 7, "Check yourself 5", "Sustained load does not depend on the bucket count",
           "test_check5_sustained_load_does_not_depend_on_bucket_count", status="model"),
 )
+
+
+# ---- numbers-model figures (chapters.derive gathers them, in chapter order) ----
+
+
+def _lock_timeline(inputs: Inputs) -> list[dict[str, Any]]:
+    ttl, p99 = inputs.short_lock_ttl_s, inputs.task_p99_s
+    rows = [{"t_s": 0.0, "actor": "Replica A",
+             "event": f"acquires the lock (TTL {ttl:g} s), starts the task"}]
+    if ttl >= p99:
+        rows.append({"t_s": p99, "actor": "Replica A", "event": "finishes and releases the lock"})
+        return rows
+    rows += [
+        {"t_s": ttl, "actor": "Redis", "event": "lock expires while A is still running"},
+        {"t_s": ttl, "actor": "Replica B", "event": "acquires the now-free lock and runs the same task"},
+        {"t_s": p99, "actor": "Replica A", "event": "finishes and deletes the lock — which is now B's"},
+        {"t_s": ttl + p99, "actor": "Replica B", "event": "finishes: the task ran twice"},
+    ]
+    return rows
+
+
+def _own(inputs: Inputs) -> dict[str, Any]:
+    r, p99 = inputs.scheduler_replicas, inputs.task_p99_s
+    ticks_day = SECONDS_PER_DAY / inputs.cron_interval_s
+    raw_margin = inputs.lock_ttl_s - p99
+    per_bucket = inputs.users / inputs.shard_buckets
+    bucket_s = SECONDS_PER_DAY / inputs.shard_buckets
+    short_overlap = max(0.0, p99 - inputs.short_lock_ttl_s)
+    short_runs = min(r, math.ceil(p99 / inputs.short_lock_ttl_s - 1e-9))
+    bucket_rows = [
+        {"buckets": b, "bucket_s": SECONDS_PER_DAY / b, "users_per_bucket": inputs.users / b,
+         "ticks_per_day": b, "rate_per_s": inputs.users / b / (SECONDS_PER_DAY / b)}
+        for b in inputs.shard_bucket_options
+    ]
+    return {
+        "scheduler_replicas": r,
+        "cron_interval_s": inputs.cron_interval_s,
+        "ticks_per_day": ticks_day,
+        "no_lock_runs_per_tick": r,
+        "no_lock_emails_per_user": r,
+        "no_lock_runs_per_day": r * ticks_day,
+        "no_lock_wasted_runs_per_day": (r - 1) * ticks_day,
+        "replicas_skipping_with_lock": r - 1,
+        "task_p99_s": p99,
+        "short_lock_ttl_s": inputs.short_lock_ttl_s,
+        "short_ttl_overlap_s": short_overlap,
+        "short_ttl_max_concurrent_runs": short_runs,
+        "lock_ttl_s": inputs.lock_ttl_s,
+        "lock_ttl_over_p99_x": inputs.lock_ttl_s / p99,
+        "lock_margin_s": raw_margin,
+        "clock_skew_s": inputs.clock_skew_s,
+        "lock_margin_after_skew_s": raw_margin - inputs.clock_skew_s,
+        "leader_lease_s": inputs.leader_lease_s,
+        "leader_failover_max_s": inputs.leader_lease_s,
+        "users": inputs.users,
+        "shard_buckets": inputs.shard_buckets,
+        "bucket_s": bucket_s,
+        "users_per_bucket": per_bucket,
+        "bucket_jobs_per_s": per_bucket / bucket_s,
+        "daily_average_jobs_per_s": inputs.users / SECONDS_PER_DAY,
+        "unsharded_burst_jobs": inputs.users,
+        "bucket_count_table": bucket_rows,
+        "missed_tick_after_s": inputs.cron_interval_s * inputs.catchup_factor,
+        "late_replica_s": inputs.late_replica_s,
+        "late_replica_gets_in": inputs.short_lock_ttl_s < inputs.late_replica_s < p99,
+        "late_overlap_s": max(0.0, p99 - inputs.late_replica_s) if inputs.short_lock_ttl_s < inputs.late_replica_s
+        else 0.0,
+        "lock_timeline": _lock_timeline(inputs),
+        "lock_strategies": [
+            {"strategy": "no lock", "runs_per_tick": r, "margin_s": None,
+             "failure": f"{r} runs and {r} emails per tick"},
+            {"strategy": f"lock, TTL {inputs.short_lock_ttl_s:g} s", "runs_per_tick": short_runs,
+             "margin_s": inputs.short_lock_ttl_s - p99,
+             "failure": f"lock expires {short_overlap:g} s before the p99 task ends" if short_overlap
+             else "none at p99"},
+            {"strategy": f"lock, TTL {inputs.lock_ttl_s:g} s", "runs_per_tick": 1 if raw_margin > 0 else 2,
+             "margin_s": raw_margin - inputs.clock_skew_s,
+             "failure": "clock skew or a partition eats the margin"},
+            {"strategy": "lock + heartbeat extension", "runs_per_tick": 1, "margin_s": None,
+             "failure": "lock tracks the real duration; holder crash frees it after one TTL"},
+            {"strategy": f"leader lease {inputs.leader_lease_s:g} s", "runs_per_tick": 1, "margin_s": None,
+             "failure": f"up to {inputs.leader_lease_s:g} s with no leader during failover"},
+            {"strategy": "idempotent task (backstop)", "runs_per_tick": None, "margin_s": None,
+             "failure": "a double run is harmless: its UPDATEs match zero rows"},
+        ],
+        "timeout_reference": [
+            {"timeout": "visibility timeout", "chapter": 1, "worst_case_s": None, "value_s": None},
+            {"timeout": "dedup window", "chapter": 5, "worst_case_s": None, "value_s": None},
+            {"timeout": "lock TTL", "chapter": 7, "worst_case_s": p99, "value_s": inputs.lock_ttl_s},
+        ],
+    }
+
+
+def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Chapter 7's figures; its timeout reference reads chapter 1's and chapter 5's worst cases and values."""
+    c7 = _own(inputs)
+    rows = c7["timeout_reference"]
+    rows[0].update(worst_case_s=fig["ch1"]["transcode_p99_s"], value_s=fig["ch1"]["fixed_vt_s"])
+    rows[1].update(worst_case_s=fig["ch5"]["worst_case_duplicate_gap_s"],
+                   value_s=fig["ch5"]["dedup_window_s"])
+    for row in rows:
+        row["margin_s"] = row["value_s"] - row["worst_case_s"]
+    return c7
+
+
+def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
+    """Figures the prose states one step from another: so the page does no arithmetic."""
+    c7 = fig["ch7"]
+    c7["cron_interval_min"] = c7["cron_interval_s"] / 60
+    for row in c7["lock_strategies"]:
+        m = row["margin_s"]
+        row["shortfall_s"] = -m if m is not None and m < 0 else None

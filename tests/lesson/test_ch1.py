@@ -10,7 +10,6 @@ import pytest
 
 import chapters
 from app.racing import RACES
-from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import (
     busy_worker,
@@ -28,7 +27,7 @@ from tests.lesson.helpers import (
 
 pytestmark = pytest.mark.lesson
 
-C1 = numbers.derive()["ch1"]
+C1 = chapters.derive()["ch1"]
 PRESET = chapters.settings_for("ch1")
 SPEED = 200
 TOL = 0.4 * SPEED  # 0.4 real s of hand-off slack, in simulated seconds

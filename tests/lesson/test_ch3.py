@@ -15,7 +15,6 @@ import time
 import pytest
 
 import chapters
-from core import numbers
 from tests.lesson.helpers import busy_worker, enqueue, kill, num, of_type, page_text, settled, wait_event
 
 pytestmark = pytest.mark.lesson
@@ -50,8 +49,8 @@ def test_try1_a_long_poll_returns_when_the_job_changes(api, measured):
     measured.update(status=held.status, state=held.json()["state"])
 
 
-C3 = numbers.derive()["ch3"]
-C1 = numbers.derive()["ch1"]
+C3 = chapters.derive()["ch3"]
+C1 = chapters.derive()["ch1"]
 PRESET = chapters.settings_for("ch3")
 SPEED = 200
 TOL = 0.4 * SPEED

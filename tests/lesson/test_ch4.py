@@ -16,7 +16,7 @@ from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page
 
 pytestmark = pytest.mark.lesson
 
-C4 = numbers.derive()["ch4"]
+C4 = chapters.derive()["ch4"]
 LM = chapters.ch4.lab_model()
 PRESET = chapters.settings_for("ch4")
 
@@ -40,7 +40,7 @@ def test_try_this_renders_the_lab_model(api):
 def test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry(api, measured):
     """The first-wave chart (a model figure): its caption and summary state the model's N retries in one bucket
     without jitter and the full-jitter band per bucket; the lab's own herd is try 1's test."""
-    chart = series.jitter_first_wave(numbers.Inputs(), numbers.derive())
+    chart = series.jitter_first_wave(numbers.Inputs(), chapters.derive())
     text = page_text(api, 4)
     assert chart.summary in text
     assert f"Each bar is one synchronised wave of all {num(C4['outage_workers'])} retries" in text

@@ -9,13 +9,12 @@ import pytest
 
 import chapters
 from app.racing import RACES
-from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
-C5 = numbers.derive()["ch5"]
+C5 = chapters.derive()["ch5"]
 PRESET = chapters.settings_for("ch5")
 SPEED = 200
 

@@ -128,7 +128,7 @@ def test_check2_a_plain_delete_frees_the_next_holders_lock(api, measured):
 
 
 def test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew(api, measured):
-    m = numbers.derive()["ch7"]
+    m = chapters.derive()["ch7"]
     lab = ch7_lab(api, clock_skew=m["clock_skew_s"])
     press(api, lab, "lock")
     margin = sched(api, lab)["margin"]["lock"]
@@ -208,7 +208,7 @@ def test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_un
 
 
 def test_check5_sustained_load_does_not_depend_on_bucket_count(api, measured):
-    m = numbers.derive()["ch7"]
+    m = chapters.derive()["ch7"]
     rates = {row["buckets"]: row["rate_per_s"] for row in m["bucket_count_table"]}
     assert all(r == pytest.approx(m["daily_average_jobs_per_s"]) for r in rates.values())
     assert f"It stays at {num(m['daily_average_jobs_per_s'], 1)} jobs/s" in page_text(api, 7)

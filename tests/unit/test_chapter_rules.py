@@ -2,7 +2,7 @@
 
 The Jinja source of every chapter is parsed and walked: a `{% macro %}`, an inline `<svg>` or an
 arithmetic operator (`+ - * / // % **`, unary minus) anywhere in it fails, naming file and line.
-Any number a chapter needs is a figure in the numbers model (core/numbers.py), any chart a series
+Any number a chapter needs is a figure in the numbers model (its chapter home, chapters/chN/), any chart a series
 in core/series.py drawn by templates/_charts.html.
 """
 
@@ -36,7 +36,7 @@ def test_a_chapter_defines_no_macro_and_draws_no_svg(ch):
 def test_a_chapter_does_no_arithmetic(ch):
     name, tree, offset = _parsed(ch)
     lines = sorted({n.lineno + offset for n in tree.find_all(_ARITHMETIC)})
-    assert not lines, f"arithmetic in {name} at lines {lines}: make it a figure in core/numbers.py"
+    assert not lines, f"arithmetic in {name} at lines {lines}: make it a figure in its chapter home"
 
 
 def test_the_scanner_catches_what_it_should():
@@ -53,7 +53,7 @@ def test_the_scanner_catches_what_it_should():
 @pytest.mark.parametrize("ch", chapters.all_chapters(), ids=lambda c: c.slug)
 def test_every_figure_a_chapter_declares_exists_in_the_numbers_model(ch):
     """The `figures:` front-matter key is the chapter's declared list of model figures."""
-    fig = numbers.derive()
+    fig = chapters.derive()
     for key in ch.figures:
         numbers.lookup(fig, key)  # raises on a figure the model does not compute
     assert ch.figures, "each chapter declares the figures it shows"

@@ -53,8 +53,8 @@ def test_each_chapter_renders_without_template_residue(client, number):
 
 
 def test_changing_an_input_recomputes_the_figures_in_the_prose(client):
-    default = numbers.derive()["ch2"]["workers_at_target"]
-    doubled = numbers.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
+    default = chapters.derive()["ch2"]["workers_at_target"]
+    doubled = chapters.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
     assert doubled == 2 * default
     html = client.get("/chapters/2?arrival_rate=200").get_data(as_text=True)
     assert f"<strong>{doubled:,} workers</strong>" in html
