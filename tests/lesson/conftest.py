@@ -1,7 +1,7 @@
 """The lesson conformance suite's recorder: each test's outcome and what the lab measured, per claim.
 
 A test asks for `measured` (a dict) and fills in the numbers it observed; after the run the results are
-merged into test-artifacts/lesson.json under the ids of the claims (core.lesson.CLAIMS) its test proves,
+merged into test-artifacts/lesson.json under the ids of the claims (chapters.CLAIMS) its test proves,
 so the `/lesson` page shows, for every claim, the last time it was run and what the lab did. A
 parametrized test records one entry per parameter (keyed by the parameter's id) under its one claim. A
 `model` claim's figures come from the numbers model, not the lab: they are kept as "model", never as

@@ -16,11 +16,11 @@ def client():
     return create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")).test_client()
 
 
-def test_there_are_nine_chapters_numbered_0_to_8_each_with_a_preset():
+def test_the_chapters_are_numbered_from_0_without_a_gap_each_with_a_preset():
     from chapters import PRESETS
 
     found = chapters.all_chapters()
-    assert [c.number for c in found] == list(range(9))
+    assert [c.number for c in found] == list(range(len(found))) and len(found) >= 9
     assert all(c.preset in PRESETS for c in found)
 
 
@@ -40,7 +40,7 @@ def test_the_home_page_links_the_races_and_the_checked_lesson(client):
         assert client.get(path).status_code == 200, path
 
 
-@pytest.mark.parametrize("number", range(9))
+@pytest.mark.parametrize("number", [c.number for c in chapters.all_chapters()])
 def test_each_chapter_renders_without_template_residue(client, number):
     res = client.get(f"/chapters/{number}")
     assert res.status_code == 200
