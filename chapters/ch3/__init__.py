@@ -51,6 +51,7 @@ def lab_facts() -> dict[str, Any]:
     """What the chapter's text says about its lab (`lab.ch3_model` in chapter.md)."""
     return {"ch3_model": lab_model()}
 
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch3": [
         {"claim": "ch3.long_poll", "title": "Upload and watch",

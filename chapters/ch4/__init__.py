@@ -72,6 +72,7 @@ def lab_facts() -> dict[str, Any]:
     """What the chapter's text says about its lab (`lab.ch4_model` in chapter.md)."""
     return {"ch4_model": lab_model()}
 
+
 BUTTONS: dict[str, list[dict[str, Any]]] = {
     "ch4": [
         {"id": "poison-pill", "label": "Poison pill", "fault": {"type": "poison"},

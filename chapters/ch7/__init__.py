@@ -79,6 +79,7 @@ def lab_facts() -> dict[str, Any]:
     """What the chapter's text says about its lab (`lab.ch7_model` in chapter.md)."""
     return {"ch7_model": lab_model(), "cron_strategies": CRON_STRATEGIES}
 
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch7": [
         {"claim": "ch7.no_lock", "title": "No lock",
