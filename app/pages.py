@@ -13,7 +13,7 @@ from functools import lru_cache
 from flask import Blueprint, Flask, abort, current_app, render_template, request
 
 import chapters
-from core import lesson, numbers, series
+from core import lesson, numbers
 
 bp = Blueprint("pages", __name__)
 
@@ -92,7 +92,7 @@ def chapter(number: int, slug: str | None = None):
     idx = all_ch.index(ch)
     fig = chapters.derive(inputs)
     body = chapters.render_body(ch, current_app.jinja_env, {
-        "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
+        "fig": fig, "inputs": inputs, "series": chapters.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})
     return render_template(
         "chapter.html",

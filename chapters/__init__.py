@@ -19,6 +19,7 @@ from chapters.common import settings_of
 from chapters.prose import Chapter, from_home, parse_front_matter, render_body, scrollable_tables
 from core.lesson import Claim
 from core.numbers import Inputs, core_quantities, spec_values
+from core.series import ChartSeries
 
 
 def _homes() -> tuple[tuple[int, ModuleType], ...]:
@@ -84,6 +85,12 @@ def to_json(inputs: Inputs | None = None) -> dict[str, Any]:
     }
 
 
+def chart_series(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> ChartSeries:
+    """Every chapter's chart data for `inputs` and their figures (`derive(inputs)`), by chart name."""
+    return ChartSeries({name: build(inputs, fig) for _, home in HOMES
+                        for name, build in getattr(home, "CHARTS", {}).items()})
+
+
 def all_chapters() -> tuple[Chapter, ...]:
     """Every chapter, in order (read once per process)."""
     return CHAPTERS
@@ -111,5 +118,5 @@ def steps_public() -> dict[str, list[dict[str, Any]]]:
 
 
 __all__ = ["BUTTONS", "BY_ID", "CHAPTERS", "CLAIMS", "DEFAULT_PRESET", "HOMES", "PANEL", "PRESETS", "RACES",
-           "SCENARIOS", "STEPS", "Chapter", "all_chapters", "derive", "find", "lab_facts", "parse_front_matter",
-           "render_body", "scrollable_tables", "settings_for", "steps_public", "to_json"]
+           "SCENARIOS", "STEPS", "Chapter", "all_chapters", "chart_series", "derive", "find", "lab_facts",
+           "parse_front_matter", "render_body", "scrollable_tables", "settings_for", "steps_public", "to_json"]

@@ -13,6 +13,7 @@ from typing import Any
 from chapters.common import GAP, KILL_ON_CLAIM, LONG_JOB, LONG_TRANSCODE, SHOWS_LEASES
 from core.lesson import Claim
 from core.numbers import Inputs
+from core.series import Chart, Lane, Mark, Panel, Span, g, timeline_table
 
 SLUG = "task-queue-anatomy"  # the page is /chapters/1-task-queue-anatomy
 
@@ -306,3 +307,63 @@ def lesson_notes(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> list[dict[st
                    f"({c1['fixed_vt_over_mean_x']:.1f}×), not the p99. It still covers the p99, which is what matters.",
             "values": {"lesson": 2.0, "ours": c1["fixed_vt_over_p99_x"]}})
     return notes
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+def redelivery_timeline(inputs: Inputs, fig: dict) -> Chart:
+    c1 = fig["ch1"]
+    vt, dur = c1["visibility_timeout_s"], c1["transcode_mean_s"]
+    collides = vt < dur
+    if collides:
+        lanes = (
+            Lane("Broker", (Span(0, vt, "hidden", "outline"),)),
+            Lane("Worker A", (Span(0, dur, "transcoding"),), note="done, deletes"),
+            Lane("Worker B", (Span(vt, vt + dur, "same job again", "hatched", "accent-2"),)),
+        )
+        marks = (Mark(vt, f"VT runs out at {g(vt)} s: message visible again"),
+                 Mark(vt, f"overlap: {g(c1['collision_overlap_s'])} s", end=dur, tone="bad"))
+        summary = (f"Worker A works from 0 to {g(dur)} seconds. The message is hidden only until "
+                   f"{g(vt)} seconds, when Worker B claims it and runs the same job until "
+                   f"{g(vt + dur)} seconds, so both workers run the same job for "
+                   f"{g(c1['collision_overlap_s'])} seconds.")
+    else:
+        broker = [Span(0, dur, "hidden", "outline")]
+        if vt > dur:
+            broker.append(Span(dur, vt, f"lease would have run to {g(vt)} s", "dashed"))
+        lanes = (
+            Lane("Broker", tuple(broker)),
+            Lane("Worker A", (Span(0, dur, "transcoding"),), note="done: deletes the message"),
+            Lane("Worker B", note="never sees the message"),
+        )
+        marks = ()
+        summary = (f"Worker A works from 0 to {g(dur)} seconds and deletes the message before the "
+                   f"{g(vt)}-second visibility timeout runs out; no other worker claims it.")
+    return Chart("redelivery_timeline", "timeline", "time since the first claim (simulated seconds)",
+                 panels=(Panel("", lanes),), marks=marks, summary=summary, x_min=0,
+                 x_max=max(vt, dur, *(r["t_s"] for r in c1["redelivery_timeline"])),
+                 table=timeline_table((Panel("", lanes),)))
+
+
+def heartbeat_vs_static_vt(inputs: Inputs, fig: dict) -> Chart:
+    c1 = fig["ch1"]
+    crash, expiry = c1["heartbeat_crash_at_s"], c1["heartbeat_redelivered_at_s"]
+    static = c1["fixed_vt_s"]
+    lanes = (
+        Lane("Static VT", (Span(0, static, f"lease held by a dead worker → redelivered at {g(static)} s",
+                                "outline"),)),
+        Lane("Heartbeat", (Span(0, expiry, f"redelivered at {g(expiry)} s", "outline"),)),
+    )
+    summary = (f"A worker dies at {g(crash)} seconds. With a static {g(static)}-second visibility "
+               f"timeout the job is redelivered at {g(static)} seconds. With a heartbeat every "
+               f"{g(c1['heartbeat_interval_s'])} seconds extending the lease by "
+               f"{g(c1['heartbeat_extend_s'])} seconds, it is redelivered at {g(expiry)} seconds.")
+    return Chart("heartbeat_vs_static_vt", "timeline", "time since the claim (simulated seconds)",
+                 panels=(Panel("", lanes),),
+                 marks=(Mark(crash, f"✕ worker dies at t = {g(crash)} s", tone="bad"),),
+                 summary=summary, x_min=0, x_max=max(static, expiry),
+                 table=timeline_table((Panel("", lanes),)))
+
+
+CHARTS = {"redelivery_timeline": redelivery_timeline, "heartbeat_vs_static_vt": heartbeat_vs_static_vt}

@@ -23,6 +23,7 @@ from core.numbers import (
     littles_law_L,
     workers_for_utilisation,
 )
+from core.series import Chart, Mark, Point, Series, fmt
 
 SLUG = "sizing-the-worker-pool"  # the page is /chapters/2-sizing-the-worker-pool
 ADDON = "loadgen"  # its lab panel: templates/_lab_loadgen.html, static/js/lab-loadgen.js
@@ -216,3 +217,53 @@ def lesson_notes(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> list[dict[st
                    f"{c2['utilisation_at_target']:.2f}: the curve's shape holds, its height does not.",
             "values": {"lesson": approx, "ours": exact}})
     return notes
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+def small_pool_wait_s(rho: float, W: float, c: int) -> float | None:
+    """Exact (Erlang C) mean wait for a `c`-worker pool at utilisation ρ — erlang_c_wait."""
+    if rho >= 1:
+        return None
+    return erlang_c_wait(rho * c / W, W, c)
+
+
+def wait_vs_utilisation(inputs: Inputs, fig: dict) -> Chart:
+    c2 = fig["ch2"]
+    W, small_c = c2["blended_duration_s"], c2["small_pool_workers"]  # the lab-sized pool the chapter compares with
+    rows = sorted(c2["wait_curve"], key=lambda r: r["rho"])
+    approx = tuple(Point(r["rho"], r["approx_wait_s"], f"{r['workers']:,} workers")
+                   for r in rows if r["approx_wait_s"] is not None)
+    exact = tuple(Point(r["rho"], r["mmc_wait_s"], f"{r['workers']:,} workers")
+                  for r in rows if r["mmc_wait_s"] is not None)
+    small = tuple(Point(r["rho"], small_pool_wait_s(r["rho"], W, small_c), f"{small_c} workers")
+                  for r in rows if r["rho"] < 1)
+    workers = [r["workers"] for r in rows]
+    ymax = max((p.y for p in approx), default=0)
+    mmc_max = max((p.y for p in exact), default=0)
+    rho = inputs.target_utilisation
+    first = approx[0] if approx else Point(rho, 0)
+    summary = (f"The approximation rises from {fmt(first.y)} seconds at ρ = {first.x:.2f} to "
+               f"{fmt(ymax)} seconds near ρ = 1 and is unbounded at ρ = 1. The exact wait for this "
+               f"pool, sized for each ρ, "
+               + ("stays below a millisecond" if mmc_max < 0.001 else f"stays at or below {fmt(mmc_max)} seconds")
+               + f" at every ρ below 1. A pool of just {small_c} workers sits in between.")
+    series = (
+        Series("approx", "approximation W/(1−ρ) (solid)", approx, "solid", "circle", "accent"),
+        Series("small", f"exact, a {small_c}-worker pool (dotted)", small, "dotted", "none", "ok"),
+        Series("exact", f"exact, this pool: {min(workers):,}–{max(workers):,} workers (dashed)",
+               exact, "dashed", "square", "accent-2"),
+    )
+    x_min = min([math.floor(min((r["rho"] for r in rows), default=rho) * 10) / 10, rho - 0.05])
+    table = (("ρ", "approx. wait (s)", f"exact, {small_c} workers (s)", "exact, this pool (s)"),) + tuple(
+        (f"{r['rho']:.2f}", fmt(r["approx_wait_s"]), fmt(small_pool_wait_s(r["rho"], W, small_c)),
+         fmt(r["mmc_wait_s"]))
+        for r in rows)
+    return Chart("wait_vs_utilisation", "line", "utilisation ρ = L / workers", "mean queue wait (s)",
+                 series=series, marks=(Mark(rho, f"target ρ = {rho:.2f}", style="dotted", tone="muted"),),
+                 summary=summary, x_min=x_min, x_max=1.0, note="∞\nat ρ = 1,\nin every\nmodel",
+                 table=table)
+
+
+CHARTS = {"wait_vs_utilisation": wait_vs_utilisation}

@@ -14,6 +14,7 @@ from chapters.common import SHOWS_LEASES, settings_of
 from core.backoff import exponential_delay
 from core.lesson import Claim
 from core.numbers import BYTES_PER_KB, BYTES_PER_MB, Inputs
+from core.series import Chart, Point, Series
 
 SLUG = "status-delivery"  # the page is /chapters/3-status-delivery
 ADDON = "status"  # its lab panel: templates/_lab_status.html, static/js/lab-status.js
@@ -162,3 +163,22 @@ def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     c3["halved_poll_interval_s"] = c3["poll_interval_s"] / 2
     c3["halved_interval_polls_per_s"] = c3["polls_per_s"] * 2
     c3["halved_interval_mean_delay_s"] = c3["poll_mean_delay_to_learn_s"] / 2
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+def status_requests(inputs: Inputs, fig: dict) -> Chart:
+    rows = fig["ch3"]["delivery_mechanisms"]
+    pts = tuple(Point(r["mechanism"], r["requests_per_s"],
+                      f"{r['requests_per_s']:,.0f}/s"
+                      + (" — events pushed over open sockets" if r["requests_per_s"] == 0 else ""))
+                for r in rows)
+    summary = " ".join(f"{r['mechanism']}: {r['requests_per_s']:,.0f} requests per second." for r in rows)
+    return Chart("status_requests", "bars", "status-path requests per second",
+                 series=(Series("requests", "requests per second", pts, "solid", "none", "accent"),),
+                 summary=summary, x_min=0,
+                 table=(("mechanism", "requests per second"),) + tuple((p.x, f"{p.y:,.0f}") for p in pts))
+
+
+CHARTS = {"status_requests": status_requests}

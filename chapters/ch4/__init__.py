@@ -14,6 +14,7 @@ from chapters.common import OUTAGE_JOB, SHOWS_RETRIES, settings_of
 from core.backoff import exponential_delay
 from core.lesson import Claim
 from core.numbers import SECONDS_PER_DAY, Inputs, jitter_expected_peak, jitter_peak_per_bucket, jitter_peak_reduction
+from core.series import Chart, Lane, Mark, Panel, Point, Series, g
 
 SLUG = "retries-and-backoff"  # the page is /chapters/4-retries-and-backoff
 ADDON = "retries"  # its lab panel: templates/_lab_retries.html, static/js/lab-retries.js
@@ -398,3 +399,55 @@ def lesson_notes(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> list[dict[st
                    "waited, because after the last attempt the job goes to the DLQ instead of retrying.",
             "values": {"lesson": schedule, "ours": between}})
     return notes
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+def retry_herd(inputs: Inputs, fig: dict) -> Chart:
+    c4 = fig["ch4"]
+    N, outage = c4["outage_workers"], c4["outage_s"]
+    rows = c4["herd_waves"]
+    events = tuple(Point(r["herd_retry_at_s"], "fails" if r["dependency_down"] else "succeeds",
+                         f"{N:,} retries at t = {g(r['herd_retry_at_s'])} s: "
+                         + ("storage still down, all fail" if r["dependency_down"] else "storage back, all succeed"))
+                   for r in rows)
+    lanes = (Lane(f"{N:,} at once", events=events),)
+    marks = (Mark(0, f"storage down ({g(outage)} s)", end=outage, tone="bad", style="hatched"),) if outage > 0 else ()
+    summary = (f"Storage is down from 0 to {g(outage)} seconds. Without jitter, all {N:,} workers retry together"
+               + "".join(f" at {g(r['herd_retry_at_s'])} seconds ({'fails' if r['dependency_down'] else 'succeeds'})"
+                         for r in rows) + ".")
+    t_max = max([outage] + [r["herd_retry_at_s"] for r in rows])
+    return Chart("retry_herd", "timeline", "seconds since the failure", panels=(Panel("", lanes),),
+                 marks=marks, summary=summary, x_min=0, x_max=max(t_max * 1.1, inputs.retry_base_s),
+                 table=(("retry at (s)", "retries at once", "outcome"),)
+                 + tuple((g(r["herd_retry_at_s"]), f"{N:,}", "fails" if r["dependency_down"] else "succeeds")
+                         for r in rows))
+
+
+def jitter_first_wave(inputs: Inputs, fig: dict) -> Chart:
+    c4 = fig["ch4"]
+    N, win = c4["outage_workers"], c4["jitter_window_s"]
+    bucket_s = inputs.jitter_bucket_ms / 1000
+    band = c4["full_jitter_peak_per_bucket"]
+    band_txt = f"{band:,.1f}".removesuffix(".0")
+    clipped = N > band * 6
+    jitter = Series("jitter", f"full jitter: ≈ {band_txt} per bucket (dashed)",
+                    (Point(0, band, f"{band_txt} per bucket from 0 to {g(win)} s"), Point(win, band, "")),
+                    "dashed", "none", "accent")
+    spike = Series("spike", f"no jitter: {N:,} in one bucket (solid)" + (", off the scale" if clipped else ""),
+                   (Point(win, N, f"{N:,} at {g(win)} s"), Point(win + bucket_s, N, "")),
+                   "solid", "none", "bad")
+    summary = (f"Without jitter, all {N:,} retries land in one bucket at {g(win)} seconds. With full jitter "
+               f"they spread evenly from 0 to {g(win)} seconds, about {band:,.1f} per bucket"
+               + ("; the no-jitter bar is far taller than the chart and is cut off" if clipped else "") + ".")
+    return Chart("jitter_first_wave", "histogram", "seconds since the failure",
+                 f"retries per {inputs.jitter_bucket_ms:,.0f} ms bucket", series=(jitter, spike),
+                 summary=summary, x_min=0, x_max=max(win * 1.3, win + bucket_s * 1.5),
+                 y_cap=band * 5 if clipped else None,
+                 table=(("shape", "from (s)", "to (s)", "retries per bucket"),
+                        ("full jitter", "0", g(win), band_txt),
+                        ("no jitter", g(win), g(win + bucket_s), f"{N:,}")))
+
+
+CHARTS = {"retry_herd": retry_herd, "jitter_first_wave": jitter_first_wave}

@@ -13,6 +13,7 @@ from typing import Any
 from chapters.common import SHOWS_RETRIES
 from core.lesson import Claim
 from core.numbers import Inputs, approx_wait, erlang_c_wait, finite, littles_law_L, workers_for_utilisation
+from core.series import Chart, Point, Series
 
 SLUG = "priorities-and-fairness"  # the page is /chapters/6-priorities-and-fairness
 ADDON = "fairness"  # its lab panel: templates/_lab_fairness.html, static/js/lab-fairness.js
@@ -150,3 +151,36 @@ def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     c6["free_share"] = 1 - c6["pro_share"]
     c6["free_pool_share"] = c6["free_workers"] / c2["workers_at_target"]
     c6["separate_pools_extra_workers"] = c6["separate_pools_total_workers"] - c6["shared_pool_peak_workers"]
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+def _wait_text(v: float | None) -> str:
+    if v is None:
+        return "unbounded (ρ ≥ 1)"
+    return f"{v:,.0f} s ({v / 60:,.1f} min)" if v >= 120 else f"{v:,.1f} s"
+
+
+def tier_waits(inputs: Inputs, fig: dict) -> Chart:
+    c6 = fig["ch6"]
+    pro, free = c6["hard_split"]
+    spro, sfree = c6["spike_split"]
+    groups = [
+        ("Shared FIFO", c6["fifo_wait_s"], c6["fifo_wait_s"]),
+        ("Hard split", pro["approx_wait_s"] if pro["in_flight"] > 0 else 0, free["approx_wait_s"]),
+        (f"Hard split, {c6['spike_multiplier']:g}× spike",
+         spro["approx_wait_s"] if spro["in_flight"] > 0 else 0, sfree["approx_wait_s"]),
+    ]
+    series = (
+        Series("pro", "pro", tuple(Point(g, p, _wait_text(p)) for g, p, _ in groups), "solid", "none", "accent"),
+        Series("free", "free", tuple(Point(g, f, _wait_text(f)) for g, _, f in groups), "hatched", "none", "accent-2"),
+    )
+    summary = " ".join(f"{g}: pro {_wait_text(p)}, free {_wait_text(f)}." for g, p, f in groups)
+    return Chart("tier_waits", "bars", "expected queue wait, seconds (W / (1 − ρ))", series=series,
+                 summary=summary, x_min=0,
+                 table=(("strategy", "pro wait", "free wait"),)
+                 + tuple((g, _wait_text(p), _wait_text(f)) for g, p, f in groups))
+
+
+CHARTS = {"tier_waits": tier_waits}

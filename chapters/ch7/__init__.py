@@ -13,6 +13,7 @@ from typing import Any
 from chapters.common import GAP, LESSON_INPUTS, PER_TICK, SHOWS_RETRIES, settings_of
 from core.lesson import Claim
 from core.numbers import SECONDS_PER_DAY, Inputs
+from core.series import Chart, Lane, Mark, Panel, Point, Span, g, timeline_table
 
 SLUG = "scheduled-and-recurring-work"  # the page is /chapters/7-scheduled-and-recurring-work
 ADDON = "schedule"  # its lab panel: templates/_lab_schedule.html, static/js/lab-schedule.js
@@ -259,3 +260,62 @@ def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     for row in c7["lock_strategies"]:
         m = row["margin_s"]
         row["shortfall_s"] = -m if m is not None and m < 0 else None
+
+
+# ---- charts (core/series.py's shapes; chapters.chart_series gathers them) ----
+
+
+_LETTERS = "ABCDEFGHIJ"
+
+
+def _lock_panel(ttl: float, p99: float, replicas: int, label: str) -> Panel:
+    if ttl >= p99:
+        lanes = (
+            Lane("lock key", (Span(0, p99, "held by A", "solid", "muted"),
+                              Span(p99, ttl, "unused TTL (only for a crash)", "dashed", "muted"))),
+            Lane("replica A runs", (Span(0, p99, "task"),), note=f"done at {g(p99)} s, releases the lock"),
+            Lane("replica B", events=(Point(0, "skips", "✓ finds the lock held and skips the tick"),)),
+        )
+        return Panel(label, lanes, (Mark(ttl, f"TTL ends ({g(ttl)} s)"),))
+    runs = min(replicas, math.ceil(p99 / ttl - 1e-9))
+    shown = min(runs, 4)
+    lock = tuple(Span(i * ttl, min((i + 1) * ttl, p99) if i == shown - 1 else (i + 1) * ttl,
+                      f"held by {_LETTERS[i]}", "solid", "muted", _LETTERS[i]) for i in range(shown))
+    lanes = (Lane("lock key", lock),) + tuple(
+        Lane(f"replica {_LETTERS[i]} runs",
+             (Span(i * ttl, i * ttl + p99, "task" if i == 0 else "duplicate",
+                   "solid" if i == 0 else "hatched", "accent" if i == 0 else "accent-2"),))
+        for i in range(shown))
+    overlap_end = (shown - 2) * ttl + p99
+    copies = "two or more copies" if shown > 2 else "two copies"
+    marks = (Mark(ttl, f"TTL ends ({g(ttl)} s)"),
+             Mark(ttl, f"↑ {copies} running: {g(overlap_end - ttl)} s"
+                  + (f" (+{runs - shown} more replicas)" if runs > shown else ""), end=overlap_end, tone="bad"))
+    return Panel(label, lanes, marks)
+
+
+def lock_timeline(inputs: Inputs, fig: dict) -> Chart:
+    c7 = fig["ch7"]
+    p99, short, sized, replicas = c7["task_p99_s"], c7["short_lock_ttl_s"], c7["lock_ttl_s"], c7["scheduler_replicas"]
+    panels = (
+        _lock_panel(short, p99, replicas,
+                    f"TTL {g(short)} s " + ("(too short)" if short < p99 else "(the short TTL)")),
+        _lock_panel(sized, p99, replicas, f"TTL {g(sized)} s " + ("(sized)" if sized >= p99 else "(also too short)")),
+    )
+    parts = []
+    for pn, ttl in zip(panels, (short, sized), strict=True):
+        if ttl < p99:
+            runs = min(replicas, math.ceil(p99 / ttl - 1e-9))
+            end = (min(runs, 4) - 2) * ttl + p99
+            parts.append(f"{pn.label}: the lock expires at {g(ttl)} s while replica A is still running; "
+                         f"{runs} copies of the task run, overlapping from {g(ttl)} s to {g(end)} s.")
+        else:
+            parts.append(f"{pn.label}: replica A finishes at {g(p99)} s and releases the lock, "
+                         f"{g(ttl - p99)} s before the TTL would have expired; other replicas skip.")
+    x_max = max(max((s.end for ln in pn.lanes for s in ln.spans), default=0) for pn in panels)
+    return Chart("lock_timeline", "timeline", "seconds since the tick", panels=panels,
+                 summary=" ".join(parts), x_min=0, x_max=max(x_max, p99, sized if sized >= p99 else 0),
+                 x_ticks="time", table=timeline_table(panels))
+
+
+CHARTS = {"lock_timeline": lock_timeline}

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import chapters
-from core import numbers, series
+from core import numbers
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 from workers.engines import loadgen
 
@@ -189,6 +189,6 @@ def test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1(api, m
     assert rows and all(r["mmc_wait_s"] < r["approx_wait_s"] for r in rows), rows
     text = page_text(api, 2)
     assert "The dashed exact curve stays far below the approximation all the way to ρ = 1" in text
-    assert series.wait_vs_utilisation(numbers.Inputs(), chapters.derive()).summary in text
+    assert chapters.ch2.wait_vs_utilisation(numbers.Inputs(), chapters.derive()).summary in text
     measured.update(points=len(rows), max_exact_wait_s=max(r["mmc_wait_s"] for r in rows),
                     min_approx_wait_s=min(r["approx_wait_s"] for r in rows))

@@ -10,7 +10,7 @@ import pytest
 
 import chapters
 from app.racing import RACES
-from core import numbers, series
+from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
@@ -40,7 +40,7 @@ def test_try_this_renders_the_lab_model(api):
 def test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry(api, measured):
     """The first-wave chart (a model figure): its caption and summary state the model's N retries in one bucket
     without jitter and the full-jitter band per bucket; the lab's own herd is try 1's test."""
-    chart = series.jitter_first_wave(numbers.Inputs(), chapters.derive())
+    chart = chapters.ch4.jitter_first_wave(numbers.Inputs(), chapters.derive())
     text = page_text(api, 4)
     assert chart.summary in text
     assert f"Each bar is one synchronised wave of all {num(C4['outage_workers'])} retries" in text

@@ -2,8 +2,8 @@
 
 The Jinja source of every chapter is parsed and walked: a `{% macro %}`, an inline `<svg>` or an
 arithmetic operator (`+ - * / // % **`, unary minus) anywhere in it fails, naming file and line.
-Any number a chapter needs is a figure in the numbers model (its chapter home, chapters/chN/), any chart a series
-in core/series.py drawn by templates/_charts.html.
+Any number a chapter needs is a figure in the numbers model (its home, chapters/chN/), any chart a series
+in its chapter home (CHARTS) drawn by templates/_charts.html.
 """
 
 import re

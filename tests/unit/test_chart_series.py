@@ -4,7 +4,7 @@ import pytest
 
 import chapters
 from app import charts
-from core import numbers, series
+from core import numbers
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +14,7 @@ def fig():
 
 @pytest.fixture(scope="module")
 def s(fig):
-    return series.chart_series(numbers.Inputs(), fig)
+    return chapters.chart_series(numbers.Inputs(), fig)
 
 
 def test_every_chart_the_chapters_draw_has_a_series_with_a_text_alternative_and_a_table(s):
@@ -102,7 +102,7 @@ def test_the_short_lock_ttl_lets_two_copies_run_for_15s(s, fig):
                                     {"max_attempts": 1}, {"outage_s": 0}])
 def test_every_chart_lays_out_for_other_inputs(inputs):
     model = numbers.inputs_from_mapping(inputs)
-    for chart in series.chart_series(model, chapters.derive(model)).values():
+    for chart in chapters.chart_series(model, chapters.derive(model)).values():
         d = charts.layout(chart)
         assert d["w"] == charts.WIDTH and d["h"] > 0
 
