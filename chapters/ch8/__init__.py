@@ -1,8 +1,9 @@
 """Chapter 8, Assembling the Pipeline: its home — everything that is this chapter's.
 
-Its prose is chapter.md beside this file; here are its preset(s) (settings, controls, what the widget
-shows), the widget's scenario buttons, its guided steps, shared set-ups, races, lesson claims and the
-names of its add-on. chapters/__init__.py gathers every chapter's tables into the ones the code reads.
+Its prose is chapter.md beside this file; here is the rest of it, whichever it has: its preset(s)
+(settings, controls, what the widget shows), the widget's scenario buttons, its guided steps, shared
+set-ups, races, lesson claims, lab model, numbers-model figures, charts and the key of its add-on.
+chapters/__init__.py gathers every chapter's tables into the ones the code reads.
 """
 
 from __future__ import annotations
