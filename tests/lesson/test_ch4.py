@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import chapters
-from app.racing import RACES
+from chapters import RACES
 from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled

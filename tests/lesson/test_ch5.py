@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import chapters
-from app.racing import RACES
+from chapters import RACES
 from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
 
