@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import chapters
 from app import scenarios
-from core import presets, settings
+from core import settings
 from core.broker import producer
 from core.engines import fairness, loadgen
 from core.events import FAULTS, SAMPLES
@@ -235,8 +236,8 @@ TIER = Field("tier", "choice", "the customer tier", default="free", choices=fair
 SETTINGS = Body("settings.patch_settings", tuple(Field(s.name, setting=s.name) for s in settings.SCHEMA),
                 error="invalid_settings", unknown="unknown setting")
 NEW_LAB = Body("labs.create_lab", (
-    Field("preset", "choice", "the chapter preset the lab starts from", default=presets.DEFAULT_PRESET,
-          choices=tuple(presets.PRESETS), error="invalid_preset"),
+    Field("preset", "choice", "the chapter preset the lab starts from", default=chapters.DEFAULT_PRESET,
+          choices=tuple(chapters.PRESETS), error="invalid_preset"),
     Field("speed", setting="speed", error="invalid_settings"),  # default: the deployment's SPEED
 ))
 BRANCH = Body("labs.create_lab", (
@@ -340,10 +341,10 @@ WEBHOOK = Body("webhooks.register", (
 
 ROOM_CLIENT = r"^[A-Za-z0-9_-]{8,40}$"
 ROOM = Body("rooms.create_room", (
-    Field("scenario", "choice", "start the room from a ready-made scenario", choices=tuple(scenarios.SCENARIOS),
+    Field("scenario", "choice", "start the room from a ready-made scenario", choices=tuple(chapters.SCENARIOS),
           nullable=True, error="invalid_scenario"),
     Field("preset", "choice", "the chapter preset of a fresh room lab (without `scenario` or `lab_id`; "
-          f"default {presets.DEFAULT_PRESET})", choices=tuple(scenarios.room_presets()), error="invalid_preset"),
+          f"default {chapters.DEFAULT_PRESET})", choices=tuple(scenarios.room_presets()), error="invalid_preset"),
     Field("speed", setting="speed", error="invalid_settings"),
     Field("lab_id", "string", "open the room on this lab of yours (send its token as Bearer)", max_length=32,
           error="unknown_lab", status=404, message="no such lab"),

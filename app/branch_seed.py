@@ -16,11 +16,12 @@ from typing import Any
 import redis
 from flask import current_app
 
+import chapters
 from app import limits
 from app.auth import request_token
 from app.errors import ApiError
 from app.store import get_redis, get_rq
-from core import blobs, clock, media, presets, registry, slots, stream
+from core import blobs, clock, media, registry, slots, stream
 from core.broker import producer
 from core.keys import job, key
 
@@ -40,7 +41,7 @@ def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
     meta = r.hgetall(key(lab, "meta"))
     current = registry.settings(r, lab)
     # the lab started from its preset; settings.changed events carry every change since
-    at_settings = presets.settings_for(meta.get("preset") or presets.DEFAULT_PRESET)
+    at_settings = chapters.settings_for(meta.get("preset") or chapters.DEFAULT_PRESET)
     at_settings.update(json.loads(meta["branch_settings"]) if meta.get("branch_settings") else {})
     at_settings["speed"] = current.get("speed", at_settings["speed"])
     jobs: dict[str, dict[str, Any]] = {}
@@ -96,7 +97,7 @@ def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: s
     new_settings = {**m["settings"], **changes}
     if speed is not None:
         new_settings["speed"] = speed
-    preset = r.hget(key(parent, "meta"), "preset") or presets.DEFAULT_PRESET
+    preset = r.hget(key(parent, "meta"), "preset") or chapters.DEFAULT_PRESET
     seed = unfinished(m)
     created = registry.create(r, preset, new_settings["speed"], max_labs, settings=new_settings, t0=m["t"],
                           meta={"branch_of": parent, "branch_at": at_event, "branch_t": m["t"], "hold_until_ready": 1,

@@ -19,8 +19,9 @@ from functools import cache
 import redis
 from flask import Response, jsonify, request
 
+import chapters
 from app.errors import ApiError
-from core import clock, numbers, registry, stream
+from core import clock, registry, stream
 from core.keys import key
 
 MAX_KEY_CHARS = 200
@@ -29,7 +30,7 @@ MAX_KEY_CHARS = 200
 @cache
 def model() -> dict:
     """The model's dedup window and memory cost at the lesson's default inputs."""
-    return numbers.derive()["ch5"]
+    return chapters.derive()["ch5"]
 
 
 def store_down(r: redis.Redis, lab: str, now: float) -> bool:

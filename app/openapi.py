@@ -12,8 +12,8 @@ from typing import Any
 
 from flask import Flask
 
+import chapters
 from app import bodies
-from core import presets
 
 ERROR = {"type": "object", "required": ["error"],
          "properties": {"error": {"type": "string"}, "detail": {}}}
@@ -38,7 +38,7 @@ def _query(name: str, schema: dict, doc: str) -> dict[str, Any]:
 _STREAM_ID = {"type": "string", "pattern": r"^\d+(-\d+)?$"}
 QUERY: dict[str, list[dict[str, Any]]] = {
     "events.get_events": [_query("after", _STREAM_ID, "only events after this id")],
-    "meta.meta": [_query("preset", {"type": "string", "enum": list(presets.PRESETS)},
+    "meta.meta": [_query("preset", {"type": "string", "enum": list(chapters.PRESETS)},
                         "only this preset's scenario buttons and steps")],
     "jobs.get_job": [_query("wait", {"type": "number", "minimum": 0, "maximum": 25}, "long-poll seconds"),
                     _query("include", {"type": "string", "enum": ["history"]}, "add every attempt's internals")],

@@ -18,9 +18,10 @@ from typing import Any
 
 import redis
 
-from core import blobs, clock, presets, slots, stream
+from core import blobs, clock, slots, stream
 from core.events import COUNTERS
 from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
+from core.settings import DEFAULTS
 
 
 class LabFull(Exception):
@@ -35,7 +36,7 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any] | None = None,
+def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any],
            t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
@@ -47,7 +48,7 @@ def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: d
         raise LabFull()
     lab = lab or new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
-    settings = dict(settings) if settings else presets.settings_for(preset)
+    settings = dict(settings)
     settings["speed"] = speed
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key(lab, "meta"), mapping={
@@ -98,8 +99,9 @@ def settings(r: redis.Redis, lab: str) -> dict[str, Any]:
 
 
 def parse_settings(raw: str | None) -> dict[str, Any]:
-    """A lab's settings from their stored form (read in a pipeline with other keys, as a supervisor pass does)."""
-    return json.loads(raw) if raw else presets.settings_for(presets.DEFAULT_PRESET)
+    """A lab's settings from their stored form (read in a pipeline with other keys, as a supervisor pass does);
+    the schema defaults if none are stored."""
+    return json.loads(raw) if raw else dict(DEFAULTS)
 
 
 def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> dict[str, Any]:

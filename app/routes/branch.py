@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, render_template, request
 
-from app import chapters
+import chapters
 from app.auth import lab_access
 from app.branch_seed import info
 from app.store import get_redis

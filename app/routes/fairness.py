@@ -10,6 +10,7 @@ import functools
 
 from flask import Blueprint, jsonify
 
+import chapters
 from app import bodies, limits
 from app.auth import lab_access
 from app.http import json_body, parse
@@ -35,7 +36,7 @@ def get_fairness(lab_id: str):
 @functools.cache
 def _model() -> tuple[numbers.Inputs, dict]:
     inputs = numbers.Inputs()
-    return inputs, numbers.derive(inputs)["ch6"]
+    return inputs, chapters.derive(inputs)["ch6"]
 
 
 def cost(summary: dict) -> dict:

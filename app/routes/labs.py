@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify
 
+import chapters
 from app import bodies, branch_seed, limits
 from app.auth import lab_access, refuse_foreign_origin
 from app.http import json_body, parse
 from app.store import get_redis
-from core import parking, presets, registry, slots
+from core import parking, registry, slots
 
 bp = Blueprint("labs", __name__)
 
@@ -32,9 +33,9 @@ def create_lab():
     cfg = current_app.config["LAB"]
     clean = parse(body, bodies.NEW_LAB, speed=cfg.speed)
     preset = clean["preset"]
-    [lab] = limits.open_labs(r, [registry.processes_of(presets.settings_for(preset))])
+    [lab] = limits.open_labs(r, [registry.processes_of(chapters.settings_for(preset))])
     try:
-        created = registry.create(r, preset, clean["speed"], cfg.max_labs, lab=lab)
+        created = registry.create(r, preset, clean["speed"], cfg.max_labs, chapters.settings_for(preset), lab=lab)
     except registry.LabFull:
         slots.release(r, lab)
         raise limits.labs_full(cfg.max_labs) from None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request
 
-from app import scenarios
+import chapters
 from app.errors import ApiError
-from core import numbers, presets, settings, stream
+from core import numbers, settings, stream
 from core.events import EVENT_TYPES, FAULTS, SAMPLES
 
 bp = Blueprint("meta", __name__)
@@ -21,7 +21,7 @@ def model():
         inputs = numbers.inputs_from_mapping(given)
     except numbers.InputError as e:
         raise ApiError(422, "invalid_inputs", e.errors) from None
-    return jsonify(numbers.to_json(inputs))
+    return jsonify(chapters.to_json(inputs))
 
 
 @bp.get("/api/openapi.json")
@@ -39,13 +39,13 @@ def meta():
 
     ?preset= keeps only that preset's scenario buttons and steps (a chapter's widget shows no other: about a
     third of the answer's bytes, on every chapter page's first load)."""
-    buttons, steps = scenarios.BUTTONS, scenarios.steps_public()
+    buttons, steps = chapters.BUTTONS, chapters.steps_public()
     preset = request.args.get("preset")
     if preset is not None:
-        if preset not in presets.PRESETS:
-            raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(presets.PRESETS)}"})
+        if preset not in chapters.PRESETS:
+            raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(chapters.PRESETS)}"})
         buttons, steps = {preset: buttons.get(preset, [])}, {preset: steps.get(preset, [])}
-    resp = jsonify(settings=settings.schema_json(), presets=presets.PRESETS,
+    resp = jsonify(settings=settings.schema_json(), presets=chapters.PRESETS,
                    events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
                    faults=list(FAULTS), scenario_buttons=buttons, steps=steps,
                    fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},

@@ -12,8 +12,8 @@ from functools import lru_cache
 
 from flask import Blueprint, Flask, abort, current_app, render_template, request
 
-from app import chapters
-from core import lesson, numbers, presets, series
+import chapters
+from core import lesson, numbers
 
 bp = Blueprint("pages", __name__)
 
@@ -35,25 +35,23 @@ def chapter_inputs(ch: chapters.Chapter, inputs: numbers.Inputs) -> list[dict]:
 
 
 @bp.app_context_processor
-def lab_scenarios() -> dict:
-    """Chapter 7's one-click scenarios, for its lab panel's buttons (defined once in core.presets)."""
-    return {"ch7_scenarios": presets.CH7_SCENARIOS}
+def lab_panel() -> dict:
+    """What the chapters' lab-panel templates read (each chapter home's PANEL, e.g. its buttons' settings)."""
+    return {"panel": chapters.PANEL}
 
 
 def lab_facts() -> dict:
     """What the chapter text says about the lab itself: each preset's settings and the lab's bounds."""
     from core.engines import loadgen
 
-    return {"preset": {name: presets.settings_for(name) for name in presets.PRESETS},
-            "max_in_flight": loadgen.MAX_IN_FLIGHT, "ch7_scenarios": presets.CH7_SCENARIOS,
-            "ch7_model": presets.ch7_lab_model(),
-            "ch4_model": presets.ch4_lab_model(), "ch3_model": presets.ch3_lab_model()}
+    return {"preset": {name: chapters.settings_for(name) for name in chapters.PRESETS},
+            "max_in_flight": loadgen.MAX_IN_FLIGHT, **chapters.lab_facts()}
 
 
 @lru_cache(maxsize=1)
 def lesson_figures() -> dict:
     """The numbers model at the lesson's own inputs (computed once per process)."""
-    return numbers.derive(numbers.Inputs())
+    return chapters.derive(numbers.Inputs())
 
 
 def warm(app: Flask) -> None:
@@ -79,7 +77,8 @@ def home():
 def lesson_conformance():
     """The conformance table: lesson claim → chapter section → test → what the lab measured at the last run."""
     results = lesson.load_results()
-    return render_template("lesson.html", rows=lesson.table(results), results=results, summary=lesson.summary())
+    return render_template("lesson.html", rows=lesson.table(chapters.CLAIMS, results), results=results,
+                           summary=lesson.summary(chapters.CLAIMS))
 
 
 @bp.get("/chapters/<int:number>")
@@ -91,9 +90,9 @@ def chapter(number: int, slug: str | None = None):
     inputs, input_errors = model_from_query()
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
-    fig = numbers.derive(inputs)
+    fig = chapters.derive(inputs)
     body = chapters.render_body(ch, current_app.jinja_env, {
-        "fig": fig, "inputs": inputs, "series": series.chart_series(inputs, fig), "lab": lab_facts(),
+        "fig": fig, "inputs": inputs, "series": chapters.chart_series(inputs, fig), "lab": lab_facts(),
         "charts": current_app.jinja_env.get_template("_charts.html").module})
     return render_template(
         "chapter.html",

@@ -26,14 +26,16 @@ from typing import Any
 import redis
 from flask import Blueprint, abort, current_app, jsonify, render_template, request
 
-from app import chapters, limits
+import chapters
+from app import limits
 from app.auth import refuse_foreign_origin
 from app.bodies import Body, Field
 from app.errors import ApiError
 from app.http import json_body, parse
-from app.racing import RACES, for_preset, public
+from app.racing import for_preset, public
 from app.store import get_redis, get_rq
-from core import clock, media, presets, registry, settings, slots, stream
+from chapters import RACES
+from core import clock, media, registry, settings, slots, stream
 from core.broker import producer
 from core.keys import key, queue_name
 from core.registry import _hash as token_hash
@@ -62,7 +64,7 @@ def _lab_settings(race_id: str, variant: dict) -> dict[str, Any]:
     clean, errors = settings.validate({**rc["base"], **variant["settings"]})
     if errors:
         raise ValueError(f"race {race_id}: {errors}")
-    return {**presets.settings_for(rc["preset"]), **clean}
+    return {**chapters.settings_for(rc["preset"]), **clean}
 
 
 def _ready(r: redis.Redis, labs: list[dict]) -> bool:

@@ -19,7 +19,7 @@ from app.auth import lab_access
 from app.errors import ApiError
 from app.store import get_redis
 from core import clock, numbers, registry, stream
-from core.broker.retry import exponential_delay
+from core.backoff import exponential_delay
 from core.keys import key
 
 bp = Blueprint("retries", __name__)

@@ -30,12 +30,13 @@ import redis
 import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
-from app import bodies, chapters, limits, racing, scenarios
+import chapters
+from app import bodies, limits, racing, scenarios
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
 from app.store import get_redis
-from core import presets, registry, slots
+from core import registry, slots
 from core.keys import key
 from core.registry import _hash as token_hash
 
@@ -149,9 +150,9 @@ def chapter_link(room: dict[str, str], **extra: str) -> str:
 
 def room_title(room: dict[str, str]) -> str:
     """The scenario's name if the room started from one, else the chapter preset's."""
-    if room.get("scenario") in scenarios.SCENARIOS:
-        return f"Scenario: {scenarios.SCENARIOS[room['scenario']]['title']}"
-    return presets.PRESETS[room["preset"]]["title"]
+    if room.get("scenario") in chapters.SCENARIOS:
+        return f"Scenario: {chapters.SCENARIOS[room['scenario']]['title']}"
+    return chapters.PRESETS[room["preset"]]["title"]
 
 
 def headline(c: dict[str, int] | None) -> dict[str, int] | None:
@@ -176,14 +177,15 @@ def _keep_alive(r: redis.Redis, code: str) -> None:
 def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[str, Any]:
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
-    [lab] = limits.open_labs(r, [registry.processes_of({**presets.settings_for(preset), **lab_settings})])
+    [lab] = limits.open_labs(r, [registry.processes_of({**chapters.settings_for(preset), **lab_settings})])
     try:
-        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs, lab=lab)
+        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs,
+                                  chapters.settings_for(preset), lab=lab)
     except registry.LabFull:
         slots.release(r, lab)
         raise limits.labs_full(cfg.max_labs) from None
     limits.opened(r, [lab])
-    base = presets.settings_for(preset)
+    base = chapters.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
     if changes:
         created["settings"] = registry.update_settings(r, created["lab_id"], changes)
@@ -194,10 +196,10 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
 def _setup_from(body: dict, scenario: str | None) -> tuple[str, dict[str, Any]]:
     """(preset, settings) of a fresh room lab: the scenario's, else the chapter preset's; `speed` on top."""
     if scenario:
-        preset, lab_settings = scenarios.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
+        preset, lab_settings = chapters.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
     else:
-        preset = body.get("preset", presets.DEFAULT_PRESET)
-        lab_settings = presets.settings_for(preset)
+        preset = body.get("preset", chapters.DEFAULT_PRESET)
+        lab_settings = chapters.settings_for(preset)
     if "speed" in body:
         lab_settings["speed"] = body["speed"]
     return preset, lab_settings
@@ -245,7 +247,7 @@ def create_room():
     else:
         lab = _new_lab(r, *_setup_from(body, scenario))
     preset = lab["preset"]
-    if scenario and (needs := scenarios.SCENARIOS[scenario]["preset"]) != preset:
+    if scenario and (needs := chapters.SCENARIOS[scenario]["preset"]) != preset:
         raise ApiError(422, "invalid_scenario", {"scenario": f"{scenario} runs on {needs}, this lab on {preset}"})
     code, token = new_code(r), secrets.token_urlsafe(24)
     r.hset(rkey(code), mapping={
@@ -373,7 +375,7 @@ def predictions_for(preset: str) -> dict[str, dict[str, Any]]:
     """The chapter's predictions (the scenario buttons' `predict`), by id, each with its scenario's label:
     two scenarios may ask the same question ("How many attempts…?") of different set-ups."""
     return {b["predict"]["id"]: dict(b["predict"], scenario=b["label"])
-            for b in scenarios.BUTTONS.get(preset, []) if b.get("predict")}
+            for b in chapters.BUTTONS.get(preset, []) if b.get("predict")}
 
 
 def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
@@ -527,7 +529,7 @@ def _page(template: str, status: int = 200, **ctx):
 def rooms_page():
     """Start a room (instructor) or join one by code (student)."""
     return _page("rooms.html", room_ttl_hours=ROOM_TTL // 3600,
-                 presets=[(p, presets.PRESETS[p]["title"]) for p in scenarios.room_presets()])
+                 presets=[(p, chapters.PRESETS[p]["title"]) for p in scenarios.room_presets()])
 
 
 @bp.get("/rooms/<code>")
@@ -566,6 +568,6 @@ def join_page(code: str):
 @bp.get("/s/<scenario_id>")
 def scenario_link(scenario_id: str):
     """Short scenario link: `/s/vt-too-short` → the chapter page with every setting in the query string."""
-    if scenario_id not in scenarios.SCENARIOS:
+    if scenario_id not in chapters.SCENARIOS:
         abort(404)
     return redirect(scenarios.url_for(scenario_id))

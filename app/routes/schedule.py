@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from flask import Blueprint, jsonify
 
+import chapters
 from app import bodies
 from app.auth import lab_access
 from app.errors import ApiError
@@ -109,7 +110,7 @@ def shard_report(settings: dict) -> dict[str, Any]:
 
 
 def model(settings: dict) -> dict[str, Any]:
-    """The numbers model's chapter-7 figures for this lab's settings (core.numbers is the one source)."""
+    """The numbers model's chapter-7 figures for this lab's settings (chapters.derive is the one source)."""
     try:
         inputs = numbers.Inputs(
             scheduler_replicas=max(1, int(settings["scheduler_replicas"])),
@@ -119,7 +120,7 @@ def model(settings: dict) -> dict[str, Any]:
             users=int(settings["cron_users"]), shard_buckets=int(settings["shard_buckets"]))
     except numbers.InputError:
         inputs = numbers.Inputs()
-    c7 = numbers.derive(inputs)["ch7"]
+    c7 = chapters.derive(inputs)["ch7"]
     keys = ("no_lock_runs_per_tick", "no_lock_emails_per_user", "lock_margin_s", "lock_margin_after_skew_s",
             "lock_ttl_over_p99_x", "leader_failover_max_s", "missed_tick_after_s", "users_per_bucket")
     return {k: c7[k] for k in keys}

@@ -12,6 +12,7 @@ import random
 import redis
 
 from core import stream
+from core.backoff import exponential_delay, full_jitter_delay
 from core.broker import handoff, leases
 from core.broker.state import script
 from core.keys import key
@@ -30,16 +31,6 @@ class StorageDown(Exception):
     def __init__(self, message: str, at: float | None = None):
         super().__init__(message)
         self.at = at
-
-
-def exponential_delay(n: int, base: float, cap: float) -> float:
-    """base·2^(n−1), capped: attempt 1 failed → base, 2 → 2·base, …"""
-    return min(cap, base * 2 ** (n - 1))
-
-
-def full_jitter_delay(n: int, base: float, cap: float, rng: random.Random) -> float:
-    """Uniform in [0, exponential_delay(n)] (AWS's 'full jitter')."""
-    return rng.uniform(0, exponential_delay(n, base, cap))
 
 
 def jitter_rng(seed: int, job_id: str, attempt: int) -> random.Random:

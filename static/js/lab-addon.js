@@ -1,4 +1,4 @@
-// Shared by the chapter add-on panels (templates/_lab_<preset>.html + static/js/lab-<name>.js).
+// Shared by the chapter add-on panels (templates/_lab_<addon>.html + static/js/lab-<addon>.js, named by the chapter home's ADDON).
 //
 // An add-on never opens a lab of its own: it rides on the live widget's lab, so the page drives one
 // real pipeline and the add-on's readouts describe the same jobs the widget shows. The widget fires

@@ -54,7 +54,7 @@ def test_ch5_guards_send_one_email_and_a_keyed_client_makes_one_job(ch5: Page, s
 def test_an_add_on_that_loads_after_the_lab_opened_still_starts(page: Page, stack, api):
     """A slow script fetch must not leave the add-on waiting for a `lab:ready` that has passed."""
     held = []
-    page.route(re.compile(r"/js/lab-ch5[^/]*\.js"), lambda route: held.append(route))
+    page.route(re.compile(r"/js/lab-idempotency[^/]*\.js"), lambda route: held.append(route))
     page.goto(f"{stack.url}/chapters/5?speed=200", wait_until="commit")  # "load" would wait for the held script
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
     assert held, "the add-on's script was not requested"

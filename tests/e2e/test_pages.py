@@ -5,7 +5,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from core import numbers
+import chapters
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def test_home_lists_chapters_and_opens_one(page, stack, shot):
 
 def test_changing_an_input_on_a_chapter_page_recomputes_its_figures(page, stack, shot):
     page.goto(stack.url + "/chapters/2")
-    default = numbers.derive()["ch2"]["workers_at_target"]
+    default = chapters.derive()["ch2"]["workers_at_target"]
     headline = page.locator(".prose strong", has_text=re.compile(r"^[\d,]+ workers$")).first
     expect(headline).to_have_text(f"{default:,} workers")
     field = page.locator("input[name=arrival_rate]")

@@ -13,9 +13,9 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app import scenarios
+import chapters
 from app.routes.rooms import ALPHABET, CODE_LENGTH, pretty
-from core.presets import settings_for
+from chapters import settings_for
 from tests.conftest import ARTIFACTS
 from tests.helpers import unfold
 
@@ -183,7 +183,7 @@ def test_a_scenario_link_applies_every_setting_and_runs(page: Page, stack, api, 
     lab = saved_lab(page, "ch4")
     api.created.append({"lab_id": lab["id"], "token": lab["token"]})
     got = api.call("GET", f"/api/labs/{lab['id']}", token=lab["token"]).json()["settings"]
-    want = scenarios.SCENARIOS["poison-pill"]["settings"]
+    want = chapters.SCENARIOS["poison-pill"]["settings"]
     assert {k: got[k] for k in want} == want
     changed = [e for e in api.events({"lab_id": lab["id"], "token": lab["token"]}) if e["type"] == "settings.changed"]
     page.reload()  # the same link reloaded resumes the lab and does not send the settings again
@@ -193,8 +193,8 @@ def test_a_scenario_link_applies_every_setting_and_runs(page: Page, stack, api, 
     again = [e for e in api.events({"lab_id": lab["id"], "token": lab["token"]}) if e["type"] == "settings.changed"]
     assert again == changed
     # the set-up link names every setting that differs from the chapter's preset, and none that the preset
-    # already has (read from app/scenarios.py and core/presets.py, so a retuned preset keeps this honest)
-    preset = settings_for(scenarios.SCENARIOS["poison-pill"]["preset"])
+    # already has (read from the chapter homes, chapters/chN/, so a retuned preset keeps this honest)
+    preset = settings_for(chapters.SCENARIOS["poison-pill"]["preset"])
     differs = {k: _url_value(v) for k, v in want.items() if preset[k] != v}
     same = [k for k in want if preset[k] == want[k]]
     assert differs, "the scenario should change at least one of its preset's settings"

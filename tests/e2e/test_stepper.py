@@ -10,8 +10,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from app import scenarios
-from core import presets
+import chapters
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, page_lab
 
@@ -83,7 +82,7 @@ def jobs_of_step(events: list[dict], before: int) -> list[dict]:
 
 def test_chapter_1_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(page: Page, lab, api):
     ids = lab("/chapters/1")
-    total = len(scenarios.STEPS["ch1"])
+    total = len(chapters.STEPS["ch1"])
     seen = 0
 
     def step_events() -> tuple[list[dict], str]:
@@ -152,12 +151,12 @@ def test_every_chapter_asks_before_it_tells(page: Page, lab, number):
     """The stepper asks its first question on the lab's first screen, and no step's answer is visible."""
     lab(f"/chapters/{number}")
     preset = page.locator("#lab-widget").get_attribute("data-preset")
-    first = scenarios.steps_public()[preset][0]
+    first = chapters.steps_public()[preset][0]
     expect(page.get_by_test_id("stepper-form")).to_contain_text(first["predict"]["question"])
     expect(page.get_by_test_id("stepper-says")).to_be_hidden()
     page.get_by_test_id("stepper").screenshot(path=str(ARTIFACTS / f"stepper-ch{number}.png"))
     visible = page.locator("body").inner_text()
-    for step in scenarios.steps_public()[preset]:
+    for step in chapters.steps_public()[preset]:
         assert step["claim_text"] not in visible
     # the answers the steps ask for are folded until asked for, and they are on the page (folded)
     assert not re.search(ANSWERS[number], visible), f"chapter {number} tells an answer before its verdict"
@@ -204,7 +203,7 @@ def attempts_of_dead_letter(evs: list[dict]) -> int:
 
 def test_chapter_4_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(page: Page, lab, api):
     ids = lab("/chapters/4")
-    total = len(scenarios.STEPS["ch4"])
+    total = len(chapters.STEPS["ch4"])
     seen = [len(api.events(ids))]
 
     def peak(evs: list[dict]) -> int:
@@ -257,7 +256,7 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
     expect(page.get_by_test_id("ch7-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
     for rid in ("r1", "r2", "r3", "r4"):  # every replica up, as the lesson's counts assume
         expect(page.get_by_test_id(f"ch7-replica-{rid}")).to_have_attribute("data-state", "running", timeout=LONG)
-    total = len(scenarios.STEPS["ch7"])
+    total = len(chapters.STEPS["ch7"])
     seen = [len(api.events(ids))]
 
     def runs_per_tick(evs: list[dict]) -> set[int]:
@@ -265,7 +264,7 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
         ticks = sorted({e["data"]["tick"] for e in evs if "tick" in e.get("data", {})})
         return {sum(1 for e in evs if e["type"] == "cron.run_started" and e["data"]["tick"] == k) for k in ticks[1:-1]}
 
-    model = presets.ch7_lab_model()
+    model = chapters.ch7.lab_model()
     for n, guess, expected in ((1, "4", model["no_lock_runs_per_tick"]),
                                (2, "1", model["short_ttl_max_concurrent_runs"]), (3, "2", 1)):
         if n > 1:
@@ -304,7 +303,7 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
 
 def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab, api):
     ids = lab("/chapters/5")
-    total = len(scenarios.STEPS["ch5"])
+    total = len(chapters.STEPS["ch5"])
     sent = [api.snapshot(ids)["counts"].get("emails_sent", 0)]
 
     def moved() -> int:

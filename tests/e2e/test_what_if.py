@@ -11,7 +11,7 @@ import json
 import pytest
 from playwright.sync_api import Browser, Page
 
-from app import chapters
+import chapters
 from core.procs import wait
 
 pytestmark = pytest.mark.e2e

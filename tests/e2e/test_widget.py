@@ -266,7 +266,7 @@ def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, ap
         after = all_readouts(page)
         assert after == before
         c = snap["counts"]
-        # the readouts chapter 1 shows (its DLQ comes in chapter 4: core/presets.py shows)
+        # the readouts chapter 1 shows (its DLQ comes in chapter 4: its home's `shows`)
         count_of = {"redelivered": "redelivered", "duplicates": "duplicates_blocked", "lost": "lost", "done": "done",
                     "queued": "queued", "dlq": "dlq"}
         shown = [k for k in count_of if f"readout-{k}" in after]

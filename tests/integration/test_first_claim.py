@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from core import presets
+import chapters
 from tests.lesson.helpers import of_type, wait_event
 from tests.lesson.races import claim_lags, cpu_hogs
 
 pytestmark = pytest.mark.integration
 
 SPEED = 100  # the figure; at 100× a real second of hand-off would be 100 simulated seconds
-CHAPTERS = [p for p in (f"ch{n}" for n in range(9)) if presets.settings_for(p)["workers"] > 0]
+CHAPTERS = [p for p in (f"ch{n}" for n in range(9)) if chapters.settings_for(p)["workers"] > 0]
 
 
 def idle_workers(snap: dict, n: int) -> bool:
@@ -24,7 +24,7 @@ def idle_workers(snap: dict, n: int) -> bool:
 @pytest.mark.parametrize("hogs", [0, 2], ids=["quiet", "two-cpu-hogs"])
 @pytest.mark.parametrize("preset", CHAPTERS)
 def test_a_job_sent_to_an_idle_worker_is_claimed_the_instant_it_was_enqueued(api, preset, hogs):
-    n = presets.settings_for(preset)["workers"]
+    n = chapters.settings_for(preset)["workers"]
     lab = api.lab(preset, speed=SPEED)
     api.workers_ready(lab, n)
     api.wait_for(lab, lambda s: idle_workers(s, n), what=f"{n} idle workers")

@@ -12,7 +12,8 @@ import threading
 import pytest
 import redis
 
-from core import clock, presets
+import chapters
+from core import clock
 from core.broker import handoff, leases, reaper
 from core.keys import attempts, job, key, msg, queue_name
 from tests.helpers import requests_sent, round_trips
@@ -172,7 +173,7 @@ def test_a_receive_takes_its_hand_off_note_away_and_answers_with_the_record_it_l
     rl.hset(msg(LAB, "1"), mapping={"state": "pending", "receives": 0})
     rl.hset(key(LAB, "states"), "queued", 1)
     rl.zadd(key(LAB, "handoffs"), {note: 1.0, handoff.note_of("2", 1, f"{LAB}-2-1-8"): 1.0})
-    settings = {**presets.settings_for("ch1"), "guard": "claim"}
+    settings = {**chapters.settings_for("ch1"), "guard": "claim"}
     try:
         if arrives == "again":
             assert leases.receive(rl, LAB, "1", 1, "w1", 5.0, settings, 1)[0] == leases.RUN

@@ -18,6 +18,7 @@ import redis
 import websocket
 from playwright.sync_api import expect
 
+import chapters
 from core import blobs, hosts, media
 from core.keys import owner
 from core.procs import wait
@@ -227,8 +228,8 @@ def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis
 
     r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
     r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
-    busy = lab_registry.create(r, "ch0", 20, max_labs=10)["lab_id"]  # ch0: 1 worker
-    lab = lab_registry.create(r, "ch2", 20, max_labs=10)["lab_id"]
+    busy = lab_registry.create(r, "ch0", 20, 10, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, 10, chapters.settings_for("ch2"))["lab_id"]
     settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
     r.hset(key(lab, "states"), "queued", 500)
     assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1

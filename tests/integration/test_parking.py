@@ -17,7 +17,8 @@ import pytest
 import redis
 import websocket
 
-from core import clock, parking, presets, slots
+import chapters
+from core import clock, parking, slots
 from core.keys import LABS, PARKED, key
 from core.procs import wait
 from runtime.harness.stack import Stack
@@ -259,7 +260,7 @@ def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was
     r.flushdb()
     lab = "tparkrace"
     r.sadd(LABS, lab)
-    r.set(key(lab, "settings"), json.dumps(presets.settings_for("ch1")))
+    r.set(key(lab, "settings"), json.dumps(chapters.settings_for("ch1")))
     r.hset(key(lab, "meta"), "client", "127.0.0.1")
     clock.start(r, lab, speed=20)
     if paused_by_learner:

@@ -18,7 +18,8 @@ import uuid
 import pytest
 import redis
 
-from core import clock, presets
+import chapters
+from core import clock
 from core.broker import handoff
 from core.config import MAINTAIN_S, Config
 from core.keys import job, key, msg, queue_name
@@ -55,7 +56,7 @@ def busy(r, redis_server, tmp_path, monkeypatch):
     """A chapter 1 lab with its clock at 20× and job 1 running under a lease, as a busy lab is between two
     events (no worker processes: `workers` 0, so the pass starts none); its supervisor, not running its loop."""
     lab = f"tpass{uuid.uuid4().hex[:8]}"
-    r.set(key(lab, "settings"), json.dumps({**presets.settings_for("ch1"), "workers": 0}))
+    r.set(key(lab, "settings"), json.dumps({**chapters.settings_for("ch1"), "workers": 0}))
     sup = Supervisor(Config(redis_url=redis_server.url, pool_host_id=f"t-{lab}", var_dir=tmp_path))
     pool = sup.pools[lab] = LabPool(lab)
     sup.rq.ping()  # its connection's handshake, made once per process, is not a pass's

@@ -12,9 +12,9 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import segno
 
-from app import scenarios
+import chapters
 from app.routes.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
-from core import presets, registry
+from core import registry
 
 pytestmark = pytest.mark.integration
 
@@ -141,9 +141,9 @@ def test_a_student_lab_that_expires_shows_as_expired_not_an_error(api):
 
 
 def test_every_scenario_link_carries_every_setting_and_a_room_can_start_from_it(api):
-    assert {"vt-too-short", "retry-storm", "poison-pill"} <= set(scenarios.SCENARIOS)
+    assert {"vt-too-short", "retry-storm", "poison-pill"} <= set(chapters.SCENARIOS)
     listed = {s["id"]: s for s in api.call("GET", "/api/scenarios").json()["scenarios"]}
-    for sid, sc in scenarios.SCENARIOS.items():
+    for sid, sc in chapters.SCENARIOS.items():
         res = api.call("GET", f"/s/{sid}")  # urllib follows the redirect; the final URL is the chapter page
         assert res.status == 200
         query = dict(parse_qsl(urlsplit(listed[sid]["url"]).query))
@@ -159,7 +159,7 @@ def test_every_scenario_link_carries_every_setting_and_a_room_can_start_from_it(
         assert follow(api, room)["chapter_url"].endswith(f"?room={room['code']}&scenario={sid}")
         snap = api.call("GET", f"/api/labs/{room['lab']['lab_id']}", token=room["lab"]["token"]).json()
         assert snap["preset"] == sc["preset"]
-        assert snap["settings"] == {**presets.settings_for(sc["preset"]), **sc["settings"], "speed": 200}
+        assert snap["settings"] == {**chapters.settings_for(sc["preset"]), **sc["settings"], "speed": 200}
     assert api.call("GET", "/s/no-such-thing").status == 404
 
 

@@ -8,6 +8,7 @@ import time
 
 import redis
 
+import chapters
 from app import create_app, longpoll
 from core import registry
 from core.config import Config
@@ -157,7 +158,7 @@ def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
 def test_the_process_wide_cap_answers_503(redis_server):
     app = create_app(Config(redis_url=redis_server.url, long_poll_max=2, long_poll_per_lab=10, testing=True))
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    lab = registry.create(r, "ch3", 20, max_labs=1000)
+    lab = registry.create(r, "ch3", 20, 1000, chapters.settings_for("ch3"))
     registry.update_settings(r, lab["lab_id"], {"workers": 0})  # a running supervisor must not move the job
     auth = {"Authorization": f"Bearer {lab['token']}"}
     try:

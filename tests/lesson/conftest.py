@@ -1,7 +1,7 @@
 """The lesson conformance suite's recorder: each test's outcome and what the lab measured, per claim.
 
 A test asks for `measured` (a dict) and fills in the numbers it observed; after the run the results are
-merged into test-artifacts/lesson.json under the ids of the claims (core.lesson.CLAIMS) its test proves,
+merged into test-artifacts/lesson.json under the ids of the claims (chapters.CLAIMS) its test proves,
 so the `/lesson` page shows, for every claim, the last time it was run and what the lab did. A
 parametrized test records one entry per parameter (keyed by the parameter's id) under its one claim. A
 `model` claim's figures come from the numbers model, not the lab: they are kept as "model", never as
@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import chapters
 from core import lesson
 
 _RUN: dict[str, dict] = {}
@@ -37,7 +38,7 @@ def measured(request) -> dict:
     values: dict = {}
     _RUN.setdefault(request.node.nodeid, {})["measured"] = values
     yield values
-    claims = lesson.by_test().get(claim_nodeid(request.node), [])
+    claims = lesson.by_test(chapters.CLAIMS).get(claim_nodeid(request.node), [])
     rep = _RUN[request.node.nodeid]
     if rep.get("outcome") == "passed" and any(c.status == "tested" for c in claims):
         assert values, f"{request.node.nodeid} passed but recorded no measured value for /lesson"
@@ -63,7 +64,7 @@ def merged(runs: list[dict]) -> dict:
 
 
 def pytest_sessionfinish(session):
-    claims = lesson.by_test()
+    claims = lesson.by_test(chapters.CLAIMS)
     by_claim: dict[str, list[dict]] = {}
     for r in _RUN.values():
         if r.get("claim") in claims and "outcome" in r:

@@ -6,6 +6,8 @@ import html
 import re
 import time
 
+import chapters
+
 
 def events_of(api, lab: dict, type_: str) -> list[dict]:
     return [e for e in api.events(lab) if e["type"] == type_]
@@ -72,8 +74,7 @@ def job(api, lab: dict, job_id: str) -> dict:
 
 def button(preset: str, button_id: str) -> dict:
     """A widget scenario button, as the widget reads it from /api/meta (app.scenarios.BUTTONS)."""
-    from app import scenarios
-    return next(b for b in scenarios.BUTTONS[preset] if b["id"] == button_id)
+    return next(b for b in chapters.BUTTONS[preset] if b["id"] == button_id)
 
 
 def press(api, lab: dict, preset: str, button_id: str, **extra_settings) -> list[str]:

@@ -1,4 +1,4 @@
-"""Running a race (app/racing.py) through its public API, as its page does, and reading what each lane did.
+"""Running a race (RACES in a chapter home) through its public API, as its page does, and reading what each lane did.
 
 Also the loaded box the honest clock is judged on: `cpu_hogs` runs busy-loop processes beside the lab.
 """

@@ -1,7 +1,7 @@
 """Chapter 0, The Hand-off, against the running lab: inline on the lab clock ends in the gateway's 504,
 enqueue answers 202 at once and the job carries on in a worker.
 
-Every number asserted is read from the numbers model (`core.numbers.derive()["ch0"]`, what the page
+Every number asserted is read from the numbers model (`chapters.derive()["ch0"]`, what the page
 renders) or the ch0 preset. Nothing here depends on issue 18.
 """
 
@@ -11,15 +11,16 @@ import time
 
 import pytest
 
-from core import numbers, presets, settings
+import chapters
+from core import settings
 from tests.helpers import sim_time_passes
 from tests.lesson.helpers import events_of, num, page_text, wait_event
 from tests.lesson.races import cpu_hogs
 
 pytestmark = pytest.mark.lesson
 
-C0 = numbers.derive()["ch0"]
-PRESET = presets.settings_for("ch0")
+C0 = chapters.derive()["ch0"]
+PRESET = chapters.settings_for("ch0")
 # A worker runs real ffmpeg (about a second of real time) paced to the job's 600 simulated s: at 200× that
 # is 3 real s, well inside the 1,200 s VT, so the job is not redelivered while the clock outruns ffmpeg.
 JOB_SPEED = 200
@@ -112,7 +113,7 @@ def test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_t
 
 
 def test_check2_request_slots_are_littles_law(api, measured):
-    tx = next(j for j in numbers.derive()["ch2"]["job_mix"] if j["job_type"] == "transcode")
+    tx = next(j for j in chapters.derive()["ch2"]["job_mix"] if j["job_type"] == "transcode")
     slots = tx["rate_per_s"] * C0["inline_transcode_s"]
     assert f"{num(slots)} request slots" in page_text(api, 0)
     measured.update(request_slots=slots)

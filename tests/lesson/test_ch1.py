@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import scenarios
-from app.racing import RACES
-from core import numbers, presets
+import chapters
+from chapters import RACES
 from tests.lesson import races
 from tests.lesson.helpers import (
     busy_worker,
@@ -28,8 +27,8 @@ from tests.lesson.helpers import (
 
 pytestmark = pytest.mark.lesson
 
-C1 = numbers.derive()["ch1"]
-PRESET = presets.settings_for("ch1")
+C1 = chapters.derive()["ch1"]
+PRESET = chapters.settings_for("ch1")
 SPEED = 200
 TOL = 0.4 * SPEED  # 0.4 real s of hand-off slack, in simulated seconds
 SHORT = button("ch1", "vt-too-short")["settings"]  # "VT too short": lease 300 s, job 600 s
@@ -198,7 +197,7 @@ def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_heal
                     job_s=hb["job_duration"])
 
 
-# --- the lease race (app/racing.py "lease"): the same job in three lanes that differ only in the lease ---
+# --- the lease race (chapters/ch1/ RACES "lease"): the same job in three lanes that differ only in the lease ---
 
 RACE_SPEED = 100  # the issue's figure: every lane's first claim and redelivery within 1 simulated second
 
@@ -246,7 +245,7 @@ def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(
 
 def test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900(api, measured):
     """The shared scenario link /s/vt-too-short (app.scenarios), set up through the API as its banner does."""
-    sc = scenarios.SCENARIOS["vt-too-short"]
+    sc = chapters.SCENARIOS["vt-too-short"]
     vt, dur = sc["settings"]["vt_seconds"], sc["enqueue"]["duration_s"]
     lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
     api.workers_ready(lab, sc["settings"]["workers"])

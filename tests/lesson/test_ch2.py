@@ -10,14 +10,15 @@ import time
 
 import pytest
 
-from core import numbers, presets, series
+import chapters
+from core import numbers
 from core.engines import loadgen
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 
 pytestmark = pytest.mark.lesson
 
-C2 = numbers.derive()["ch2"]
-PRESET = presets.settings_for("ch2")
+C2 = chapters.derive()["ch2"]
+PRESET = chapters.settings_for("ch2")
 
 
 def lg(api, lab, **body) -> dict:
@@ -47,7 +48,7 @@ WAIT_SPEED = 200
 
 @pytest.mark.timeout(900)  # a steady-state run of the load generator, then its drain, each up to 300 s
 def test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximation(api, measured):
-    c = numbers.SMALL_POOL_WORKERS  # "the {{ small_c }}-worker row of the pooling table"
+    c = chapters.ch2.SMALL_POOL_WORKERS  # "the {{ small_c }}-worker row of the pooling table"
     assert PRESET["workers"] == c
     rho = numbers.Inputs().target_utilisation
     row = next(r for r in C2["pooling_table"] if r["workers"] == c)
@@ -143,7 +144,7 @@ def test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers(api,
 
 
 def test_check1_doubling_traffic_doubles_in_flight_and_workers(api, measured):
-    doubled = numbers.derive(numbers.Inputs(arrival_rate=2 * C2["arrival_rate"]))["ch2"]
+    doubled = chapters.derive(numbers.Inputs(arrival_rate=2 * C2["arrival_rate"]))["ch2"]
     assert doubled["in_flight_jobs"] == pytest.approx(2 * C2["in_flight_jobs"])
     assert doubled["workers_at_target"] == 2 * C2["workers_at_target"]
     assert f"so about {num(doubled['workers_at_target'])} workers" in page_text(api, 2)
@@ -188,6 +189,6 @@ def test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1(api, m
     assert rows and all(r["mmc_wait_s"] < r["approx_wait_s"] for r in rows), rows
     text = page_text(api, 2)
     assert "The dashed exact curve stays far below the approximation all the way to ρ = 1" in text
-    assert series.wait_vs_utilisation(numbers.Inputs(), numbers.derive()).summary in text
+    assert chapters.ch2.wait_vs_utilisation(numbers.Inputs(), chapters.derive()).summary in text
     measured.update(points=len(rows), max_exact_wait_s=max(r["mmc_wait_s"] for r in rows),
                     min_approx_wait_s=min(r["approx_wait_s"] for r in rows))

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from core import numbers, presets
+import chapters
 from tests.lesson.helpers import busy_worker, enqueue, kill, num, of_type, page_text, settled, wait_event
 
 pytestmark = pytest.mark.lesson
@@ -49,9 +49,9 @@ def test_try1_a_long_poll_returns_when_the_job_changes(api, measured):
     measured.update(status=held.status, state=held.json()["state"])
 
 
-C3 = numbers.derive()["ch3"]
-C1 = numbers.derive()["ch1"]
-PRESET = presets.settings_for("ch3")
+C3 = chapters.derive()["ch3"]
+C1 = chapters.derive()["ch1"]
+PRESET = chapters.settings_for("ch3")
 SPEED = 200
 TOL = 0.4 * SPEED
 
@@ -72,11 +72,11 @@ def test_try4_check4_a_late_delivery_of_a_finished_job_is_refused(api, measured)
 
 
 def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api, measured):
-    model = presets.ch3_lab_model()
+    model = chapters.ch3.lab_model()
     vt = model["short_vt_s"]  # "set the VT to 200 s, below the job's duration"
     assert vt < PRESET["job_duration"] and model["short_vt_copies"] == 1
     # the step's controls are in chapter 3's widget, and the VT the page names is the one set here
-    assert {"vt_seconds", "heartbeat"} <= set(presets.PRESETS["ch3"]["controls"])
+    assert {"vt_seconds", "heartbeat"} <= set(chapters.PRESETS["ch3"]["controls"])
     text = page_text(api, 3)
     assert f"Set the VT to {num(vt)} s" in text and f"duplicates blocked {model['short_vt_copies']}" in text
     lab = api.lab("ch3", speed=SPEED, vt_seconds=vt, heartbeat=False)
@@ -122,7 +122,7 @@ def test_check1_halving_the_poll_interval_doubles_requests_and_halves_the_delay(
 
 # --- try this 1–3: the watch panel's five watchers, on the endpoints the panel calls --------------------
 
-LM3 = presets.ch3_lab_model()
+LM3 = chapters.ch3.lab_model()
 FINAL = {"done", "failed", "dead", "lost"}
 PANEL_SPEED = 50  # a 300 s job takes seconds of real time: enough polls per job for W/P to mean something
 POLL_P = 1.0  # real seconds between a poll's answer and the next poll, as the panel's fetch loops wait

@@ -1,5 +1,5 @@
 """Chapter 4, Retries & Backoff, on the running lab: the storage herd without and with jitter, the failing
-poison pill per policy and the crashing pill. Every asserted number comes from `presets.ch4_lab_model()` —
+poison pill per policy and the crashing pill. Every asserted number comes from `chapters.ch4.lab_model()` —
 the ch4 preset's settings through the numbers model's formulas — which is what the page's "Try this" renders.
 Times are the lab's simulated event times; tolerances are real hand-off slack times the clock speed.
 """
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from app import scenarios
-from app.racing import RACES
-from core import numbers, presets, series
+import chapters
+from chapters import RACES
+from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
 pytestmark = pytest.mark.lesson
 
-C4 = numbers.derive()["ch4"]
-LM = presets.ch4_lab_model()
-PRESET = presets.settings_for("ch4")
+C4 = chapters.derive()["ch4"]
+LM = chapters.ch4.lab_model()
+PRESET = chapters.settings_for("ch4")
 
 
 def test_lesson_note_poison_backoff_is_on_the_page(api, measured):
@@ -40,7 +40,7 @@ def test_try_this_renders_the_lab_model(api):
 def test_caption_the_first_retry_wave_without_jitter_is_one_bucket_of_every_retry(api, measured):
     """The first-wave chart (a model figure): its caption and summary state the model's N retries in one bucket
     without jitter and the full-jitter band per bucket; the lab's own herd is try 1's test."""
-    chart = series.jitter_first_wave(numbers.Inputs(), numbers.derive())
+    chart = chapters.ch4.jitter_first_wave(numbers.Inputs(), chapters.derive())
     text = page_text(api, 4)
     assert chart.summary in text
     assert f"Each bar is one synchronised wave of all {num(C4['outage_workers'])} retries" in text
@@ -266,7 +266,7 @@ def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(
                     pill_replay_attempts=len(of_type(again, "job.claimed")), dlq_after=len(dead_letters(api, lab)))
 
 
-# --- the jitter and retry-policy races (app/racing.py): one outage under the same six jobs, per policy ---
+# --- the jitter and retry-policy races (RACES in chapters/ch4/): one outage under the same six jobs, per policy ---
 
 RACE_SPEED = 100
 
@@ -307,7 +307,7 @@ def test_race_retry_policies_without_retries_the_outage_dead_letters_every_job_w
 
 def scenario_lab(api, scenario_id: str) -> dict:
     """A lab set up as the shared scenario link does (its preset and settings), its fault on, its jobs sent."""
-    sc = scenarios.SCENARIOS[scenario_id]
+    sc = chapters.SCENARIOS[scenario_id]
     lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])
     api.workers_ready(lab, sc["settings"]["workers"])
     fault(api, lab, **sc["fault"])
@@ -317,7 +317,7 @@ def scenario_lab(api, scenario_id: str) -> dict:
 
 
 def test_scenario_retry_storm_every_call_fails_together_and_comes_back_together(api, measured):
-    sc = scenarios.SCENARIOS["retry-storm"]
+    sc = chapters.SCENARIOS["retry-storm"]
     s = sc["settings"]
     lab = scenario_lab(api, "retry-storm")
     api.wait_for(lab, lambda snap: snap["counts"]["done"] == sc["count"], timeout=240)
@@ -331,7 +331,7 @@ def test_scenario_retry_storm_every_call_fails_together_and_comes_back_together(
 
 
 def test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_letters(api, measured):
-    s = scenarios.SCENARIOS["poison-pill"]["settings"]
+    s = chapters.SCENARIOS["poison-pill"]["settings"]
     lab = scenario_lab(api, "poison-pill")
     api.wait_for(lab, lambda snap: snap["counts"]["dlq"] == 1 and settled(snap), timeout=120)
     ev = api.events(lab)

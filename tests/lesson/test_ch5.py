@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.racing import RACES
-from core import numbers, presets
+import chapters
+from chapters import RACES
 from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
-C5 = numbers.derive()["ch5"]
-PRESET = presets.settings_for("ch5")
+C5 = chapters.derive()["ch5"]
+PRESET = chapters.settings_for("ch5")
 SPEED = 200
 
 
@@ -102,7 +102,7 @@ def test_check3_doubling_the_vt_recomputes_the_dedup_window(api, measured):
     measured.update(window_s=d2["window_s"], keys=d2["key_count"], key_mb=d2["key_mb"])
 
 
-# --- the guard race (app/racing.py "guard"): one job, one lease too short, the claim guard off vs on ---
+# --- the guard race (chapters/ch5/ RACES "guard"): one job, one lease too short, the claim guard off vs on ---
 
 RACE_SPEED = 100
 

@@ -11,13 +11,14 @@ import statistics
 
 import pytest
 
-from core import numbers, presets
+import chapters
+from core import numbers
 from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, run_with_summary, tier_waits
 
 pytestmark = pytest.mark.lesson
 
 AGING_S = numbers.Inputs().aging_threshold_s  # the lesson's 300 s, the page's figure
-PRESET = presets.settings_for("ch6")
+PRESET = chapters.settings_for("ch6")
 
 
 def test_the_preset_ages_at_the_lessons_threshold():

@@ -1,7 +1,7 @@
 """Chapter 7, Scheduled & Recurring Work, on real scheduler replicas: the lesson's lock-TTL bug at the
-preset's own defaults, and its fixes, each one click (the panel's scenario buttons, core.presets.CH7_SCENARIOS).
+preset's own defaults, and its fixes, each one click (the panel's scenario buttons, core.chapters.ch7.CRON_STRATEGIES).
 
-Expected numbers come from `core.presets.ch7_lab_model()` — the numbers model fed with the ch7 preset and
+Expected numbers come from `core.chapters.ch7.lab_model()` — the numbers model fed with the ch7 preset and
 the buttons' TTLs — which is what the chapter's "Try this" text renders. Nothing here depends on issue 18.
 The clock runs at 60×: a replica's loop lag of 0.1 real s is 6 simulated s, the margin between the
 late replica (36 s) and the TTL (30 s) and the run's end (45 s); faster, a busy shared machine blurs it.
@@ -13,16 +13,17 @@ import time
 
 import pytest
 
-from core import numbers, presets
+import chapters
+from core import numbers
 from tests.helpers import control, sched, wait_sched
 from tests.lesson.helpers import events_of, num, page_text
 
 pytestmark = pytest.mark.lesson
 
 SPEED = 60
-LM = presets.ch7_lab_model()
-PRESET = presets.settings_for("ch7")
-SCENARIOS = presets.CH7_SCENARIOS
+LM = chapters.ch7.lab_model()
+PRESET = chapters.settings_for("ch7")
+SCENARIOS = chapters.ch7.CRON_STRATEGIES
 TICKS = 3
 
 
@@ -41,7 +42,7 @@ def ch7_lab(api, **settings) -> dict:
 
 
 def press(api, lab, scenario: str) -> None:
-    """One click on a scenario button: its settings, then the count restarts (what lab-ch7.js does)."""
+    """One click on a scenario button: its settings, then the count restarts (what lab-schedule.js does)."""
     res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", SCENARIOS[scenario]["settings"], lab["token"])
     assert res.status == 200, res.body
     control(api, lab, action="reset")
@@ -127,7 +128,7 @@ def test_check2_a_plain_delete_frees_the_next_holders_lock(api, measured):
 
 
 def test_check3_the_lock_margin_after_skew_is_ttl_minus_p99_minus_skew(api, measured):
-    m = numbers.derive()["ch7"]
+    m = chapters.derive()["ch7"]
     lab = ch7_lab(api, clock_skew=m["clock_skew_s"])
     press(api, lab, "lock")
     margin = sched(api, lab)["margin"]["lock"]
@@ -207,7 +208,7 @@ def test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_un
 
 
 def test_check5_sustained_load_does_not_depend_on_bucket_count(api, measured):
-    m = numbers.derive()["ch7"]
+    m = chapters.derive()["ch7"]
     rates = {row["buckets"]: row["rate_per_s"] for row in m["bucket_count_table"]}
     assert all(r == pytest.approx(m["daily_average_jobs_per_s"]) for r in rates.values())
     assert f"It stays at {num(m['daily_average_jobs_per_s'], 1)} jobs/s" in page_text(api, 7)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from core import numbers, presets
+import chapters
+from core import numbers
 from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, num, of_type, page_text, press, settled
 
 pytestmark = pytest.mark.lesson
 
-FIG = numbers.derive()
+FIG = chapters.derive()
 C1, C8 = FIG["ch1"], FIG["ch8"]
-PRESET = presets.settings_for("ch8")
+PRESET = chapters.settings_for("ch8")
 SPEED = 200
 TOL = 0.4 * SPEED
 RATE_WINDOW_S = 600  # the widget's redelivery-rate readout (static/js/widget/readouts.js), 10 buckets
@@ -106,7 +107,7 @@ def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, 
 
 def test_check3_doubled_traffic_doubles_the_pool(api, measured):
     d = C8["doubled_traffic"]
-    assert d["workers"] == numbers.derive(numbers.Inputs(arrival_rate=2 * numbers.Inputs().arrival_rate))["ch2"][
+    assert d["workers"] == chapters.derive(numbers.Inputs(arrival_rate=2 * numbers.Inputs().arrival_rate))["ch2"][
         "workers_at_target"]
     assert f"{d['workers']:,} workers (twice the jobs in flight" in page_text(api, 8)
     measured.update(workers=d["workers"], pool_usd_per_month=d["pool_usd_per_month"])

@@ -1,4 +1,4 @@
-"""The claims list (core.lesson) and the suite agree: every tested or model claim names a test in its
+"""The claims (chapters.CLAIMS) and the suite agree: every tested or model claim names a test in its
 chapter's file, the docs table is the list's own rendering, and the /lesson page shows every claim."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import chapters
 from core import lesson
 from tests.lesson.helpers import page_text
 
@@ -25,7 +26,7 @@ def functions_in(chapter: int) -> set[str]:
     return set(proving_tests(chapter))
 
 
-@pytest.mark.parametrize("claim", lesson.CLAIMS, ids=lambda c: c.id)
+@pytest.mark.parametrize("claim", chapters.CLAIMS, ids=lambda c: c.id)
 def test_each_claim_is_proven_or_says_why_not(claim):
     assert claim.status in lesson.STATUSES
     if claim.status in ("tested", "model"):
@@ -34,7 +35,7 @@ def test_each_claim_is_proven_or_says_why_not(claim):
         assert claim.why, f"{claim.id}: a {claim.status} claim says why it is not proven here"
 
 
-@pytest.mark.parametrize("claim", [c for c in lesson.CLAIMS if c.status in ("tested", "model")], ids=lambda c: c.id)
+@pytest.mark.parametrize("claim", [c for c in chapters.CLAIMS if c.status in ("tested", "model")], ids=lambda c: c.id)
 def test_each_claims_test_records_what_it_measured(claim):
     """The /lesson "measured" column is filled by the `measured` fixture (tests/lesson/conftest.py, which
     also fails a passing test of a tested claim that recorded nothing): every proving test takes it."""
@@ -54,20 +55,21 @@ def test_a_parametrized_claim_is_recorded_per_parameter_with_its_worst_outcome()
 
 
 def test_every_chapter_has_a_file_and_a_claim():
-    assert {c.chapter for c in lesson.CLAIMS} == set(range(9))
-    assert all((HERE / f"test_ch{n}.py").exists() for n in range(9))
+    numbers = {c.number for c in chapters.all_chapters()}
+    assert {c.chapter for c in chapters.CLAIMS} == numbers
+    assert all((HERE / f"test_ch{n}.py").exists() for n in numbers)
 
 
 def test_the_docs_table_is_generated_from_the_claims():
-    assert (ROOT / "docs" / "lesson-conformance.md").read_text() == lesson.markdown(), \
-        "run: python -m core.lesson > docs/lesson-conformance.md"
+    assert (ROOT / "docs" / "lesson-conformance.md").read_text() == lesson.markdown(chapters.CLAIMS), \
+        "run: python -m chapters > docs/lesson-conformance.md"
 
 
 def test_the_lesson_page_lists_every_claim(api):
     res = api.call("GET", "/lesson")
     assert res.status == 200
     html = res.body.decode()
-    assert all(f'data-claim="{c.id}"' in html for c in lesson.CLAIMS)
+    assert all(f'data-claim="{c.id}"' in html for c in chapters.CLAIMS)
 
 
 def test_the_lesson_page_says_model_where_no_lab_measured_the_figure(api):
@@ -75,13 +77,13 @@ def test_the_lesson_page_says_model_where_no_lab_measured_the_figure(api):
     shows it in the measured column as a measurement (the "where we differ" notes, the lock's margin)."""
     html = api.call("GET", "/lesson").body.decode()
     cells = dict(re.findall(r'<tr data-claim="([^"]+)".*?<td data-testid="measured">(.*?)</td>', html, re.S))
-    for c in lesson.CLAIMS:
+    for c in chapters.CLAIMS:
         assert cells[c.id].startswith("model") is (c.status == "model"), (c.id, c.status, cells[c.id])
     assert {"ch1.fixed_vt_note", "ch2.mmc_note", "ch4.poison_note", "ch7.skew_margin"} <= {
-        c.id for c in lesson.CLAIMS if c.status == "model"}
+        c.id for c in chapters.CLAIMS if c.status == "model"}
 
 
-@pytest.mark.parametrize("claim", [c for c in lesson.CLAIMS if c.status == "thought"
+@pytest.mark.parametrize("claim", [c for c in chapters.CLAIMS if c.status == "thought"
                                    and "Check yourself" in c.section], ids=lambda c: c.id)
 def test_a_question_the_lab_cannot_answer_says_so_on_its_page(api, claim):
     """A thought question is marked on the page right under it, so no learner goes looking for a switch."""

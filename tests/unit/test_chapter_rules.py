@@ -2,8 +2,8 @@
 
 The Jinja source of every chapter is parsed and walked: a `{% macro %}`, an inline `<svg>` or an
 arithmetic operator (`+ - * / // % **`, unary minus) anywhere in it fails, naming file and line.
-Any number a chapter needs is a figure in the numbers model (core/numbers.py), any chart a series
-in core/series.py drawn by templates/_charts.html.
+Any number a chapter needs is a figure in the numbers model (its home, chapters/chN/), any chart a series
+in its chapter home (CHARTS) drawn by templates/_charts.html.
 """
 
 import re
@@ -11,7 +11,7 @@ import re
 import pytest
 from jinja2 import Environment, nodes
 
-from app import chapters
+import chapters
 from core import numbers
 
 _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Neg)
@@ -19,10 +19,9 @@ _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes
 
 
 def _parsed(ch):
-    path = chapters.CHAPTER_DIR / f"{ch.number:02d}-{ch.slug}.md"
-    text = path.read_text(encoding="utf-8")
+    text = ch.path.read_text(encoding="utf-8")
     offset = text[: len(text) - len(ch.source)].count("\n")
-    return path.name, Environment().parse(ch.source), offset
+    return f"ch{ch.number}/{ch.path.name}", Environment().parse(ch.source), offset
 
 
 @pytest.mark.parametrize("ch", chapters.all_chapters(), ids=lambda c: c.slug)
@@ -37,7 +36,7 @@ def test_a_chapter_defines_no_macro_and_draws_no_svg(ch):
 def test_a_chapter_does_no_arithmetic(ch):
     name, tree, offset = _parsed(ch)
     lines = sorted({n.lineno + offset for n in tree.find_all(_ARITHMETIC)})
-    assert not lines, f"arithmetic in {name} at lines {lines}: make it a figure in core/numbers.py"
+    assert not lines, f"arithmetic in {name} at lines {lines}: make it a figure in its chapter home"
 
 
 def test_the_scanner_catches_what_it_should():
@@ -54,7 +53,7 @@ def test_the_scanner_catches_what_it_should():
 @pytest.mark.parametrize("ch", chapters.all_chapters(), ids=lambda c: c.slug)
 def test_every_figure_a_chapter_declares_exists_in_the_numbers_model(ch):
     """The `figures:` front-matter key is the chapter's declared list of model figures."""
-    fig = numbers.derive()
+    fig = chapters.derive()
     for key in ch.figures:
         numbers.lookup(fig, key)  # raises on a figure the model does not compute
     assert ch.figures, "each chapter declares the figures it shows"

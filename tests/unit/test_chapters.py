@@ -4,7 +4,9 @@ import re
 
 import pytest
 
-from app import chapters, create_app
+import chapters
+from app import create_app
+from chapters import prose
 from core import numbers
 from core.config import Config
 
@@ -14,11 +16,11 @@ def client():
     return create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")).test_client()
 
 
-def test_there_are_nine_chapters_numbered_0_to_8_each_with_a_preset():
-    from core.presets import PRESETS
+def test_the_chapters_are_numbered_from_0_without_a_gap_each_with_a_preset():
+    from chapters import PRESETS
 
     found = chapters.all_chapters()
-    assert [c.number for c in found] == list(range(9))
+    assert [c.number for c in found] == list(range(len(found))) and len(found) >= 9
     assert all(c.preset in PRESETS for c in found)
 
 
@@ -38,7 +40,7 @@ def test_the_home_page_links_the_races_and_the_checked_lesson(client):
         assert client.get(path).status_code == 200, path
 
 
-@pytest.mark.parametrize("number", range(9))
+@pytest.mark.parametrize("number", [c.number for c in chapters.all_chapters()])
 def test_each_chapter_renders_without_template_residue(client, number):
     res = client.get(f"/chapters/{number}")
     assert res.status_code == 200
@@ -51,8 +53,8 @@ def test_each_chapter_renders_without_template_residue(client, number):
 
 
 def test_changing_an_input_recomputes_the_figures_in_the_prose(client):
-    default = numbers.derive()["ch2"]["workers_at_target"]
-    doubled = numbers.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
+    default = chapters.derive()["ch2"]["workers_at_target"]
+    doubled = chapters.derive(numbers.inputs_from_mapping({"arrival_rate": 200}))["ch2"]["workers_at_target"]
     assert doubled == 2 * default
     html = client.get("/chapters/2?arrival_rate=200").get_data(as_text=True)
     assert f"<strong>{doubled:,} workers</strong>" in html
@@ -72,14 +74,14 @@ def test_an_unknown_chapter_is_a_404(client):
 def test_the_start_up_warm_up_leaves_every_chapter_body_rendered_and_cached():
     from app.routes.pages import warm
 
-    chapters._rendered.clear()
+    prose._rendered.clear()
     warm(create_app(Config(testing=True)))
-    cached = {k[0] for k in chapters._rendered if k[2] == numbers.Inputs()}
+    cached = {k[0] for k in prose._rendered if k[2] == numbers.Inputs()}
     assert cached == {c.number for c in chapters.all_chapters()}
 
 
 def test_each_chapter_shows_what_the_earlier_chapters_did_and_chapter_0_no_lease_redelivery_or_dlq(client):
-    from core.presets import PRESETS
+    from chapters import PRESETS
 
     shows = client.get("/api/meta").get_json()["presets"]
     order = [c.preset for c in chapters.all_chapters()]  # in the course's order

@@ -2,18 +2,19 @@
 
 import pytest
 
+import chapters
 from app import charts
-from core import numbers, series
+from core import numbers
 
 
 @pytest.fixture(scope="module")
 def fig():
-    return numbers.derive()
+    return chapters.derive()
 
 
 @pytest.fixture(scope="module")
 def s(fig):
-    return series.chart_series(numbers.Inputs(), fig)
+    return chapters.chart_series(numbers.Inputs(), fig)
 
 
 def test_every_chart_the_chapters_draw_has_a_series_with_a_text_alternative_and_a_table(s):
@@ -37,7 +38,7 @@ def test_the_small_pool_curve_is_numbers_erlang_c_not_a_second_formula(s, fig):
     W = fig["ch2"]["blended_duration_s"]
     small = next(x for x in s.wait_vs_utilisation.series if x.key == "small")
     for p in small.points:
-        c = numbers.SMALL_POOL_WORKERS
+        c = chapters.ch2.SMALL_POOL_WORKERS
         assert p.y == pytest.approx(numbers.erlang_c_wait(p.x * c / W, W, c))
 
 
@@ -100,7 +101,8 @@ def test_the_short_lock_ttl_lets_two_copies_run_for_15s(s, fig):
 @pytest.mark.parametrize("inputs", [{}, {"visibility_timeout_s": 900}, {"arrival_rate": 1000},
                                     {"max_attempts": 1}, {"outage_s": 0}])
 def test_every_chart_lays_out_for_other_inputs(inputs):
-    for chart in series.chart_series(numbers.inputs_from_mapping(inputs)).values():
+    model = numbers.inputs_from_mapping(inputs)
+    for chart in chapters.chart_series(model, chapters.derive(model)).values():
         d = charts.layout(chart)
         assert d["w"] == charts.WIDTH and d["h"] > 0
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from app import chapters, racing, scenarios
+import chapters
 from app.routes import races
-from core import presets, settings
+from core import settings
 from core.events import COUNTERS
 
 
-@pytest.mark.parametrize("race_id", list(racing.RACES))
+@pytest.mark.parametrize("race_id", list(chapters.RACES))
 def test_every_race_varies_only_its_named_settings_across_two_to_four_valid_labs(race_id):
-    rc = racing.RACES[race_id]
-    assert 2 <= len(rc["variants"]) <= 4 and rc["preset"] in presets.PRESETS
+    rc = chapters.RACES[race_id]
+    assert 2 <= len(rc["variants"]) <= 4 and rc["preset"] in chapters.PRESETS
     labs = [races._lab_settings(race_id, v) for v in rc["variants"]]
     for lab in labs[1:]:
         differ = {k for k in lab if lab[k] != labs[0].get(k)}
@@ -24,7 +24,7 @@ def test_every_race_varies_only_its_named_settings_across_two_to_four_valid_labs
 
 def test_every_prediction_is_answerable_and_its_why_names_real_settings():
     import re
-    for preset, buttons in scenarios.BUTTONS.items():
+    for preset, buttons in chapters.BUTTONS.items():
         for b in buttons:
             p = b.get("predict")
             if not p:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from core import presets
+import chapters
 from core.engines import loadgen
 from core.settings import DEFAULTS
 from workers.engines import autoscale
@@ -59,7 +59,7 @@ def test_autoscaler_uses_the_drain_time_rule():
 
 
 def test_timeout_ordering_flags_each_violation():
-    ok = loadgen.timeout_ordering(presets.settings_for("ch2"))
+    ok = loadgen.timeout_ordering(chapters.settings_for("ch2"))
     assert ok["ok"], ok
     bad = loadgen.timeout_ordering({**DEFAULTS, "exec_timeout": 1300, "vt_seconds": 1200, "lock_ttl": 600})
     failed = {c["rule"] for c in bad["checks"] if not c["ok"]}

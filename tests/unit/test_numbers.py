@@ -17,13 +17,13 @@ from fractions import Fraction
 
 import pytest
 
+from chapters import derive, to_json
 from core.numbers import (
     INPUT_SPECS,
     SPECS_BY_NAME,
     InputError,
     Inputs,
     approx_wait,
-    derive,
     erlang_b,
     erlang_c,
     erlang_c_wait,
@@ -33,7 +33,6 @@ from core.numbers import (
     littles_law_L,
     lookup,
     spec_values,
-    to_json,
     workers_for_utilisation,
 )
 

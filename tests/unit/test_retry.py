@@ -2,7 +2,8 @@
 
 import random
 
-from core.broker.retry import exponential_delay, full_jitter_delay, retry_delay
+from core.backoff import exponential_delay, full_jitter_delay
+from core.broker.retry import retry_delay
 
 
 def test_exponential_doubles_from_the_base_and_stops_at_the_cap():

@@ -2,22 +2,23 @@
 
 from urllib.parse import parse_qsl, urlsplit
 
+import chapters
 from app import scenarios
-from core import presets, settings
+from core import settings
 
 
 def test_every_scenario_is_valid_settings_on_a_preset_a_room_can_run():
-    assert {"vt-too-short", "retry-storm", "poison-pill"} <= set(scenarios.SCENARIOS)
-    for sid, sc in scenarios.SCENARIOS.items():
+    assert {"vt-too-short", "retry-storm", "poison-pill"} <= set(chapters.SCENARIOS)
+    for sid, sc in chapters.SCENARIOS.items():
         clean, errors = settings.validate(sc["settings"])
         assert not errors, (sid, errors)
         assert clean == sc["settings"]
         assert sc["preset"] in scenarios.room_presets()
-        assert scenarios.settings_for(sid) == {**presets.settings_for(sc["preset"]), **sc["settings"]}
+        assert scenarios.settings_for(sid) == {**chapters.settings_for(sc["preset"]), **sc["settings"]}
 
 
 def test_a_scenario_url_round_trips_every_setting_through_the_validator():
-    for sid, sc in scenarios.SCENARIOS.items():
+    for sid, sc in chapters.SCENARIOS.items():
         query = dict(parse_qsl(urlsplit(scenarios.url_for(sid)).query))
         assert query.pop("scenario") == sid
         clean, errors = settings.validate(query)
@@ -29,9 +30,9 @@ def test_every_scenario_button_is_valid_settings_faults_and_jobs_on_a_known_pres
     from core.broker.producer import JOB_TYPES
     from core.events import FAULTS, SAMPLES
 
-    assert {"ch1", "ch4", "ch8"} <= set(scenarios.BUTTONS)
-    for preset, buttons in scenarios.BUTTONS.items():
-        assert preset in presets.PRESETS, preset
+    assert {"ch1", "ch4", "ch8"} <= set(chapters.BUTTONS)
+    for preset, buttons in chapters.BUTTONS.items():
+        assert preset in chapters.PRESETS, preset
         assert len({b["id"] for b in buttons}) == len(buttons), preset
         for b in buttons:
             where = (preset, b["id"])

@@ -1,17 +1,17 @@
 """Chapter 7's readouts and replica clocks, checked against the lesson's figures."""
 
+import chapters
 from app.routes.schedule import by_strategy, margins, model
-from core import numbers, presets
 from core.engines.scheduler import clock_offset
 
-LESSON = {**presets.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
+LESSON = {**chapters.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
           "clock_skew": 2, "leader_lease": 60}
 
 
 def test_the_lock_margin_is_the_lessons_73_seconds():
     m = margins(LESSON)["lock"]
     assert m["margin_s"] == 73 and m["ok"]
-    assert m["margin_s"] == numbers.derive()["ch7"]["lock_margin_after_skew_s"]
+    assert m["margin_s"] == chapters.derive()["ch7"]["lock_margin_after_skew_s"]
 
 
 def test_a_30_second_ttl_has_no_margin_and_the_heartbeat_and_lease_keep_theirs():

@@ -1,13 +1,14 @@
 """The settings schema is the one place that says what a learner may change, and to what."""
 
-from core import presets, settings
+import chapters
+from core import settings
 
 
 def test_every_preset_only_overrides_known_settings_with_valid_values():
-    for name, preset in presets.PRESETS.items():
+    for name, preset in chapters.PRESETS.items():
         clean, errors = settings.validate(preset["settings"])
         assert errors == {}, name
-        assert presets.settings_for(name)["vt_seconds"] == clean.get("vt_seconds", settings.DEFAULTS["vt_seconds"])
+        assert chapters.settings_for(name)["vt_seconds"] == clean.get("vt_seconds", settings.DEFAULTS["vt_seconds"])
 
 
 def test_out_of_range_wrong_type_and_unknown_names_get_one_message_each():

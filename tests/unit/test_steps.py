@@ -1,12 +1,12 @@
-"""Guided steps (app/scenarios.py STEPS): one per "Try this" item of every chapter, each naming a claim with a
+"""Guided steps (STEPS in each chapter home): one per "Try this" item of every chapter, each naming a claim with a
 test, so a step and the test that proves what it shows cannot drift apart."""
 
 import re
 
 import pytest
 
-from app import chapters, scenarios
-from core import lesson, settings
+import chapters
+from core import settings
 
 CHAPTERS = chapters.all_chapters()
 
@@ -21,18 +21,18 @@ def try_this_items(source: str) -> int:
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")
 def test_every_try_this_item_has_a_step_naming_a_tested_claim_of_its_chapter(ch):
-    steps = scenarios.STEPS.get(ch.preset, [])
+    steps = chapters.STEPS.get(ch.preset, [])
     assert len(steps) == try_this_items(ch.source), f"chapter {ch.number}: one step per Try this item"
     for n, step in enumerate(steps, 1):
-        claim = lesson.BY_ID.get(step["claim"])
+        claim = chapters.BY_ID.get(step["claim"])
         assert claim, f"chapter {ch.number} step {n} names no claim: {step['claim']}"
         assert claim.chapter == ch.number and claim.test, f"{claim.id} is not a tested claim of chapter {ch.number}"
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")
 def test_every_step_asks_a_question_and_acts_with_the_labs_own_set_ups(ch):
-    buttons = {b["id"] for b in scenarios.BUTTONS.get(ch.preset, [])}
-    for step in scenarios.steps_public()[ch.preset]:
+    buttons = {b["id"] for b in chapters.BUTTONS.get(ch.preset, [])}
+    for step in chapters.steps_public()[ch.preset]:
         assert step["predict"]["question"].endswith("?"), step
         for action in step.get("do", ()):
             if "scenario" in action:
@@ -44,7 +44,7 @@ def test_every_step_asks_a_question_and_acts_with_the_labs_own_set_ups(ch):
 
 
 def test_a_scenario_banner_asks_and_only_its_outcome_tells():
-    vt = scenarios.SCENARIOS["vt-too-short"]
+    vt = chapters.SCENARIOS["vt-too-short"]
     for text in (vt["summary"], vt["hint"]):
         assert "900" not in text and "done once" not in text and "duplicate" not in text
     assert "done once" in vt["outcome"]

@@ -81,7 +81,7 @@ export function install(W) {
       : errorText(res.data, res.status));
   }
 
-  // ---- scenarios: one click sets up a situation to predict (app/scenarios.py BUTTONS) --------
+  // ---- scenarios: one click sets up a situation to predict (a chapter home's BUTTONS) --------
   function buildScenarios() {
     const list = S.lab.viewer ? [] : S.meta.scenario_buttons[preset] || [];
     const box = q('scenarios');

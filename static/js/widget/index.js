@@ -151,7 +151,7 @@ function boot(root) {
   }
 
   /**
-   * Chapter add-ons (templates/_lab_<preset>.html + static/js/lab-<preset>.js) listen on #lab-widget:
+   * Chapter add-ons (templates/_lab_<addon>.html + static/js/lab-<addon>.js) listen on #lab-widget:
    * `lab:ready` {lab, api, meta, snapshot} whenever the widget opens a lab (start, reset, expiry),
    * `lab:event` for every event in stream order, `lab:snapshot` for every snapshot applied. They reuse
    * the widget's lab and token instead of opening their own, so the page drives one real lab.
@@ -224,7 +224,7 @@ function boot(root) {
       { onOpenJob: (id) => W.openJob(id, true), leases: S.shows.has('lease') });
     const hist = q('history');
     hist.addEventListener('toggle', () => { if (hist.open) later('history'); });
-    // only what this chapter has introduced (core/presets.py `shows`): a later chapter's terms stay out
+    // only what this chapter has introduced (its chapter home's `shows`): a later chapter's terms stay out
     for (const el of root.querySelectorAll('[data-term]')) if (!S.shows.has(el.dataset.term)) el.hidden = true;
     W.buildFind();
     W.buildHelp();

@@ -1,6 +1,6 @@
 // Predictions, measured (issue 22): pure functions over the widget's model, so node tests them.
 //
-// A prediction spec comes from app/scenarios.py (a scenario button's `predict`, served by /api/meta):
+// A prediction spec comes from a chapter home, chapters/chN/ (a scenario button's `predict`, served by /api/meta):
 //   {id, question, kind: 'number'|'choice', min?, max?, unit?, choices?: [[value, label]…],
 //    buckets?: {value: [lo, hi]…} (a choice read off a measured number), measure, why}
 // A run is what the scenario started: {jobs: [job ids], counts0: the counts when it started, events?: the

@@ -14,7 +14,7 @@ export function install(W) {
 
   function buildReadouts() {
     const box = q('readouts');
-    // [id, label, sub, the term (core/presets.py `shows`) the chapter must have introduced]
+    // [id, label, sub, the term (a chapter home's `shows`) the chapter must have introduced]
     const tiles = [
       ['queued', 'Queue depth', 'waiting to be claimed', 'queue'],
       ['active', 'Active workers', 'busy / alive', 'workers'],

@@ -1,6 +1,6 @@
 // Guided steps (issue 28): the chapter's "Try this" list, one step at a time, inside the lab.
 //
-// The steps are app/scenarios.py STEPS (served by /api/meta `steps`), each naming the claim in core/lesson.py
+// The steps are a chapter home's STEPS (served by /api/meta `steps`), each naming a claim of that home
 // whose test proves what it shows. A step sets the lab up with the widget's own scenario buttons and
 // settings, asks its question (predict.js commits the guess and measures the run), acts (a kill or a cut
 // lease when the run's job is claimed), pauses the clock at the moment that matters, points at the element

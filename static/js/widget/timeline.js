@@ -57,7 +57,7 @@ export function runInterval(a, now) {
 }
 
 export class Timeline {
-  /** leases: draw lease deadlines (false before the chapter that introduces them: core/presets.py shows) */
+  /** leases: draw lease deadlines (false before the chapter that introduces them: a chapter home's `shows`) */
   constructor(els, { onOpenJob, leases = true }) {
     this.leases = leases;
     this.axis = els.axis;

@@ -4,7 +4,7 @@
 import { errorText, fmtDur, fmtNum, h, section, setText, statusLine } from './util.js';
 
 export function install(W) {
-  const { S, els, preset } = W;
+  const { S, els } = W;
 
   function buildUpload() {
     const file = h('input', { type: 'file', id: 'lw-file', class: 'lw-file', testid: 'upload-file',
@@ -34,9 +34,9 @@ export function install(W) {
       h('label', { for: 'lw-sample', class: 'lw-block-label' }, 'or use a sample clip'),
       h('div', { class: 'lw-row lw-sample-row' }, sample, send),
       els.uploadStatus, els.uploadError];
-    // Chapter 0: the same clip through an inline handler (the request waits for ffmpeg) and
+    // An `inline` control (chapter 0): the same clip through an inline handler (the request waits for ffmpeg) and
     // through the queue (202 at once), both timed for real.
-    if (S.controls.has('inline') || preset === 'ch0') kids.push(buildInline(sample));
+    if (S.controls.has('inline')) kids.push(buildInline(sample));
     return section('Send work', ...kids);
   }
 

@@ -10,7 +10,7 @@ const q = (role) => root.querySelector(`[data-role="${role}"]`);
 const controls = [...root.querySelectorAll('[data-scenario], [data-action]')];
 const REFRESH_MS = 1000;
 
-// One click sets up the lesson's cases (each button carries its settings, from core.presets.CH7_SCENARIOS);
+// One click sets up the lesson's cases (each button carries its settings, from chapters/ch7 CRON_STRATEGIES);
 // the widget's settings above then fine-tune them.
 // What each strategy does, never what it leads to: the guided steps ask that first (issue 28)
 const STRATEGY_TEXT = {

@@ -1,10 +1,10 @@
-"""The course text: one Markdown file per chapter in `chapters/`, front matter first.
+"""Chapter prose: each chapter home's chapter.md (chapters/chN/), front matter first, as a page body.
 
 The body is a Jinja template before it is Markdown, so every figure in the prose comes from the
 numbers model (`{{ fig.ch2.workers_at_target }}`) instead of being typed in, and every chart is
 one call into templates/_charts.html fed by a series from core/series.py
 (`{{ charts.line(series.wait_vs_utilisation, ...) }}`). Chapters define no macros and do no
-arithmetic (tests/unit/test_chapter_rules.py); formatters are globals from app/filters.py.
+arithmetic (tests/unit/test_chapter_rules.py); formatters are globals the app's Jinja environment holds.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from html import escape, unescape
+from pathlib import Path
+from types import ModuleType
 
 import markdown
 from jinja2 import Environment
 
-from core.config import ROOT
-
-CHAPTER_DIR = ROOT / "chapters"
-_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
 _MD_EXTENSIONS = ["tables", "fenced_code", "attr_list", "md_in_html", "toc"]
 
 
@@ -34,6 +31,8 @@ class Chapter:
     summary: str
     source: str
     meta: dict = field(default_factory=dict)
+    path: Path | None = None  # its chapter.md
+    addon: str = ""  # the naming key of its lab panel: templates/_lab_<addon>.html, static/js/lab-<addon>.js
 
     @property
     def url_slug(self) -> str:
@@ -59,30 +58,21 @@ def parse_front_matter(text: str) -> tuple[dict, str]:
     return meta, body
 
 
-@lru_cache(maxsize=1)
-def all_chapters() -> tuple[Chapter, ...]:
-    """Every chapter file, in order; read once per process."""
-    chapters = []
-    for path in sorted(CHAPTER_DIR.glob("*.md")):
-        m = _NAME.match(path.name)
-        if not m:
-            continue
-        meta, body = parse_front_matter(path.read_text(encoding="utf-8"))
-        number = int(m.group(1))
-        chapters.append(Chapter(
-            number=number,
-            slug=m.group(2),
-            title=meta.get("title", m.group(2).replace("-", " ").title()),
-            preset=meta.get("preset", f"ch{number}"),
-            summary=meta.get("summary", ""),
-            source=body,
-            meta=meta,
-        ))
-    return tuple(chapters)
-
-
-def find(number: int) -> Chapter | None:
-    return next((c for c in all_chapters() if c.number == number), None)
+def from_home(number: int, home: ModuleType) -> Chapter:
+    """A chapter from its home: the module's SLUG and ADDON, and chapter.md beside it."""
+    path = Path(home.__file__).parent / "chapter.md"
+    meta, body = parse_front_matter(path.read_text(encoding="utf-8"))
+    return Chapter(
+        number=number,
+        slug=home.SLUG,
+        title=meta.get("title", home.SLUG.replace("-", " ").title()),
+        preset=meta.get("preset", f"ch{number}"),
+        summary=meta.get("summary", ""),
+        source=body,
+        meta=meta,
+        path=path,
+        addon=getattr(home, "ADDON", ""),
+    )
 
 
 _compiled: dict[tuple[int, int], object] = {}
