@@ -5,8 +5,9 @@ server (its own per-client count, and the requests a client sends)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from redis.connection import Connection
 
@@ -93,12 +94,15 @@ def sim_time_passes(api, speed: float, sim_s: float, timeout: float = 60) -> Non
         api.delete(witness)
 
 
-def long_polls_held(api, lab: dict, n: int, timeout: float = 20) -> None:
+def long_polls_held(api, lab: dict, n: int, timeout: float = 20, polls: Sequence[threading.Thread] = ()) -> None:
     """Wait until the server holds exactly n of this lab's long-polls (so "still waiting" is a state the
-    server reports, not a guess after a sleep)."""
+    server reports, not a guess after a sleep). `polls`: the threads making them; one that has ended was
+    answered without being held, which fails at once."""
     url = f"/api/labs/{lab['lab_id']}/status-load"
     deadline = time.monotonic() + timeout
     while (now := api.call("GET", url, token=lab["token"]).json()["long_polls_held"]) != n:
+        ended = sum(not t.is_alive() for t in polls)
+        assert not ended, f"{ended} of {len(polls)} long-polls answered at once, before anything changed"
         assert time.monotonic() < deadline, f"the server held {now} long-polls, never {n}, within {timeout:g} s"
         time.sleep(0.05)
 

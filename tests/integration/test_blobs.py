@@ -6,9 +6,11 @@ import pytest
 import redis
 
 from core import blobs, media, registry
+from core.broker.retry import NonRetryable
 from core.keys import LABS, key
 from tests.helpers import requests_sent
 from tests.integration.test_api import multipart
+from workers import tasks
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +121,32 @@ def test_a_client_is_capped_across_its_labs_and_a_deleted_lab_stores_nothing(own
     r.set(blobs.client_key("10.0.0.9"), 77)
     assert blobs.recount(r) == 600
     assert blobs.client_usage(r, "10.0.0.1") == 600 and blobs.client_usage(r, "10.0.0.9") == 0
+    blobs.caps.cache_clear()
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_an_attempts_outputs_count_in_its_clients_share_like_its_uploads(own_db, monkeypatch, tmp_path, atomic):
+    """What a worker publishes (workers/tasks.py publish, guarded in one step or unguarded in pieces) counts
+    against the client's share of the store exactly as an upload does: outputs are the bulk of a lab's bytes."""
+    monkeypatch.setenv("MAX_LAB_BYTES", "1000")
+    monkeypatch.setenv("MAX_BLOB_BYTES", "4000")
+    monkeypatch.setenv("CLIENT_BLOB_SHARE", "0.25")  # 1000 bytes per client
+    blobs.caps.cache_clear()
+    r = own_db
+    for lab in ("oA", "oB"):
+        r.sadd(LABS, lab)
+        r.hset(key(lab, "meta"), "client", "10.0.0.3")
+
+    def outputs(job: int, size: int) -> dict:
+        made = tmp_path / f"{job}-240p.mp4"
+        made.write_bytes(b"o" * size)
+        return {f"transcoded/{job}/240p.mp4": made}
+    blobs.put(r, "oA", "uploads/src.bin", b"u" * 300)
+    tasks.publish(r, "oB", outputs(1, 400), atomic)
+    assert blobs.client_usage(r, "10.0.0.3") == 700, "the outputs were left out of their client's bytes"
+    with pytest.raises(NonRetryable, match="client"):  # within oB's own cap, past its client's share
+        tasks.publish(r, "oB", outputs(2, 400), atomic)
+    assert blobs.client_usage(r, "10.0.0.3") == 700 and blobs.names(r, "oB", "transcoded/2/") == {}
     blobs.caps.cache_clear()
 
 

@@ -132,15 +132,24 @@ def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
     w = busy_worker(api, lab, job)
     api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= 2, every=0.02)
     kill(api, lab, w["id"])
-    api.wait_for(lab, lambda s: s["counts"]["redelivered"] == 1)
+    # (a reaper that waits past the deadline while its own barrier holds the clock there stalls the lab)
+    api.wait_for(lab, lambda s: s["counts"]["redelivered"] == 1, timeout=30,
+                 what="the dead worker's job redelivered: the reaper never acted at the lease's deadline")
     ev = api.events(lab)
     killed = types(ev, "worker.killed")[0]
     expired = types(ev, "lease.expired")[0]
-    # the last heartbeat before the crash set the deadline: at most one extension past the kill
-    assert expired["data"]["deadline"] - killed["t_sim"] <= 120
-    # never before the deadline (event times are rounded to the millisecond; the clock waits at the deadline)
+    # the last heartbeat before the crash set the deadline: that beat + one extension (120 s), ±1 s
+    beats = [e["t_sim"] for e in types(ev, "lease.extended") if e["attempt"] == expired["attempt"]]
+    deadline = expired["data"]["deadline"]
+    assert beats and beats[-1] <= killed["t_sim"], (beats, killed["t_sim"])
+    assert deadline == pytest.approx(beats[-1] + 120, abs=1), (
+        f"the lease ran out at {deadline}, not at the last beat ({beats[-1]}) + the 120 s extension")
+    # redelivered at the deadline: never before it (event times are rounded to the millisecond), and within a
+    # fraction of a simulated second after it — the clock waits at the reaper's barrier, so a busy host delays
+    # the redelivery in real time only (1 s at 200× is 5 real ms: no scheduling slack is needed, or granted)
     redelivered = types(ev, "job.redelivered")[0]
-    assert redelivered["t_sim"] >= round(expired["data"]["deadline"], 3) - 0.001
+    late = redelivered["t_sim"] - deadline
+    assert -0.001 <= late < 0.25, f"redelivered {late:.3f} simulated s after the lease's deadline {deadline}"
     # the reaper reports how long after the clock reached the deadline it acted, in real time (bench
     # redelivery reports its spread): a scan cannot act before the clock got there
     assert redelivered["data"]["late_real_ms"] >= 0

@@ -5,6 +5,7 @@ Jobs are queued while the clock is paused, so every strategy starts from the sam
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from core.engines import fairness
@@ -23,7 +24,7 @@ def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int
 def run_with_summary(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3,
                      **settings) -> tuple[list[dict], dict]:
     """`run`, and the chapter's table (GET …/fairness) once every job has started."""
-    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=workers, fair_job_s=JOB_S, **settings)
+    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=workers, **{"fair_job_s": JOB_S, **settings})
     lid, tok = lab["lab_id"], lab["token"]
     api.workers_ready(lab, workers)
     paused = api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok)
@@ -76,6 +77,26 @@ def test_weighted_polling_gives_free_a_floor_under_a_pro_backlog(api, r):
     free = [w["order"] for w in rows if w["tier"] == "free"]
     pro = [w["order"] for w in rows if w["tier"] == "pro"]
     assert max(free) < max(pro)  # every free job got a slot before the pro backlog drained
+
+
+def test_weighted_polling_gives_pro_its_weight_of_the_picks_while_both_tiers_wait(api, r):
+    """100 jobs a tier on a paused clock: while both tiers still have a backlog, each pick is pro with
+    probability pro_weight, so pro's share of those picks is the weight within 4 binomial standard errors
+    (about ±0.14 over the ≈125 picks before pro drains; an even coin, 0.5, lies ≈0.3 away)."""
+    weight, each = 0.8, 100
+    rows = run(api, r, "weighted", [("pro", "p1", each), ("free", "f1", each)], pro_weight=weight, fair_job_s=1)
+    picks = sorted({w["seq"]: w for w in rows}.values(), key=lambda w: w["order"])  # a requeued job counts once
+    left = {"pro": each, "free": each}
+    both = []
+    for w in picks:
+        if left["pro"] and left["free"]:
+            both.append(w["tier"])
+        left[w["tier"]] -= 1
+    n = len(both)
+    share = both.count("pro") / n
+    bound = 4 * math.sqrt(weight * (1 - weight) / n)
+    assert abs(share - weight) <= bound, (
+        f"pro took {share:.2f} of the {n} picks made while both tiers waited; its weight is {weight} (±{bound:.2f})")
 
 
 def test_hard_split_keeps_pro_fast_and_free_slow(api, r):

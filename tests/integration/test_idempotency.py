@@ -101,6 +101,20 @@ def outbox(api, lab):
     return api.call("GET", f"/api/labs/{lab['lab_id']}/outbox", token=lab["token"]).json()["emails"]
 
 
+def test_the_notified_flag_is_per_job_so_two_jobs_in_one_lab_send_two_emails(api):
+    """The once-only flag guards one job's email: a second job in the same lab is not a duplicate of the first."""
+    lab = api.lab("ch5", speed=200, workers=2, job_duration=30, notify_guard=True)
+    api.workers_ready(lab, 2)
+    jobs = [api.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"]).json()["job_id"]
+            for _ in range(2)]
+    # each finisher decides its email after its completion: wait for both decisions, sent or suppressed
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 2
+                        and s["counts"]["emails_sent"] + s["counts"]["emails_suppressed"] == 2, timeout=90)
+    mailed = sorted(e["job_id"] for e in outbox(api, lab))
+    assert mailed == sorted(jobs), f"two jobs finished once each; the outbox mailed {mailed} (suppressed " \
+        f"{snap['counts']['emails_suppressed']})"
+
+
 @pytest.mark.parametrize("guards", [False, True])
 def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_emails(api, stack, guards):
     # VT 300 s, job 400 s, no heartbeat: attempt 1's lease runs out mid-job and another worker

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import pytest
 import redis
@@ -98,6 +99,16 @@ def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connec
     ws = connect(pstack, lab)
     try:
         wait(lambda: "lab.resumed" in event_types(pr, lab["lab_id"]), 10, "the lab to resume on a WS connect")
+        # the clock stood still while parked: the resume starts it at the park's simulated moment, and since
+        # then it has run at most the lab's speed times the real time since the resume began
+        now_sim = clock.now(pr, lab["lab_id"])
+        since = time.time() - float(pr.hget(key(lab["lab_id"], "meta"), "resumed"))
+        moments = {e["type"]: e["t_sim"] for _i, f in pr.xrange(key(lab["lab_id"], "events"))
+                   if (e := json.loads(f["e"]))["type"] in ("lab.parked", "lab.resumed")}
+        parked_t = moments["lab.parked"]
+        assert moments["lab.resumed"] == pytest.approx(parked_t, abs=0.001), moments
+        assert parked_t - 0.001 <= now_sim <= parked_t + 200 * since + 0.001, (
+            f"parked at {parked_t} s, the clock read {now_sim:.3f} s {since:.3f} real s after the resume at 200×")
         wait(lambda: running_processes(pr, lab["lab_id"]) == 2, 30, "the resumed lab's two workers to run")
         assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "0"
         assert not pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"])

@@ -123,6 +123,46 @@ def test_a_killed_leader_is_replaced_within_its_lease(api):
     assert after and all(t["runs"] == 1 for t in after), (after, log)
 
 
+def test_a_leader_renews_its_lease_so_it_alone_runs_each_tick_while_it_lives(api):
+    """Lease 600 s, renewed every 200 s: over five ticks (1,500 s, past two leases) the first leader stays
+    leader, nobody else is elected, and every tick runs once, by it. (Ticks 1.5 real s apart: a replica's loop
+    lag on a busy box never skips one.)"""
+    lab = start(api, 3, cron_strategy="leader", leader_lease=600, cron_interval=300, cron_task_s=10)
+    rep = wait_sched(api, lab, lambda rep: any(x["leader"] for x in rep["replicas"]))
+    leader, since = next(x["id"] for x in rep["replicas"] if x["leader"]), rep["tick"]
+    rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= since + 5)
+    ticks = [(t["tick"], t["runs"], t["by"]) for t in complete_ticks(rep) if t["tick"] > since]
+    elected = [(e["t_sim"], e["data"]["replica"]) for e in events_of(api, lab, "leader.elected")]
+    lost = [(e["t_sim"], e["data"]) for e in events_of(api, lab, "leader.lost")]
+    assert len(elected) == 1 and not lost, f"a live leader's lease lapsed: elected {elected}, lost {lost}"
+    assert len(ticks) >= 5 and all(runs == 1 and by == [leader] for _t, runs, by in ticks), (
+        f"a tick did not run exactly once, by the leader {leader}: {ticks}")
+
+
+def test_one_missed_tick_is_caught_up_and_a_run_one_interval_on_is_not(api):
+    """One replica, ticks every 120 s; one run made slow, 168 s (1.4 intervals): the tick during it is skipped,
+    so the next run finds its last run two intervals back (past the lesson's 1.5) and catches that one tick
+    up; the slow run and the run after the catch-up each find it one interval back and are not catch-ups."""
+    interval = 120
+    lab = start(api, 1, cron_strategy="none", cron_interval=interval, cron_task_s=10)
+    wait_sched(api, lab, lambda rep: events_of(api, lab, "cron.run_finished"))
+    control(api, lab, action="slow", duration_s=1.4 * interval)
+
+    def slow_started() -> list[dict]:
+        return [e for e in events_of(api, lab, "cron.run_started") if e["data"]["duration"] == 1.4 * interval]
+    wait_sched(api, lab, lambda rep: slow_started())
+    slow = slow_started()[0]["data"]["tick"]
+    wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= slow + 3)
+    skipped = [e["data"]["tick"] for e in events_of(api, lab, "cron.skipped")]
+    assert slow + 1 in skipped, f"the tick during the slow run (tick {slow + 1}) was not skipped: {skipped}"
+    catch = {e["data"]["tick"]: e["data"] for e in events_of(api, lab, "cron.catch_up")}
+    assert slow + 2 in catch, f"one missed tick (tick {slow + 1}) was not caught up by tick {slow + 2}: {catch}"
+    assert catch[slow + 2]["missed"] == 1 and catch[slow + 2]["covered"] == 1, catch[slow + 2]
+    assert catch[slow + 2]["ago"] == pytest.approx(2 * interval), catch[slow + 2]
+    on_time = sorted({slow, slow + 3} & set(catch))
+    assert not on_time, f"a run one interval after the last was taken for a catch-up (ticks {on_time}): {catch}"
+
+
 def test_after_every_replica_was_down_one_catch_up_run_mails_the_missed_buckets(api, r):
     lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=10, cron_shard=True,
                 shard_buckets=12, cron_users=120)

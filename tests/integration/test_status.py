@@ -73,8 +73,7 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
     tag = api.call("GET", status_url(lab, job), token=lab["token"]).headers["ETag"]
     out: dict = {}
     t = long_poll(api, status_url(lab, job), lab["token"], tag, 20, out)
-    long_polls_held(api, lab, 1)
-    assert t.is_alive(), "the long-poll answered before anything changed"
+    long_polls_held(api, lab, 1, polls=[t])
     wait(lambda: [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]], 10,
          "the held request to wait in a blocking XREAD on the event stream, not a sleep loop")
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
@@ -97,21 +96,21 @@ def test_a_long_poll_with_no_change_times_out_with_304(api):
 
 
 def test_the_full_job_resource_long_polls_on_the_event_stream_too(api):
+    """GET …/jobs/{job}?wait=N answers when the job changes, or after N s with 304: never at once."""
     lab = lab_without_workers(api)
     job = new_job(api, lab)
     tag = api.call("GET", job["status_url"], token=lab["token"]).headers["ETag"]
     out: dict = {}
+    long_poll(api, job["status_url"], lab["token"], tag, 2, out).join(30)
+    assert out["res"].status == 304 and out["res"].headers["ETag"] == tag, out["res"].status
+    assert out["held_s"] >= 1.9, f"nothing changed, yet it answered after {out['held_s']:.2f} s of its 2 s window"
 
-    def run():
-        out["res"] = api.call("GET", job["status_url"] + "?wait=20", token=lab["token"],
-                              headers={"If-None-Match": tag})
-    t = threading.Thread(target=run)
-    t.start()
-    long_polls_held(api, lab, 1)
-    assert t.is_alive()
+    t = long_poll(api, job["status_url"], lab["token"], tag, 20, out)
+    long_polls_held(api, lab, 1, polls=[t])
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
     assert out["res"].status == 200 and out["res"].json()["state"] != "queued"
+    assert out["held_s"] < 20, "it woke on the change, not at the end of its window"
 
 
 def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):

@@ -8,6 +8,14 @@ import time
 
 import chapters
 
+# How far a simulated span may stray from the figure it checks, as a fraction of that figure. The clock waits at
+# every barrier (a job's end, a lease's deadline, a hand-off in transit), so a busy box delays these events in real
+# time, not in simulated time: what is left is a process's loop lag, a few simulated seconds at 200×.
+REL = 0.03
+# A span that ends with a worker picking a message up: RQ's pick-up runs in real time, outside the barriers (at
+# 200× a tenth of the VT's 300 s is 150 real ms of pick-up on a busy box).
+HANDOFF_REL = 0.1
+
 
 def events_of(api, lab: dict, type_: str) -> list[dict]:
     return [e for e in api.events(lab) if e["type"] == type_]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import chapters
-from tests.lesson.helpers import busy_worker, enqueue, kill, num, of_type, page_text, settled, wait_event
+from tests.lesson.helpers import REL, busy_worker, enqueue, kill, num, of_type, page_text, settled, wait_event
 
 pytestmark = pytest.mark.lesson
 
@@ -53,7 +53,6 @@ C3 = chapters.derive()["ch3"]
 C1 = chapters.derive()["ch1"]
 PRESET = chapters.settings_for("ch3")
 SPEED = 200
-TOL = 0.4 * SPEED
 
 
 def test_try4_check4_a_late_delivery_of_a_finished_job_is_refused(api, measured):
@@ -96,7 +95,7 @@ def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api
     claim1, freed = of_type(ev, "job.claimed")[0], of_type(ev, "job.stale_freed")
     assert len(freed) == 1 and "sweeper" in freed[0]["data"]["reason"]
     assert [e for e in of_type(ev, "job.duplicate_blocked") if e["t_sim"] < freed[0]["t_sim"]]
-    assert freed[0]["t_sim"] - claim1["t_sim"] == pytest.approx(stale, abs=TOL)
+    assert freed[0]["t_sim"] - claim1["t_sim"] == pytest.approx(stale, rel=REL)
     # the heartbeat on: freed one reset window after the crash
     extend = C1["heartbeat_extend_s"]
     lab3 = api.lab("ch3", speed=SPEED, vt_seconds=vt, heartbeat=True, heartbeat_extend=extend, respawn_delay=5)
@@ -107,7 +106,7 @@ def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api
     ev3 = api.events(lab3)
     kill_t = of_type(ev3, "worker.killed")[0]["t_sim"]
     freed3 = of_type(ev3, "job.stale_freed")[0]
-    assert "heartbeat" in freed3["data"]["reason"] and freed3["t_sim"] - kill_t <= extend + TOL
+    assert "heartbeat" in freed3["data"]["reason"] and freed3["t_sim"] - kill_t <= extend * (1 + REL)
     measured.update(vt_s=vt, job_s=PRESET["job_duration"], duplicates_blocked=snap["counts"]["duplicates_blocked"],
                     sweeper_freed_after_claim_s=round(freed[0]["t_sim"] - claim1["t_sim"], 1), stale_after_s=stale,
                     heartbeat_freed_after_kill_s=round(freed3["t_sim"] - kill_t, 1), extension_s=extend)
