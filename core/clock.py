@@ -342,8 +342,12 @@ end
 #       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold),
 #       [7] another holder to lift in the same step ('' for none; '?holder': that one if it holds, else the
 #           lowest of its kind, the holders named with the same prefix up to the first ':')
-_BARRIER_LUA = BARRIER_FN + "return barrier(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], " \
-                            "ARGV[6], ARGV[7])"
+_BARRIER_LUA = BARRIER_FN + """
+local clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3]
+local op, holder, at, real_now, alive_until, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local also = ARGV[7]
+return barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
+"""
 _scripts: dict[int, object] = {}
 
 

@@ -89,12 +89,13 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
 # KEYS: [1] the lab's events [2] its counters. ARGV: per event, the encoded event and its counter ('' for none).
 # Each counter is bumped once, by how many of the events it counts.
 _EMIT = Script(None, (LUA_EMIT + """
+local events, counts = KEYS[1], KEYS[2]
 local bumps = {}
 for i = 1, #ARGV, 2 do
-  emit(KEYS[1], KEYS[2], ARGV[i], '')
+  emit(events, counts, ARGV[i], '')
   if ARGV[i + 1] ~= '' then bumps[ARGV[i + 1]] = (bumps[ARGV[i + 1]] or 0) + 1 end
 end
-for c, n in pairs(bumps) do redis.call('HINCRBY', KEYS[2], c, n) end
+for c, n in pairs(bumps) do redis.call('HINCRBY', counts, c, n) end
 """).encode())  # EVALSHA on any client
 
 

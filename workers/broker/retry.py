@@ -68,32 +68,37 @@ def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random
 # The handler's failure path (the lesson's handle_failure): record → retrying with the message delayed
 # until its due time (retry_after), or record → dlq with the message moved to the DLQ.
 _FAIL = """
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
-local st = redis.call('HGET', KEYS[1], 'state')
-local holder = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
-if st ~= 'running' or holder ~= tonumber(ARGV[1]) then
+local record, states, events, counts, attempts, message = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local leases, alive, scheduled, dlq = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local delivery, guard, outcome, failed_ev, next_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local blocked_ev, due, job_id, attempt_rec, error = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local dlq_reason, now = ARGV[11], ARGV[12]
+redis.call('HSET', attempts, delivery, attempt_rec)
+local st = redis.call('HGET', record, 'state')
+local holder = tonumber(redis.call('HGET', record, 'holder') or '0')
+if st ~= 'running' or holder ~= tonumber(delivery) then
   -- this attempt does not hold the record (overtaken, freed, or the job finished): its failure moves nothing
-  if ARGV[2] == 'off' then emit(KEYS[3], KEYS[4], ARGV[4], 'failed') return 0 end
-  emit(KEYS[3], KEYS[4], ARGV[6], 'duplicates_blocked')
+  if guard == 'off' then emit(events, counts, failed_ev, 'failed') return 0 end
+  emit(events, counts, blocked_ev, 'duplicates_blocked')
   return 0
 end
-redis.call('HSET', KEYS[1], 'last_error', ARGV[10])
-redis.call('HDEL', KEYS[1], 'holder')
-redis.call('ZREM', KEYS[8], ARGV[8])
-redis.call('ZREM', KEYS[7], ARGV[8])
-emit(KEYS[3], KEYS[4], ARGV[4], 'failed')
-if ARGV[3] == 'retry' then
-  redis.call('HSET', KEYS[1], 'state', 'retrying')
-  move(KEYS[2], st, 'retrying')
-  redis.call('HSET', KEYS[6], 'state', 'delayed')
-  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[8])
-  emit(KEYS[3], KEYS[4], ARGV[5], 'retries_scheduled')
+redis.call('HSET', record, 'last_error', error)
+redis.call('HDEL', record, 'holder')
+redis.call('ZREM', alive, job_id)
+redis.call('ZREM', leases, job_id)
+emit(events, counts, failed_ev, 'failed')
+if outcome == 'retry' then
+  redis.call('HSET', record, 'state', 'retrying')
+  move(states, st, 'retrying')
+  redis.call('HSET', message, 'state', 'delayed')
+  redis.call('ZADD', scheduled, due, job_id)
+  emit(events, counts, next_ev, 'retries_scheduled')
 else
-  redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[11])
-  move(KEYS[2], st, 'dlq')
-  redis.call('HSET', KEYS[6], 'state', 'dlq')
-  redis.call('ZADD', KEYS[10], ARGV[12], ARGV[8])
-  emit(KEYS[3], KEYS[4], ARGV[5], 'dead_lettered')
+  redis.call('HSET', record, 'state', 'dlq', 'dlq_reason', dlq_reason)
+  move(states, st, 'dlq')
+  redis.call('HSET', message, 'state', 'dlq')
+  redis.call('ZADD', dlq, now, job_id)
+  emit(events, counts, next_ev, 'dead_lettered')
 end
 return 1
 """
