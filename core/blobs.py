@@ -35,10 +35,9 @@ TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
 CLIENT_PREFIX = "blobs:client:"  # + client: bytes of that client's labs' blobs
 CHUNK = 256 * 1024  # a non-atomic write goes out in pieces (a crash can leave a prefix, as a file would)
 
-# KEYS: [1] the lab's blob index [2] the lab's bytes [3] the server's [4] the live labs [5] the client's bytes
-#       (or [3] again: no client), then [6..] the blobs' keys.
-# ARGV: [1] the lab [2] the lab's cap [3] the server's [4] the client's (-1: none) [5] 'set' | 'append', then
-#       per blob its name and its bytes. Every blob or none, in one step: one check of the caps for them all.
+# client_bytes is server_bytes again when the lab has no client, and client_max -1; mode 'set' | 'append'. After the
+# named keys and arguments come the blobs' keys and, per blob, its name and its bytes. Every blob or none, in one
+# step: one check of the caps for them all.
 # Returns each blob's new size, or -3 (lab gone), -1 (lab cap), -4 (client cap), -2 (server cap).
 _PUT = """
 local blob_index, lab_bytes, server_bytes, live_labs, client_bytes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

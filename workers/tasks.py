@@ -595,9 +595,7 @@ def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, 
                              stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
 
 
-# KEYS: [1] the job's `notified` flag [2] the outbox [3] events [4] counters.
-# ARGV: [1] attempt [2] '1' to guard with the flag [3] the mail [4] email.sent and [5] its counter
-#       [6] email.suppressed and [7] its counter
+# guarded: '1' to guard with the `notified` flag.
 _NOTIFY = """
 local notified, outbox, events, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local attempt, guarded, mail, sent_ev, sent_counter = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]

@@ -16,11 +16,8 @@ from core.registry import read_job
 from workers.broker import leases
 from workers.broker.state import script
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] DLQ [10] dispatch
-# ARGV: [1] job id [2] job.replayed [3] real time (dispatch score)
-# Record dlq → queued with its attempt count reset (attempt_base); message visible again with its receive
-# count reset for the redrive policy (base); delivery numbers keep counting up.
+# Keys: leases.keys_for's. Record dlq → queued with its attempt count reset (attempt_base); message visible again
+# with its receive count reset for the redrive policy (base); delivery numbers keep counting up.
 _REPLAY = """
 local record, states, events, counts, message, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[9]
 local dispatch = KEYS[10]
@@ -39,8 +36,7 @@ emit(events, counts, cjson.encode(ev), 'replayed')
 return n
 """
 
-# Paced: KEYS [9] DLQ [10] scheduled; ARGV [1] job id [2] job.replayed [3] due (sim s).
-# Record back to `retrying` and the message delayed until its slot, so the reaper's due-retry loop
+# Paced (due in sim s): record back to `retrying` and the message delayed until its slot, so the reaper's due-retry loop
 # releases it on schedule.
 _REPLAY_PACED = """
 local record, states, events, counts, message, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[9]
@@ -81,7 +77,7 @@ def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limi
     With `rate` (jobs per simulated second) the k-th job is due at now + k/rate instead of all
     at once: an unpaced replay of a big DLQ is a retry storm of its own.
     """
-    replayed = []
+    replayed: list[str] = []
     for entry in reversed(list_dead(r, lab)):
         if reason and reason.lower() not in entry["reason"].lower():
             continue

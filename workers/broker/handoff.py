@@ -45,10 +45,9 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
     return float(at) if at else None
 
 
-# KEYS: [1] the lab's worker rows, then [2..4] the barrier's (clock.barrier_call).
-# ARGV: [1] the transit holders' prefix, then [2..8] the barrier change (clock.barrier_call: a hold).
+# The barrier's keys and change (a hold) as clock.barrier_call gives them.
 # Holds only while some idle worker has no delivery on its way to it: idle rows minus transit barriers.
-# Returns {held (1/0), the lab's simulated time at ARGV[5] as a string (false: no clock)}.
+# Returns {held (1/0), the lab's simulated time at real_now as a string (false: no clock)}.
 _TRANSIT = clock.BARRIER_FN + """
 local workers, clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local transit_prefix, op, holder, at, real_now, alive_until = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]

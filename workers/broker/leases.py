@@ -32,6 +32,7 @@ import redis
 
 from core import clock, stream
 from core.keys import key, msg
+from core.settings import LabSettings
 from workers.broker.state import lab_keys, script
 
 RUN, BLOCKED, REFUSED, STALE = "run", "blocked", "refused", "stale"
@@ -43,12 +44,8 @@ def keys_for(lab: str, job_id: str, *extra: str) -> list[str]:
     return lab_keys(lab, job_id, msg(lab, job_id), key(lab, "leases"), key(lab, "alive"), *extra)
 
 
-# KEYS: [1] record [2] state gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] hand-offs (handoff.record's notes)
-# ARGV: [1] delivery n [2] job id [3] now [4] lease deadline ('' = ack early) [5] '1' if the lease is a
-#       heartbeat lease [6] guard off|claim|fence [7] worker id [8] job.claimed event [9] job.duplicate_blocked
-#       event [10] job.claim_refused event [11] this attempt's record (JSON) [12] this delivery's hand-off
-#       note ('' if none)
+# Keys: keys_for's, then the hand-offs (handoff.record's notes). deadline '' = ack early; hb '1' if the lease is a
+# heartbeat lease; attempt_rec this attempt's record (JSON); note this delivery's hand-off note ('' if none).
 # Returns {run | blocked | refused | stale, the record as this receive left it (HGETALL's flat list; empty if
 # stale)}. (Each hash read once and written once: a busy lab receives a delivery every two seconds.) The
 # delivery has arrived whatever comes of it, so its hand-off note goes (the supervisor sweeps only those
@@ -113,7 +110,7 @@ return {'run', out}
 """
 
 
-def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: dict,
+def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: LabSettings,
             pid: int, note: str = "") -> tuple[str, dict]:
     """Receive delivery n of the job's message and try the guard's claim, in one round trip: the outcome, and
     the job's record as the receive left it (empty if stale). `note`: the delivery's hand-off note
@@ -126,7 +123,7 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     window = settings["heartbeat_extend"] if settings["heartbeat"] else settings["vt_seconds"]
     deadline = None if early else now + window
     guard = settings["guard"]
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
     claimed = stream.encode("job.claimed", now, **common, ack_mode=settings["ack_mode"], guard=guard,
                             lease_deadline=deadline, receives=n)
     blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard,
@@ -142,10 +139,8 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     return outcome, dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-# KEYS: as receive, then (a barrier to move in the same step) [9] clock [10] barriers [11] barrier alive.
-# ARGV: [1] delivery n [2] new deadline [3] lease.extended event [4] job id [5] now, then (with KEYS[9..11])
-#       [6..12] the barrier change as clock.barrier_call gives it (op, holder, at, real now, alive-until, refresh,
-#       another holder to lift)
+# Keys: keys_for's, then (a barrier to move in the same step) the barrier's keys and change as clock.barrier_call
+# gives them.
 # The record's holder shows a sign of life (the `alive` zset: the stale-job sweeper's clock); the message's
 # visibility moves only for the current receive (a stale receipt cannot change it, as in SQS). The lease's
 # deadline lives in the leases zset alone (read with ZSCORE), so a beat writes it once.
@@ -194,7 +189,6 @@ def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
                                    args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args))
 
 
-# KEYS: as receive. ARGV: [1] job id [2] now [3] lease.cut event
 _CUT = """
 local events, counts, message, leases = KEYS[3], KEYS[4], KEYS[6], KEYS[7]
 local job_id, now, cut_ev = ARGV[1], ARGV[2], ARGV[3]
@@ -216,9 +210,7 @@ def cut(r: redis.Redis, lab: str, job_id: str, now: float) -> bool:
     return bool(script(r, _CUT)(keys=keys_for(lab, job_id), args=[job_id, repr(now), ev]))
 
 
-# KEYS: as receive, then [9] the DLQ zset.
-# ARGV: [1] delivery n [2] guard [3] job.succeeded [4] job.duplicate_blocked [5] job.duplicate_completed
-#       [6] attempt record (JSON) [7] now [8] job id [9] outputs (JSON)
+# Keys: keys_for's, then the DLQ zset.
 # Returns 1 applied (done), 0 refused (the record belongs to someone else), 2 a counted duplicate (guard off).
 _COMPLETE = """
 local record, states, events, counts, attempts, message = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -270,7 +262,7 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
     Under `claim`/`fence` a holder that no longer holds the record is refused; under `off` a second
     completion lands as a counted duplicate.
     """
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
     ran = round(now - float(attempt_record.get("start", now)), 3)
     ok = stream.encode("job.succeeded", now, **common, guard=guard, ran_s=ran)
     reason = ("a newer attempt owns the job (fencing token)" if guard == "fence"
@@ -282,7 +274,6 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
         args=[attempt, guard, ok, blocked, dup, json.dumps(attempt_record), now, job_id, json.dumps(outputs)]))
 
 
-# KEYS: as receive. ARGV: [1] job id [2] real time (dispatch score)
 # The broker hands the message out once more, as an at-least-once broker may (chapter 3's late delivery).
 _AGAIN = """
 local message, leases = KEYS[6], KEYS[7]

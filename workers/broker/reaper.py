@@ -10,19 +10,18 @@ between the CAS and the enqueue re-sends them on restart instead of losing them.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from rq import Queue
 
 from core import clock, stream
 from core.keys import key, queue_name
+from core.settings import LabSettings
 from workers.broker import handoff, leases
 from workers.broker.state import script
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] dispatch [10] DLQ
-# ARGV: [1] job id [2] now [3] max_receives [4] lease.expired [5] job.redelivered [6] job.dead_lettered
-#       [7] DLQ reason [8] real time (dispatch score) [9] clock speed [10] guard [11] job.stale_freed
+# Keys: leases.keys_for's, then dispatch and the DLQ. real_now: the dispatch score.
 # Returns -1 nothing to do, 0 redriven to the DLQ, n the delivery number sent again.
 _REDELIVER = """
 local record, states, events, counts, message, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
@@ -77,8 +76,7 @@ emit(events, counts, cjson.encode(rd), 'redelivered')
 return rc + 1
 """
 
-# KEYS: [1..8] as above, [9] scheduled (delayed messages) [10] dispatch
-# ARGV: [1] job id [2] now [3] job.retry_started [4] real time (dispatch score)
+# Keys: leases.keys_for's, then scheduled (delayed messages) and dispatch.
 # A delayed message (a retry's wait) becomes visible; the record stays `retrying` until a claim.
 _REQUEUE = """
 local events, counts, message, scheduled, dispatch = KEYS[3], KEYS[4], KEYS[6], KEYS[9], KEYS[10]
@@ -96,7 +94,6 @@ emit(events, counts, cjson.encode(ev), '')
 return n
 """
 
-# KEYS: [1..8] as above. ARGV: [1] delivery n [2] job.lost
 # Ack early and the worker died: the message was deleted on receive, so nothing will bring it back.
 _LOSE = """
 local record, states, events, counts, message, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[8]
@@ -112,7 +109,6 @@ emit(events, counts, lost_ev, 'lost')
 return 1
 """
 
-# KEYS: [1..8] as above. ARGV: [1] job id [2] now [3] stale_after [4] job.stale_freed
 # Chapter 7's reprocess_stale_jobs, as a compare-and-swap: only a record STILL running with no sign of
 # life since now - stale_after is put back, so two sweeps (or a sweep racing a heartbeat) are harmless.
 _SWEEP = """
@@ -168,7 +164,7 @@ def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float |
     return sent
 
 
-def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, speed: float,
+def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: LabSettings, speed: float,
                       upto: float | None = None, clock_state: dict | None = None) -> int:
     """Every lease whose deadline passed (up to `upto`, default now): the message visible again, or
     redriven to the DLQ. `clock_state`: the clock hash `now` was read from, when the caller has it."""
@@ -182,7 +178,7 @@ def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, spee
         # in real time, how long after the lab's clock reached the deadline this scan acted (the clock
         # itself waits at the reaper's barrier, so in simulated time a redelivery is never late)
         reached = clock.reached_at(clock_state, deadline)
-        real_lag = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
+        real_lag: dict[str, Any] = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
         expired = stream.encode("lease.expired", now, job_id=job_id)
         redelivered = stream.encode("job.redelivered", now, job_id=job_id, **real_lag)
         dead = stream.encode("job.dead_lettered", now, job_id=job_id,
@@ -214,7 +210,7 @@ def start_due_retries(r: redis.Redis, lab: str, now: float, upto: float | None =
     return n
 
 
-def sweep_stale(r: redis.Redis, lab: str, now: float, settings: dict) -> int:
+def sweep_stale(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> int:
     """The stale-job sweeper (claim guard): free records running with no sign of life for stale_after."""
     stale = settings.get("stale_after", 0)
     if settings["guard"] != "claim" or not stale:

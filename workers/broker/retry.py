@@ -13,6 +13,7 @@ import redis
 
 from core import stream
 from core.keys import key
+from core.settings import LabSettings
 from workers.broker import handoff, leases
 from workers.broker.state import script
 
@@ -60,11 +61,8 @@ def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random
     return full_jitter_delay(n, base, cap, rng)
 
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] scheduled (delayed messages) [10] DLQ
-# ARGV: [1] delivery n [2] guard [3] retry|dlq [4] job.failed [5] job.retry_scheduled or job.dead_lettered
-#       [6] job.duplicate_blocked [7] due (sim s) [8] job id [9] attempt record (JSON) [10] error [11] DLQ
-#       reason [12] now
+# Keys: leases.keys_for's, then scheduled (delayed messages) and the DLQ. outcome 'retry' | 'dlq'; next_ev
+# job.retry_scheduled or job.dead_lettered; due in sim s.
 # The handler's failure path (the lesson's handle_failure): record → retrying with the message delayed
 # until its due time (retry_after), or record → dlq with the message moved to the DLQ.
 _FAIL = """
@@ -105,7 +103,7 @@ return 1
 
 
 def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-                 settings: dict, error: Exception, attempts_used: int, first_start: float,
+                 settings: LabSettings, error: Exception, attempts_used: int, first_start: float,
                  attempt_record: dict, rng: random.Random) -> str:
     """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'.
 
@@ -126,12 +124,15 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
             reason = "retry_policy none"
         elif settings["retry_budget"] and now + delay - first_start > settings["retry_budget"]:
             reason = f"retry budget ({settings['retry_budget']:g} s) exhausted"
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
     failed = stream.encode("job.failed", now, **common, error=message, retryable=reason is None,
                            attempt_count=attempts_used)
+    due = None  # the retry's moment (sim s), if it retries
     if reason is None:
+        assert delay is not None  # no reason to stop is left only by a policy that gave a delay
+        due = now + delay
         nxt = stream.encode("job.retry_scheduled", now, **common, delay=round(delay, 3),
-                            due=round(now + delay, 3), policy=settings["retry_policy"])
+                            due=round(due, 3), policy=settings["retry_policy"])
     else:
         nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message,
                             attempt_count=attempts_used)
@@ -141,19 +142,19 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
     res = script(r, _FAIL)(
         keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dlq")),
         args=[attempt, settings["guard"], "retry" if reason is None else "dlq",
-              failed, nxt, blocked, (now + delay) if delay is not None else 0, job_id,
+              failed, nxt, blocked, 0 if due is None else due, job_id,
               json.dumps(attempt_record), message, reason or "", now])
     if not res:
         return "stale"
-    if reason is None:
-        handoff.hold_until_due(r, lab, job_id, now + delay, now)
+    if due is not None:
+        handoff.hold_until_due(r, lab, job_id, due, now)
         return "retry"
     return "dlq"
 
 
 # --- circuit breaker on the storage dependency ---------------------------------------------
 
-def breaker_allows(r: redis.Redis, lab: str, now: float, settings: dict) -> bool:
+def breaker_allows(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> bool:
     """Closed → yes. Open → no until the cool-down ends, then half-open lets a trial through."""
     if not settings["breaker"]:
         return True
@@ -168,7 +169,7 @@ def breaker_allows(r: redis.Redis, lab: str, now: float, settings: dict) -> bool
     return False
 
 
-def breaker_record(r: redis.Redis, lab: str, now: float, settings: dict, ok: bool) -> None:
+def breaker_record(r: redis.Redis, lab: str, now: float, settings: LabSettings, ok: bool) -> None:
     """Count consecutive storage failures; open at the threshold, close on a success."""
     if not settings["breaker"]:
         return

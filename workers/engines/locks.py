@@ -14,7 +14,7 @@ import redis
 
 from core.keys import key
 
-# KEYS[1] lock hash; ARGV: holder, now (caller's clock), ttl.
+# now: on the caller's clock.
 # Returns {won, holder, expires, fence[, previous holder, its expiry]}.
 _ACQUIRE = """
 local lock = KEYS[1]
@@ -40,7 +40,7 @@ redis.call('HSET', lock, 'expires', tostring(tonumber(now) + tonumber(ttl)))
 return 1
 """
 
-# Compare-and-delete: release the lock only if it is still this holder's (ARGV[2] = 'delete' skips the check,
+# Compare-and-delete: release the lock only if it is still this holder's (mode 'delete' skips the check,
 # the plain DEL of the lesson's snippet). Returns the holder found ('' when none).
 _RELEASE = """
 local lock = KEYS[1]
