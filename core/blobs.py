@@ -35,61 +35,66 @@ TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
 CLIENT_PREFIX = "blobs:client:"  # + client: bytes of that client's labs' blobs
 CHUNK = 256 * 1024  # a non-atomic write goes out in pieces (a crash can leave a prefix, as a file would)
 
-# KEYS: [1] the lab's blob index [2] the lab's bytes [3] the server's [4] the live labs [5] the client's bytes
-#       (or [3] again: no client), then [6..] the blobs' keys.
-# ARGV: [1] the lab [2] the lab's cap [3] the server's [4] the client's (-1: none) [5] 'set' | 'append', then
-#       per blob its name and its bytes. Every blob or none, in one step: one check of the caps for them all.
+# client_bytes is server_bytes again when the lab has no client, and client_max -1; mode 'set' | 'append'. After the
+# named keys and arguments come the blobs' keys and, per blob, its name and its bytes. Every blob or none, in one
+# step: one check of the caps for them all.
 # Returns each blob's new size, or -3 (lab gone), -1 (lab cap), -4 (client cap), -2 (server cap).
 _PUT = """
-if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then return -3 end
+local blob_index, lab_bytes, server_bytes, live_labs, client_bytes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lab, lab_cap, server_cap, client_max, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('SISMEMBER', live_labs, lab) == 0 then return -3 end
 local n = #KEYS - 5
 local names, sizes, change = {}, {}, 0
 for i = 1, n do names[i] = ARGV[4 + 2 * i] end
-local olds = redis.call('HMGET', KEYS[1], unpack(names))
+local olds = redis.call('HMGET', blob_index, unpack(names))
 for i = 1, n do
   local old = tonumber(olds[i] or '0')
   sizes[i] = string.len(ARGV[5 + 2 * i])
-  if ARGV[5] == 'append' then sizes[i] = old + sizes[i] end
+  if mode == 'append' then sizes[i] = old + sizes[i] end
   change = change + sizes[i] - old
 end
-local client_cap = tonumber(ARGV[4])
-local used = redis.call('MGET', KEYS[2], KEYS[3], KEYS[5])  -- the lab's, the server's, the client's bytes
-if tonumber(used[1] or '0') + change > tonumber(ARGV[2]) then return -1 end
+local client_cap = tonumber(client_max)
+local used = redis.call('MGET', lab_bytes, server_bytes, client_bytes)  -- the lab's, the server's, the client's bytes
+if tonumber(used[1] or '0') + change > tonumber(lab_cap) then return -1 end
 if client_cap >= 0 and tonumber(used[3] or '0') + change > client_cap then return -4 end
-if tonumber(used[2] or '0') + change > tonumber(ARGV[3]) then return -2 end
+if tonumber(used[2] or '0') + change > tonumber(server_cap) then return -2 end
 local index = {}
 for i = 1, n do
-  if ARGV[5] == 'append' then redis.call('APPEND', KEYS[5 + i], ARGV[5 + 2 * i])
+  if mode == 'append' then redis.call('APPEND', KEYS[5 + i], ARGV[5 + 2 * i])
   else redis.call('SET', KEYS[5 + i], ARGV[5 + 2 * i]) end
   index[2 * i - 1], index[2 * i] = names[i], sizes[i]
 end
-redis.call('HSET', KEYS[1], unpack(index))
-redis.call('INCRBY', KEYS[2], change)
-redis.call('INCRBY', KEYS[3], change)
-if client_cap >= 0 then redis.call('INCRBY', KEYS[5], change) end
+redis.call('HSET', blob_index, unpack(index))
+redis.call('INCRBY', lab_bytes, change)
+redis.call('INCRBY', server_bytes, change)
+if client_cap >= 0 then redis.call('INCRBY', client_bytes, change) end
 return sizes
 """
 _PUT_SCRIPT = Script(None, _PUT.encode())  # EVALSHA on any client (its source is sent once per server)
 
 # Freeing scripts run even when the server is at maxmemory (they give memory back).
 _DELETE = """#!lua flags=allow-oom
-local old = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-redis.call('DEL', KEYS[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('DECRBY', KEYS[3], old)
-redis.call('DECRBY', KEYS[4], old)
-if KEYS[5] ~= '' then redis.call('DECRBY', KEYS[5], old) end
+local blob, blob_index, lab_bytes, server_bytes, client_bytes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local name = ARGV[1]
+local old = tonumber(redis.call('HGET', blob_index, name) or '0')
+redis.call('DEL', blob)
+redis.call('HDEL', blob_index, name)
+redis.call('DECRBY', lab_bytes, old)
+redis.call('DECRBY', server_bytes, old)
+if client_bytes ~= '' then redis.call('DECRBY', client_bytes, old) end
 return old
 """
 
 _FORGET = """#!lua flags=allow-oom
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('DEL', ARGV[1] .. name) end
-redis.call('DEL', KEYS[1], KEYS[2])
-if used > 0 then redis.call('DECRBY', KEYS[3], used) end
-if KEYS[4] ~= '' then  -- never below 0: a branch's copied blobs land before its client is recorded
-  local left = tonumber(redis.call('GET', KEYS[4]) or '0') - used
-  if left > 0 then redis.call('SET', KEYS[4], left) else redis.call('DEL', KEYS[4]) end
+local lab_bytes, blob_index, server_bytes, client_bytes = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local blob_prefix = ARGV[1]
+local used = tonumber(redis.call('GET', lab_bytes) or '0')
+for _, name in ipairs(redis.call('HKEYS', blob_index)) do redis.call('DEL', blob_prefix .. name) end
+redis.call('DEL', lab_bytes, blob_index)
+if used > 0 then redis.call('DECRBY', server_bytes, used) end
+if client_bytes ~= '' then  -- never below 0: a branch's copied blobs land before its client is recorded
+  local left = tonumber(redis.call('GET', client_bytes) or '0') - used
+  if left > 0 then redis.call('SET', client_bytes, left) else redis.call('DEL', client_bytes) end
 end
 return used
 """
@@ -237,8 +242,10 @@ def forget_lab(r: redis.Redis, lab: str) -> None:
 
 
 _RECOUNT = """#!lua flags=allow-oom
+local server_bytes, live_labs = KEYS[1], KEYS[2]
+local client_prefix = ARGV[1]
 local total, clients = 0, {}
-for _, lab in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+for _, lab in ipairs(redis.call('SMEMBERS', live_labs)) do
   local used = 0
   for _, size in ipairs(redis.call('HVALS', 'lab:' .. lab .. ':blobs')) do used = used + tonumber(size) end
   local counter = 'lab:' .. lab .. ':blob_bytes'
@@ -247,11 +254,11 @@ for _, lab in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local who = redis.call('HGET', 'lab:' .. lab .. ':meta', 'client')
   if who then clients[who] = (clients[who] or 0) + used end
 end
-redis.call('SET', KEYS[1], total)
+redis.call('SET', server_bytes, total)
 for i = 3, #KEYS do
-  if not clients[string.sub(KEYS[i], string.len(ARGV[1]) + 1)] then redis.call('DEL', KEYS[i]) end
+  if not clients[string.sub(KEYS[i], string.len(client_prefix) + 1)] then redis.call('DEL', KEYS[i]) end
 end
-for who, used in pairs(clients) do redis.call('SET', ARGV[1] .. who, used) end
+for who, used in pairs(clients) do redis.call('SET', client_prefix .. who, used) end
 return total
 """
 

@@ -20,6 +20,7 @@ import json
 import time
 
 import redis
+from redis.commands.core import Script
 
 from core.keys import key
 
@@ -337,14 +338,15 @@ local function barrier(ck, bk, ak, op, holder, at, real_s, alive_until, refresh,
   return 1, own_now
 end
 """
-# KEYS: [1] the clock hash, [2] barriers zset, [3] alive hash
-# ARGV: [1] 'hold' | 'lift' | 'sweep', [2] holder, [3] barrier sim time (hold), [4] real now,
-#       [5] alive-until (hold), [6] '1' to stamp alive-until, '0' to keep the last stamp (hold),
-#       [7] another holder to lift in the same step ('' for none; '?holder': that one if it holds, else the
-#           lowest of its kind, the holders named with the same prefix up to the first ':')
-_BARRIER_LUA = BARRIER_FN + "return barrier(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], " \
-                            "ARGV[6], ARGV[7])"
-_scripts: dict[int, object] = {}
+# The arguments as `barrier` above takes them (`also`: '?holder' lifts that one if it holds, else the lowest of its
+# kind, the holders named with the same prefix up to the first ':').
+_BARRIER_LUA = BARRIER_FN + """
+local clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3]
+local op, holder, at, real_now, alive_until, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local also = ARGV[7]
+return barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
+"""
+_scripts: dict[int, Script] = {}
 
 
 def barrier_call(lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL,

@@ -33,10 +33,11 @@ OWNER_WHY = "you parked it"
 
 
 _PARK = """
--- KEYS[1] labs (registered)   KEYS[2] labs:parked   KEYS[3] slots:labs (the ledger)   ARGV[1] the lab
+local labs, parked, ledger = KEYS[1], KEYS[2], KEYS[3]  -- registered labs, labs:parked, slots:labs
+local lab = ARGV[1]
 -- one step, so a resume that takes the slot again never has it released by a park it raced
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 or redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[3], ARGV[1])
+if redis.call('SISMEMBER', labs, lab) == 0 or redis.call('SADD', parked, lab) == 0 then return 0 end
+redis.call('HDEL', ledger, lab)
 return 1
 """
 

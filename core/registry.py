@@ -13,15 +13,16 @@ import json
 import secrets
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from core import blobs, clock, slots, stream
 from core.events import COUNTERS
 from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
-from core.settings import DEFAULTS
+from core.settings import DEFAULTS, LabSettings
 
 
 class LabFull(Exception):
@@ -36,7 +37,7 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: dict[str, Any],
+def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: LabSettings,
            t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
@@ -48,7 +49,7 @@ def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: d
         raise LabFull()
     lab = lab or new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
-    settings = dict(settings)
+    settings = settings.copy()
     settings["speed"] = speed
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key(lab, "meta"), mapping={
@@ -94,19 +95,19 @@ def touch(r: redis.Redis, lab: str, last: float | None = None, gap: float = 0.0)
         r.hset(key(lab, "meta"), "last_active", now)
 
 
-def settings(r: redis.Redis, lab: str) -> dict[str, Any]:
+def settings(r: redis.Redis, lab: str) -> LabSettings:
     return parse_settings(r.get(key(lab, "settings")))
 
 
-def parse_settings(raw: str | None) -> dict[str, Any]:
+def parse_settings(raw: str | None) -> LabSettings:
     """A lab's settings from their stored form (read in a pipeline with other keys, as a supervisor pass does);
     the schema defaults if none are stored."""
-    return json.loads(raw) if raw else dict(DEFAULTS)
+    # Stored only by create and update_settings, from the schema's defaults and validated values.
+    return cast(LabSettings, json.loads(raw) if raw else dict(DEFAULTS))
 
 
-def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> dict[str, Any]:
-    current = settings(r, lab)
-    current.update(changes)
+def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> LabSettings:
+    current = cast(LabSettings, {**settings(r, lab), **changes})  # changes: settings.validate's clean values
     with r.pipeline(transaction=True) as pipe:
         pipe.set(key(lab, "settings"), json.dumps(current))
         stream.append(pipe, lab, "settings.changed", clock.now(r, lab), changes=changes)
@@ -322,7 +323,7 @@ def status_body(j: dict, lab_id: str) -> dict[str, Any]:
             "status_url": f"/api/labs/{lab_id}/jobs/{j['id']}/status"}
 
 
-def processes_of(lab_settings: dict[str, Any]) -> int:
+def processes_of(lab_settings: Mapping[str, Any]) -> int:
     """Processes a lab with these settings runs: its rq workers (chapter 6's fleets are some of them) and
     chapter 7's scheduler replicas."""
     return int(lab_settings.get("workers", 0)) + int(lab_settings.get("scheduler_replicas", 0))

@@ -7,7 +7,7 @@ seconds, because the lab runs on a compressed clock.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from core.numbers import Inputs
 
@@ -181,6 +181,70 @@ SCHEMA: tuple[Setting, ...] = (
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SCHEMA}
+
+
+class LabSettings(TypedDict):
+    """One lab's settings as they travel (stored JSON, a preset, a supervisor pass): SCHEMA's fields as a type
+    checker sees them. Written out because a type checker cannot read a record built at run time;
+    tests/unit/test_settings.py fails if a field or its type differs from SCHEMA, which stays the source."""
+
+    speed: float
+    workers: int
+    vt_seconds: float
+    heartbeat: bool
+    heartbeat_interval: float
+    heartbeat_extend: float
+    ack_mode: Literal["late", "early"]
+    guard: Literal["off", "claim", "fence"]
+    stale_after: float
+    max_receives: int
+    upload_parts: int
+    idempotent_outputs: bool
+    notify_guard: bool
+    dedup_fail_mode: Literal["open", "closed"]
+    retry_policy: Literal["none", "fixed", "linear", "exponential", "full_jitter"]
+    retry_base: float
+    retry_cap: float
+    max_attempts: int
+    retry_budget: float
+    jitter_seed: int
+    dlq_alert_depth: int
+    dlq_alert_rate: float
+    classify_errors: bool
+    breaker: bool
+    breaker_threshold: int
+    breaker_cooldown: float
+    respawn_delay: float
+    scale_in: Literal["drain", "kill"]
+    gateway_timeout: float
+    job_duration: float
+    fairness: Literal["shared", "split", "weighted", "strict", "aging", "separate", "round_robin"]
+    pro_workers: int
+    pro_weight: float
+    aging_s: float
+    arrival_rate: float
+    pro_share: float
+    fair_job_s: float
+    exec_timeout: float
+    lock_ttl: float
+    boot_lag: float
+    autoscale: bool
+    autoscale_target_wait: float
+    autoscale_min: int
+    scheduler_replicas: int
+    cron_strategy: Literal["none", "lock", "heartbeat", "leader"]
+    cron_interval: float
+    cron_task_s: float
+    cron_late: float
+    cron_lock_ttl: float
+    cron_release: Literal["compare", "delete"]
+    leader_lease: float
+    clock_skew: float
+    cron_idempotent: bool
+    cron_catch_up: bool
+    cron_shard: bool
+    shard_buckets: int
+    cron_users: int
 DEFAULTS: dict[str, Any] = {s.name: s.default for s in SCHEMA}
 
 
@@ -196,6 +260,7 @@ def _coerce(s: Setting, value: Any) -> Any:
         if value not in s.choices:
             raise ValueError(f"must be one of {', '.join(s.choices)}")
         return value
+    assert s.min is not None and s.max is not None  # every number setting has its range
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"must be a number between {s.min:g} and {s.max:g}")
     try:

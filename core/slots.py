@@ -24,28 +24,29 @@ LEDGER = "slots:labs"
 GRACE_S = 60.0  # a reservation may wait this long for its lab to be registered before it is dropped
 
 _RESERVE = """
--- KEYS[1] slots:labs: lab -> "host processes client since"   KEYS[2] labs: the registered labs
--- KEYS[3] pool:hosts: pool host ids (each a hash ARGV[5]..id with max_workers, leaving; gone when silent)
--- ARGV[1] now (s)   ARGV[2] client   ARGV[3] client's running-lab cap (0: none)
--- ARGV[4] ceiling while no pool host is live   ARGV[5] host key prefix   ARGV[6] grace (s)
--- ARGV[7..] lab, processes, lab, processes, ...  (all or none are reserved)
+-- ledger: slots:labs, lab -> "host processes client since"; registered: labs;
+-- hosts: pool:hosts, pool host ids (each a hash host_prefix..id with max_workers, leaving; gone when silent)
+local ledger, registered, hosts = KEYS[1], KEYS[2], KEYS[3]
+-- now_s (s); who: the client; cap_s: its running-lab cap (0: none); web_ceiling: the ceiling while no pool host is
+-- live; grace (s); then ARGV[7..]: lab, processes, lab, processes, ...  (all or none are reserved)
+local now_s, who, cap_s, web_ceiling, host_prefix, grace = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 -- returns {'ok'} | {'client', running} | {'workers', ceiling, in use}
-local now, who, cap = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local now, cap = tonumber(now_s), tonumber(cap_s)
 local want, order = {}, {}
 for i = 7, #ARGV, 2 do want[ARGV[i]] = tonumber(ARGV[i + 1]); order[#order + 1] = ARGV[i] end
 local ceil, any = {}, false
-for _, h in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  local f = redis.call('HMGET', ARGV[5] .. h, 'max_workers', 'leaving')
+for _, h in ipairs(redis.call('SMEMBERS', hosts)) do
+  local f = redis.call('HMGET', host_prefix .. h, 'max_workers', 'leaving')
   if f[1] and f[2] ~= '1' then ceil[h] = tonumber(f[1]); any = true end
 end
-if not any then ceil['web'] = tonumber(ARGV[4]) end
+if not any then ceil['web'] = tonumber(web_ceiling) end
 local used, labs, mine, held = {}, {}, 0, {}
-local flat = redis.call('HGETALL', KEYS[1])
+local flat = redis.call('HGETALL', ledger)
 for i = 1, #flat, 2 do
   local lab = flat[i]
   local b, p, c, t = string.match(flat[i + 1], '^(%S+) (%S+) (%S+) (%S+)$')
-  if redis.call('SISMEMBER', KEYS[2], lab) == 0 and now - tonumber(t) > tonumber(ARGV[6]) then
-    redis.call('HDEL', KEYS[1], lab)
+  if redis.call('SISMEMBER', registered, lab) == 0 and now - tonumber(t) > tonumber(grace) then
+    redis.call('HDEL', ledger, lab)
   elseif want[lab] then
     held[lab] = {b, c, t}
   else
@@ -74,9 +75,9 @@ for _, lab in ipairs(order) do
   used[b] = (used[b] or 0) + want[lab]
   labs[b] = (labs[b] or 0) + 1
   rows[#rows + 1] = lab
-  rows[#rows + 1] = b .. ' ' .. want[lab] .. ' ' .. (h and h[2] or who) .. ' ' .. (h and h[3] or ARGV[1])
+  rows[#rows + 1] = b .. ' ' .. want[lab] .. ' ' .. (h and h[2] or who) .. ' ' .. (h and h[3] or now_s)
 end
-redis.call('HSET', KEYS[1], unpack(rows))
+redis.call('HSET', ledger, unpack(rows))
 return {'ok'}
 """
 

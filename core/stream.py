@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
 from redis.commands.core import Script
@@ -37,6 +37,14 @@ local function move(states, from, to)
   if to then redis.call('HINCRBY', states, to, 1) end
 end
 """
+
+
+class JobRef(TypedDict):
+    """Whose event it is: `encode`'s job, worker and attempt, passed along together (`**ref`)."""
+
+    job_id: str
+    worker_id: str
+    attempt: int
 
 
 def encode(type_: str, t_sim: float, job_id: str | None = None, worker_id: str | None = None,
@@ -86,15 +94,16 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
         pipe.hincrby(key(lab, "counts"), counter(type_), 1)
 
 
-# KEYS: [1] the lab's events [2] its counters. ARGV: per event, the encoded event and its counter ('' for none).
+# ARGV: per event, the encoded event and its counter ('' for none).
 # Each counter is bumped once, by how many of the events it counts.
 _EMIT = Script(None, (LUA_EMIT + """
+local events, counts = KEYS[1], KEYS[2]
 local bumps = {}
 for i = 1, #ARGV, 2 do
-  emit(KEYS[1], KEYS[2], ARGV[i], '')
+  emit(events, counts, ARGV[i], '')
   if ARGV[i + 1] ~= '' then bumps[ARGV[i + 1]] = (bumps[ARGV[i + 1]] or 0) + 1 end
 end
-for c, n in pairs(bumps) do redis.call('HINCRBY', KEYS[2], c, n) end
+for c, n in pairs(bumps) do redis.call('HINCRBY', counts, c, n) end
 """).encode())  # EVALSHA on any client
 
 

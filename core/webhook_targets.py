@@ -64,7 +64,7 @@ def validate_target(url: str, allow_prefixes: tuple[str, ...] = ()) -> list[str]
         infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except (ValueError, OSError) as exc:
         raise TargetRefused("bad_callback_url", f"callback host does not resolve: {exc}") from exc
-    addrs = sorted({info[4][0] for info in infos})
+    addrs = sorted({str(info[4][0]) for info in infos})  # an IPv4/IPv6 sockaddr's host (typed str | int)
     for raw in addrs:
         if _blocked(ipaddress.ip_address(raw.split("%")[0])):
             raise TargetRefused("callback_forbidden", f"callback host resolves to a non-public address ({raw})")

@@ -35,27 +35,27 @@ from core.keys import HOST_SEQ, HOSTS, host_commands, host_key, host_running, ke
 CPU_WEIGHT = 0.5  # how much a fully loaded CPU counts against a host, beside a full worker ceiling
 
 _PLACE = """
--- KEYS[1] the lab's owner lease   KEYS[2] pool:hosts   KEYS[3] the slot ledger (core/slots.py)
--- ARGV[1] processes the lab asks for   ARGV[2] lease (ms)   ARGV[3] host key prefix   ARGV[4] CPU weight
--- ARGV[5] the lab's id
-local cur = redis.call('GET', KEYS[1])
+local owner_lease, hosts, ledger = KEYS[1], KEYS[2], KEYS[3]  -- ledger: the slot ledger (core/slots.py)
+-- processes: how many the lab asks for; lease_ms: the owner lease's length; lab: the lab's id
+local processes, lease_ms, host_prefix, cpu_weight, lab = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local cur = redis.call('GET', owner_lease)
 if cur then return cur end
-local demand = tonumber(ARGV[1])
+local demand = tonumber(processes)
 local best, best_score, best_labs = nil, nil, nil
-local held = redis.call('HGET', KEYS[3], ARGV[5])
+local held = redis.call('HGET', ledger, lab)
 local named = held and string.match(held, '^(%S+)')
-if named and redis.call('HGET', ARGV[3] .. named, 'leaving') == '0' then
+if named and redis.call('HGET', host_prefix .. named, 'leaving') == '0' then
   best = named  -- the host its processes were reserved on when they were asked for
 end
-for _, h in ipairs(best and {} or redis.call('SMEMBERS', KEYS[2])) do
-  local f = redis.call('HMGET', ARGV[3] .. h, 'workers', 'max_workers', 'cpu', 'labs', 'leaving')
+for _, h in ipairs(best and {} or redis.call('SMEMBERS', hosts)) do
+  local f = redis.call('HMGET', host_prefix .. h, 'workers', 'max_workers', 'cpu', 'labs', 'leaving')
   if not f[2] then
-    redis.call('SREM', KEYS[2], h)
+    redis.call('SREM', hosts, h)
   elseif f[5] ~= '1' then
     local w, cap = tonumber(f[1] or '0'), tonumber(f[2])
     local labs = tonumber(f[4] or '0')
     if w + demand <= cap then
-      local score = w / math.max(cap, 1) + tonumber(ARGV[4]) * math.min(tonumber(f[3] or '0'), 2)
+      local score = w / math.max(cap, 1) + tonumber(cpu_weight) * math.min(tonumber(f[3] or '0'), 2)
       if best == nil or score < best_score or (score == best_score and (labs < best_labs
           or (labs == best_labs and h < best))) then
         best, best_score, best_labs = h, score, labs
@@ -64,14 +64,15 @@ for _, h in ipairs(best and {} or redis.call('SMEMBERS', KEYS[2])) do
   end
 end
 if best == nil then return false end
-redis.call('SET', KEYS[1], best, 'PX', ARGV[2])
-redis.call('HINCRBY', ARGV[3] .. best, 'workers', demand)
-redis.call('HINCRBY', ARGV[3] .. best, 'labs', 1)
+redis.call('SET', owner_lease, best, 'PX', lease_ms)
+redis.call('HINCRBY', host_prefix .. best, 'workers', demand)
+redis.call('HINCRBY', host_prefix .. best, 'labs', 1)
 return best
 """
 
 _RENEW = """
--- KEYS: the labs' owner leases   ARGV[1] this host's id   ARGV[2] lease (ms)
+-- KEYS: the labs' owner leases
+local host_id, lease_ms = ARGV[1], ARGV[2]
 -- Extends the leases this host holds and answers every lab's holder (false: unowned), as an MGET would:
 -- one read of them all, in chunks within Lua's unpack limit.
 local holders = {}
@@ -81,21 +82,25 @@ for s = 1, #KEYS, 500 do
   end
 end
 for i, h in ipairs(holders) do
-  if h == ARGV[1] then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+  if h == host_id then redis.call('PEXPIRE', KEYS[i], lease_ms) end
 end
 return holders
 """
 
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local owner_lease = KEYS[1]
+local host_id = ARGV[1]
+if redis.call('GET', owner_lease) == host_id then return redis.call('DEL', owner_lease) end
 return 0
 """
 
 _CLAIM_BACK = """
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+local owner_lease = KEYS[1]
+local host_id, lease_ms = ARGV[1], ARGV[2]
+local cur = redis.call('GET', owner_lease)
+if cur == host_id then redis.call('PEXPIRE', owner_lease, lease_ms) return 1 end
 if cur then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', owner_lease, host_id, 'PX', lease_ms)
 return 1
 """
 

@@ -594,15 +594,16 @@ def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, 
                              stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
 
 
-# KEYS: [1] the job's `notified` flag [2] the outbox [3] events [4] counters.
-# ARGV: [1] attempt [2] '1' to guard with the flag [3] the mail [4] email.sent and [5] its counter
-#       [6] email.suppressed and [7] its counter
+# guarded: '1' to guard with the `notified` flag.
 _NOTIFY = """
-if ARGV[2] == '1' and not redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-  emit(KEYS[3], KEYS[4], ARGV[6], ARGV[7])
+local notified, outbox, events, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local attempt, guarded, mail, sent_ev, sent_counter = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local suppressed_ev, suppressed_counter = ARGV[6], ARGV[7]
+if guarded == '1' and not redis.call('SET', notified, attempt, 'NX') then
+  emit(events, counts, suppressed_ev, suppressed_counter)
   return 0
 end
-redis.call('RPUSH', KEYS[2], ARGV[3])
-emit(KEYS[3], KEYS[4], ARGV[4], ARGV[5])
+redis.call('RPUSH', outbox, mail)
+emit(events, counts, sent_ev, sent_counter)
 return 1
 """

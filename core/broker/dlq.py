@@ -16,39 +16,41 @@ from core.broker.state import script
 from core.keys import key
 from core.registry import read_job
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] DLQ [10] dispatch
-# ARGV: [1] job id [2] job.replayed [3] real time (dispatch score)
-# Record dlq → queued with its attempt count reset (attempt_base); message visible again with its receive
-# count reset for the redrive policy (base); delivery numbers keep counting up.
+# Keys: leases.keys_for's. Record dlq → queued with its attempt count reset (attempt_base); message visible again
+# with its receive count reset for the redrive policy (base); delivery numbers keep counting up.
 _REPLAY = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'dlq' then return 0 end
-local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt_base', redis.call('HGET', KEYS[1], 'attempt') or '0')
-redis.call('HDEL', KEYS[1], 'dlq_reason', 'holder')
-redis.call('HSET', KEYS[6], 'state', 'pending', 'base', n - 1)
-redis.call('ZREM', KEYS[9], ARGV[1])
-move(KEYS[2], 'dlq', 'queued')
-redis.call('ZADD', KEYS[10], ARGV[3], ARGV[1] .. ':' .. n)
-local ev = cjson.decode(ARGV[2])
+local record, states, events, counts, message, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[9]
+local dispatch = KEYS[10]
+local job_id, replayed_ev, real_now = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', record, 'state') ~= 'dlq' then return 0 end
+local n = tonumber(redis.call('HGET', message, 'receives') or '0') + 1
+redis.call('HSET', record, 'state', 'queued', 'attempt_base', redis.call('HGET', record, 'attempt') or '0')
+redis.call('HDEL', record, 'dlq_reason', 'holder')
+redis.call('HSET', message, 'state', 'pending', 'base', n - 1)
+redis.call('ZREM', dlq, job_id)
+move(states, 'dlq', 'queued')
+redis.call('ZADD', dispatch, real_now, job_id .. ':' .. n)
+local ev = cjson.decode(replayed_ev)
 ev['attempt'] = n
-emit(KEYS[3], KEYS[4], cjson.encode(ev), 'replayed')
+emit(events, counts, cjson.encode(ev), 'replayed')
 return n
 """
 
-# Paced: KEYS [9] DLQ [10] scheduled; ARGV [1] job id [2] job.replayed [3] due (sim s).
-# Record back to `retrying` and the message delayed until its slot, so the reaper's due-retry loop
+# Paced (due in sim s): record back to `retrying` and the message delayed until its slot, so the reaper's due-retry loop
 # releases it on schedule.
 _REPLAY_PACED = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'dlq' then return 0 end
-local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
-redis.call('HSET', KEYS[1], 'state', 'retrying', 'attempt_base', redis.call('HGET', KEYS[1], 'attempt') or '0')
-redis.call('HDEL', KEYS[1], 'dlq_reason', 'holder')
-redis.call('HSET', KEYS[6], 'state', 'delayed', 'base', n - 1)
-redis.call('ZREM', KEYS[9], ARGV[1])
-move(KEYS[2], 'dlq', 'retrying')
-redis.call('ZADD', KEYS[10], ARGV[3], ARGV[1])
-emit(KEYS[3], KEYS[4], ARGV[2], 'replayed')
+local record, states, events, counts, message, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[9]
+local scheduled = KEYS[10]
+local job_id, replayed_ev, due = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', record, 'state') ~= 'dlq' then return 0 end
+local n = tonumber(redis.call('HGET', message, 'receives') or '0') + 1
+redis.call('HSET', record, 'state', 'retrying', 'attempt_base', redis.call('HGET', record, 'attempt') or '0')
+redis.call('HDEL', record, 'dlq_reason', 'holder')
+redis.call('HSET', message, 'state', 'delayed', 'base', n - 1)
+redis.call('ZREM', dlq, job_id)
+move(states, 'dlq', 'retrying')
+redis.call('ZADD', scheduled, due, job_id)
+emit(events, counts, replayed_ev, 'replayed')
 return n
 """
 
@@ -75,7 +77,7 @@ def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limi
     With `rate` (jobs per simulated second) the k-th job is due at now + k/rate instead of all
     at once: an unpaced replay of a big DLQ is a retry storm of its own.
     """
-    replayed = []
+    replayed: list[str] = []
     for entry in reversed(list_dead(r, lab)):
         if reason and reason.lower() not in entry["reason"].lower():
             continue

@@ -45,24 +45,26 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
     return float(at) if at else None
 
 
-# KEYS: [1] the lab's worker rows, then [2..4] the barrier's (clock.barrier_call).
-# ARGV: [1] the transit holders' prefix, then [2..8] the barrier change (clock.barrier_call: a hold).
+# The barrier's keys and change (a hold) as clock.barrier_call gives them.
 # Holds only while some idle worker has no delivery on its way to it: idle rows minus transit barriers.
-# Returns {held (1/0), the lab's simulated time at ARGV[5] as a string (false: no clock)}.
+# Returns {held (1/0), the lab's simulated time at real_now as a string (false: no clock)}.
 _TRANSIT = clock.BARRIER_FN + """
+local workers, clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local transit_prefix, op, holder, at, real_now, alive_until = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local refresh, also = ARGV[7], ARGV[8]
 local free = 0
-for _, raw in ipairs(redis.call('HVALS', KEYS[1])) do
+for _, raw in ipairs(redis.call('HVALS', workers)) do
   if cjson.decode(raw)['state'] == 'idle' then free = free + 1 end
 end
-for _, h in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  if string.sub(h, 1, #ARGV[1]) == ARGV[1] then free = free - 1 end
+for _, h in ipairs(redis.call('ZRANGE', barriers, 0, -1)) do
+  if string.sub(h, 1, #transit_prefix) == transit_prefix then free = free - 1 end
 end
 local held, now = 0, nil
 if free > 0 then
-  held, now = barrier(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+  held, now = barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
 else
-  local st = clock_state(KEYS[2])
-  if next(st) ~= nil then now = clock_now(st, tonumber(ARGV[5])) end
+  local st = clock_state(clock_key)
+  if next(st) ~= nil then now = clock_now(st, tonumber(real_now)) end
 end
 return {held, now and string.format('%.17g', now) or false}
 """

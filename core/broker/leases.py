@@ -33,6 +33,7 @@ import redis
 from core import clock, stream
 from core.broker.state import lab_keys, script
 from core.keys import key, msg
+from core.settings import LabSettings
 
 RUN, BLOCKED, REFUSED, STALE = "run", "blocked", "refused", "stale"
 
@@ -43,65 +44,65 @@ def keys_for(lab: str, job_id: str, *extra: str) -> list[str]:
     return lab_keys(lab, job_id, msg(lab, job_id), key(lab, "leases"), key(lab, "alive"), *extra)
 
 
-# KEYS: [1] record [2] state gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] hand-offs (handoff.record's notes)
-# ARGV: [1] delivery n [2] job id [3] now [4] lease deadline ('' = ack early) [5] '1' if the lease is a
-#       heartbeat lease [6] guard off|claim|fence [7] worker id [8] job.claimed event [9] job.duplicate_blocked
-#       event [10] job.claim_refused event [11] this attempt's record (JSON) [12] this delivery's hand-off
-#       note ('' if none)
+# Keys: keys_for's, then the hand-offs (handoff.record's notes). deadline '' = ack early; hb '1' if the lease is a
+# heartbeat lease; attempt_rec this attempt's record (JSON); note this delivery's hand-off note ('' if none).
 # Returns {run | blocked | refused | stale, the record as this receive left it (HGETALL's flat list; empty if
 # stale)}. (Each hash read once and written once: a busy lab receives a delivery every two seconds.) The
 # delivery has arrived whatever comes of it, so its hand-off note goes (the supervisor sweeps only those
 # that never arrive).
 _RECEIVE = """
-if ARGV[12] ~= '' then redis.call('ZREM', KEYS[9], ARGV[12]) end
+local record, states, events, counts, attempts, message = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local leases, alive, handoffs = KEYS[7], KEYS[8], KEYS[9]
+local delivery, job_id, now, deadline, hb, guard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local worker, claimed_ev, blocked_ev, refused_ev, attempt_rec = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local note = ARGV[12]
+if note ~= '' then redis.call('ZREM', handoffs, note) end
 -- 1. the broker: only the delivery it sent last may receive the message
-local m = redis.call('HMGET', KEYS[6], 'state', 'receives')
+local m = redis.call('HMGET', message, 'state', 'receives')
 if m[1] ~= 'pending' then return {'stale', {}} end
-if tonumber(m[2] or '0') + 1 ~= tonumber(ARGV[1]) then return {'stale', {}} end
-if ARGV[4] == '' then
-  redis.call('HSET', KEYS[6], 'receives', ARGV[1], 'state', 'deleted')  -- ack early: deleted on receive, no lease
+if tonumber(m[2] or '0') + 1 ~= tonumber(delivery) then return {'stale', {}} end
+if deadline == '' then
+  redis.call('HSET', message, 'receives', delivery, 'state', 'deleted')  -- ack early: deleted on receive, no lease
 else
-  redis.call('HSET', KEYS[6], 'receives', ARGV[1], 'state', 'inflight', 'hb', ARGV[5])
-  redis.call('ZADD', KEYS[7], ARGV[4], ARGV[2])
+  redis.call('HSET', message, 'receives', delivery, 'state', 'inflight', 'hb', hb)
+  redis.call('ZADD', leases, deadline, job_id)
 end
 -- 2. the record: what the guard lets this holder do (read whole: the attempt works from it)
-local flat = redis.call('HGETALL', KEYS[1])
+local flat = redis.call('HGETALL', record)
 local rec = {}
 for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
 local st = rec['state']
-local guard = ARGV[6]
 local finished = st == 'done' or st == 'dlq' or st == 'lost'
 if guard ~= 'off' and finished then
   -- done -> running is not a transition: ack the message and drop it
-  redis.call('HSET', KEYS[6], 'state', 'deleted')
-  redis.call('ZREM', KEYS[7], ARGV[2])
-  local ev = cjson.decode(ARGV[10])
+  redis.call('HSET', message, 'state', 'deleted')
+  redis.call('ZREM', leases, job_id)
+  local ev = cjson.decode(refused_ev)
   ev['data']['state'] = st
   ev['data']['current_attempt'] = tonumber(rec['attempt'] or '0')
-  emit(KEYS[3], KEYS[4], cjson.encode(ev), 'claims_refused')
+  emit(events, counts, cjson.encode(ev), 'claims_refused')
   return {'refused', flat}
 end
 if guard == 'claim' and st == 'running' then
   -- zero rows updated: back off, leave the message in flight (it comes back after its deadline)
-  local ev = cjson.decode(ARGV[9])
+  local ev = cjson.decode(blocked_ev)
   ev['data']['holder'] = tonumber(rec['holder'] or '0')
-  emit(KEYS[3], KEYS[4], cjson.encode(ev), 'duplicates_blocked')
+  emit(events, counts, cjson.encode(ev), 'duplicates_blocked')
   return {'blocked', flat}
 end
-local fields = {'attempt', tostring(tonumber(rec['attempt'] or '0') + 1), 'holder', ARGV[1], 'worker', ARGV[7],
-                'claimed_at', ARGV[3]}
+local fields = {'attempt', tostring(tonumber(rec['attempt'] or '0') + 1), 'holder', delivery, 'worker', worker,
+                'claimed_at', now}
 if st == 'queued' or st == 'retrying' then
   fields[#fields + 1], fields[#fields + 2] = 'state', 'running'
-  move(KEYS[2], st, 'running')
+  move(states, st, 'running')
   st = 'running'
 end
-redis.call('HSET', KEYS[1], unpack(fields))
-if st == 'running' then redis.call('ZADD', KEYS[8], ARGV[3], ARGV[2]) end
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[11])
-local ev = cjson.decode(ARGV[8])
+redis.call('HSET', record, unpack(fields))
+if st == 'running' then redis.call('ZADD', alive, now, job_id) end
+redis.call('HSET', attempts, delivery, attempt_rec)
+local ev = cjson.decode(claimed_ev)
 ev['data']['record_was'] = st
-emit(KEYS[3], KEYS[4], cjson.encode(ev), '')
+emit(events, counts, cjson.encode(ev), '')
 for i = 1, #fields, 2 do rec[fields[i]] = fields[i + 1] end
 local out = {}
 for f, v in pairs(rec) do out[#out + 1] = f; out[#out + 1] = v end
@@ -109,7 +110,7 @@ return {'run', out}
 """
 
 
-def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: dict,
+def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: LabSettings,
             pid: int, note: str = "") -> tuple[str, dict]:
     """Receive delivery n of the job's message and try the guard's claim, in one round trip: the outcome, and
     the job's record as the receive left it (empty if stale). `note`: the delivery's hand-off note
@@ -122,7 +123,7 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     window = settings["heartbeat_extend"] if settings["heartbeat"] else settings["vt_seconds"]
     deadline = None if early else now + window
     guard = settings["guard"]
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
     claimed = stream.encode("job.claimed", now, **common, ack_mode=settings["ack_mode"], guard=guard,
                             lease_deadline=deadline, receives=n)
     blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard,
@@ -138,37 +139,39 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     return outcome, dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-# KEYS: as receive, then (a barrier to move in the same step) [9] clock [10] barriers [11] barrier alive.
-# ARGV: [1] delivery n [2] new deadline [3] lease.extended event [4] job id [5] now, then (with KEYS[9..11])
-#       [6..12] the barrier change as clock.barrier_call gives it (op, holder, at, real now, alive-until, refresh,
-#       another holder to lift)
+# Keys: keys_for's, then (a barrier to move in the same step) the barrier's keys and change as clock.barrier_call
+# gives them.
 # The record's holder shows a sign of life (the `alive` zset: the stale-job sweeper's clock); the message's
 # visibility moves only for the current receive (a stale receipt cannot change it, as in SQS). The lease's
 # deadline lives in the leases zset alone (read with ZSCORE), so a beat writes it once.
 # (A busy lab beats several times a second, so every command counts: each hash is read once, with HMGET,
 # and the attempt's barrier moves on to its next beat in the same round trip.)
 _EXTEND = clock.BARRIER_FN + """
+local record, events, counts, message, leases, alive = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8]
+local clock_key, barriers, barrier_alive = KEYS[9], KEYS[10], KEYS[11]
+local delivery, deadline, extended_ev, job_id, now, op = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local holder, at, real_now, alive_until, refresh, also = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local function extend()
-  local rec = redis.call('HMGET', KEYS[1], 'state', 'holder')
-  if rec[1] == 'running' and tonumber(rec[2] or '0') == tonumber(ARGV[1]) then
-    redis.call('ZADD', KEYS[8], 'XX', ARGV[5], ARGV[4])
+  local rec = redis.call('HMGET', record, 'state', 'holder')
+  if rec[1] == 'running' and tonumber(rec[2] or '0') == tonumber(delivery) then
+    redis.call('ZADD', alive, 'XX', now, job_id)
   end
-  local m = redis.call('HMGET', KEYS[6], 'state', 'receives')
-  if m[1] ~= 'inflight' or tonumber(m[2]) ~= tonumber(ARGV[1]) then return 0 end
-  local was = tonumber(redis.call('ZSCORE', KEYS[7], ARGV[4]) or '')
-  if was and tonumber(ARGV[2]) >= was then
+  local m = redis.call('HMGET', message, 'state', 'receives')
+  if m[1] ~= 'inflight' or tonumber(m[2]) ~= tonumber(delivery) then return 0 end
+  local was = tonumber(redis.call('ZSCORE', leases, job_id) or '')
+  if was and tonumber(deadline) >= was then
     -- pushed later, as a heartbeat does: ZINCRBY's keyspace notification ('zincr') tells the supervisor that no
     -- deadline came earlier, so it need not read the leases' head again (workers/wait.py Waker)
-    redis.call('ZINCRBY', KEYS[7], tonumber(ARGV[2]) - was, ARGV[4])
+    redis.call('ZINCRBY', leases, tonumber(deadline) - was, job_id)
   else
-    redis.call('ZADD', KEYS[7], ARGV[2], ARGV[4])
+    redis.call('ZADD', leases, deadline, job_id)
   end
-  emit(KEYS[3], KEYS[4], ARGV[3], 'leases_extended')
+  emit(events, counts, extended_ev, 'leases_extended')
   return 1
 end
 local ok = extend()
-if KEYS[9] then
-  barrier(KEYS[9], KEYS[10], KEYS[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12])
+if clock_key then
+  barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
 end
 return ok
 """
@@ -186,14 +189,15 @@ def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
                                    args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args))
 
 
-# KEYS: as receive. ARGV: [1] job id [2] now [3] lease.cut event
 _CUT = """
-if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' or not redis.call('ZSCORE', KEYS[7], ARGV[1]) then return 0 end
-local ev = cjson.decode(ARGV[3])
-ev['attempt'] = tonumber(redis.call('HGET', KEYS[6], 'receives'))
-ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', KEYS[7], ARGV[1])) * 10 + 0.5) / 10
-redis.call('ZADD', KEYS[7], ARGV[2], ARGV[1])
-emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_cut')
+local events, counts, message, leases = KEYS[3], KEYS[4], KEYS[6], KEYS[7]
+local job_id, now, cut_ev = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', message, 'state') ~= 'inflight' or not redis.call('ZSCORE', leases, job_id) then return 0 end
+local ev = cjson.decode(cut_ev)
+ev['attempt'] = tonumber(redis.call('HGET', message, 'receives'))
+ev['data']['was'] = math.floor(tonumber(redis.call('ZSCORE', leases, job_id)) * 10 + 0.5) / 10
+redis.call('ZADD', leases, now, job_id)
+emit(events, counts, cjson.encode(ev), 'leases_cut')
 return 1
 """
 
@@ -206,43 +210,45 @@ def cut(r: redis.Redis, lab: str, job_id: str, now: float) -> bool:
     return bool(script(r, _CUT)(keys=keys_for(lab, job_id), args=[job_id, repr(now), ev]))
 
 
-# KEYS: as receive, then [9] the DLQ zset.
-# ARGV: [1] delivery n [2] guard [3] job.succeeded [4] job.duplicate_blocked [5] job.duplicate_completed
-#       [6] attempt record (JSON) [7] now [8] job id [9] outputs (JSON)
+# Keys: keys_for's, then the DLQ zset.
 # Returns 1 applied (done), 0 refused (the record belongs to someone else), 2 a counted duplicate (guard off).
 _COMPLETE = """
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-local rec = redis.call('HMGET', KEYS[1], 'state', 'holder', 'dlq_reason')
+local record, states, events, counts, attempts, message = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local leases, alive, dlq = KEYS[7], KEYS[8], KEYS[9]
+local delivery, guard, succeeded_ev, blocked_ev, duplicate_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local attempt_rec, now, job_id, outputs = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+redis.call('HSET', attempts, delivery, attempt_rec)
+local rec = redis.call('HMGET', record, 'state', 'holder', 'dlq_reason')
 local st = rec[1]
 local holder = tonumber(rec[2] or '0')
 local function ack()
-  if redis.call('HGET', KEYS[6], 'state') ~= 'dlq' then redis.call('HSET', KEYS[6], 'state', 'deleted') end
-  redis.call('ZREM', KEYS[7], ARGV[8])
+  if redis.call('HGET', message, 'state') ~= 'dlq' then redis.call('HSET', message, 'state', 'deleted') end
+  redis.call('ZREM', leases, job_id)
 end
 local function done()
-  redis.call('HSET', KEYS[1], 'state', 'done', 'finished_at', ARGV[7], 'outputs', ARGV[9], 'won_by', ARGV[1])
-  if rec[3] then redis.call('HDEL', KEYS[1], 'dlq_reason') end
-  move(KEYS[2], st, 'done')
-  redis.call('ZREM', KEYS[8], ARGV[8])
+  redis.call('HSET', record, 'state', 'done', 'finished_at', now, 'outputs', outputs, 'won_by', delivery)
+  if rec[3] then redis.call('HDEL', record, 'dlq_reason') end
+  move(states, st, 'done')
+  redis.call('ZREM', alive, job_id)
   -- only a finished record (dlq, lost, or done at the redrive) is in the DLQ: a running one never is (a redrive
   -- moves a running record to dlq; a receive never runs a finished one)
-  if st ~= 'running' then redis.call('ZREM', KEYS[9], ARGV[8]) end
+  if st ~= 'running' then redis.call('ZREM', dlq, job_id) end
   ack()
-  emit(KEYS[3], KEYS[4], ARGV[3], 'succeeded')
+  emit(events, counts, succeeded_ev, 'succeeded')
   return 1
 end
-if ARGV[2] == 'off' then
+if guard == 'off' then
   if st ~= 'done' then return done() end
   ack()
-  emit(KEYS[3], KEYS[4], ARGV[5], 'duplicate_completions')
+  emit(events, counts, duplicate_ev, 'duplicate_completions')
   return 2
 end
-if st == 'running' and holder == tonumber(ARGV[1]) then return done() end
+if st == 'running' and holder == tonumber(delivery) then return done() end
 if st == 'done' then ack() end
-local ev = cjson.decode(ARGV[4])
+local ev = cjson.decode(blocked_ev)
 ev['data']['state'] = st
 ev['data']['holder'] = holder
-emit(KEYS[3], KEYS[4], cjson.encode(ev), 'duplicates_blocked')
+emit(events, counts, cjson.encode(ev), 'duplicates_blocked')
 return 0
 """
 
@@ -256,7 +262,7 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
     Under `claim`/`fence` a holder that no longer holds the record is refused; under `off` a second
     completion lands as a counted duplicate.
     """
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
     ran = round(now - float(attempt_record.get("start", now)), 3)
     ok = stream.encode("job.succeeded", now, **common, guard=guard, ran_s=ran)
     reason = ("a newer attempt owns the job (fencing token)" if guard == "fence"
@@ -268,13 +274,14 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
         args=[attempt, guard, ok, blocked, dup, json.dumps(attempt_record), now, job_id, json.dumps(outputs)]))
 
 
-# KEYS: as receive. ARGV: [1] job id [2] real time (dispatch score)
 # The broker hands the message out once more, as an at-least-once broker may (chapter 3's late delivery).
 _AGAIN = """
-if not redis.call('EXISTS', KEYS[6]) then return 0 end
-local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
-redis.call('HSET', KEYS[6], 'state', 'pending')
-redis.call('ZREM', KEYS[7], ARGV[1])
+local message, leases = KEYS[6], KEYS[7]
+local job_id = ARGV[1]
+if not redis.call('EXISTS', message) then return 0 end
+local n = tonumber(redis.call('HGET', message, 'receives') or '0') + 1
+redis.call('HSET', message, 'state', 'pending')
+redis.call('ZREM', leases, job_id)
 return n
 """
 

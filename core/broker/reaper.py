@@ -10,6 +10,7 @@ between the CAS and the enqueue re-sends them on restart instead of losing them.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from rq import Queue
@@ -18,107 +19,112 @@ from core import clock, stream
 from core.broker import handoff, leases
 from core.broker.state import script
 from core.keys import key, queue_name
+from core.settings import LabSettings
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] dispatch [10] DLQ
-# ARGV: [1] job id [2] now [3] max_receives [4] lease.expired [5] job.redelivered [6] job.dead_lettered
-#       [7] DLQ reason [8] real time (dispatch score) [9] clock speed [10] guard [11] job.stale_freed
+# Keys: leases.keys_for's, then dispatch and the DLQ. real_now: the dispatch score.
 # Returns -1 nothing to do, 0 redriven to the DLQ, n the delivery number sent again.
 _REDELIVER = """
-local deadline = redis.call('ZSCORE', KEYS[7], ARGV[1])
-if not deadline or tonumber(deadline) > tonumber(ARGV[2]) then return -1 end
-redis.call('ZREM', KEYS[7], ARGV[1])
-if redis.call('HGET', KEYS[6], 'state') ~= 'inflight' then return -1 end
-local rc = tonumber(redis.call('HGET', KEYS[6], 'receives'))
-local base = tonumber(redis.call('HGET', KEYS[6], 'base') or '0')
-local ev = cjson.decode(ARGV[4])
+local record, states, events, counts, message, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]
+local alive, dispatch, dlq = KEYS[8], KEYS[9], KEYS[10]
+local job_id, now, max_receives, expired_ev, redelivered_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local dead_ev, dlq_reason, real_now, speed, guard, stale_ev = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local deadline = redis.call('ZSCORE', leases, job_id)
+if not deadline or tonumber(deadline) > tonumber(now) then return -1 end
+redis.call('ZREM', leases, job_id)
+if redis.call('HGET', message, 'state') ~= 'inflight' then return -1 end
+local rc = tonumber(redis.call('HGET', message, 'receives'))
+local base = tonumber(redis.call('HGET', message, 'base') or '0')
+local ev = cjson.decode(expired_ev)
 ev['attempt'] = rc
 ev['data']['deadline'] = tonumber(deadline)
-emit(KEYS[3], KEYS[4], cjson.encode(ev), 'leases_expired')
+emit(events, counts, cjson.encode(ev), 'leases_expired')
 -- the record: a heartbeat lease held by the record's holder lapsed, so the holder is presumed dead and
 -- (claim guard) its row is freed now rather than after the stale-job sweeper's threshold
-local st = redis.call('HGET', KEYS[1], 'state')
-if ARGV[10] == 'claim' and redis.call('HGET', KEYS[6], 'hb') == '1' and st == 'running'
-   and tonumber(redis.call('HGET', KEYS[1], 'holder') or '0') == rc then
-  redis.call('HSET', KEYS[1], 'state', 'queued')
-  redis.call('HDEL', KEYS[1], 'holder')
-  move(KEYS[2], 'running', 'queued')
-  redis.call('ZREM', KEYS[8], ARGV[1])
-  local fr = cjson.decode(ARGV[11])
+local st = redis.call('HGET', record, 'state')
+if guard == 'claim' and redis.call('HGET', message, 'hb') == '1' and st == 'running'
+   and tonumber(redis.call('HGET', record, 'holder') or '0') == rc then
+  redis.call('HSET', record, 'state', 'queued')
+  redis.call('HDEL', record, 'holder')
+  move(states, 'running', 'queued')
+  redis.call('ZREM', alive, job_id)
+  local fr = cjson.decode(stale_ev)
   fr['attempt'] = rc
-  emit(KEYS[3], KEYS[4], cjson.encode(fr), 'stale_freed')
+  emit(events, counts, cjson.encode(fr), 'stale_freed')
   st = 'queued'
 end
 -- the broker's redrive policy: received max_receives times and never deleted
-if rc - base >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[6], 'state', 'dlq')
-  redis.call('ZADD', KEYS[10], ARGV[2], ARGV[1])
+if rc - base >= tonumber(max_receives) then
+  redis.call('HSET', message, 'state', 'dlq')
+  redis.call('ZADD', dlq, now, job_id)
   if st ~= 'done' and st ~= 'dlq' and st ~= 'lost' then
-    redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[7])
-    move(KEYS[2], st, 'dlq')
-    redis.call('ZREM', KEYS[8], ARGV[1])
+    redis.call('HSET', record, 'state', 'dlq', 'dlq_reason', dlq_reason)
+    move(states, st, 'dlq')
+    redis.call('ZREM', alive, job_id)
   end
-  local dl = cjson.decode(ARGV[6])
+  local dl = cjson.decode(dead_ev)
   dl['attempt'] = rc
-  emit(KEYS[3], KEYS[4], cjson.encode(dl), 'dead_lettered')
+  emit(events, counts, cjson.encode(dl), 'dead_lettered')
   return 0
 end
-redis.call('HSET', KEYS[6], 'state', 'pending')
-redis.call('ZADD', KEYS[9], ARGV[8], ARGV[1] .. ':' .. (rc + 1))
-local rd = cjson.decode(ARGV[5])
+redis.call('HSET', message, 'state', 'pending')
+redis.call('ZADD', dispatch, real_now, job_id .. ':' .. (rc + 1))
+local rd = cjson.decode(redelivered_ev)
 rd['attempt'] = rc + 1
-rd['data']['late_ms'] = math.floor((tonumber(ARGV[2]) - tonumber(deadline)) * 1000 / tonumber(ARGV[9]))
+rd['data']['late_ms'] = math.floor((tonumber(now) - tonumber(deadline)) * 1000 / tonumber(speed))
 rd['data']['record'] = st
-emit(KEYS[3], KEYS[4], cjson.encode(rd), 'redelivered')
+emit(events, counts, cjson.encode(rd), 'redelivered')
 return rc + 1
 """
 
-# KEYS: [1..8] as above, [9] scheduled (delayed messages) [10] dispatch
-# ARGV: [1] job id [2] now [3] job.retry_started [4] real time (dispatch score)
+# Keys: leases.keys_for's, then scheduled (delayed messages) and dispatch.
 # A delayed message (a retry's wait) becomes visible; the record stays `retrying` until a claim.
 _REQUEUE = """
-local due = redis.call('ZSCORE', KEYS[9], ARGV[1])
-if not due or tonumber(due) > tonumber(ARGV[2]) then return -1 end
-redis.call('ZREM', KEYS[9], ARGV[1])
-if redis.call('HGET', KEYS[6], 'state') ~= 'delayed' then return -1 end
-local n = tonumber(redis.call('HGET', KEYS[6], 'receives') or '0') + 1
-redis.call('HSET', KEYS[6], 'state', 'pending')
-redis.call('ZADD', KEYS[10], ARGV[4], ARGV[1] .. ':' .. n)
-local ev = cjson.decode(ARGV[3])
+local events, counts, message, scheduled, dispatch = KEYS[3], KEYS[4], KEYS[6], KEYS[9], KEYS[10]
+local job_id, now, retry_ev, real_now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local due = redis.call('ZSCORE', scheduled, job_id)
+if not due or tonumber(due) > tonumber(now) then return -1 end
+redis.call('ZREM', scheduled, job_id)
+if redis.call('HGET', message, 'state') ~= 'delayed' then return -1 end
+local n = tonumber(redis.call('HGET', message, 'receives') or '0') + 1
+redis.call('HSET', message, 'state', 'pending')
+redis.call('ZADD', dispatch, real_now, job_id .. ':' .. n)
+local ev = cjson.decode(retry_ev)
 ev['attempt'] = n
-emit(KEYS[3], KEYS[4], cjson.encode(ev), '')
+emit(events, counts, cjson.encode(ev), '')
 return n
 """
 
-# KEYS: [1..8] as above. ARGV: [1] delivery n [2] job.lost
 # Ack early and the worker died: the message was deleted on receive, so nothing will bring it back.
 _LOSE = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'holder') or '0') ~= tonumber(ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[6], 'state') ~= 'deleted' then return 0 end
-if tonumber(redis.call('HGET', KEYS[6], 'receives')) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'lost')
-move(KEYS[2], 'running', 'lost')
-redis.call('ZREM', KEYS[8], redis.call('HGET', KEYS[1], 'id'))
-emit(KEYS[3], KEYS[4], ARGV[2], 'lost')
+local record, states, events, counts, message, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[8]
+local delivery, lost_ev = ARGV[1], ARGV[2]
+if redis.call('HGET', record, 'state') ~= 'running' then return 0 end
+if tonumber(redis.call('HGET', record, 'holder') or '0') ~= tonumber(delivery) then return 0 end
+if redis.call('HGET', message, 'state') ~= 'deleted' then return 0 end
+if tonumber(redis.call('HGET', message, 'receives')) ~= tonumber(delivery) then return 0 end
+redis.call('HSET', record, 'state', 'lost')
+move(states, 'running', 'lost')
+redis.call('ZREM', alive, redis.call('HGET', record, 'id'))
+emit(events, counts, lost_ev, 'lost')
 return 1
 """
 
-# KEYS: [1..8] as above. ARGV: [1] job id [2] now [3] stale_after [4] job.stale_freed
 # Chapter 7's reprocess_stale_jobs, as a compare-and-swap: only a record STILL running with no sign of
 # life since now - stale_after is put back, so two sweeps (or a sweep racing a heartbeat) are harmless.
 _SWEEP = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then redis.call('ZREM', KEYS[8], ARGV[1]) return 0 end
-local alive = tonumber(redis.call('ZSCORE', KEYS[8], ARGV[1]) or '0')
-if alive > tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'queued')
-local ev = cjson.decode(ARGV[4])
-ev['attempt'] = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
-ev['data']['silent_s'] = math.floor((tonumber(ARGV[2]) - alive) * 10 + 0.5) / 10
-redis.call('HDEL', KEYS[1], 'holder')
-move(KEYS[2], 'running', 'queued')
-redis.call('ZREM', KEYS[8], ARGV[1])
-emit(KEYS[3], KEYS[4], cjson.encode(ev), 'stale_freed')
+local record, states, events, counts, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]
+local job_id, now, stale_after, stale_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('HGET', record, 'state') ~= 'running' then redis.call('ZREM', alive, job_id) return 0 end
+local seen = tonumber(redis.call('ZSCORE', alive, job_id) or '0')
+if seen > tonumber(now) - tonumber(stale_after) then return 0 end
+redis.call('HSET', record, 'state', 'queued')
+local ev = cjson.decode(stale_ev)
+ev['attempt'] = tonumber(redis.call('HGET', record, 'holder') or '0')
+ev['data']['silent_s'] = math.floor((tonumber(now) - seen) * 10 + 0.5) / 10
+redis.call('HDEL', record, 'holder')
+move(states, 'running', 'queued')
+redis.call('ZREM', alive, job_id)
+emit(events, counts, cjson.encode(ev), 'stale_freed')
 return 1
 """
 
@@ -158,7 +164,7 @@ def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float |
     return sent
 
 
-def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, speed: float,
+def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: LabSettings, speed: float,
                       upto: float | None = None, clock_state: dict | None = None) -> int:
     """Every lease whose deadline passed (up to `upto`, default now): the message visible again, or
     redriven to the DLQ. `clock_state`: the clock hash `now` was read from, when the caller has it."""
@@ -172,7 +178,7 @@ def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: dict, spee
         # in real time, how long after the lab's clock reached the deadline this scan acted (the clock
         # itself waits at the reaper's barrier, so in simulated time a redelivery is never late)
         reached = clock.reached_at(clock_state, deadline)
-        real_lag = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
+        real_lag: dict[str, Any] = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
         expired = stream.encode("lease.expired", now, job_id=job_id)
         redelivered = stream.encode("job.redelivered", now, job_id=job_id, **real_lag)
         dead = stream.encode("job.dead_lettered", now, job_id=job_id,
@@ -204,7 +210,7 @@ def start_due_retries(r: redis.Redis, lab: str, now: float, upto: float | None =
     return n
 
 
-def sweep_stale(r: redis.Redis, lab: str, now: float, settings: dict) -> int:
+def sweep_stale(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> int:
     """The stale-job sweeper (claim guard): free records running with no sign of life for stale_after."""
     stale = settings.get("stale_after", 0)
     if settings["guard"] != "claim" or not stale:

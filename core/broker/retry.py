@@ -16,6 +16,7 @@ from core.backoff import exponential_delay, full_jitter_delay
 from core.broker import handoff, leases
 from core.broker.state import script
 from core.keys import key
+from core.settings import LabSettings
 
 
 class NonRetryable(Exception):
@@ -51,47 +52,49 @@ def retry_delay(policy: str, n: int, base: float, cap: float, rng: random.Random
     return full_jitter_delay(n, base, cap, rng)
 
 
-# KEYS: [1] record [2] gauges [3] events [4] counters [5] attempts [6] message [7] leases [8] alive
-#       [9] scheduled (delayed messages) [10] DLQ
-# ARGV: [1] delivery n [2] guard [3] retry|dlq [4] job.failed [5] job.retry_scheduled or job.dead_lettered
-#       [6] job.duplicate_blocked [7] due (sim s) [8] job id [9] attempt record (JSON) [10] error [11] DLQ
-#       reason [12] now
+# Keys: leases.keys_for's, then scheduled (delayed messages) and the DLQ. outcome 'retry' | 'dlq'; next_ev
+# job.retry_scheduled or job.dead_lettered; due in sim s.
 # The handler's failure path (the lesson's handle_failure): record → retrying with the message delayed
 # until its due time (retry_after), or record → dlq with the message moved to the DLQ.
 _FAIL = """
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[9])
-local st = redis.call('HGET', KEYS[1], 'state')
-local holder = tonumber(redis.call('HGET', KEYS[1], 'holder') or '0')
-if st ~= 'running' or holder ~= tonumber(ARGV[1]) then
+local record, states, events, counts, attempts, message = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local leases, alive, scheduled, dlq = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local delivery, guard, outcome, failed_ev, next_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local blocked_ev, due, job_id, attempt_rec, error = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local dlq_reason, now = ARGV[11], ARGV[12]
+redis.call('HSET', attempts, delivery, attempt_rec)
+local st = redis.call('HGET', record, 'state')
+local holder = tonumber(redis.call('HGET', record, 'holder') or '0')
+if st ~= 'running' or holder ~= tonumber(delivery) then
   -- this attempt does not hold the record (overtaken, freed, or the job finished): its failure moves nothing
-  if ARGV[2] == 'off' then emit(KEYS[3], KEYS[4], ARGV[4], 'failed') return 0 end
-  emit(KEYS[3], KEYS[4], ARGV[6], 'duplicates_blocked')
+  if guard == 'off' then emit(events, counts, failed_ev, 'failed') return 0 end
+  emit(events, counts, blocked_ev, 'duplicates_blocked')
   return 0
 end
-redis.call('HSET', KEYS[1], 'last_error', ARGV[10])
-redis.call('HDEL', KEYS[1], 'holder')
-redis.call('ZREM', KEYS[8], ARGV[8])
-redis.call('ZREM', KEYS[7], ARGV[8])
-emit(KEYS[3], KEYS[4], ARGV[4], 'failed')
-if ARGV[3] == 'retry' then
-  redis.call('HSET', KEYS[1], 'state', 'retrying')
-  move(KEYS[2], st, 'retrying')
-  redis.call('HSET', KEYS[6], 'state', 'delayed')
-  redis.call('ZADD', KEYS[9], ARGV[7], ARGV[8])
-  emit(KEYS[3], KEYS[4], ARGV[5], 'retries_scheduled')
+redis.call('HSET', record, 'last_error', error)
+redis.call('HDEL', record, 'holder')
+redis.call('ZREM', alive, job_id)
+redis.call('ZREM', leases, job_id)
+emit(events, counts, failed_ev, 'failed')
+if outcome == 'retry' then
+  redis.call('HSET', record, 'state', 'retrying')
+  move(states, st, 'retrying')
+  redis.call('HSET', message, 'state', 'delayed')
+  redis.call('ZADD', scheduled, due, job_id)
+  emit(events, counts, next_ev, 'retries_scheduled')
 else
-  redis.call('HSET', KEYS[1], 'state', 'dlq', 'dlq_reason', ARGV[11])
-  move(KEYS[2], st, 'dlq')
-  redis.call('HSET', KEYS[6], 'state', 'dlq')
-  redis.call('ZADD', KEYS[10], ARGV[12], ARGV[8])
-  emit(KEYS[3], KEYS[4], ARGV[5], 'dead_lettered')
+  redis.call('HSET', record, 'state', 'dlq', 'dlq_reason', dlq_reason)
+  move(states, st, 'dlq')
+  redis.call('HSET', message, 'state', 'dlq')
+  redis.call('ZADD', dlq, now, job_id)
+  emit(events, counts, next_ev, 'dead_lettered')
 end
 return 1
 """
 
 
 def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-                 settings: dict, error: Exception, attempts_used: int, first_start: float,
+                 settings: LabSettings, error: Exception, attempts_used: int, first_start: float,
                  attempt_record: dict, rng: random.Random) -> str:
     """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'.
 
@@ -112,12 +115,15 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
             reason = "retry_policy none"
         elif settings["retry_budget"] and now + delay - first_start > settings["retry_budget"]:
             reason = f"retry budget ({settings['retry_budget']:g} s) exhausted"
-    common = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
+    common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
     failed = stream.encode("job.failed", now, **common, error=message, retryable=reason is None,
                            attempt_count=attempts_used)
+    due = None  # the retry's moment (sim s), if it retries
     if reason is None:
+        assert delay is not None  # no reason to stop is left only by a policy that gave a delay
+        due = now + delay
         nxt = stream.encode("job.retry_scheduled", now, **common, delay=round(delay, 3),
-                            due=round(now + delay, 3), policy=settings["retry_policy"])
+                            due=round(due, 3), policy=settings["retry_policy"])
     else:
         nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message,
                             attempt_count=attempts_used)
@@ -127,19 +133,19 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
     res = script(r, _FAIL)(
         keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dlq")),
         args=[attempt, settings["guard"], "retry" if reason is None else "dlq",
-              failed, nxt, blocked, (now + delay) if delay is not None else 0, job_id,
+              failed, nxt, blocked, 0 if due is None else due, job_id,
               json.dumps(attempt_record), message, reason or "", now])
     if not res:
         return "stale"
-    if reason is None:
-        handoff.hold_until_due(r, lab, job_id, now + delay, now)
+    if due is not None:
+        handoff.hold_until_due(r, lab, job_id, due, now)
         return "retry"
     return "dlq"
 
 
 # --- circuit breaker on the storage dependency ---------------------------------------------
 
-def breaker_allows(r: redis.Redis, lab: str, now: float, settings: dict) -> bool:
+def breaker_allows(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> bool:
     """Closed → yes. Open → no until the cool-down ends, then half-open lets a trial through."""
     if not settings["breaker"]:
         return True
@@ -154,7 +160,7 @@ def breaker_allows(r: redis.Redis, lab: str, now: float, settings: dict) -> bool
     return False
 
 
-def breaker_record(r: redis.Redis, lab: str, now: float, settings: dict, ok: bool) -> None:
+def breaker_record(r: redis.Redis, lab: str, now: float, settings: LabSettings, ok: bool) -> None:
     """Count consecutive storage failures; open at the threshold, close on a success."""
     if not settings["breaker"]:
         return

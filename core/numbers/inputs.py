@@ -472,7 +472,7 @@ def inputs_from_mapping(mapping: Mapping[str, Any], base: Inputs | None = None) 
             clean[name] = value  # type: ignore[assignment]
     if errors:
         raise InputError(errors)
-    scalar = {k: v for k, v in clean.items() if SPECS_BY_NAME[k].group != "job_mix"}
+    scalar: dict[str, Any] = {k: v for k, v in clean.items() if SPECS_BY_NAME[k].group != "job_mix"}
     mix = list(base.job_mix)
     for name, value in clean.items():
         split = _split_job_name(name) if SPECS_BY_NAME[name].group == "job_mix" else None
@@ -481,7 +481,8 @@ def inputs_from_mapping(mapping: Mapping[str, Any], base: Inputs | None = None) 
             if idx is None:
                 errors[name] = f"the current job mix has no '{split[0]}' job type"
                 continue
-            mix[idx] = dataclasses.replace(mix[idx], **{split[1]: value})
+            field: dict[str, Any] = {split[1]: value}
+            mix[idx] = dataclasses.replace(mix[idx], **field)
     if errors:
         raise InputError(errors)
     return dataclasses.replace(base, job_mix=tuple(mix), **scalar)

@@ -1,5 +1,7 @@
 """The settings schema is the one place that says what a learner may change, and to what."""
 
+from typing import Literal, get_type_hints
+
 import chapters
 from core import settings
 
@@ -32,3 +34,16 @@ def test_a_bool_is_not_a_number_and_nan_is_refused():
 
 def test_a_non_object_body_is_an_error_not_a_crash():
     assert settings.validate(["vt_seconds"])[1] == {"_": "settings must be a JSON object"}
+
+
+def test_the_typed_settings_record_has_exactly_the_schemas_fields_and_types():
+    # settings.LabSettings is written out for the type checker; SCHEMA stays the source: a setting added, removed,
+    # renamed, retyped or given another choice without the record following fails here.
+    kinds = {"int": int, "float": float, "bool": bool}
+    expected = {s.name: kinds[s.kind] if s.kind in kinds else Literal[s.choices] for s in settings.SCHEMA}
+    hints = get_type_hints(settings.LabSettings)
+    assert list(hints) == list(expected)
+    assert hints == expected
+    assert settings.LabSettings.__required_keys__ == frozenset(expected)
+    for s in settings.SCHEMA:
+        assert isinstance(s.default, kinds[s.kind]) if s.kind in kinds else s.default in s.choices, s.name

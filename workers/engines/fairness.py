@@ -241,11 +241,13 @@ def job_label(tier: str, member: str) -> str:
 
 
 _CLAIM = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local inflight = KEYS[1]
+local member, worker = ARGV[1], ARGV[2]
+local raw = redis.call('HGET', inflight, member)
 if not raw then return nil end
 local rec = cjson.decode(raw)
-rec['worker'] = ARGV[2]
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+rec['worker'] = worker
+redis.call('HSET', inflight, member, cjson.encode(rec))
 return 1
 """
 

@@ -16,32 +16,39 @@ import redis
 
 from core.engines.locks import lock_key
 
-# KEYS[1] lock hash; ARGV: holder, now (caller's clock), ttl.
+# now: on the caller's clock.
 # Returns {won, holder, expires, fence[, previous holder, its expiry]}.
 _ACQUIRE = """
-local holder = redis.call('HGET', KEYS[1], 'holder')
-local expires = tonumber(redis.call('HGET', KEYS[1], 'expires') or '0')
-local now = tonumber(ARGV[2])
-if holder and expires > now and holder ~= ARGV[1] then
-  return {0, holder, tostring(expires), redis.call('HGET', KEYS[1], 'fence')}
+local lock = KEYS[1]
+local me, now_s, ttl = ARGV[1], ARGV[2], ARGV[3]
+local holder = redis.call('HGET', lock, 'holder')
+local expires = tonumber(redis.call('HGET', lock, 'expires') or '0')
+local now = tonumber(now_s)
+if holder and expires > now and holder ~= me then
+  return {0, holder, tostring(expires), redis.call('HGET', lock, 'fence')}
 end
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-local deadline = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'expires', tostring(deadline), 'since', ARGV[2])
-return {1, ARGV[1], tostring(deadline), tostring(fence), holder or '', tostring(expires)}
+local fence = redis.call('HINCRBY', lock, 'fence', 1)
+local deadline = now + tonumber(ttl)
+redis.call('HSET', lock, 'holder', me, 'expires', tostring(deadline), 'since', now_s)
+return {1, me, tostring(deadline), tostring(fence), holder or '', tostring(expires)}
 """
 # Only the holder may push its own deadline (heartbeat, lease renewal).
 _EXTEND = """
-if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] then return redis.call('HGET', KEYS[1], 'holder') or '' end
-redis.call('HSET', KEYS[1], 'expires', tostring(tonumber(ARGV[2]) + tonumber(ARGV[3])))
+local lock = KEYS[1]
+local me, now, ttl = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', lock, 'holder') ~= me then return redis.call('HGET', lock, 'holder') or '' end
+redis.call('HSET', lock, 'expires', tostring(tonumber(now) + tonumber(ttl)))
 return 1
 """
-# Compare-and-delete: release the lock only if it is still this holder's (ARGV[2] = 'delete' skips the check,
+
+# Compare-and-delete: release the lock only if it is still this holder's (mode 'delete' skips the check,
 # the plain DEL of the lesson's snippet). Returns the holder found ('' when none).
 _RELEASE = """
-local holder = redis.call('HGET', KEYS[1], 'holder') or ''
-if holder == ARGV[1] or ARGV[2] == 'delete' then
-  redis.call('HDEL', KEYS[1], 'holder', 'expires', 'since')
+local lock = KEYS[1]
+local me, mode = ARGV[1], ARGV[2]
+local holder = redis.call('HGET', lock, 'holder') or ''
+if holder == me or mode == 'delete' then
+  redis.call('HDEL', lock, 'holder', 'expires', 'since')
 end
 return holder
 """

@@ -40,32 +40,36 @@ SLICES = 10  # a run mails its users in this many batches spread over its durati
 SETTINGS_EVERY_S = 0.1  # real seconds between re-reads of the lab's settings
 # A batch of digests: claim (day, user) in the sent hash; count an email unless idempotent and claimed before.
 _SEND = """
+local ticks, emails, claims = KEYS[1], KEYS[2], KEYS[3]
+local tick, idempotent, ttl = ARGV[1], ARGV[2], ARGV[3]
 local sent, wasted = 0, 0
 for i = 4, #ARGV do
-  local first = redis.call('HSETNX', KEYS[3], ARGV[i], ARGV[1])
-  if first == 0 and ARGV[2] == '1' then
+  local first = redis.call('HSETNX', claims, ARGV[i], tick)
+  if first == 0 and idempotent == '1' then
     wasted = wasted + 1
   else
     sent = sent + 1
-    redis.call('HINCRBY', KEYS[2], ARGV[i], 1)
+    redis.call('HINCRBY', emails, ARGV[i], 1)
   end
 end
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-if sent > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':emails', sent) end
-if wasted > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':wasted', wasted) end
+redis.call('EXPIRE', claims, ttl)
+if sent > 0 then redis.call('HINCRBY', ticks, tick .. ':emails', sent) end
+if wasted > 0 then redis.call('HINCRBY', ticks, tick .. ':wasted', wasted) end
 return {sent, wasted}
 """
 # Start of a run, atomically: count it for its tick, note who ran it, and see who else is running.
 _START = """
-local runs = redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':runs', 1)
-local by = redis.call('HGET', KEYS[1], ARGV[1] .. ':by')
-redis.call('HSET', KEYS[1], ARGV[1] .. ':by', by and (by .. ',' .. ARGV[2]) or ARGV[2])
+local ticks, running = KEYS[1], KEYS[2]
+local tick, runner, entry = ARGV[1], ARGV[2], ARGV[3]
+local runs = redis.call('HINCRBY', ticks, tick .. ':runs', 1)
+local by = redis.call('HGET', ticks, tick .. ':by')
+redis.call('HSET', ticks, tick .. ':by', by and (by .. ',' .. runner) or runner)
 local others = {}
-for _, rid in ipairs(redis.call('HKEYS', KEYS[2])) do
-  if rid ~= ARGV[2] then table.insert(others, rid) end
+for _, rid in ipairs(redis.call('HKEYS', running)) do
+  if rid ~= runner then table.insert(others, rid) end
 end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-if #others > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1] .. ':overlaps', 1) end
+redis.call('HSET', running, runner, entry)
+if #others > 0 then redis.call('HINCRBY', ticks, tick .. ':overlaps', 1) end
 return {runs, table.concat(others, ',')}
 """
 

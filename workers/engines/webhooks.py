@@ -46,9 +46,11 @@ TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after thi
 # Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
 # and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
 _LEASE_TRY = """
-local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+local tries = KEYS[1]
+local msg_id, now, leased_until = ARGV[1], ARGV[2], ARGV[3]
+local due = redis.call('ZSCORE', tries, msg_id)
+if not due or tonumber(due) > tonumber(now) then return 0 end
+redis.call('ZADD', tries, leased_until, msg_id)
 return 1
 """
 
