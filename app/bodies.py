@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import chapters
-from app import scenarios
+from app import links
 from core import settings
 from core.broker import producer
 from core.engines import fairness, loadgen
@@ -344,7 +344,7 @@ ROOM = Body("rooms.create_room", (
     Field("scenario", "choice", "start the room from a ready-made scenario", choices=tuple(chapters.SCENARIOS),
           nullable=True, error="invalid_scenario"),
     Field("preset", "choice", "the chapter preset of a fresh room lab (without `scenario` or `lab_id`; "
-          f"default {chapters.DEFAULT_PRESET})", choices=tuple(scenarios.room_presets()), error="invalid_preset"),
+          f"default {chapters.DEFAULT_PRESET})", choices=tuple(links.room_presets()), error="invalid_preset"),
     Field("speed", setting="speed", error="invalid_settings"),
     Field("lab_id", "string", "open the room on this lab of yours (send its token as Bearer)", max_length=32,
           error="unknown_lab", status=404, message="no such lab"),

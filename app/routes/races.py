@@ -27,12 +27,12 @@ import redis
 from flask import Blueprint, abort, current_app, jsonify, render_template, request
 
 import chapters
-from app import limits
+from app import limits, links
 from app.auth import refuse_foreign_origin
 from app.bodies import Body, Field
 from app.errors import ApiError
 from app.http import json_body, parse
-from app.racing import for_preset, public
+from app.links import race_public
 from app.store import get_redis, get_rq
 from chapters import RACES
 from core import clock, media, registry, settings, slots, stream
@@ -110,7 +110,7 @@ def open_race(r: redis.Redis, race_id: str, speed: float, room: str | None = Non
     r.hset(rkey(rid), mapping={"race": race_id, "labs": json.dumps(stored), "owner": token_hash(token),
                                "created": time.time(), "started": 0, "room": room or ""})
     r.expire(rkey(rid), cfg.lab_idle_ttl + RACE_TTL_SLACK)
-    return {"race_id": rid, "token": token, "url": f"/race/{rid}", "race": public(race_id), "labs": labs}
+    return {"race_id": rid, "token": token, "url": f"/race/{rid}", "race": race_public(race_id), "labs": labs}
 
 
 def _enqueue_same(r: redis.Redis, lab_id: str, rc: dict[str, Any], now: float) -> list[str]:
@@ -156,7 +156,7 @@ def status(r: redis.Redis, rid: str) -> dict[str, Any]:
     for lab, lane_clock in zip(race["labs"], clocks, strict=True):
         c = counts[lab["lab_id"]]
         labs.append({**lab, "alive": c is not None, "counts": c, "clock": lane_clock if c is not None else None})
-    return {"id": rid, "race": public(race["race"]), "watch": RACES[race["race"]]["watch"],
+    return {"id": rid, "race": race_public(race["race"]), "watch": RACES[race["race"]]["watch"],
             "started": bool(race["started"]), "ready": bool(race["started"]) or _ready(r, race["labs"]),
             "labs": labs, "url": f"/race/{rid}"}
 
@@ -173,7 +173,7 @@ RACE = Body("races.create_race", (
 @bp.get("/api/races")
 def list_races():
     """The races on offer: a chapter preset, the one setting that varies, two to four variants."""
-    return jsonify(races=[public(i) for i in RACES])
+    return jsonify(races=[race_public(i) for i in RACES])
 
 
 @bp.post("/api/races")
@@ -224,13 +224,13 @@ def race_value(value: Any) -> str:
 
 @bp.app_template_global("races_for")
 def races_for(preset: str) -> list[dict[str, Any]]:
-    return for_preset(preset)
+    return links.races_for(preset)
 
 
 @bp.get("/races")
 def races_page():
     """Every race on offer, with a button that sets one up."""
-    return render_template("races.html", races=[public(i) for i in RACES], chapters=chapters.all_chapters())
+    return render_template("races.html", races=[race_public(i) for i in RACES], chapters=chapters.all_chapters())
 
 
 @bp.get("/race/<rid>")

@@ -31,7 +31,7 @@ import segno
 from flask import Blueprint, abort, current_app, jsonify, redirect, render_template, request, url_for
 
 import chapters
-from app import bodies, limits, racing, scenarios
+from app import bodies, limits, links
 from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
@@ -145,7 +145,7 @@ def watch_path(room: dict[str, str]) -> str:
 def chapter_link(room: dict[str, str], **extra: str) -> str:
     """The room's chapter page for a lab of one's own: the room's code, and its scenario's banner."""
     query = {"room": room["code"], **({"scenario": room["scenario"]} if room.get("scenario") else {}), **extra}
-    return f"{scenarios.chapter_path(room['preset'])}?{urlencode(query)}"
+    return f"{links.chapter_path(room['preset'])}?{urlencode(query)}"
 
 
 def room_title(room: dict[str, str]) -> str:
@@ -196,7 +196,7 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
 def _setup_from(body: dict, scenario: str | None) -> tuple[str, dict[str, Any]]:
     """(preset, settings) of a fresh room lab: the scenario's, else the chapter preset's; `speed` on top."""
     if scenario:
-        preset, lab_settings = chapters.SCENARIOS[scenario]["preset"], scenarios.settings_for(scenario)
+        preset, lab_settings = chapters.SCENARIOS[scenario]["preset"], links.settings_for(scenario)
     else:
         preset = body.get("preset", chapters.DEFAULT_PRESET)
         lab_settings = chapters.settings_for(preset)
@@ -218,7 +218,7 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     if view_token is None or registry.check_token(r, lab_id, view_token, allow_view=True) != "viewer":
         raise ApiError(422, "invalid_view_token", {"view_token": "must be this lab's view token"})
     preset = r.hget(key(lab_id, "meta"), "preset")
-    if preset not in scenarios.room_presets():
+    if preset not in links.room_presets():
         raise ApiError(422, "invalid_preset", {"lab_id": f"a room runs a chapter's preset; this lab runs {preset}"})
     registry.touch(r, lab_id)
     return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
@@ -230,7 +230,7 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
 @bp.get("/api/scenarios")
 def list_scenarios():
     """Ready-made scenarios ("VT too short", "retry storm", "poison pill") with their shareable URLs."""
-    return jsonify(scenarios=scenarios.all_public())
+    return jsonify(scenarios=links.all_public())
 
 
 @bp.post("/api/rooms")
@@ -257,7 +257,7 @@ def create_room():
     _keep_alive(r, code)
     resp = jsonify(code=code, display_code=pretty(code), instructor_token=token, lab=lab,
                    join_url=join_url(code), room_url=url_for("rooms.room_page", code=code),
-                   qr_url=url_for("rooms.room_qr", code=code), chapter_url=scenarios.chapter_path(preset))
+                   qr_url=url_for("rooms.room_qr", code=code), chapter_url=links.chapter_path(preset))
     resp.status_code = 201
     return lab_cookie(resp, lab["lab_id"], lab["token"])
 
@@ -266,7 +266,7 @@ def create_room():
 def get_room(code: str):
     """Resolve a join code: the room's chapter and the instructor lab's id and view token (read-only)."""
     room = load(get_redis(), code)
-    path = scenarios.chapter_path(room["preset"])
+    path = links.chapter_path(room["preset"])
     return jsonify(code=room["code"], display_code=pretty(room["code"]), preset=room["preset"],
                    title=room_title(room), scenario=room["scenario"] or None,
                    lab_id=room["lab_id"], view_token=room["view_token"], chapter_url=path,
@@ -344,7 +344,7 @@ def room_status(code: str):
     room = require_instructor(r, code)
     code, now = room["code"], time.time()
     seen = dict(r.zrange(rkey(code, "seen"), 0, -1, withscores=True))
-    path = scenarios.chapter_path(room["preset"])
+    path = links.chapter_path(room["preset"])
     joined = r.hgetall(rkey(code, "students"))
     counts = registry.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
     students = []
@@ -362,7 +362,7 @@ def room_status(code: str):
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
                    students=students, expires_in=ROOM_TTL, join_url=join_url(code),
                    round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),
-                   races=racing.for_preset(room["preset"]),
+                   races=links.races_for(room["preset"]),
                    race_url=f"/race/{room['race']}" if room.get("race") else None)
 
 
@@ -518,7 +518,7 @@ def close_room(code: str):
 @bp.app_template_global("classroom_scenarios")
 def classroom_scenarios() -> list[dict[str, Any]]:
     """The scenario table for any page (the index lists it too)."""
-    return scenarios.all_public()
+    return links.all_public()
 
 
 def _page(template: str, status: int = 200, **ctx):
@@ -529,7 +529,7 @@ def _page(template: str, status: int = 200, **ctx):
 def rooms_page():
     """Start a room (instructor) or join one by code (student)."""
     return _page("rooms.html", room_ttl_hours=ROOM_TTL // 3600,
-                 presets=[(p, chapters.PRESETS[p]["title"]) for p in scenarios.room_presets()])
+                 presets=[(p, chapters.PRESETS[p]["title"]) for p in links.room_presets()])
 
 
 @bp.get("/rooms/<code>")
@@ -559,7 +559,7 @@ def join_page(code: str):
         room = load(get_redis(), code)
     except ApiError as e:
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:16])
-    path = scenarios.chapter_path(room["preset"])
+    path = links.chapter_path(room["preset"])
     return _page("room_join.html", room=room, error=None, code=room["code"], display_code=pretty(room["code"]),
                  title=room_title(room), chapter_url=path,
                  watch_url=watch_path(room))
@@ -570,4 +570,4 @@ def scenario_link(scenario_id: str):
     """Short scenario link: `/s/vt-too-short` → the chapter page with every setting in the query string."""
     if scenario_id not in chapters.SCENARIOS:
         abort(404)
-    return redirect(scenarios.url_for(scenario_id))
+    return redirect(links.url_for(scenario_id))

@@ -81,7 +81,7 @@ def job(api, lab: dict, job_id: str) -> dict:
 
 
 def button(preset: str, button_id: str) -> dict:
-    """A widget scenario button, as the widget reads it from /api/meta (app.scenarios.BUTTONS)."""
+    """A widget scenario button, as the widget reads it from /api/meta (chapters.BUTTONS)."""
     return next(b for b in chapters.BUTTONS[preset] if b["id"] == button_id)
 
 

@@ -1,7 +1,7 @@
 """Chapter 1, Task Queue Anatomy, on the running lab: every "Try this" step and the self-check answers
 the lab can show. Times are the lab's own simulated event times (`t_sim`); tolerances are real hand-off
 slack (an RQ pick-up, a reaper scan) times the clock speed. Durations come from the ch1 preset's buttons
-(app.scenarios) and the numbers model, the sources the page renders.
+(the chapter homes, gathered by chapters) and the numbers model, the sources the page renders.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(
 
 
 def test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900(api, measured):
-    """The shared scenario link /s/vt-too-short (app.scenarios), set up through the API as its banner does."""
+    """The shared scenario link /s/vt-too-short (app/links.py), set up through the API as its banner does."""
     sc = chapters.SCENARIOS["vt-too-short"]
     vt, dur = sc["settings"]["vt_seconds"], sc["enqueue"]["duration_s"]
     lab = api.lab(sc["preset"], speed=RACE_SPEED, **sc["settings"])

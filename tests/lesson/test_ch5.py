@@ -1,6 +1,6 @@
 """Chapter 5, Idempotency, on the running lab: the claim guard stops the duplicate before it runs; with the
 guard off the output-path and "notified" guards are the layer that still holds; the Idempotency-Key.
-The "VT too short" button (app.scenarios) and the ch5 preset set the lab up exactly as the page says.
+The "VT too short" button (chapters.BUTTONS) and the ch5 preset set the lab up exactly as the page says.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ def test_every_room_call_is_in_the_openapi_document_with_its_body():
 def test_ask_the_class_lists_each_question_under_a_distinct_label():
     """The dashboard's menu shows `scenario: question`; two scenarios may ask the same question of different
     set-ups (chapter 1's "How many attempts…?" for VT too short and for the fix), so the pair must differ."""
-    from app import scenarios
+    from app import links
 
     asked = 0
-    for preset in scenarios.room_presets():
+    for preset in links.room_presets():
         labels = [f"{p['scenario']}: {p['question']}" for p in rooms.predictions_for(preset).values()]
         assert len(labels) == len(set(labels)), (preset, labels)
         asked += len(labels)

@@ -3,7 +3,7 @@
 from urllib.parse import parse_qsl, urlsplit
 
 import chapters
-from app import scenarios
+from app import links
 from core import settings
 
 
@@ -13,13 +13,13 @@ def test_every_scenario_is_valid_settings_on_a_preset_a_room_can_run():
         clean, errors = settings.validate(sc["settings"])
         assert not errors, (sid, errors)
         assert clean == sc["settings"]
-        assert sc["preset"] in scenarios.room_presets()
-        assert scenarios.settings_for(sid) == {**chapters.settings_for(sc["preset"]), **sc["settings"]}
+        assert sc["preset"] in links.room_presets()
+        assert links.settings_for(sid) == {**chapters.settings_for(sc["preset"]), **sc["settings"]}
 
 
 def test_a_scenario_url_round_trips_every_setting_through_the_validator():
     for sid, sc in chapters.SCENARIOS.items():
-        query = dict(parse_qsl(urlsplit(scenarios.url_for(sid)).query))
+        query = dict(parse_qsl(urlsplit(links.url_for(sid)).query))
         assert query.pop("scenario") == sid
         clean, errors = settings.validate(query)
         assert not errors and clean == sc["settings"]

@@ -1,4 +1,6 @@
-"""Scenario links: the shareable URL of each ready-made set-up an instructor prepares before class.
+"""Links: where each chapter, ready-made scenario and race lives, as any page or the API lists them.
+
+A scenario's shareable URL reproduces a set-up an instructor prepares before class.
 
 The set-ups themselves (`SCENARIOS`) live in their chapter homes and are gathered by `chapters`; read by the
 API (`/api/scenarios`), the room and index pages, and the chapter page's scenario banner. A scenario is a
@@ -65,3 +67,18 @@ def public(scenario_id: str) -> dict[str, Any]:
 
 def all_public() -> list[dict[str, Any]]:
     return [public(s) for s in chapters.SCENARIOS]
+
+
+def race_public(race_id: str) -> dict[str, Any]:
+    """A race as any page lists it (app/routes/races.py runs them): the labs it compares and its chapter.
+
+    A race (`RACES` in its chapter home, gathered by `chapters`) sends one input through two to four labs that
+    differ in one setting (`vary`)."""
+    rc = chapters.RACES[race_id]
+    return {"id": race_id, "title": rc["title"], "preset": rc["preset"], "summary": rc["summary"],
+            "vary": rc["vary"], "variants": [v["label"] for v in rc["variants"]],
+            "chapter_url": chapter_path(rc["preset"])}
+
+
+def races_for(preset: str) -> list[dict[str, Any]]:
+    return [race_public(i) for i, rc in chapters.RACES.items() if rc["preset"] == preset]
