@@ -36,6 +36,7 @@ def _merged(table: str) -> dict[str, Any]:
 
 PRESETS: dict[str, dict[str, Any]] = _merged("PRESETS")  # preset id → settings, controls, shows, title
 DEFAULT_PRESET = "ch8"  # the lab a bare /api/labs call starts from: the assembled pipeline
+ROOM_PRESET = "ch1"  # what a new room's form offers first: the course's first lab with a failure to watch
 BUTTONS: dict[str, list[dict[str, Any]]] = _merged("BUTTONS")  # preset id → the widget's scenario buttons
 STEPS: dict[str, list[dict[str, Any]]] = _merged("STEPS")  # preset id → the guided "Try this" steps
 SCENARIOS: dict[str, dict[str, Any]] = _merged("SCENARIOS")  # id → a shared set-up (an instructor's link)
@@ -73,6 +74,13 @@ def derive(inputs: Inputs | None = None) -> dict[str, dict[str, Any]]:
     for name, home in with_figures:
         fig[name]["lesson_notes"] = home.lesson_notes(inputs, fig) if hasattr(home, "lesson_notes") else []
     return fig
+
+
+def figures_of(addon: str, inputs: Inputs | None = None) -> dict[str, Any]:
+    """The figures of the chapter whose lab panel is `addon` (its `ADDON`: "fairness", "schedule" …), so a
+    feature's code reads its chapter's figures without naming the chapter."""
+    [n] = [n for n, home in HOMES if getattr(home, "ADDON", None) == addon]
+    return derive(inputs)[f"ch{n}"]
 
 
 def to_json(inputs: Inputs | None = None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def get_fairness(lab_id: str):
 @functools.cache
 def _model() -> tuple[numbers.Inputs, dict]:
     inputs = numbers.Inputs()
-    return inputs, chapters.derive(inputs)["ch6"]
+    return inputs, chapters.figures_of("fairness", inputs)
 
 
 def cost(summary: dict) -> dict:

@@ -529,7 +529,8 @@ def _page(template: str, status: int = 200, **ctx):
 def rooms_page():
     """Start a room (instructor) or join one by code (student)."""
     return _page("rooms.html", room_ttl_hours=ROOM_TTL // 3600,
-                 presets=[(p, chapters.PRESETS[p]["title"]) for p in links.room_presets()])
+                 presets=[(p, chapters.PRESETS[p]["title"]) for p in links.room_presets()],
+                 room_preset=chapters.ROOM_PRESET)
 
 
 @bp.get("/rooms/<code>")

@@ -120,7 +120,7 @@ def model(settings: dict) -> dict[str, Any]:
             users=int(settings["cron_users"]), shard_buckets=int(settings["shard_buckets"]))
     except numbers.InputError:
         inputs = numbers.Inputs()
-    c7 = chapters.derive(inputs)["ch7"]
+    c7 = chapters.figures_of("schedule", inputs)
     keys = ("no_lock_runs_per_tick", "no_lock_emails_per_user", "lock_margin_s", "lock_margin_after_skew_s",
             "lock_ttl_over_p99_x", "leader_failover_max_s", "missed_tick_after_s", "users_per_bucket")
     return {k: c7[k] for k in keys}

@@ -62,7 +62,7 @@ for (const root of document.querySelectorAll('.lw[data-preset]')) boot(root);
 
 function boot(root) {
   const params = new URLSearchParams(location.search);
-  const preset = root.dataset.preset || 'ch8';
+  const preset = root.dataset.preset;
   const S = {
     meta: null, schema: new Map(), controls: new Set(), shows: new Set(), lab: null,
     settings: {}, clock: null, counts: {}, workers: new Map(), jobs: new Map(),

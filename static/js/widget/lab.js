@@ -128,7 +128,7 @@ export async function freeOldest(refusal, how) {
 
 /** What opening this widget's lab needs: its preset, a viewer link (data attributes or the URL), speed. */
 export function openArgs(root, params) {
-  const preset = root.dataset.preset || 'ch8';
+  const preset = root.dataset.preset;
   return { preset, viewLab: root.dataset.lab || params.get('lab'), viewToken: root.dataset.view || params.get('view'),
     speed: Number(params.get('speed')) || null, storeKey: `awl:lab:${preset}` };
 }
