@@ -30,7 +30,7 @@ from workers import hosts, media
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
 MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
-ROOM_MISSES, METRICS_TOKEN = 3, "metrics-secret-for-tests"
+ROOM_MISSES, ROOM_SEATS, METRICS_TOKEN = 3, 5, "metrics-secret-for-tests"
 WS_PER_CLIENT, CONN_PER_CLIENT, HEADER_TIMEOUT = 8, 24, 2
 
 
@@ -45,7 +45,8 @@ def tight(redis_server, tmp_path_factory):
                env={"MAX_LABS": str(MAX_LABS), "MAX_WORKERS": str(MAX_WORKERS), "LAB_IDLE_TTL": str(IDLE_TTL),
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
-                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "METRICS_TOKEN": METRICS_TOKEN,
+                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "RATE_ROOM_SEATS": str(ROOM_SEATS),
+                    "METRICS_TOKEN": METRICS_TOKEN,
                     "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
                     "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
         yield s
@@ -290,6 +291,19 @@ def test_guessing_room_codes_is_rate_limited_per_client_hits_included(tight, tap
     status, headers, _ = get_from(tight, "127.0.0.7", f"/api/rooms/{code}")  # a hit is refused too: no oracle
     assert status == 429 and int(headers["Retry-After"]) >= 1
     assert get_from(tight, "127.0.0.8", f"/api/rooms/{code}")[0] == 200  # another client is not held back
+
+
+def test_room_seats_cost_a_budget_per_client(tight, tapi):
+    """Before: one address minted 1,100 seats in 1.9 s and checked them all in as viewers. Now it gets
+    RATE_ROOM_SEATS a window, then 429 with Retry-After; another client's page still gets its seat."""
+    room = tapi.call("POST", "/api/rooms", {"preset": "ch1", "speed": 20}).json()
+    tapi.created.append(room["lab"])
+    path = f"/api/rooms/{room['code']}/members"
+    assert until_limited(tight, "127.0.0.11", path, {}, "", ROOM_SEATS) == [201] * ROOM_SEATS + [429]
+    status, headers, body = post_from(tight, "127.0.0.11", path, {}, "")
+    assert status == 429 and body["error"] == "rate_limited" and "room seats" in body["detail"]
+    assert 1 <= int(headers["Retry-After"]) <= WINDOW
+    assert post_from(tight, "127.0.0.12", path, {}, "")[0] == 201
 
 
 def test_parallel_uploads_cannot_pass_the_disk_cap_together(tight, tapi):
