@@ -162,6 +162,8 @@ def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one
         oldest = labs[0]
         assert papi.ok("POST", f"/api/labs/{oldest['lab_id']}/park", {}, oldest["token"])["parked"]
         assert pr.sismember(parking.PARKED, oldest["lab_id"])
+        again = papi.ok("POST", f"/api/labs/{oldest['lab_id']}/park", {}, oldest["token"])
+        assert again == {"lab_id": oldest["lab_id"], "parked": False, "state": "parked"}, "it says what happened"
         fifth = papi.lab("ch0", speed=20)
         sockets.append(connect(pstack, fifth))
         # a page that closes its socket (the previous page of a reader) makes room: its lab is parked
