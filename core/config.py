@@ -110,6 +110,9 @@ class Config:
     """Room seats (POST /api/rooms/{code}/members) one client may take per `rate_window`, across rooms; more
     answer 429. A page keeps its seat for the tab, so a reload takes none; a class behind one NAT address
     without a proxy (see `trusted_proxies`) shares this budget. 0: unlimited."""
+    room_viewers_per_client: int = 100
+    """Viewers one client (IP address) may be of one room at once (of its 1,000), so one address cannot fill
+    a room however long it mints seats; more answer 429 `room_client_full`. 0: no per-client cap."""
     lab_batch_jobs: int = 2000
     """Batch jobs (chapter 6's tier jobs, bursts, poison) one lab may queue per `rate_window`; more
     answer 429, so one lab's flood cannot hold the machine's workers and forks. 0: unlimited."""
@@ -221,6 +224,7 @@ class Config:
             park_after=_float("PARK_AFTER", cls.park_after),
             rate_room_lookups=_int("RATE_ROOM_LOOKUPS", cls.rate_room_lookups),
             rate_room_seats=_int("RATE_ROOM_SEATS", cls.rate_room_seats),
+            room_viewers_per_client=_int("ROOM_VIEWERS_PER_CLIENT", cls.room_viewers_per_client),
             lab_batch_jobs=_int("LAB_BATCH_JOBS", cls.lab_batch_jobs),
             lab_late_deliveries=_int("LAB_LATE_DELIVERIES", cls.lab_late_deliveries),
             lab_job_rate=_float("LAB_JOB_RATE", cls.lab_job_rate),

@@ -8,8 +8,9 @@ instructor token for the room dashboard (viewer count, each student lab's headli
 People, not ids: every page in the room first takes a *seat* (`POST /api/rooms/{code}/members`), an id
 the room signs with a key of its own, and its presence and its one guess per question are counted under
 that seat; an id a client makes up is refused. A seat costs something: one address may take
-`rate_room_seats` a window (core/config.py), and a seat is signed for the address that took it, so it
-counts nowhere else (a page whose address changed is told to take a new one). The room's caps on viewers,
+`rate_room_seats` a window and be `room_viewers_per_client` of a room's viewers (core/config.py), and a
+seat is signed for the address that took it, so it counts nowhere else (a page whose address changed is
+told to take a new one). The room's caps on viewers,
 guesses and follow-along labs are each checked and taken in one server-side step (a Lua script), so
 concurrent check-ins cannot pass them together. Presence as the instructor's lab (which keeps the room and
 the lab alive) needs the instructor token.
@@ -64,12 +65,19 @@ SEAT_SIG = 16
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
 _SEAT = re.compile(bodies.ROOM_CLIENT)
 # A member joins a capped set in one step: checking the size and adding in two would let concurrent
-# joins pass the cap together. Both answer 1 (in: new, or already a member) or 0 (full).
+# joins pass the cap together. They answer 1 (in: new, or already a member) or 0 (full); the viewers' one
+# also keeps each address's own viewers (KEYS[2]) under its cap (ARGV[6], 0: none), else -1.
 _JOIN_ZSET = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+  if tonumber(ARGV[6]) > 0 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then return -1 end
+end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
 return 1
 """
 _JOIN_HASH = """
@@ -119,10 +127,11 @@ def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
     return room
 
 
-def join_present(r: redis.Redis, k: str, member: str, now: float, cap: int) -> bool:
-    """`member` is present in the sorted set `k` at `now` (those older than PRESENCE_WINDOW drop out), unless
-    it is new and `cap` others are: False then. One atomic step."""
-    return bool(r.eval(_JOIN_ZSET, 1, k, member, now, now - PRESENCE_WINDOW, cap, ROOM_TTL))
+def join_present(r: redis.Redis, k: str, member: str, now: float, cap: int, who: str = "", per_client: int = 0) -> int:
+    """`member` is present in the sorted set `k` at `now` (those older than PRESENCE_WINDOW drop out): 1. Unless
+    it is new and `cap` others are (0), or `per_client` others from the same address `who` are (-1). One
+    atomic step."""
+    return int(r.eval(_JOIN_ZSET, 2, k, f"{k}:{who}", member, now, now - PRESENCE_WINDOW, cap, ROOM_TTL, per_client))
 
 
 def join_capped(r: redis.Redis, k: str, field: str, value: str, cap: int) -> bool:
@@ -366,8 +375,13 @@ def room_presence(code: str):
         r.zadd(rkey(code, "seen"), {lab_id: now})
     else:
         role = "viewer"
-        if not join_present(r, rkey(code, "viewers"), client, now, MAX_VIEWERS):
+        per_client = current_app.config["LAB"].room_viewers_per_client
+        joined = join_present(r, rkey(code, "viewers"), client, now, MAX_VIEWERS, limits.client(), per_client)
+        if joined == 0:
             raise ApiError(429, "room_full", f"this room already has {MAX_VIEWERS} viewers", {"Retry-After": "30"})
+        if joined < 0:
+            raise ApiError(429, "room_client_full", f"this room already counts {per_client} viewers from your "
+                           "address", {"Retry-After": "30"})
     return jsonify(role=role, every_s=10, display_code=pretty(code))
 
 
