@@ -6,10 +6,11 @@ from __future__ import annotations
 from functools import wraps
 from urllib.parse import urlsplit
 
+import redis
 from flask import current_app, request
 
 from app import limits
-from app.errors import ApiError
+from app.errors import ApiError, persist_refused
 from app.http import valid_id
 from app.store import get_redis
 from core import registry
@@ -89,7 +90,12 @@ def lab_access(write: bool, resume: bool = True):
             if write and bearer_token() is None:
                 refuse_cross_site()
             if role == "owner":
-                registry.touch(get_redis(), lab_id, last, touch_gap(current_app.config["LAB"].park_after))
+                try:
+                    registry.touch(get_redis(), lab_id, last, touch_gap(current_app.config["LAB"].park_after))
+                except redis.ResponseError as e:
+                    if write or not persist_refused(e):
+                        raise
+                    # the server's disk is full: a read still answers, without its record of the lab's use
             if resume:
                 limits.wake(get_redis(), lab_id)
             return fn(lab_id, *a, **kw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import redis
 from flask import Flask, jsonify, request
 from gunicorn.http.errors import NoMoreData, ParseException
@@ -11,6 +13,15 @@ from core.blobs import LabGone
 
 RETRY_AFTER_S = 2
 """What a client is told to wait while the Redis-protocol server is down (the launcher restarts it)."""
+DISK_FULL_RETRY_S = 60
+"""What a client is told to wait when a disk is full: someone has to free space first."""
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def persist_refused(e: redis.ResponseError) -> bool:
+    """The Redis-protocol server refused a write because it cannot write its own data to disk (`MISCONF`: its
+    disk is full, so its last AOF write or snapshot failed). Reads still work; writes resume once it can."""
+    return "MISCONF" in str(e)
 
 
 class ApiError(Exception):
@@ -60,6 +71,25 @@ def init_app(app: Flask) -> None:
         script or MULTI is atomic), so nothing half-done is left; say so, never a 500."""
         return jsonify(error="server_memory_full", detail="the lab server's memory is full (its maxmemory); "
                        "nothing was stored. Try again when other labs have ended"), 507, {"Retry-After": "60"}
+
+    @app.errorhandler(OSError)
+    def disk_full(e: OSError):
+        """A write to VAR_DIR found its disk full (ENOSPC, or a quota): 507 naming the cause, never a 500.
+        Any other OSError is no answer of ours: it goes on to the ordinary 500."""
+        if e.errno not in DISK_FULL:
+            raise e
+        return jsonify(error="disk_full", detail=f"this server's disk is full ({e.strerror}): nothing was stored. "
+                       "Try again when space has been freed"), 507, {"Retry-After": str(DISK_FULL_RETRY_S)}
+
+    @app.errorhandler(redis.ResponseError)
+    def store_cannot_persist(e: redis.ResponseError):
+        """The Redis-protocol server refuses writes because its own disk is full (MISCONF): 507 naming the
+        cause, never a 500. Any other server error goes on to the ordinary 500."""
+        if not persist_refused(e):
+            raise e
+        return jsonify(error="server_disk_full", detail="the lab server cannot write to its disk (it is full), so "
+                       "it refuses changes: nothing was stored; reading still works. Try again when space has "
+                       "been freed"), 507, {"Retry-After": str(DISK_FULL_RETRY_S)}
 
     @app.errorhandler(LabGone)
     def lab_gone(e: Exception):

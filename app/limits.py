@@ -20,7 +20,7 @@ from core import parking, registry, slots
 from core.keys import key
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
-         "labs": ("rate_labs", "new labs and rooms")}
+         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats")}
 LAB_RATES = {"batch": ("lab_batch_jobs", "batch jobs"), "late": ("lab_late_deliveries", "late deliveries")}
 
 
@@ -54,7 +54,7 @@ def spend(r: redis.Redis, name: str, client: str, limit: int, window: int, now: 
 
 
 def check_rate(r: redis.Redis, name: str) -> None:
-    """429 once this client has spent its budget for `name` ("jobs" or "kills") in the window."""
+    """429 once this client has spent its budget for `name` (a key of RATES) in the window."""
     cfg = current_app.config["LAB"]
     attr, what = RATES[name]
     limit = getattr(cfg, attr)

@@ -3,8 +3,8 @@
 A held request blocks on the lab's event stream (XREAD BLOCK): every state change is appended to
 that stream in the same atomic step as the change, so a held request wakes the moment its job
 moves, with no re-check loop. A held request costs a greenlet and a blocking server connection, so
-held polls are capped per web process (503) and per lab (429): beyond the cap the client is told to
-fall back to plain polling.
+held polls are capped per web process (503), per lab and per client address (429): beyond a cap the
+client is told to fall back to plain polling.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from flask import current_app, jsonify, request
 
+from app import limits
 from app.errors import ApiError
 from core.keys import key
 
@@ -30,7 +31,7 @@ MAX_WAIT_S = 25.0  # the lesson's hold time; a longer hold only ties a connectio
 # timeout, so a single 25 s block would be cut off (and a loaded box adds to any block's length).
 BLOCK_CHUNK_S = 2.0
 
-_held: Counter[str] = Counter()  # lab → long-polls held now in this process ("" = all labs)
+_held: Counter[str] = Counter()  # lab, or "client:" + address → long-polls held now in this process ("" = all)
 _held_lock = threading.Lock()
 
 
@@ -42,25 +43,33 @@ def etag_of(body: dict) -> str:
 
 @contextmanager
 def long_poll_slot(lab_id: str) -> Iterator[None]:
-    """Hold one of the process's long-poll slots for the duration, or refuse clearly."""
+    """Hold one of the process's long-poll slots for the duration, or refuse clearly. The lab's and the client's
+    own caps come before the process's: one address holding its share is told so (429), and the 503 is left
+    for a server that many clients together have filled."""
     cfg = current_app.config["LAB"]
+    who = f"client:{limits.client()}"
     with _held_lock:
-        if _held[""] >= cfg.long_poll_max:
-            raise ApiError(503, "long_poll_capacity", f"this server already holds {cfg.long_poll_max} long-polls; "
-                           "poll without ?wait for now", {"Retry-After": "2"})
         if _held[lab_id] >= cfg.long_poll_per_lab:
             raise ApiError(429, "long_poll_limit", f"this lab already holds {cfg.long_poll_per_lab} long-polls; "
                            "poll without ?wait for now", {"Retry-After": "2"})
-        _held[""] += 1
-        _held[lab_id] += 1
+        if cfg.long_poll_per_client > 0 and _held[who] >= cfg.long_poll_per_client:
+            raise ApiError(429, "long_poll_client_limit", f"one client may hold {cfg.long_poll_per_client} long-polls "
+                           "at once across its labs, and you hold them all; poll without ?wait for now",
+                           {"Retry-After": "2"})
+        if _held[""] >= cfg.long_poll_max:
+            raise ApiError(503, "long_poll_capacity", f"this server already holds {cfg.long_poll_max} long-polls; "
+                           "poll without ?wait for now", {"Retry-After": "2"})
+        held = ("", lab_id, who)
+        for k in held:
+            _held[k] += 1
     try:
         yield
     finally:
         with _held_lock:
-            _held[""] -= 1
-            _held[lab_id] -= 1
-            if not _held[lab_id]:
-                del _held[lab_id]
+            for k in held:
+                _held[k] -= 1
+                if k and not _held[k]:
+                    del _held[k]
 
 
 def parse_wait(raw: str | None) -> float:

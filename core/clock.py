@@ -161,22 +161,31 @@ def park(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None
     return t, running
 
 
-def unpark(r: redis.Redis, lab: str) -> tuple[float, bool]:
-    """The clock's part of resuming a parked lab: its `parked` mark goes, and a clock the park paused runs
-    again in the same transaction (then the other lanes); one the learner had paused stays paused. The moment,
-    and whether it runs."""
+def unpark(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None:
+    """The clock's part of resuming a parked lab, and the resume itself: while `lab` is still in `parked_set`
+    it leaves the set, its `parked` mark goes, and a clock the park paused runs again, all in one transaction
+    (then the other lanes); one the learner had paused stays paused. The moment, and whether it runs; None
+    if it was not parked (another resume won). In one step with the membership, a park racing it either
+    finds the lab still parked (and parks nothing) or finds it running with no mark, and pauses it afresh:
+    never a clock paused by a park whose mark a resume already took."""
     k = key(lab, "clock")
 
-    def step(pipe) -> tuple[float, dict]:
+    def step(pipe) -> tuple[float, dict] | None:
+        if not pipe.sismember(parked_set, lab):
+            return None
         state = pipe.hgetall(k)
         real = time.time()
         t = _now(state, real)
         pipe.multi()
+        pipe.srem(parked_set, lab)
         pipe.hdel(k, "parked")
         if state.get("parked") == "1":
             pipe.hset(k, mapping={"base_sim": t, "base_real": real, "paused": 0})
         return t, state
-    t, state = _watched(r, [k], step)
+    done = _watched(r, [k, parked_set], step)
+    if done is None:
+        return None
+    t, state = done
     if state.get("parked") == "1":
         _rebase_peers(r, state.get("peers"), paused=0)
         return t, True

@@ -106,6 +106,13 @@ class Config:
     rate_room_lookups: int = 30
     """Unknown room codes one client may try per `rate_window`; past it every room lookup from that
     client answers 429 (so a 10-letter code, 32^10 ≈ 10^15, cannot be guessed). 0: unlimited."""
+    rate_room_seats: int = 60
+    """Room seats (POST /api/rooms/{code}/members) one client may take per `rate_window`, across rooms; more
+    answer 429. A page keeps its seat for the tab, so a reload takes none; a class behind one NAT address
+    without a proxy (see `trusted_proxies`) shares this budget. 0: unlimited."""
+    room_viewers_per_client: int = 100
+    """Viewers one client (IP address) may be of one room at once (of its 1,000), so one address cannot fill
+    a room however long it mints seats; more answer 429 `room_client_full`. 0: no per-client cap."""
     lab_batch_jobs: int = 2000
     """Batch jobs (chapter 6's tier jobs, bursts, poison) one lab may queue per `rate_window`; more
     answer 429, so one lab's flood cannot hold the machine's workers and forks. 0: unlimited."""
@@ -142,6 +149,10 @@ class Config:
     keeps held polls from starving everything else of connections; beyond it: 503."""
     long_poll_per_lab: int = 12
     """Long-polls one lab may hold at once, so one lab cannot take the whole budget; beyond it: 429."""
+    long_poll_per_client: int = 12
+    """Long-polls one client (IP address) may hold at once across all its labs (by default one lab's worth),
+    so one address with a few labs cannot take every slot of `long_poll_max` from everyone else; beyond it:
+    429 (the page falls back to plain polling). 0: no per-client cap."""
     webhook_allowlist: tuple[str, ...] = ()
     """URL prefixes a webhook may target despite resolving to a private or loopback address. Empty in
     any real deployment; the test suite sets it to one loopback port it owns (WEBHOOK_TEST_ALLOWLIST)."""
@@ -212,6 +223,8 @@ class Config:
             max_client_labs=_int("MAX_CLIENT_LABS", cls.max_client_labs),
             park_after=_float("PARK_AFTER", cls.park_after),
             rate_room_lookups=_int("RATE_ROOM_LOOKUPS", cls.rate_room_lookups),
+            rate_room_seats=_int("RATE_ROOM_SEATS", cls.rate_room_seats),
+            room_viewers_per_client=_int("ROOM_VIEWERS_PER_CLIENT", cls.room_viewers_per_client),
             lab_batch_jobs=_int("LAB_BATCH_JOBS", cls.lab_batch_jobs),
             lab_late_deliveries=_int("LAB_LATE_DELIVERIES", cls.lab_late_deliveries),
             lab_job_rate=_float("LAB_JOB_RATE", cls.lab_job_rate),
@@ -227,6 +240,7 @@ class Config:
             secret_key=os.environ.get("SECRET_KEY") or os.urandom(16).hex(),
             long_poll_max=_int("LONG_POLL_MAX", cls.long_poll_max),
             long_poll_per_lab=_int("LONG_POLL_PER_LAB", cls.long_poll_per_lab),
+            long_poll_per_client=_int("LONG_POLL_PER_CLIENT", cls.long_poll_per_client),
             trusted_proxies=_int("TRUSTED_PROXIES", cls.trusted_proxies),
             ws_per_client=_int("WS_PER_CLIENT", cls.ws_per_client),
             ws_per_lab=_int("WS_PER_LAB", cls.ws_per_lab),

@@ -109,15 +109,17 @@ def park(r: redis.Redis, lab: str, why: str) -> bool:
 
 def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S) -> bool:
     """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
-    if the lab's client is at its cap with every other lab watched `patience` s on), then its clock runs."""
+    if the lab's client is at its cap with every other lab watched `patience` s on), then it leaves the
+    parked set and its clock runs, in one step (clock.unpark)."""
     if not r.sismember(PARKED, lab):
         return False
     client = r.hget(key(lab, "meta"), "client") or "unknown"
     reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience)
-    if not r.srem(PARKED, lab):
+    unparked = clock.unpark(r, lab, PARKED)  # out of the set and the clock running again: one step
+    if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
     r.hset(key(lab, "meta"), "resumed", time.time())
-    t, runs = clock.unpark(r, lab)
+    t, runs = unparked
     stream.emit(r, lab, "lab.resumed", t, clock="running" if runs else "still paused, as it was")
     return True
 

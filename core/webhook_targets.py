@@ -32,12 +32,32 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str
     return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp), "webhook-signature": f"v1,{digest}"}
 
 
-def _blocked(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in (
+    # What `is_global` misses in Python 3.11, from the IANA IPv4/IPv6 special-purpose address registries:
+    "100.64.0.0/10",  # shared address space (carrier-grade NAT): another customer's network, not the internet
+    "192.0.0.0/24",  # IETF protocol assignments (3.11 knows only parts of it)
+    "192.88.99.0/24",  # 6to4 relay anycast (deprecated)
+    "224.0.0.0/4", "ff00::/8",  # multicast: `is_global` says yes to 224.0.0.1
+    "64:ff9b::/96", "64:ff9b:1::/48",  # NAT64: an IPv4 address (127.0.0.1 too) inside an IPv6 one
+    "2002::/16",  # 6to4: likewise
+    "2001::/32",  # Teredo: likewise
+    "2001:2::/48",  # benchmarking
+    "2001:db8::/32", "3fff::/20",  # documentation
+    "5f00::/16",  # segment routing (SRv6) SIDs
+    "fec0::/10",  # site-local (deprecated, still routed inside some networks)
+    "::/96",  # IPv4-compatible (deprecated): an IPv4 address inside an IPv6 one
+))
+"""Ranges refused although Python 3.11's `is_global` calls them global (see `blocked`)."""
+
+
+def blocked(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """True unless `addr` is globally routable: Python's `is_global` (the IANA special-purpose registries as
+    3.11 knows them: private, loopback, link-local, benchmarking, documentation, reserved…) and `NOT_GLOBAL`
+    on top. An IPv4-mapped IPv6 address is judged as the IPv4 address it carries."""
     mapped = getattr(addr, "ipv4_mapped", None)
     if mapped is not None:
         addr = mapped
-    return (addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_multicast
-            or addr.is_unspecified or addr.is_reserved)
+    return not addr.is_global or any(addr in net for net in NOT_GLOBAL if net.version == addr.version)
 
 
 class TargetRefused(ValueError):
@@ -66,6 +86,6 @@ def validate_target(url: str, allow_prefixes: tuple[str, ...] = ()) -> list[str]
         raise TargetRefused("bad_callback_url", f"callback host does not resolve: {exc}") from exc
     addrs = sorted({str(info[4][0]) for info in infos})  # an IPv4/IPv6 sockaddr's host (typed str | int)
     for raw in addrs:
-        if _blocked(ipaddress.ip_address(raw.split("%")[0])):
+        if blocked(ipaddress.ip_address(raw.split("%")[0])):
             raise TargetRefused("callback_forbidden", f"callback host resolves to a non-public address ({raw})")
     return addrs

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hmac
 import os
+import shutil
 
 import redis
 from flask import Blueprint, current_app, jsonify
 
 from app.auth import bearer_token
-from app.errors import ApiError
+from app.errors import ApiError, persist_refused
 from app.store import get_redis
 from core import hosts, parking, registry, sandbox
 from core.keys import LABS, host_running
@@ -21,14 +22,32 @@ bp = Blueprint("health", __name__)
 def healthz():
     """Web is up if this answers; Redis reachability is checked, not assumed. `master` is the pid of the
     gunicorn master this worker was forked from: the launcher starts only when it hears its own. `sandbox` is
-    "ok" where ffmpeg runs in its namespaces, else why not (it then runs with rlimits only; core/sandbox.py)."""
+    "ok" where ffmpeg runs in its namespaces, else why not (it then runs with rlimits only; core/sandbox.py).
+    A full disk does not make it unhealthy (restarting would not help, and reads still work), but it says why
+    changes are refused: `disk` (VAR_DIR's free bytes), `writes` ("ok", or "refused: …") and `why`."""
+    r = get_redis()
+    why: list[str] = []
     try:
-        get_redis().ping()
+        try:
+            r.ping()
+        except redis.ResponseError as e:  # the server answers PING with MISCONF while it cannot persist
+            if not persist_refused(e):
+                raise
         redis_state = "ok"
+        persistence = r.info("persistence")
+        for what, field in (("AOF write", "aof_last_write_status"), ("snapshot", "rdb_last_bgsave_status")):
+            if persistence.get(field, "ok") != "ok":
+                why.append(f"the lab server's last {what} failed (is its disk full?): it refuses changes")
     except redis.RedisError as e:
         redis_state = f"error: {e.__class__.__name__}"
+        why.append("the lab server does not answer")
+    var_dir = current_app.config["LAB"].var_dir
+    free = shutil.disk_usage(next(p for p in (var_dir, *var_dir.parents) if p.exists())).free
+    if free < current_app.config["LAB"].max_upload_bytes:
+        why.append(f"VAR_DIR has {free} bytes free, less than one upload: uploads and outputs fail")
     ok = redis_state == "ok"
-    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid(),
+    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid(), disk={"var_dir_free_bytes": free},
+                   writes="refused: " + "; ".join(why) if why else "ok", why=why,
                    sandbox=sandbox.unavailable() or "ok"), 200 if ok else 503
 
 

@@ -14,6 +14,7 @@ from app.auth import lab_access, refuse_foreign_origin
 from app.http import json_body, parse
 from app.store import get_redis
 from core import parking, registry, slots
+from core.keys import PARKED
 
 bp = Blueprint("labs", __name__)
 
@@ -74,7 +75,8 @@ def delete_lab(lab_id: str):
 @lab_access(write=True, resume=False)
 def park_lab(lab_id: str):
     """Park this lab now (the owner's choice, e.g. to make room under the running-lab cap): its processes
-    stop and its slot is freed; its history stays, and opening its page again resumes it."""
+    stop and its slot is freed; its history stays, and opening its page again resumes it. `parked` says what
+    happened: false if it was parked already, or a page resumed it while this call was parking it."""
     r = get_redis()
-    parking.park(r, lab_id, parking.OWNER_WHY)
-    return jsonify(lab_id=lab_id, parked=True)
+    did = parking.park(r, lab_id, parking.OWNER_WHY)
+    return jsonify(lab_id=lab_id, parked=did, state="parked" if r.sismember(PARKED, lab_id) else "running")

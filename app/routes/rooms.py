@@ -7,7 +7,12 @@ instructor token for the room dashboard (viewer count, each student lab's headli
 
 People, not ids: every page in the room first takes a *seat* (`POST /api/rooms/{code}/members`), an id
 the room signs with a key of its own, and its presence and its one guess per question are counted under
-that seat; an id a client makes up is refused. Presence as the instructor's lab (which keeps the room and
+that seat; an id a client makes up is refused. A seat costs something: one address may take
+`rate_room_seats` a window and be `room_viewers_per_client` of a room's viewers (core/config.py), and a
+seat is signed for the address that took it, so it counts nowhere else (a page whose address changed is
+told to take a new one). The room's caps on viewers,
+guesses and follow-along labs are each checked and taken in one server-side step (a Lua script), so
+concurrent check-ins cannot pass them together. Presence as the instructor's lab (which keeps the room and
 the lab alive) needs the instructor token.
 
 CSRF: every room call is authorised by a bearer token sent in a header (the instructor token, or
@@ -60,6 +65,28 @@ SEAT_NONCE = 16
 SEAT_SIG = 16
 _CODE = re.compile(rf"^[{ALPHABET}]{{{CODE_LENGTH}}}$")
 _SEAT = re.compile(bodies.ROOM_CLIENT)
+# A member joins a capped set in one step: checking the size and adding in two would let concurrent
+# joins pass the cap together. They answer 1 (in: new, or already a member) or 0 (full); the viewers' one
+# also keeps each address's own viewers (KEYS[2]) under its cap (ARGV[6], 0: none), else -1.
+_JOIN_ZSET = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+  if tonumber(ARGV[6]) > 0 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then return -1 end
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return 1
+"""
+_JOIN_HASH = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
 
 
 def rkey(code: str, part: str = "") -> str:
@@ -101,12 +128,30 @@ def require_instructor(r: redis.Redis, code: str) -> dict[str, str]:
     return room
 
 
+def join_present(r: redis.Redis, k: str, member: str, now: float, cap: int, who: str = "", per_client: int = 0) -> int:
+    """`member` is present in the sorted set `k` at `now` (those older than PRESENCE_WINDOW drop out): 1. Unless
+    it is new and `cap` others are (0), or `per_client` others from the same address `who` are (-1). One
+    atomic step."""
+    return int(r.eval(_JOIN_ZSET, 2, k, f"{k}:{who}", member, now, now - PRESENCE_WINDOW, cap, ROOM_TTL, per_client))
+
+
+def join_capped(r: redis.Redis, k: str, field: str, value: str, cap: int) -> bool:
+    """Set `field` of the hash `k` unless it is a new field and the hash already has `cap`: False then.
+    One atomic step."""
+    return bool(r.eval(_JOIN_HASH, 1, k, field, value, cap, ROOM_TTL))
+
+
 def _seat_sig(room: dict[str, str], nonce: str) -> str:
-    return hmac.new(room["member_key"].encode(), nonce.encode(), "sha256").hexdigest()[:SEAT_SIG]
+    """The room's signature of a seat's nonce *for the address asking*: the same seat from another address
+    does not verify."""
+    msg = f"{nonce}|{limits.client()}".encode()
+    return hmac.new(room["member_key"].encode(), msg, "sha256").hexdigest()[:SEAT_SIG]
 
 
 def new_seat(r: redis.Redis, room: dict[str, str]) -> str:
-    """A seat id for one page in the room: a random nonce and the room's signature of it (nothing stored)."""
+    """A seat id for one page in the room: a random nonce and the room's signature of it for this client's
+    address (nothing stored). Each costs one of the client's `rate_room_seats` for the window (429 past it)."""
+    limits.check_rate(r, "seats")
     if not room.get("member_key"):  # a room opened before seats existed gets its key now, once
         r.hsetnx(rkey(room["code"]), "member_key", secrets.token_hex(16))
         room["member_key"] = r.hget(rkey(room["code"]), "member_key")
@@ -115,12 +160,13 @@ def new_seat(r: redis.Redis, room: dict[str, str]) -> str:
 
 
 def require_seat(room: dict[str, str], seat: str) -> str:
-    """The seat id if this room issued it; 403 for an id a client made up (it would count a second person)."""
+    """The seat id if this room issued it to this address; 403 for an id a client made up (it would count a second
+    person) or one taken from another address (the page takes a new seat)."""
     nonce, sig = seat[:SEAT_NONCE], seat[SEAT_NONCE:]
     if not (room.get("member_key") and len(seat) == SEAT_NONCE + SEAT_SIG
             and hmac.compare_digest(_seat_sig(room, nonce), sig)):
-        raise ApiError(403, "not_in_room", "this page has no seat in the room (an id the room did not issue): "
-                                           "reload the page to join")
+        raise ApiError(403, "not_in_room", "this page has no seat in the room (an id the room did not issue, or "
+                                           "issued to another address): reload the page to join")
     return seat
 
 
@@ -280,15 +326,18 @@ def follow_room(code: str):
     r = get_redis()
     room = load(r, code)
     name = parse(json_body(), bodies.FOLLOW)["name"]
-    if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:
+    if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:  # full already: open no lab (join_capped decides)
         raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
                        {"Retry-After": "60"})
     if not registry.exists(r, room["lab_id"]):
         raise ApiError(410, "room_lab_gone", "the instructor's lab has expired; ask for a new room")
     lab = _new_lab(r, room["preset"], registry.settings(r, room["lab_id"]))
     label = " ".join(name.split()) or f"student {r.hlen(rkey(room['code'], 'students')) + 1}"
-    r.hset(rkey(room["code"], "students"), lab["lab_id"], json.dumps({"name": label, "joined": time.time(),
-                                                                     "view_token": lab["view_token"]}))
+    entry = json.dumps({"name": label, "joined": time.time(), "view_token": lab["view_token"]})
+    if not join_capped(r, rkey(room["code"], "students"), lab["lab_id"], entry, MAX_STUDENTS):
+        registry.teardown(r, lab["lab_id"], current_app.config["LAB"].var_dir)  # others filled it meanwhile
+        raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
+                       {"Retry-After": "60"})
     r.zadd(rkey(room["code"], "seen"), {lab["lab_id"]: time.time()})
     _keep_alive(r, room["code"])
     resp = jsonify(dict(lab, name=label, chapter_url=chapter_link(room)))
@@ -328,12 +377,13 @@ def room_presence(code: str):
         r.zadd(rkey(code, "seen"), {lab_id: now})
     else:
         role = "viewer"
-        viewers = rkey(code, "viewers")
-        r.zremrangebyscore(viewers, 0, now - PRESENCE_WINDOW)
-        if r.zscore(viewers, client) is None and r.zcard(viewers) >= MAX_VIEWERS:
+        per_client = current_app.config["LAB"].room_viewers_per_client
+        joined = join_present(r, rkey(code, "viewers"), client, now, MAX_VIEWERS, limits.client(), per_client)
+        if joined == 0:
             raise ApiError(429, "room_full", f"this room already has {MAX_VIEWERS} viewers", {"Retry-After": "30"})
-        r.zadd(viewers, {client: now})
-        r.expire(viewers, ROOM_TTL)
+        if joined < 0:
+            raise ApiError(429, "room_client_full", f"this room already counts {per_client} viewers from your "
+                           "address", {"Retry-After": "30"})
     return jsonify(role=role, every_s=10, display_code=pretty(code))
 
 
@@ -451,11 +501,8 @@ def round_guess(code: str):
     if rnd["measured"] is not None:
         raise ApiError(409, "round_closed", "the answer is already in: guesses are closed for this question")
     value = _clean_guess(rnd["prediction"], body["value"])
-    k = rkey(room["code"], "guesses")
-    if not r.hexists(k, client) and r.hlen(k) >= MAX_GUESSES:
+    if not join_capped(r, rkey(room["code"], "guesses"), client, json.dumps(value), MAX_GUESSES):
         raise ApiError(429, "room_full", f"this question already has {MAX_GUESSES} guesses", {"Retry-After": "30"})
-    r.hset(k, client, json.dumps(value))
-    r.expire(k, ROOM_TTL)
     return jsonify(ok=True, n=rnd["n"], value=value)
 
 

@@ -443,3 +443,29 @@ def test_chapter_0_times_an_inline_handler_against_enqueue(lab_page):
     expect(page.get_by_test_id("compare-status")).to_contain_text("carries on in a worker")
     expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
     page.snap("compared")
+
+
+def test_a_job_post_whose_answer_is_lost_is_resent_with_its_key_and_makes_one_job(lab_page, api):
+    """The connection drops after the server made the job (the page never sees the 202): the widget resends the
+    POST under the same Idempotency-Key and the server replays the job it made. One click, one job."""
+    page = lab_page.open_chapter(0)
+    seen: list[tuple[str, int, str | None]] = []  # (key, status, Idempotent-Replayed) of each POST
+
+    def drop_the_first_answer(route):
+        if route.request.method != "POST":
+            return route.continue_()
+        res = route.fetch()
+        seen.append((route.request.headers.get("idempotency-key", ""), res.status,
+                     res.headers.get("idempotent-replayed")))
+        if len(seen) == 1:
+            return route.abort("connectionreset")
+        return route.fulfill(response=res)
+
+    page.route(re.compile(r".*/api/labs/[^/]+/jobs$"), drop_the_first_answer)
+    page.get_by_test_id("sample-select").select_option("carphone_pristine")
+    page.get_by_test_id("sample-submit").click()
+    expect(page.get_by_test_id("upload-status")).to_contain_text("202 Accepted", timeout=20_000)
+    expect(page.get_by_test_id("upload-status")).to_contain_text("job 1")
+    assert len(seen) == 2 and seen[0][0] and seen[0][0] == seen[1][0], seen
+    assert [s[1] for s in seen] == [202, 202] and seen[1][2] == "true", "the resend was a replay"
+    assert api.snapshot(lab_of(page))["counts"]["enqueued"] == 1, "a second job was made"

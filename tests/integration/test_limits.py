@@ -5,8 +5,10 @@ never shows a token. Everything real: supervisor, rq workers, ffmpeg, gunicorn o
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from tests.integration.test_launcher import processes_mentioning
 pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
 MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
-ROOM_MISSES, METRICS_TOKEN = 3, "metrics-secret-for-tests"
+ROOM_MISSES, ROOM_SEATS, METRICS_TOKEN = 3, 5, "metrics-secret-for-tests"
 WS_PER_CLIENT, CONN_PER_CLIENT, HEADER_TIMEOUT = 8, 24, 2
 
 
@@ -45,7 +47,8 @@ def tight(redis_server, tmp_path_factory):
                env={"MAX_LABS": str(MAX_LABS), "MAX_WORKERS": str(MAX_WORKERS), "LAB_IDLE_TTL": str(IDLE_TTL),
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
-                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "METRICS_TOKEN": METRICS_TOKEN,
+                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "RATE_ROOM_SEATS": str(ROOM_SEATS),
+                    "METRICS_TOKEN": METRICS_TOKEN,
                     "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
                     "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
         yield s
@@ -292,6 +295,19 @@ def test_guessing_room_codes_is_rate_limited_per_client_hits_included(tight, tap
     assert get_from(tight, "127.0.0.8", f"/api/rooms/{code}")[0] == 200  # another client is not held back
 
 
+def test_room_seats_cost_a_budget_per_client(tight, tapi):
+    """Before: one address minted 1,100 seats in 1.9 s and checked them all in as viewers. Now it gets
+    RATE_ROOM_SEATS a window, then 429 with Retry-After; another client's page still gets its seat."""
+    room = tapi.call("POST", "/api/rooms", {"preset": "ch1", "speed": 20}).json()
+    tapi.created.append(room["lab"])
+    path = f"/api/rooms/{room['code']}/members"
+    assert until_limited(tight, "127.0.0.11", path, {}, "", ROOM_SEATS) == [201] * ROOM_SEATS + [429]
+    status, headers, body = post_from(tight, "127.0.0.11", path, {}, "")
+    assert status == 429 and body["error"] == "rate_limited" and "room seats" in body["detail"]
+    assert 1 <= int(headers["Retry-After"]) <= WINDOW
+    assert post_from(tight, "127.0.0.12", path, {}, "")[0] == 201
+
+
 def test_parallel_uploads_cannot_pass_the_disk_cap_together(tight, tapi):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -375,3 +391,57 @@ def test_slow_headers_are_cut_and_past_its_connection_cap_a_client_is_closed_at_
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 MB tmpfs (root only) that holds a stack's VAR_DIR and its server's data; unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until its disk has no byte left."""
+    with open(path, "wb", buffering=0) as out:
+        try:
+            for _ in range(64 * 16 + 16):  # at most 64 MB and some, in 64 kB writes
+                out.write(bytes(1 << 16))
+            raise AssertionError("the 64 MB disk never filled")
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+
+
+def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_says_why(full_disk):
+    """Before: at 0 B free every job POST, a new lab and an upload answered 500 (MISCONF; OSError ENOSPC)
+    and so did the owner's snapshot. Now each change answers 507 naming the cause with Retry-After, the
+    snapshot answers, /healthz says why, and once space is freed the same POST makes its job."""
+    with Stack("diskfull", root=full_disk, persist=True) as s:
+        sapi = s.api()
+        lab = sapi.lab("ch0", speed=20, workers=0)
+        jobs = f"/api/labs/{lab['lab_id']}/jobs"
+        filler = full_disk / "filler.bin"
+        fill(filler)
+        wait(lambda: sapi.call("GET", "/healthz").json()["why"] or None, 30, "/healthz to say writes fail")
+        health = sapi.call("GET", "/healthz").json()
+        assert health["ok"] and health["writes"].startswith("refused"), health
+        assert health["disk"]["var_dir_free_bytes"] < 1 << 16, health
+        clip = media.sample_clip("carphone_pristine").read_bytes()
+        body, headers = multipart("file", "one.mp4", clip)
+        answers = [sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]),
+                   sapi.call("POST", "/api/labs", {"preset": "ch0"}),
+                   sapi.call("POST", jobs, token=lab["token"], headers=headers, raw=body)]
+        for res in answers:
+            assert res.status == 507 and res.json()["error"] in ("disk_full", "server_disk_full"), res.body
+            assert "disk" in res.json()["detail"] and int(res.headers["Retry-After"]) >= 1
+        snap = sapi.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+        assert snap.status == 200 and snap.json()["lab_id"] == lab["lab_id"], "the owner's snapshot still answers"
+        filler.unlink()
+        wait(lambda: sapi.call("GET", "/healthz").json()["writes"] == "ok", 30, "writes to be accepted again")
+        assert sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]).status == 202

@@ -174,6 +174,8 @@ def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one
         oldest = labs[0]
         assert papi.ok("POST", f"/api/labs/{oldest['lab_id']}/park", {}, oldest["token"])["parked"]
         assert pr.sismember(parking.PARKED, oldest["lab_id"])
+        again = papi.ok("POST", f"/api/labs/{oldest['lab_id']}/park", {}, oldest["token"])
+        assert again == {"lab_id": oldest["lab_id"], "parked": False, "state": "parked"}, "it says what happened"
         fifth = papi.lab("ch0", speed=20)
         sockets.append(connect(pstack, fifth))
         # a page that closes its socket (the previous page of a reader) makes room: its lab is parked
@@ -297,6 +299,49 @@ def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was
         assert r.hget(key(lab, "clock"), "paused") == "1" and r.sismember(PARKED, lab)
         assert parking.resume(r, lab, CAP, MAX_WORKERS)
         assert r.hget(key(lab, "clock"), "paused") == ("1" if paused_by_learner else "0")
+    finally:
+        r.flushdb()
+        r.close()
+
+
+@pytest.mark.parametrize("paused_by_learner", [False, True])
+def test_parks_racing_resumes_leave_the_clock_as_the_learner_had_it(redis_server, paused_by_learner):
+    """One thread parks, another resumes, many times over (before: 2 of 2 runs left a resumed lab with its clock
+    paused by a park and no mark, which no later resume un-paused). After a last resume the lab runs, its clock
+    is as the learner left it with no `parked` mark, its slot is taken, and every park that said it parked was
+    undone by a resume that said it resumed. On a database no supervisor watches, with the lab's keys here."""
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/12", decode_responses=True)
+    r.flushdb()
+    lab, rounds = "tparkrace2", 150
+    r.sadd(LABS, lab)
+    r.set(key(lab, "settings"), json.dumps(chapters.settings_for("ch1")))
+    r.hset(key(lab, "meta"), "client", "127.0.0.1")
+    clock.start(r, lab, speed=20)
+    if paused_by_learner:
+        clock.pause(r, lab)
+    said: dict[str, list[bool]] = {"park": [], "resume": []}
+    start = threading.Barrier(2)
+
+    def run(name: str, act) -> None:
+        start.wait()
+        for _ in range(rounds):
+            said[name].append(bool(act()))
+    threads = [threading.Thread(target=run, args=("park", lambda: parking.park(r, lab, parking.OWNER_WHY))),
+               threading.Thread(target=run, args=("resume", lambda: parking.resume(r, lab, CAP, MAX_WORKERS)))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        said["resume"].append(parking.resume(r, lab, CAP, MAX_WORKERS))
+        state = r.hgetall(key(lab, "clock"))
+        assert not r.sismember(PARKED, lab) and lab in {e.lab for e in slots.entries(r)}
+        assert state["paused"] == ("1" if paused_by_learner else "0"), "a resumed lab's clock is the learner's"
+        assert "parked" not in state
+        assert 0 < said["park"].count(True) == said["resume"].count(True), "each park said so, and was undone"
+        kinds = [json.loads(f["e"])["type"] for _i, f in r.xrange(key(lab, "events"))]
+        assert kinds.count("lab.parked") == said["park"].count(True)
+        assert kinds.count("lab.resumed") == said["resume"].count(True)
     finally:
         r.flushdb()
         r.close()

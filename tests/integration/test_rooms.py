@@ -7,14 +7,17 @@ import json
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import segno
 
 import chapters
+from app.routes import rooms
 from app.routes.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 from core import registry
+from tests.integration.test_limits import post_from
 
 pytestmark = pytest.mark.integration
 
@@ -311,6 +314,49 @@ def test_a_room_counts_people_not_ids_one_guess_per_seat_it_issued(api):
     # invented viewers are not counted either
     assert check_in(api, room, uuid.uuid4().hex).status == 403
     assert status(api, room).json()["viewers"] == 0
+
+
+def test_a_seat_counts_only_from_the_address_that_took_it(api, stack):
+    """Before: a seat worked from any address. Now the room signs it for the address that took it: the same
+    id from another address is no seat (403 not_in_room: that page takes its own), from its own it counts."""
+    room = open_room(api, preset="ch1", speed=200)
+    path = f"/api/rooms/{room['code']}"
+    status_, _, body = post_from(stack, "127.0.0.21", path + "/members", {}, "")
+    assert status_ == 201
+    mine = body["client"]
+    status_, _, body = post_from(stack, "127.0.0.22", path + "/presence", {"client": mine}, "")
+    assert (status_, body["error"]) == (403, "not_in_room")
+    assert post_from(stack, "127.0.0.21", path + "/presence", {"client": mine}, "")[2]["role"] == "viewer"
+    assert status(api, room).json()["viewers"] == 1
+
+
+def test_a_full_room_lets_no_one_past_its_cap_however_many_join_at_once(r):
+    """The cap is checked and taken in one step (before: check, then add, and 1,003 of 1,000 got in): 240
+    joins from 8 threads into a set capped at 50 leave exactly 50, and a member already in stays in; one
+    address is held to its own share of the viewers."""
+    k, cap = f"room:TEST{uuid.uuid4().hex[:8]}:viewers", 50
+    hk = k.replace("viewers", "guesses")
+    ins: list[bool] = []
+
+    def join(i: int) -> None:
+        ins.append(rooms.join_present(r, k, f"seat{i}", time.time(), cap) == 1)
+        ins.append(rooms.join_capped(r, hk, f"seat{i}", "1", cap))
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(join, range(240)))
+        assert r.zcard(k) == cap and r.hlen(hk) == cap and ins.count(True) == 2 * cap
+        member = r.zrange(k, 0, 0)[0]
+        assert rooms.join_present(r, k, member, time.time(), cap), "a viewer already counted checks in again"
+        assert rooms.join_capped(r, hk, member, "2", cap) and r.hget(hk, member) == "2", "a guess may change"
+        assert r.ttl(k) > 0 and r.ttl(hk) > 0
+        # one address may be only `per_client` of a room's viewers (before: all of them, one seat at a time)
+        r.delete(k)
+        now = time.time()
+        assert [rooms.join_present(r, k, f"s{i}", now, cap, "10.0.0.1", 2) for i in range(3)] == [1, 1, -1]
+        assert rooms.join_present(r, k, "s0", now, cap, "10.0.0.1", 2) == 1, "one already counted checks in again"
+        assert rooms.join_present(r, k, "t0", now, cap, "10.0.0.2", 2) == 1 and r.zcard(k) == 3
+    finally:
+        r.delete(k, hk, f"{k}:", f"{k}:10.0.0.1", f"{k}:10.0.0.2")
 
 
 def test_presence_as_the_instructors_lab_needs_the_instructor_token(api, r):

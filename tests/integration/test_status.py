@@ -184,6 +184,51 @@ def test_the_process_wide_cap_answers_503(redis_server):
         registry.teardown(r, lab["lab_id"], app.config["LAB"].var_dir)
 
 
+def test_one_client_cannot_take_every_long_poll_from_a_bystander(redis_server):
+    """One address with labs enough to hold the whole server's budget (before: it held all 4, and a
+    bystander got 503 long_poll_capacity) holds only its own share; the bystander's poll is held."""
+    app = create_app(Config(redis_url=redis_server.url, long_poll_max=4, long_poll_per_lab=2,
+                            long_poll_per_client=3, testing=True))
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    labs = [registry.create(r, "ch3", 20, max_labs=1000) for _ in range(3)]
+    urls = {}
+    try:
+        for lab in labs:
+            registry.update_settings(r, lab["lab_id"], {"workers": 0})
+            auth = {"Authorization": f"Bearer {lab['token']}"}
+            with app.test_client() as c:
+                made = c.post(f"/api/labs/{lab['lab_id']}/jobs", json={"sample": "carphone_pristine"}, headers=auth)
+                url = made.get_json()["status_url"] + "/status"
+                urls[lab["lab_id"]] = (url, {**auth, "If-None-Match": c.get(url, headers=auth).headers["ETag"]})
+        answers: list[tuple[str, int]] = []
+
+        def hold(lab: dict, addr: str) -> threading.Thread:
+            url, headers = urls[lab["lab_id"]]
+
+            def run():
+                with app.test_client() as c:
+                    res = c.get(url + "?wait=4", headers=headers, environ_base={"REMOTE_ADDR": addr})
+                    answers.append((addr, res.status_code))
+            t = threading.Thread(target=run)
+            t.start()
+            return t
+        greedy, bystander = "10.9.0.1", "10.9.0.2"
+        threads = [hold(labs[0], greedy), hold(labs[0], greedy), hold(labs[1], greedy)]
+        wait(lambda: sum(longpoll.held_now(lab["lab_id"]) for lab in labs) == 3, 20, "the greedy client's 3 polls")
+        url, headers = urls[labs[1]["lab_id"]]
+        with app.test_client() as c:
+            over = c.get(url + "?wait=4", headers=headers, environ_base={"REMOTE_ADDR": greedy})
+        assert over.status_code == 429 and over.get_json()["error"] == "long_poll_client_limit"
+        assert over.headers["Retry-After"]
+        threads.append(hold(labs[2], bystander))
+        for t in threads:
+            t.join(20)
+        assert sorted(answers) == [(greedy, 304)] * 3 + [(bystander, 304)], "the bystander's poll was held too"
+    finally:
+        for lab in labs:
+            registry.teardown(r, lab["lab_id"], app.config["LAB"].var_dir)
+
+
 def test_bad_status_requests_get_clear_4xx(api):
     lab = lab_without_workers(api)
     job = new_job(api, lab)

@@ -5,6 +5,7 @@ fails, never redirected, and refused for internal targets."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,3 +227,63 @@ def test_bad_registrations_and_unsigned_calls_get_clear_errors(api):
     assert webhook_state(api, lab)["arrivals"][0]["verified"] is False
     assert "webhook.received" not in [e["type"] for e in api.events(lab)]
     assert api.call("POST", "/api/labs/nolab/webhook/receiver", {}).status == 404
+
+
+class SilentServer:
+    """Accepts every connection on the test's hook port and never answers (until closed)."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_server(("127.0.0.1", port), reuse_port=False)
+        self.sock.settimeout(0.2)
+        self.held: list[socket.socket] = []
+        self.running = True
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while self.running:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.running = False
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def silent_server(stack):
+    server = SilentServer(int(os.environ["LAB_TEST_HOOK_PORT"]))
+    yield server
+    server.close()
+
+
+def test_a_silent_target_delays_only_its_own_labs_messages(api, silent_server):
+    """Lab A's target accepts and never answers, so each of its tries lasts the whole timeout. Before, one
+    thread sent every lab's tries, so lab B's built-in delivery waited behind all of A's (0.6 s → 26.5 s).
+    Now each lab has its own turn: B's try starts while one of A's is still in flight."""
+    a = api.lab("ch3", speed=200, workers=1, job_duration=20)
+    b = api.lab("ch3", speed=200, workers=1, job_duration=20)
+    api.workers_ready(b, 1)
+    register(api, a, hook_url("/silent"))
+    register(api, b, "builtin")
+    for _ in range(3):
+        run_job(api, a)
+    wait_until(lambda: silent_server.held)  # one of A's tries is in flight now
+    run_job(api, b)
+    b_msg = wait_until(lambda: [m for m in webhook_state(api, b)["messages"] if m["state"] == "delivered"])[0]
+    b_sent = b_msg["tries"][0]["t_real"]
+
+    def ends() -> dict[tuple[str, int], float]:
+        """When each of A's finished tries ended (its webhook.attempted or .gave_up event)."""
+        return {(e["data"]["msg"], e["data"]["try"]): e["t_real"] for e in api.events(a)
+                if e["type"] in ("webhook.attempted", "webhook.gave_up")}
+    wait_until(lambda: any(t > b_sent for t in ends().values()))  # every A try begun before B's has ended
+    done = ends()
+    spans = [(t["t_real"], done[(m["msg_id"], t["try"])]) for m in webhook_state(api, a)["messages"]
+             for t in m["tries"] if (m["msg_id"], t["try"]) in done]
+    assert spans and all(t["status"] is None for m in webhook_state(api, a)["messages"] for t in m["tries"])
+    assert any(start <= b_sent <= end for start, end in spans), (b_sent, spans)

@@ -1,7 +1,7 @@
 """Webhook delivery: one signed POST per finished job to the lab's callback URL, retried with full jitter.
 
-It runs as one background thread in the pool supervisor, not in the web process and not inside the
-supervisor's reaper tick. Not the web process: its connections are budgeted for sockets and held
+It runs in background threads of the pool supervisor (see Deliverer), not in the web process and not
+inside the supervisor's reaper tick. Not the web process: its connections are budgeted for sockets and held
 long-polls, and an outbound call to a slow customer endpoint would sit on one. Not the tick: the
 reaper's pass bounds how late a lease is redelivered, so it must never wait on someone else's
 server. The thread tails each lab's event stream from a cursor, so a finished job
@@ -114,7 +114,16 @@ def post(url: str, addrs: list[str], headers: dict, body: bytes) -> int:
 
 
 class Deliverer:
-    """The supervisor's delivery thread (see the module docstring for why it lives there)."""
+    """The supervisor's delivery thread (see the module docstring for why it lives there). It only tails the
+    streams and hands each lab with tries due to a *turn* of its own: a thread that sends that lab's due
+    tries in order. One lab has at most one turn at a time, and at most CONCURRENT_TRIES turns run at once
+    across all labs, so a lab whose target is slow or silent holds one slot and delays only its own
+    messages, never another lab's."""
+
+    CONCURRENT_TRIES = 8
+    """Tries in flight at once across every lab on this pool host (each try at most TIMEOUT_S)."""
+    TURN_TRIES = 20
+    """Due tries one lab's turn sends, oldest first, before it gives its slot back."""
 
     def __init__(self, config: Config):
         self.config = config
@@ -123,6 +132,9 @@ class Deliverer:
         self.running = True
         self.lease = self.r.register_script(_LEASE_TRY)
         self.hooked: set[str] = set()  # labs that had a webhook registered when last looked at
+        self.slots = threading.BoundedSemaphore(self.CONCURRENT_TRIES)
+        self.turns: set[str] = set()  # labs whose turn runs now (guarded by turns_lock)
+        self.turns_lock = threading.Lock()
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="webhooks", daemon=True)
@@ -159,12 +171,38 @@ class Deliverer:
                 continue
             now = clock.now(self.r, lab)
             collect(self.r, lab, reg, now)
+            if self.r.zcount(due(lab), "-inf", now) and self.take_turn(lab):
+                threading.Thread(target=self.turn, args=(lab, reg), name=f"webhooks-{lab}", daemon=True).start()
+            self.drop_if_gone(lab)
+
+    def take_turn(self, lab: str) -> bool:
+        """A turn for `lab`, unless it has one running or every slot is taken (then a later tick asks again)."""
+        with self.turns_lock:
+            if lab in self.turns or not self.slots.acquire(blocking=False):
+                return False
+            self.turns.add(lab)
+            return True
+
+    def turn(self, lab: str, reg: dict) -> None:
+        """Send `lab`'s due tries in order (each claimed first), then give the slot back."""
+        try:
+            now = clock.now(self.r, lab)
             lease_s = TRY_LEASE_S * max(float(registry.settings(self.r, lab)["speed"]), 1e-9)
-            for msg_id in self.r.zrangebyscore(due(lab), "-inf", now, start=0, num=20):
+            for msg_id in self.r.zrangebyscore(due(lab), "-inf", now, start=0, num=self.TURN_TRIES):
                 if self.lease(keys=[due(lab)], args=[msg_id, now, now + lease_s]):
                     self.try_once(lab, reg, msg_id)
-            if not registry.exists(self.r, lab):  # torn down mid-tick: drop what this tick wrote after the sweep
-                self.r.delete(hook(lab), messages(lab), due(lab))
+            self.drop_if_gone(lab)
+        except (redis.ConnectionError, redis.exceptions.OutOfMemoryError):  # as in run(): a later turn tries again
+            pass
+        finally:
+            with self.turns_lock:
+                self.turns.discard(lab)
+                self.slots.release()
+
+    def drop_if_gone(self, lab: str) -> None:
+        """Torn down meanwhile: drop what this tick or turn wrote after the sweep."""
+        if not registry.exists(self.r, lab):
+            self.r.delete(hook(lab), messages(lab), due(lab))
 
     def target(self, lab: str, url: str) -> tuple[str, list[str]]:
         if url == BUILTIN:

@@ -112,7 +112,7 @@ export function install(W) {
       const calls0 = Number(S.counts.storage_calls) || 0;
       if (s.fault && !s.fault_after_calls && !await startScenarioFault(s, hint, jobs)) return null;
       for (let i = 0; s.enqueue && i < (s.count || 1); i++) {
-        const res = await W.api('POST', W.labPath('/jobs'), s.enqueue);
+        const res = await W.postJob(s.enqueue);
         if (!res.ok) { setText(hint, `Could not enqueue: ${errorText(res.data, res.status)}`); return null; }
         jobs.push(res.data.job_id);
       }

@@ -4,10 +4,10 @@
 
 import { errorText, h, section, setText, statusLine } from './util.js';
 
-/** fetch() with the lab's token; never throws: {ok, status, data} (status 0 on a network error). */
+/** fetch() with the lab's token (and `extra` headers); never throws: {ok, status, data} (status 0 on a network error). */
 export function makeApi(getLab) {
-  return async function call(method, path, body) {
-    const headers = {};
+  return async function call(method, path, body, extra = {}) {
+    const headers = { ...extra };
     const lab = getLab();
     if (lab && lab.token) headers.Authorization = `Bearer ${lab.token}`;
     let payload;
@@ -23,6 +23,30 @@ export function makeApi(getLab) {
     if ((res.headers.get('content-type') || '').includes('json')) data = await res.json().catch(() => null);
     return { ok: res.ok, status: res.status, data };
   };
+}
+
+const JOB_TRIES = 4; // one job POST and up to three resends of it
+
+/** A fresh Idempotency-Key: 128 random bits (getRandomValues works on a plain-http classroom address too). */
+function newJobKey() {
+  return [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * POST one job under an Idempotency-Key of its own, resent with the same key while the answer is lost (the
+ * connection dropped: status 0) or the first try is still being served (409 request_in_progress): the
+ * server replays the job it made, so one click makes one job however the network behaves.
+ */
+export async function postJob(api, path, body) {
+  const headers = { 'Idempotency-Key': newJobKey() };
+  let res = null;
+  for (let tried = 0; tried < JOB_TRIES; tried += 1) {
+    if (tried) await new Promise((done) => setTimeout(done, 400 * tried));
+    res = await api('POST', path, body, headers);
+    const inProgress = res.status === 409 && res.data && res.data.error === 'request_in_progress';
+    if (res.status !== 0 && !inProgress) return res;
+  }
+  return res;
 }
 
 /** A refusal the page can act on: keeps the server's answer (a 429 at the running-lab cap lists the labs). */
@@ -272,5 +296,8 @@ export function install(W) {
     els.share.value = u.href;
   }
 
-  return { api, announceLab, openLab: open, takeHeldSocket, resetLab, askReset, labVanished, buildLabSection };
+  /** This lab's own job POST (postJob): one click, one job. */
+  const postLabJob = (body) => postJob(api, W.labPath('/jobs'), body);
+  return { api, postJob: postLabJob, announceLab, openLab: open, takeHeldSocket, resetLab, askReset, labVanished,
+    buildLabSection };
 }

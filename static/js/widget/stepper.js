@@ -196,7 +196,7 @@ export function install(W) {
         const res = await W.api('POST', W.labPath('/faults'), a.fault);
         if (!res.ok) { setText(els.status, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
       } else if (a.enqueue) {
-        const res = await W.api('POST', W.labPath('/jobs'), a.enqueue);
+        const res = await W.postJob(a.enqueue);
         if (!res.ok) { setText(els.status, `Could not send the job: ${errorText(res.data, res.status)}`); return null; }
         mine.ids.add(String(res.data.job_id));
       }

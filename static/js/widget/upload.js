@@ -85,7 +85,7 @@ export function install(W) {
     queueBtn.addEventListener('click', async () => {
       queueBtn.disabled = true;
       const t0 = performance.now();
-      const res = await W.api('POST', W.labPath('/jobs'), { sample: sample.value });
+      const res = await W.postJob({ sample: sample.value });
       const ms = Math.round(performance.now() - t0);
       queueBtn.disabled = false;
       if (res.status === 202) {
@@ -118,7 +118,7 @@ export function install(W) {
     setText(els.uploadError, '');
     setText(els.uploadStatus, `sending ${what}…`);
     const t0 = performance.now();
-    const res = await W.api('POST', W.labPath('/jobs'), body);
+    const res = await W.postJob(body);
     const ms = Math.round(performance.now() - t0);
     if (res.status === 202) {
       const dur = res.data.payload && res.data.payload.duration_s;
