@@ -16,9 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.common import Bench, median, report, rnd
-from core import sandbox
+from core import media, sandbox
 from core.procs import die_with_parent
-from workers import media
 
 NAME = "sandbox"
 RUNS = 30

@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from core import sandbox
+from core import media, sandbox
 from runtime import embedded_redis
-from workers import media
 
 pytestmark = pytest.mark.integration
 PYTHON = os.path.realpath(sys.executable)  # the interpreter itself (-I -S: no venv, no site)
@@ -205,7 +204,7 @@ def test_a_killed_caller_takes_its_sandbox_with_it(tmp_path):
     caller = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import time
         from core import sandbox
-        from workers import media
+        from core import media
         box = sandbox.sandboxed(["/bin/sleep", "300"], read=[], write=None, limits=media.SANDBOX)
         proc = box.popen()
         print(proc.pid, flush=True)
