@@ -107,7 +107,9 @@ def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connec
                    if (e := json.loads(f["e"]))["type"] in ("lab.parked", "lab.resumed")}
         parked_t = moments["lab.parked"]
         assert moments["lab.resumed"] == pytest.approx(parked_t, abs=0.001), moments
-        assert parked_t - 0.001 <= now_sim <= parked_t + 200 * since + 0.001, (
+        # (+1 simulated s: the resume starts the clock a moment before it stamps `resumed`; a clock that ran
+        # while parked is tens of simulated seconds past)
+        assert parked_t - 0.001 <= now_sim <= parked_t + 200 * since + 1.0, (
             f"parked at {parked_t} s, the clock read {now_sim:.3f} s {since:.3f} real s after the resume at 200×")
         wait(lambda: running_processes(pr, lab["lab_id"]) == 2, 30, "the resumed lab's two workers to run")
         assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "0"
@@ -338,7 +340,9 @@ def test_parks_racing_resumes_leave_the_clock_as_the_learner_had_it(redis_server
         assert not r.sismember(PARKED, lab) and lab in {e.lab for e in slots.entries(r)}
         assert state["paused"] == ("1" if paused_by_learner else "0"), "a resumed lab's clock is the learner's"
         assert "parked" not in state
-        assert 0 < said["park"].count(True) == said["resume"].count(True), "each park said so, and was undone"
+        # a resume between a park's two steps (the set, then the clock) undoes a park that then says it did not
+        # park: so resumes that said so are at least the parks that said so, never fewer
+        assert 0 < said["park"].count(True) <= said["resume"].count(True), "each park said so, and was undone"
         kinds = [json.loads(f["e"])["type"] for _i, f in r.xrange(key(lab, "events"))]
         assert kinds.count("lab.parked") == said["park"].count(True)
         assert kinds.count("lab.resumed") == said["resume"].count(True)
