@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-from tests.helpers import unfold
+from tests.helpers import page_lab, unfold
 
 pytestmark = pytest.mark.e2e
 
@@ -185,9 +185,9 @@ def test_first_screens_of_chapters_2_7_and_8_show_what_their_steps_are_about(pag
     open_lab(page, stack.url, f"/chapters/{number}")
     if number == 7:
         expect(page.get_by_test_id("ch7-replica-r1")).to_be_attached(timeout=30_000)
-    else:  # every worker card whole, with its "inspect" (chapter 2's pool is four)
-        page.locator("#lab-widget .lw-workers .lw-worker").first.wait_for(state="attached", timeout=30_000)
-        n = page.locator("#lab-widget .lw-workers > li").count()
+    else:  # every worker card of the pool whole, with its "inspect" (chapter 2's pool is four)
+        n = api.snapshot(page_lab(page, f"ch{number}"))["settings"]["workers"]
+        expect(page.locator("#lab-widget .lw-workers > li")).to_have_count(n, timeout=60_000)
         for i in range(1, n + 1):
             on_screen(page, f"#lab-widget .lw-workers > li:nth-child({i})", 800)
             on_screen(page, f"#lab-widget .lw-workers > li:nth-child({i}) .lw-w-inspect", 800)

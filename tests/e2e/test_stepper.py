@@ -71,23 +71,24 @@ def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     return measured
 
 
-# At the pause: Continue whole on the screen, and the step's words at the top of the panel it outlines on the
-# screen too, above the step bar (not under it)
+# At the pause: Continue whole on the screen, and the panel the step outlines on the screen too, above the step
+# bar (not under it): its top edge and its first 100 px (or all of it, if shorter)
 NEXT_MOVE = """() => {
-  const box = (id) => document.querySelector(`[data-testid=${id}]`)?.getBoundingClientRect();
-  const go = box('stepper-continue'), bar = box('stepper'), look = box('stepper-callout');
+  const box = (sel) => document.querySelector(sel)?.getBoundingClientRect();
+  const go = box('[data-testid=stepper-continue]'), bar = box('[data-testid=stepper]'), look = box('.lw-step-look');
   return !!(go && look && go.top >= 0 && go.left >= 0 && go.bottom <= innerHeight && go.right <= innerWidth
-    && look.top >= 0 && look.bottom <= bar.top && look.bottom <= innerHeight);
+    && look.top >= 0 && look.top + Math.min(look.height, 100) <= Math.min(bar.top, innerHeight));
 }"""
 
 
 def next_move_on_screen(page: Page) -> None:
-    """At a pause: Continue and the outlined panel's callout are both in the viewport, the callout clear of the
-    step bar (a smooth scroll may still be running: waits for it to land)."""
+    """At a pause: Continue and the outlined panel are both in the viewport, the panel clear of the step bar
+    (a smooth scroll may still be running: waits for it to land)."""
     try:
         page.wait_for_function(NEXT_MOVE, timeout=10_000)
     except Exception as e:  # name what was where
-        boxes = {t: page.get_by_test_id(t).bounding_box() for t in ("stepper-continue", "stepper", "stepper-callout")}
+        boxes = {t: page.locator(t).bounding_box() for t in ("[data-testid=stepper-continue]", "[data-testid=stepper]",
+                                                             ".lw-step-look")}
         raise AssertionError(f"at the pause the next move is off screen ({page.viewport_size}): {boxes}") from e
 
 

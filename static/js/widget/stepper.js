@@ -330,7 +330,7 @@ export function install(W) {
     const what = el ? nameOf(el) : '';
     const line = `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}.`;
     setText(els.status, `${line} ${what ? `Look at “${what}”. ` : ''}Continue to let the run finish.`);
-    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the guided steps when you have looked.`);
+    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the step bar when you have looked.`);
     els.status.dataset.paused = 'yes';
     const go = h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶');
     nav([go, rerunButton()]);
@@ -338,6 +338,7 @@ export function install(W) {
     // next; focus that is elsewhere (a setting being typed) stays there
     const f = document.activeElement;
     if (!f || f === document.body || els.box.contains(f)) go.focus({ preventScroll: true });
+    if (el) bring(el); // once the bar has its words: the room above it is what is left
   }
 
   function look(testid) {
@@ -352,7 +353,6 @@ export function install(W) {
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
     const summary = panel.querySelector(':scope > summary');
     if (summary) summary.after(els.callout); else panel.prepend(els.callout);
-    bring(panel);
     return panel;
   }
 
