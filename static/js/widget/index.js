@@ -81,7 +81,7 @@ function boot(root) {
     q: (role) => root.querySelector(`[data-role="${role}"]`),
     labPath: (p = '') => `/api/labs/${S.lab.id}${p}`,
     // disconnected (stream.js), the picture holds at the last moment seen instead of extrapolating past it
-    simNow: () => (S.lost ? S.lost.t : simNow(S.clock, performance.now())),
+    simNow: () => (S.lost && !S.past ? S.lost.t : simNow(S.clock, performance.now())),
     labelOf: (name) => (S.schema.get(name) || {}).label || name,
     emit, banner, markDirty, renderAll,
   };
