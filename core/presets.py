@@ -112,11 +112,20 @@ def ch7_lab_model() -> dict[str, Any]:
     return model
 
 
-HERD_BUCKET_S = 1.0  # chapter 4's storage-arrivals histogram: 1 simulated second a bar
+RETRY_BARS_PER_WINDOW = 10  # bars a retry histogram splits full jitter's first-retry window into
 
 
 def _delay(n: int, base: float, cap: float) -> float:
     return min(cap, base * 2 ** (n - 1))  # workers.broker.retry.exponential_delay
+
+
+def retry_bucket_s(base: float, cap: float) -> float:
+    """A retry-arrivals histogram's bar, in simulated seconds, for a lab retrying on `base` and `cap`: a tenth
+    of full jitter's first-retry window. Why: a fixed or unjittered wave (every caller at one instant) then
+    fills one bar while full jitter spreads the same callers over ten; a bar as wide as the fixed policy's
+    interval would hold one whole wave of either policy and hide the herd. The retries endpoint's default,
+    the lab snapshot's `retry_bucket_s` (the widget's histogram) and chapter 4's page all read this."""
+    return _delay(1, base, cap) / RETRY_BARS_PER_WINDOW
 
 
 def ch4_lab_model() -> dict[str, Any]:
@@ -130,15 +139,16 @@ def ch4_lab_model() -> dict[str, Any]:
     exp_delays = [_delay(k, base, cap) for k in range(1, n_max)]
     herd_at = [sum(exp_delays[:k]) for k in range(1, len(exp_delays) + 1)]
     window = _delay(1, base, cap)  # full jitter's first-retry window
+    bucket = retry_bucket_s(base, cap)
     return {
         "workers": int(s["workers"]), "upload_parts": int(s["upload_parts"]), "callers": callers,
         "retry_base_s": base, "retry_cap_s": cap, "max_attempts": n_max, "max_receives": int(s["max_receives"]),
         "lesson_schedule_s": [d / base for d in herd_at],
         "lesson_delays_s": [d / base for d in exp_delays],  # the lesson's 1, 3, 7, 15 s
         "herd_at_s": herd_at, "herd_failing_at_s": herd_at[:-1], "herd_recovered_at_s": herd_at[-1],
-        "jitter_window_s": window, "bucket_s": HERD_BUCKET_S,
-        "jitter_mean_per_bucket": jitter_peak_per_bucket(callers, window, HERD_BUCKET_S),
-        "jitter_expected_peak": jitter_expected_peak(callers, window, HERD_BUCKET_S),
+        "jitter_window_s": window, "bucket_s": bucket,
+        "jitter_mean_per_bucket": jitter_peak_per_bucket(callers, window, bucket),
+        "jitter_expected_peak": jitter_expected_peak(callers, window, bucket),
         "poison_exponential_delays_s": exp_delays, "poison_exponential_to_dlq_s": sum(exp_delays),
         "poison_fixed_to_dlq_s": base * (n_max - 1), "poison_jitter_max_s": sum(exp_delays),
         "crash_redelivery_s": float(s["heartbeat_extend"]),
