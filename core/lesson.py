@@ -165,6 +165,9 @@ CLAIMS: tuple[Claim, ...] = (
           "the 36 of the unjittered herd (the model's 6.6 assumes 36 callers; at the preset jobs that exhaust "
           "their storage tries retry and add callers, so the lab measures higher)",
           "test_try2_check2_full_jitter_flattens_the_peak"),
+    Claim("ch4.jitter_either_order", 4, "Try this 1–2", "Either order works (the outage first, or the jobs first): "
+          "the retried storage calls per 1 s bar peak at the whole herd of 36 without jitter, at no more than half "
+          "of it with full jitter", "test_try2_in_either_order_full_jitters_tallest_bar_is_at_most_half_no_jitters"),
     Claim("ch4.poison", 4, "Try this 3", "A failing poison pill: max_attempts attempts with the policy's waits "
           "(10, 20, 40, 80 s), the DLQ about 150 s after the first failure; fixed ≈40 s; none: one attempt",
           "test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits"),

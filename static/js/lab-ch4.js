@@ -7,7 +7,7 @@ import { setAttr, setText } from './widget/util.js';
 
 const POLICY_LABEL = { none: 'no retries', fixed: 'fixed', exponential: 'no jitter', linear: 'linear',
   full_jitter: 'full jitter' };
-const RUN_CLASSES = ['', 'la-c', 'la-d', 'la-b']; // one colour per run shown (the legend names each)
+const RUN_CLASSES = ['la-d', 'la-c', '', 'la-b']; // one colour per run, by its number (the legend names each)
 const RUNS_SHOWN = 4;
 const $ = (id) => document.getElementById(id);
 let ctx = null, timer = null, lastPeaks = '';

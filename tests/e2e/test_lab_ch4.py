@@ -31,7 +31,7 @@ def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_
         status = page.get_by_test_id("ch4-status")
         expect(status).to_contain_text("Storage down with 3 jobs in flight, 36 storage calls", timeout=LONG)
         expect(page.get_by_test_id("ch4-peaks")).to_contain_text("no jitter: peak 36 of 36", timeout=LONG)
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("Model: no jitter puts all 36 in one bucket")
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("Model: no jitter puts all 36 in one bar")
         expect(page.get_by_test_id("ch4-hist")).not_to_have_attribute("data-points", "0")
         shot("outage")
         ARTIFACTS.mkdir(exist_ok=True)
@@ -101,11 +101,22 @@ def test_two_policies_runs_stay_overlaid_on_one_scale_in_the_panel(page: Page, s
             api.wait_for(lab, lambda s, k=n: s["counts"]["done"] == 3 * k, timeout=180, what=f"{policy}'s jobs")
         chart = page.get_by_test_id("ch4-hist")
         expect(chart).to_have_attribute("data-policies", "fixed full_jitter", timeout=30_000)
+        expect(chart).to_have_attribute("data-bucket", "1")  # the server's bar: a tenth of the 10 s base
+        # one run per colour, each its own bars (run 1 la-d, run 2 la-c): never two runs summed into one bar
         tallest = page.evaluate("""() => Object.fromEntries(['la-d', 'la-c'].map((c) => [c, Math.max(0,
             ...[...document.querySelectorAll(`[data-testid=ch4-hist] rect.la-bar.${c}`)]
               .map((r) => r.getBBox().height))]))""")
         assert tallest["la-d"] >= 2 * tallest["la-c"] > 0, tallest  # fixed (la-d) vs full jitter (la-c), one scale
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("fixed: peak")
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("full jitter: peak")
+        legend = page.locator("[data-testid=ch4-hist] .la-legend").inner_text()
+        assert "run 1, fixed" in legend and "run 2, full jitter" in legend, legend
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("run 1, fixed: peak")
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("run 2, full jitter: peak")
+        # the widget's own histogram shows the second run only: its bars start at the second outage
+        outages = [e["t_sim"] for e in api.events(lab) if e["type"] == "fault.started"]
+        hist = page.get_by_test_id("retry-histogram")
+        assert float(hist.get_attribute("data-from")) >= outages[-1] > outages[0], (hist.get_attribute("data-from"),
+                                                                                    outages)
+        chart.screenshot(path=str(ARTIFACTS / "lab-ch4-two-runs.png"))
+        hist.screenshot(path=str(ARTIFACTS / "lab-ch4-widget-hist.png"))
     finally:
         api.call("DELETE", f"/api/labs/{saved['id']}", token=saved["token"])

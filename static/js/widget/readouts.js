@@ -134,6 +134,7 @@ export function install(W) {
     els.hist.ymax.dataset.value = String(top);
     els.hist.panel.dataset.ymax = String(top);
     els.hist.panel.dataset.bucket = String(size);
+    els.hist.panel.dataset.from = String(a.from); // the run's bars start here: no earlier run's retries
     els.hist.bars.forEach((b, i) => {
       const n = a.counts[i];
       b.style.height = n ? `${(100 * n) / top}%` : '2px'; // proportional: a bar twice as tall holds twice as many
