@@ -19,7 +19,7 @@ export const GAUGES = new Set(['queued', 'running', 'retrying', 'done', 'dlq', '
 export function emptyModel() {
   return {
     counts: {}, workers: new Map(), jobs: new Map(), breaker: { state: 'closed' }, faults: {}, faultUntil: {},
-    snapId: null, tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: 0, deaths: new Map(),
+    snapId: null, tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(),
   };
 }
 

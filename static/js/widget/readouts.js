@@ -9,7 +9,7 @@ import { workerCounts } from './model.js';
 import { recentCounts, retryArrivals } from './timeline-model.js';
 
 const RATE_WINDOW = 600; // simulated seconds for the redelivery-rate readout
-const HIST_BARS = 60; // bars on screen; their width is the lab's retry_bucket_s
+const HIST_MIN_BARS = 60, HIST_MAX_BARS = 300; // bars on screen (a run's whole length between); each is retry_bucket_s wide
 
 export function install(W) {
   const { root, S, els, q } = W;
@@ -103,9 +103,8 @@ export function install(W) {
   }
 
   function buildRetryHistogram() {
-    const bars = Array.from({ length: HIST_BARS }, () => h('span', { class: 'lw-hist-bar', 'data-n': '0' },
-      h('span', { class: 'lw-hist-job' })));
     const caption = h('p', { class: 'lw-doc', testid: 'retry-hist-caption' });
+    const box = h('div', { class: 'lw-hist-bars' });
     const sub = h('small', {});
     const ymax = h('span', { class: 'lw-hist-ymax', testid: 'retry-hist-ymax', 'data-value': '0' }, '0');
     const legend = h('p', { class: 'lw-hist-legend' },
@@ -113,42 +112,48 @@ export function install(W) {
       h('span', { class: 'lw-hist-key lw-hist-key-job' }), 'job retries (a new attempt)');
     const panel = h('section', { class: 'lw-panel lw-hist', 'aria-labelledby': 'lw-hist-h', testid: 'retry-histogram' },
       h('h3', { id: 'lw-hist-h' }, 'Retry arrivals ', sub),
-      h('div', { class: 'lw-hist-plot', 'aria-hidden': 'true' }, ymax, h('div', { class: 'lw-hist-bars' }, bars)),
+      h('div', { class: 'lw-hist-plot', 'aria-hidden': 'true' }, ymax, box),
       legend, caption);
     root.querySelector('.lw-timeline').before(panel);
-    els.hist = { panel, bars, caption, sub, ymax, peak: -1 };
+    els.hist = { panel, box, bars: [], caption, sub, ymax, peak: -1 };
     // a race page hands every lane the tallest bar of all of them: one y scale, so the lanes compare by eye
     root.addEventListener('lab:hist-scale', (e) => { W.histScale = e.detail.max; W.markDirty(); });
   }
 
   function renderRetryHistogram(now) {
     const size = S.retryBucket || 1;
-    const a = retryArrivals(S.retries, S.jobRetries, now, S.runFrom || 0, size, HIST_BARS);
+    const a = retryArrivals(S.retries, S.jobRetries, now, S.runFrom ?? 0, size, HIST_MIN_BARS, HIST_MAX_BARS);
+    const { bars, box } = els.hist;
+    while (bars.length < a.n) {
+      bars.push(h('span', { class: 'lw-hist-bar', 'data-n': '0' }, h('span', { class: 'lw-hist-job' })));
+      box.append(bars[bars.length - 1]);
+    }
+    while (bars.length > a.n) bars.pop().remove();
     if (a.peak !== els.hist.peak) { // tell a race page this lane's tallest bar (it answers with the shared scale)
       els.hist.peak = a.peak;
       root.dispatchEvent(new CustomEvent('lab:hist-peak', { bubbles: true, detail: { peak: a.peak } }));
     }
     const top = Math.max(1, a.peak, W.histScale || 0);
-    setText(els.hist.sub, `${fmtNum(size)} s per bar, since the outage began`);
+    setText(els.hist.sub, `${fmtNum(size)} s per bar, since the ${S.runFrom != null ? 'outage began' : 'lab started'}`);
+    box.dataset.dense = a.n > 100 ? 'yes' : 'no';
     setText(els.hist.ymax, String(top));
     els.hist.ymax.dataset.value = String(top);
     els.hist.panel.dataset.ymax = String(top);
     els.hist.panel.dataset.bucket = String(size);
     els.hist.panel.dataset.from = String(a.from); // the run's bars start here: no earlier run's retries
-    els.hist.bars.forEach((b, i) => {
+    bars.forEach((b, i) => {
       const n = a.counts[i];
       b.style.height = n ? `${(100 * n) / top}%` : '2px'; // proportional: a bar twice as tall holds twice as many
       b.dataset.n = String(n);
       b.dataset.job = String(a.job[i]);
       b.firstChild.style.height = n ? `${(100 * a.job[i]) / n}%` : '0';
     });
-    const since = `since t=${fmtT(Math.max(0, a.from))} s`;
+    const span = a.live ? `Since t=${fmtT(Math.max(0, a.from))} s` : `t=${fmtT(Math.max(0, a.from))}–${fmtT(a.end)} s`;
     setText(els.hist.caption, a.total
-      ? `${a.live ? '' : `Last burst, t=${fmtT(Math.max(0, a.from))}–${fmtT(a.end)} s: `}${a.storageTotal} storage `
-        + `call${a.storageTotal === 1 ? '' : 's'} retried inside attempts and ${a.jobTotal} job retr${a.jobTotal === 1 ? 'y' : 'ies'} `
-        + `${a.live ? `arrived ${since}` : 'arrived'}; the busiest ${fmtNum(size)} s bar took ${a.peak}. `
+      ? `${span}: ${a.storageTotal} storage call${a.storageTotal === 1 ? '' : 's'} retried inside attempts and `
+        + `${a.jobTotal} job retr${a.jobTotal === 1 ? 'y' : 'ies'}; the busiest ${fmtNum(size)} s bar took ${a.peak}. `
         + `Policy now: ${String(S.settings.retry_policy).replace('_', ' ')}.`
-      : `No retries ${since} (storage calls retried inside a job's attempt, and job retries). `
+      : `${span}: no retries (storage calls retried inside a job's attempt, and job retries). `
         + 'Start a storage outage while jobs run, then compare policies.');
   }
 

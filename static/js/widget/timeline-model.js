@@ -148,18 +148,21 @@ export function recentCounts(times, now, window, n) {
 }
 
 /**
- * One run's retry arrivals in `n` bars of `size` simulated s: storage-call retries (`retries`) and job retries
+ * One run's retry arrivals in bars of `size` simulated s: storage-call retries (`retries`) and job retries
  * (`jobRetries`) counted apart, only those since the run began (`runFrom`: the latest storage outage's start, so
- * two runs are never summed into one bar). The bars start at the run's start and move on a whole bar at a time
- * once the run outgrows them (so a wave never straddles a moving edge); long after the last retry they hold the
- * bars that ended with it. {storage, job, counts, live, from, end, size, peak, total, storageTotal, jobTotal}
+ * two runs are never summed into one bar). The bars run from the run's start to now (or, once the retries have
+ * stopped, to the last one): the whole run, so its busiest bar is always on screen. At least `minBars` of them;
+ * a run longer than `maxBars` shows its latest `maxBars`, moving on a whole bar at a time (so a wave never
+ * straddles a moving edge). {storage, job, counts, n, live, from, end, size, peak, total, storageTotal, jobTotal}
  */
-export function retryArrivals(retries, jobRetries, now, runFrom, size, n) {
+export function retryArrivals(retries, jobRetries, now, runFrom, size, minBars, maxBars) {
   const last = Math.max(retries.length ? retries[retries.length - 1] : -Infinity,
     jobRetries.length ? jobRetries[jobRetries.length - 1] : -Infinity);
-  const live = last < runFrom || last > now - n * size;
+  const live = last < runFrom || last > now - minBars * size;
   const end = live ? now : last + size;
-  const from = runFrom + Math.max(0, Math.ceil((end - runFrom) / size) - n) * size;
+  const span = Math.max(1, Math.ceil((end - runFrom) / size));
+  const n = Math.min(maxBars, Math.max(minBars, span));
+  const from = runFrom + Math.max(0, span - n) * size;
   const fold = (times) => {
     const out = new Array(n).fill(0);
     for (let i = times.length - 1; i >= 0 && times[i] >= from; i--) {
@@ -171,6 +174,6 @@ export function retryArrivals(retries, jobRetries, now, runFrom, size, n) {
   const storage = fold(retries), job = fold(jobRetries);
   const counts = storage.map((c, i) => c + job[i]);
   const sum = (xs) => xs.reduce((a, b) => a + b, 0);
-  return { storage, job, counts, live, from, end, size, peak: Math.max(...counts), total: sum(counts),
+  return { storage, job, counts, n, live, from, end, size, peak: Math.max(...counts), total: sum(counts),
     storageTotal: sum(storage), jobTotal: sum(job) };
 }
