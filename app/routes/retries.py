@@ -103,11 +103,17 @@ def storage_arrivals(events: list[dict]) -> dict:
 
 
 def _run(run: dict, bucket_s: float) -> dict:
-    """One outage's storage-call retries as the chart draws them: its own histogram, peak and counts."""
+    """One outage's storage-call retries as the chart draws them: its own histogram, peak and counts. `herd`:
+    the parts of each job's first attempt in the run (those the outage failed together, whichever came first),
+    not the parts of the job retries that followed: the callers the jitter model spreads."""
     hist = histogram(run["arrivals"], bucket_s)
     policy = run["policies"].most_common(1)[0][0] if run["policies"] else None
+    first: dict[str, int] = {}
+    for job, attempt, _part in run["callers"]:
+        first[job] = min(first.get(job, attempt), attempt)
     return {"from": run["from"], "policy": policy, "histogram": hist, "storage_retries": len(run["arrivals"]),
             "callers": len(run["callers"]), "job_retries": run["job_retries"],
+            "herd": sum(1 for job, attempt, _part in run["callers"] if attempt == first[job]),
             "peak_per_bucket": max((n for _b, n in hist), default=0)}
 
 
@@ -156,20 +162,22 @@ def get_retries(lab_id: str):
     at_storage = histogram(arrivals["retried"], bucket_s)
     by_failure = histogram(arrivals["since_failure"], bucket_s)
     callers = arrivals["callers"]
+    runs = [_run(run, bucket_s) for run in arrivals["runs"]]
+    herd_now = next((run["herd"] for run in reversed(runs) if run["herd"]), callers)  # the model's: the latest run's
     storage = {
         "callers": callers, "calls": len(arrivals["since_outage"]), "histogram": at_storage,
         "peak_per_bucket": max((n for _b, n in at_storage), default=0),
         "since_first_failure": by_failure,
         "peak_since_first_failure": max((n for _b, n in by_failure), default=0),
-        "runs": [_run(run, bucket_s) for run in arrivals["runs"]],
+        "runs": runs,
         "policies": {p: {"histogram": (h := histogram(v["arrivals"], bucket_s)), "callers": len(v["callers"]),
                          "peak_per_bucket": max((n for _b, n in h), default=0)}
                      for p, v in arrivals["by_policy"].items()},
         "schedule_s": [sum(exponential_delay(k, s["retry_base"], s["retry_cap"]) for k in range(1, n + 1))
                        for n in range(1, max(2, s["max_attempts"]))],
-        "model": {"no_jitter_peak_per_bucket": callers,
-                  "full_jitter_mean_per_bucket": numbers.jitter_peak_per_bucket(callers, window, bucket_s),
-                  "full_jitter_expected_peak": round(numbers.jitter_expected_peak(callers, window, bucket_s), 2),
+        "model": {"callers": herd_now, "no_jitter_peak_per_bucket": herd_now,
+                  "full_jitter_mean_per_bucket": numbers.jitter_peak_per_bucket(herd_now, window, bucket_s),
+                  "full_jitter_expected_peak": round(numbers.jitter_expected_peak(herd_now, window, bucket_s), 2),
                   "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s)}}
     return jsonify(
         storage=storage,

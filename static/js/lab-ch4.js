@@ -41,7 +41,7 @@ async function refresh() {
   setAttr(chart.el, 'data-peaks', runs.map((r) => r.peak_per_bucket).join(' '));
   setAttr(chart.el, 'data-bucket', String(w));
   const m = st.model;
-  const peaks = runs.map((r) => `${r.name}: peak ${r.peak_per_bucket} of ${r.callers} callers (${r.storage_retries} `
+  const peaks = runs.map((r) => `${r.name}: peak ${r.peak_per_bucket} of ${r.herd} calls failed together (${r.storage_retries} `
     + `storage calls retried, ${r.job_retries} job retries)`);
   chart.draw({ bars, series: runs.map((r) => ({ name: `${r.name}: peak ${r.peak_per_bucket}`, cls: r.cls, points: [] })),
     hlines: st.callers ? [{ y: m.full_jitter_expected_peak, label: 'model: full-jitter tallest bar' }] : [],
