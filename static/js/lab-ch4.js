@@ -11,6 +11,7 @@ const RUN_CLASSES = ['la-d', 'la-c', '', 'la-b']; // one colour per run, by its 
 const RUNS_SHOWN = 4;
 const $ = (id) => document.getElementById(id);
 let ctx = null, timer = null, lastPeaks = '';
+let firstCalls = null; // while a run is set up: job id → its parts' first storage calls so far
 
 const chart = makeChart({ title: 'Storage-call retries per bar after each outage starts', xLabel: 'simulated s after outage',
   yLabel: 'retries', testid: 'ch4-hist' });
@@ -75,16 +76,20 @@ async function runOutage(ev) {
   if (!set.ok) return status('Could not change the retry policy.');
   const n = set.data?.settings?.workers ?? ctx.snapshot?.settings?.workers ?? 0;
   const parts = set.data?.settings?.upload_parts ?? 1;
-  status(`Starting ${n} long jobs, one per worker, ${parts} upload parts each…`);
-  const calls0 = (await api('GET', base)).data?.counts?.storage_calls || 0;
-  for (let i = 0; i < n; i += 1) await api('POST', `${base}/jobs`, { job_type: 'thumbnail', duration_s: 3000 });
-  // storage goes down once every part's first call is in flight (running is not enough: a part whose first
-  // call came after the outage began would fail at its own start, outside the herd)
-  for (let tries = 0; tries < 240; tries += 1) {
-    const s = await api('GET', base);
-    if ((s.data?.counts?.storage_calls || 0) >= calls0 + n * parts) break;
-    await new Promise((r) => setTimeout(r, 250));
-  }
+  // the jobs of chapter 4's outage button (its duration, one source); storage goes down once every part of
+  // THESE jobs has made its first call (running is not enough: a part whose first call came after the outage
+  // began would fail at its own start, outside the herd; and a run still going finishes first, so the outage
+  // never lands on the last run's jobs: one run per outage)
+  const job = ctx.meta.scenario_buttons.ch4.find((b) => b.id === 'outage').enqueue;
+  status(`Starting ${n} jobs, one per worker, ${parts} upload parts each (a run still going finishes first)…`);
+  firstCalls = new Map(); // counted from now (a call may arrive before its job's POST answers)
+  const mine = [];
+  for (let i = 0; i < n; i += 1) mine.push((await api('POST', `${base}/jobs`, job)).data?.job_id);
+  const calls = () => mine.reduce((k, id) => k + (firstCalls.get(id) || 0), 0);
+  for (let tries = 0; tries < 480 && calls() < n * parts; tries += 1) await new Promise((r) => setTimeout(r, 250));
+  const ready = calls() >= n * parts;
+  firstCalls = null;
+  if (!ready) return status('The jobs never reached storage, so the outage was not started.');
   const res = await api('POST', `${base}/faults`, { type: 'storage_outage', duration_s: Number($('ch4-outage-s').value) });
   status(res.ok ? `Storage down with ${n} jobs in flight, ${n * parts} storage calls (${policy.replace('_', ' ')}).`
     : `Outage refused: ${JSON.stringify(res.data?.detail)}`);
@@ -127,6 +132,9 @@ $('ch4-policy')?.addEventListener('change', async (e) => {
 onLab({
   ready(detail) { ctx = detail; lastPeaks = ''; refresh(); syncPolicy(); },
   event(ev) {
+    if (firstCalls && ev.type === 'storage.called' && Number(ev.data?.try) === 1) {
+      firstCalls.set(ev.job_id, (firstCalls.get(ev.job_id) || 0) + 1);
+    }
     if (ev.type === 'settings.changed') syncPolicy();
     if (/^(job\.(retry_scheduled|dead_lettered|replayed|retry_started)|storage\.|breaker\.|fault\.)/.test(ev.type)) soon();
   },
