@@ -129,6 +129,7 @@ export function install(W) {
           setText(hint, 'The jobs never reached storage, so the outage was not started.');
           return null;
         }
+        setText(hint, s.hint);
         if (!await startScenarioFault(s, hint, jobs)) return null;
       }
       if (s.kills) jobs.push(...await rapidKills(s.kills, hint));
