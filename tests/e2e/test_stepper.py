@@ -341,9 +341,9 @@ def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab
         assert m == moved() == expected, f"step {n}"
 
 
-# chapters whose guided steps pause at a moment (app/scenarios.py STEPS), with the first step that does
+# chapters whose guided steps pause at a moment (the chapter homes' STEPS), with the first step that does
 PAUSING = {preset: next(i for i, st in enumerate(steps) if st.get("moment") and st.get("do"))
-           for preset, steps in scenarios.steps_public().items()
+           for preset, steps in chapters.steps_public().items()
            if any(st.get("moment") and st.get("do") for st in steps)}
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 

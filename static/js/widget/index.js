@@ -67,7 +67,7 @@ function boot(root) {
     meta: null, schema: new Map(), controls: new Set(), shows: new Set(), lab: null,
     settings: {}, clock: null, counts: {}, workers: new Map(), jobs: new Map(),
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
-    tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
+    tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
     history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
     lost: null, // the stream is down: {t} the last simulated moment the page saw (stream.js)
