@@ -149,8 +149,9 @@ def test_try4_check4_a_killed_leader_is_replaced_within_its_lease(api, measured)
     t_kill = next(e["t_sim"] for e in evs if e["type"] == "replica.killed" and e["data"]["replica"] == old)
     elected = [e for e in evs if e["type"] == "leader.elected" and e["t_sim"] >= t_kill][0]
     gap = elected["t_sim"] - t_kill
-    # the lease bounds the gap (page: "up to {lease} s"); a follower retries every 5 s, the loop adds ~1 s
-    assert gap <= LM["leader_failover_max_s"] + 5 + 5
+    # the lease bounds the gap (page: "up to {lease} s"): a follower holds the clock at the lease's end until it
+    # has tried, so its poll interval and its loop's lag add nothing
+    assert 0 < gap <= LM["leader_failover_max_s"] + 0.1
     assert lease == LM["leader_failover_max_s"]
     measured.update(failover_gap_s=round(gap, 1), lease_s=lease)
 
