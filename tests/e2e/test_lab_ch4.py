@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
 from tests.helpers import enqueue
-
-pytestmark = pytest.mark.e2e
 
 LONG = 90_000
 

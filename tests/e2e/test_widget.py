@@ -19,8 +19,6 @@ from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, unfold
 from workers import media
 
-pytestmark = pytest.mark.e2e
-
 SPEED = 200
 LONG = 45_000  # ms; generous upper bound for a few simulated transcodes at 200x
 

@@ -11,8 +11,6 @@ from tests.helpers import requests_sent
 from tests.integration.test_api import multipart
 from workers import media
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def tight_caps(monkeypatch):

@@ -13,8 +13,6 @@ from core import blobs
 from tests.helpers import enqueue, types
 from workers import media
 
-pytestmark = pytest.mark.integration
-
 
 def output_names(stack, lab, job) -> list[str]:
     """The job's output files: blobs in the server (core/blobs.py), not files on any host's disk."""

@@ -17,7 +17,6 @@ from core.keys import attempts, job, key, msg, queue_name
 from tests.helpers import requests_sent, round_trips
 from workers.broker import handoff, leases, reaper
 
-pytestmark = pytest.mark.integration
 LAB = "handofftest"
 
 

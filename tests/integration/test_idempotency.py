@@ -11,8 +11,6 @@ import redis
 from core import blobs
 from workers import media
 
-pytestmark = pytest.mark.integration
-
 
 def jobs_path(lab):
     return f"/api/labs/{lab['lab_id']}/jobs"

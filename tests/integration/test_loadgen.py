@@ -12,8 +12,6 @@ import pytest
 from tests.helpers import types
 from workers.engines import loadgen
 
-pytestmark = pytest.mark.integration
-
 
 def control(api, lab, **body):
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/loadgen", body, lab["token"])

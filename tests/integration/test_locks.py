@@ -5,7 +5,6 @@ import pytest
 
 from workers.engines import locks
 
-pytestmark = pytest.mark.integration
 LAB = "locktest"
 
 

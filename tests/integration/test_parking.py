@@ -23,7 +23,6 @@ from runtime.procs import wait
 from runtime.stack import Stack
 from tests.helpers import ws_until
 
-pytestmark = pytest.mark.integration
 PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
 
 

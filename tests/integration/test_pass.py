@@ -27,8 +27,6 @@ from workers.broker import handoff
 from workers.pool import LabPool
 from workers.supervisor import Supervisor
 
-pytestmark = pytest.mark.integration
-
 
 class Counted:
     """The commands (the server's count) and round trips (requests sent) of a supervisor's connections."""

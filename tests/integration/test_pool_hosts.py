@@ -30,7 +30,6 @@ from runtime.stack import UNLIMITED
 from tests.helpers import ws_until
 from workers import hosts, media
 
-pytestmark = pytest.mark.integration
 LEASE_S = 3.0
 
 

@@ -9,14 +9,11 @@ import time
 import uuid
 from urllib.parse import parse_qsl, urlsplit
 
-import pytest
 import segno
 
 from app import scenarios
 from app.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 from core import presets, registry
-
-pytestmark = pytest.mark.integration
 
 
 def open_room(api, **body) -> dict:

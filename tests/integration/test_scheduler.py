@@ -18,8 +18,6 @@ import pytest
 from tests.helpers import control, readline_within, sched, sim_time_passes, wait_sched
 from workers.engines import shards
 
-pytestmark = pytest.mark.integration
-
 SPEED = 200
 
 

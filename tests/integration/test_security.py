@@ -15,7 +15,6 @@ import websocket
 from tests.integration.test_api import multipart
 from workers import media
 
-pytestmark = pytest.mark.integration
 EVIL = "http://evil.example"
 
 

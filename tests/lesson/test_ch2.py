@@ -14,8 +14,6 @@ from core import numbers, presets, series
 from tests.lesson.helpers import events_of, num, page_text, patch, wait_event
 from workers.engines import loadgen
 
-pytestmark = pytest.mark.lesson
-
 C2 = numbers.derive()["ch2"]
 PRESET = presets.settings_for("ch2")
 

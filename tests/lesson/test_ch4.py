@@ -14,8 +14,6 @@ from core import numbers, presets, series
 from tests.lesson import races
 from tests.lesson.helpers import button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
-pytestmark = pytest.mark.lesson
-
 C4 = numbers.derive()["ch4"]
 LM = presets.ch4_lab_model()
 PRESET = presets.settings_for("ch4")

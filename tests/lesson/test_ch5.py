@@ -5,14 +5,10 @@ The "VT too short" button (app.scenarios) and the ch5 preset set the lab up exac
 
 from __future__ import annotations
 
-import pytest
-
 from app.racing import RACES
 from core import numbers, presets
 from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
-
-pytestmark = pytest.mark.lesson
 
 C5 = numbers.derive()["ch5"]
 PRESET = presets.settings_for("ch5")

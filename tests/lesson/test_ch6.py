@@ -14,8 +14,6 @@ import pytest
 from core import numbers, presets
 from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, run_with_summary, tier_waits
 
-pytestmark = pytest.mark.lesson
-
 AGING_S = numbers.Inputs().aging_threshold_s  # the lesson's 300 s, the page's figure
 PRESET = presets.settings_for("ch6")
 

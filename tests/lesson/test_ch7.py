@@ -17,8 +17,6 @@ from core import numbers, presets
 from tests.helpers import control, sched, wait_sched
 from tests.lesson.helpers import events_of, num, page_text
 
-pytestmark = pytest.mark.lesson
-
 SPEED = 60
 LM = presets.ch7_lab_model()
 PRESET = presets.settings_for("ch7")

@@ -11,8 +11,6 @@ import pytest
 from core import numbers, presets
 from tests.lesson.helpers import busy_worker, button, enqueue, job, kill, num, of_type, page_text, press, settled
 
-pytestmark = pytest.mark.lesson
-
 FIG = numbers.derive()
 C1, C8 = FIG["ch1"], FIG["ch8"]
 PRESET = presets.settings_for("ch8")
