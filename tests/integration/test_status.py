@@ -190,7 +190,7 @@ def test_one_client_cannot_take_every_long_poll_from_a_bystander(redis_server):
     app = create_app(Config(redis_url=redis_server.url, long_poll_max=4, long_poll_per_lab=2,
                             long_poll_per_client=3, testing=True))
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    labs = [registry.create(r, "ch3", 20, max_labs=1000) for _ in range(3)]
+    labs = [registry.create(r, "ch3", 20, 1000, chapters.settings_for("ch3")) for _ in range(3)]
     urls = {}
     try:
         for lab in labs:
