@@ -12,7 +12,20 @@ import chapters
 from chapters import RACES
 from core import numbers
 from tests.lesson import races
-from tests.lesson.helpers import HANDOFF_REL, REL, button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
+from tests.lesson.helpers import (
+    HANDOFF_REL,
+    REL,
+    button,
+    enqueue,
+    fault,
+    job,
+    num,
+    of_type,
+    page_text,
+    patch,
+    press,
+    settled,
+)
 
 pytestmark = pytest.mark.lesson
 
