@@ -12,20 +12,7 @@ import chapters
 from chapters import RACES
 from core import numbers
 from tests.lesson import races
-from tests.lesson.helpers import (
-    HANDOFF_REL,
-    REL,
-    button,
-    enqueue,
-    fault,
-    job,
-    num,
-    of_type,
-    page_text,
-    patch,
-    press,
-    settled,
-)
+from tests.lesson.helpers import REL, button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
 pytestmark = pytest.mark.lesson
 
@@ -175,14 +162,14 @@ def test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits(api,
         want = LM["poison_exponential_delays_s"] if policy == "exponential" else \
             [LM["retry_base_s"]] * (LM["max_attempts"] - 1)
         assert delays == want
-        # each retry is claimed as its wait ends (the due barrier holds the clock there; RQ's pick-up after it
-        # runs in real time, hence HANDOFF_REL)
+        # each retry is claimed the instant its wait ends (the due barrier holds the clock there, at any load)
         for f, nxt, d in zip(failed, claims[1:], delays, strict=False):
-            assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, rel=HANDOFF_REL)
+            assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, rel=REL)
         # "about": the waits, plus each retried attempt's own few seconds of probing its input
         runs = sum(f["t_sim"] - c["t_sim"] for c, f in zip(claims[1:], failed[1:], strict=True))
         total = LM["poison_exponential_to_dlq_s"] if policy == "exponential" else LM["poison_fixed_to_dlq_s"]
-        assert to_dlq >= total and to_dlq == pytest.approx(total + runs, rel=HANDOFF_REL)
+        # (the event times are floats: 149.99999999999997 is the 150 s wait)
+        assert to_dlq >= total - 1e-6 and to_dlq == pytest.approx(total + runs, rel=REL)
     measured.update(attempts=len(failed), first_failure_to_dlq_s=round(to_dlq, 1))  # recorded per policy
 
 
@@ -359,5 +346,5 @@ def test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_lette
     measured.update(attempts=len(failed), delays_s=delays, waited_s=[round(w, 3) for w in waited])
     assert len(failed) == len(claims) == s["max_attempts"]
     assert delays == [s["retry_base"] * 2 ** k for k in range(s["max_attempts"] - 1)]  # 10, 20, 40, 80 s
-    assert waited == pytest.approx(delays, rel=HANDOFF_REL)  # each retry claimed as its wait ended (an RQ pick-up)
+    assert waited == pytest.approx(delays, rel=REL)  # each retry claimed the instant its wait ended
     assert len(of_type(ev, "job.dead_lettered")) == 1
