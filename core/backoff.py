@@ -17,3 +17,15 @@ def exponential_delay(n: int, base: float, cap: float) -> float:
 def full_jitter_delay(n: int, base: float, cap: float, rng: random.Random) -> float:
     """Uniform in [0, exponential_delay(n)] (AWS's 'full jitter')."""
     return rng.uniform(0, exponential_delay(n, base, cap))
+
+
+RETRY_BARS_PER_WINDOW = 10  # bars a retry histogram splits full jitter's first-retry window into
+
+
+def retry_bucket_s(base: float, cap: float) -> float:
+    """A retry-arrivals histogram's bar, in simulated seconds, for a lab retrying on `base` and `cap`: a tenth
+    of full jitter's first-retry window. Why: a fixed or unjittered wave (every caller at one instant) then
+    fills one bar while full jitter spreads the same callers over ten; a bar as wide as the fixed policy's
+    interval would hold one whole wave of either policy and hide the herd. The retries endpoint's default,
+    the lab snapshot's `retry_bucket_s` (the widget's histogram) and chapter 4's page all read this."""
+    return exponential_delay(1, base, cap) / RETRY_BARS_PER_WINDOW

@@ -20,6 +20,7 @@ from typing import Any, cast
 import redis
 
 from core import blobs, clock, slots, stream
+from core.backoff import retry_bucket_s
 from core.events import COUNTERS
 from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
 from core.settings import DEFAULTS, LabSettings
@@ -110,7 +111,10 @@ def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> LabSet
     current = cast(LabSettings, {**settings(r, lab), **changes})  # changes: settings.validate's clean values
     with r.pipeline(transaction=True) as pipe:
         pipe.set(key(lab, "settings"), json.dumps(current))
-        stream.append(pipe, lab, "settings.changed", clock.now(r, lab), changes=changes)
+        # a new retry base or cap moves the retry histogram's bar: the event carries the new one
+        bar = ({"retry_bucket_s": retry_bucket_s(current["retry_base"], current["retry_cap"])}
+               if {"retry_base", "retry_cap"} & changes.keys() else {})
+        stream.append(pipe, lab, "settings.changed", clock.now(r, lab), changes=changes, **bar)
         pipe.execute()
     if "speed" in changes:
         clock.set_speed(r, lab, changes["speed"])
@@ -251,6 +255,7 @@ def _fold_counts(state_rows: dict[str, str], counter_rows: dict[str, str]) -> di
         "failed": counters.get("failed", 0),
         "redelivered": counters.get("redelivered", 0),
         "duplicates_blocked": counters.get("duplicates_blocked", 0),
+        stream.STORAGE_RETRIES: counters.get(stream.STORAGE_RETRIES, 0),
     })
     return out
 
@@ -272,10 +277,12 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         raw = pipe.execute()
     state_rows, counter_rows, worker_rows, faults, breaker, recent = raw[JOB_READS * len(ids):]
     jobs = _fold_jobs(ids, raw)
+    s = settings(r, lab)
     return {
         "lab_id": lab,
         "preset": r.hget(key(lab, "meta"), "preset"),
-        "settings": settings(r, lab),
+        "settings": s,
+        "retry_bucket_s": retry_bucket_s(s["retry_base"], s["retry_cap"]),
         "clock": clock.read(r, lab),
         "counts": _fold_counts(state_rows, counter_rows),
         "workers": _sorted_workers(worker_rows, recent),

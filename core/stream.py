@@ -94,6 +94,11 @@ def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_si
         pipe.hincrby(key(lab, "counts"), counter(type_), 1)
 
 
+# Storage calls a part retried inside its job's attempt (a `storage.called` of try 2 or later): counted apart
+# from the job retries (`retries_scheduled`), so a readout can name both.
+STORAGE_RETRIES = "storage_retries"
+
+
 # ARGV: per event, the encoded event and its counter ('' for none).
 # Each counter is bumped once, by how many of the events it counts.
 _EMIT = Script(None, (LUA_EMIT + """
@@ -112,18 +117,22 @@ def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> N
     emit_all(r, lab, [(type_, t_sim, fields)])
 
 
-def emit_all(r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]]) -> None:
-    """Append events (type, simulated time, fields) in one step. One uncounted event is one XADD (readers block
-    on the stream itself: app/routes/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one
-    HINCRBY per counter (in a MULTI, the MULTI and the EXEC would be two more commands, and each event its own
+def emit_all(r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]],
+             bumps: dict[str, int] | None = None) -> None:
+    """Append events (type, simulated time, fields) in one step, and bump the counters in `bumps` (ones no event
+    type owns, e.g. STORAGE_RETRIES) by as much. One uncounted event is one XADD (readers block on the stream
+    itself: app/routes/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one HINCRBY
+    per counter (in a MULTI, the MULTI and the EXEC would be two more commands, and each event its own
     HINCRBY)."""
-    if len(events) == 1 and not counter(events[0][0]):
+    if len(events) == 1 and not counter(events[0][0]) and not bumps:
         type_, t_sim, fields = events[0]
         append(r, lab, type_, t_sim, **fields)
         return
     args = []
     for type_, t_sim, fields in events:
         args += [encode(type_, t_sim, **fields), counter(type_)]
+    for name, n in (bumps or {}).items():
+        args += ["", name] * n
     _EMIT(keys=[key(lab, "events"), key(lab, "counts")], args=args, client=r)
 
 

@@ -15,6 +15,7 @@ import redis
 from core import clock, registry, stream
 from core.broker import handoff, reaper
 from core.config import MAINTAIN_S, PACING_WINDOW_S, REAPER_BARRIER_S, Config
+from core.engines import loadgen
 from core.keys import key, queue_name
 from workers.engines import ENGINES
 from workers.hosts import HostAgent
@@ -128,8 +129,9 @@ class Duties:
 
     def lift_dead(self, pool: LabPool, seen: Seen) -> int:
         """Barriers whose holders stopped refreshing them, lifted (on the expiries `look` read; the sweep runs
-        only when one has passed). This loop's own barrier is refreshed first, never swept: it lapses only
-        while the loop stalls, and this pass is the loop running."""
+        only when one has passed). This loop's own barriers (the reaper's, and the load generator's while it
+        is on) are refreshed first, never swept: they lapse only while the loop stalls, and this pass is the
+        loop running."""
         real = time.time()
         if "reaper" not in seen.alive:
             pool.reaper_at = None  # not held (the lab's keys were restored or swept meanwhile): held anew below
@@ -137,6 +139,9 @@ class Duties:
             ttl = reaper_ttl(seen.state, pool.reaper_at)
             clock.refresh(self.r, pool.lab, "reaper", ttl=ttl)
             seen.alive["reaper"] = real + ttl
+        if seen.gauges.get("loadgen") == ["1"] and float(seen.alive.get(loadgen.ARRIVAL, math.inf)) < real:
+            clock.refresh(self.r, pool.lab, loadgen.ARRIVAL, ttl=REAPER_BARRIER_S)  # the generator's: held by this
+            seen.alive[loadgen.ARRIVAL] = real + REAPER_BARRIER_S  # loop, kept while it runs, as the reaper's is
         if not any(float(u) < real for u in seen.alive.values()):
             return 0
         seen.alive = {h: u for h, u in seen.alive.items() if float(u) >= real}  # what the sweep leaves

@@ -568,7 +568,9 @@ class UploadParts:
         if not events:
             return
         common = {"job_id": self.job_id, "worker_id": worker_id(), "attempt": self.attempt}
-        stream.emit_all(self.r, self.lab, [(type_, t, {**common, **data}) for type_, t, data in events])
+        retried = sum(1 for type_, _t, data in events if type_ == "storage.called" and data["try"] > 1)
+        stream.emit_all(self.r, self.lab, [(type_, t, {**common, **data}) for type_, t, data in events],
+                        {stream.STORAGE_RETRIES: retried} if retried else None)
         events.clear()
 
 

@@ -76,7 +76,7 @@ def noisy_neighbour(lab_id: str):
     burst, others = body["burst"], body["others"]
     r = get_redis()
     limits.check_lab_rate(r, lab_id, "batch", burst + others)
-    now = clock.now(r, lab_id)
+    now = fairness.hold_release(r, lab_id)
     fairness.submit(r, lab_id, "free", "f0", burst, now)
     for i in range(1, others + 1):
         fairness.submit(r, lab_id, "free", f"f{i}", 1, now + 0.001)

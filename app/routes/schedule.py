@@ -23,7 +23,7 @@ from app.pool import ask_pool
 from app.store import get_redis
 from core import clock, numbers, registry, stream
 from core.engines import locks, shards
-from core.engines.scheduler import TASK, clock_offset, cron_key
+from core.engines.scheduler import TASK, clock_offset, cron_key, digest_tick
 
 bp = Blueprint("schedule", __name__)
 RECENT_TICKS = 30
@@ -149,7 +149,9 @@ def report(lab: str) -> dict[str, Any]:
     raw_since = r.hget(cron_key(lab, "meta"), "since_tick")
     since = int(raw_since) if raw_since is not None else None
     rows = {t: row for t, row in tick_rows(r, lab, last_complete, since).items() if since is None or t >= since}
-    emails = [int(v) for v in r.hvals(cron_key(lab, "emails"))]
+    # digests owed by the measured ticks only: a run of a tick before the reset, still going when it came,
+    # goes on mailing its own tick's digests, and they are not the new strategy's
+    emails = [int(v) for d, v in r.hgetall(cron_key(lab, "emails")).items() if since is None or digest_tick(d) >= since]
     running = {rid: json.loads(v) for rid, v in r.hgetall(cron_key(lab, "running")).items()}
     leader = _lock_view(r, lab, "leader", now, s)
     seen = r.hgetall(cron_key(lab, "seen"))

@@ -19,6 +19,7 @@ SPIKE_FACTOR = 2.0  # the lesson's "2x" spike
 WAITS_KEPT = 5000
 COUNTERS = ("submitted", "done", "requeued", "crashes", "dead")  # per-tier job counts kept in the meta hash
 POISON_CRASHES = 3  # a poison job that has taken down this many workers is dead-lettered, not run again
+RELEASE = "fair:release"  # the barrier holder for jobs waiting for the supervisor's release (clock.hold)
 
 
 def pending_key(lab: str, tier: str) -> str:
@@ -41,8 +42,9 @@ def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: 
            poison: bool = False) -> int:
     """Queue `count` jobs for one customer; members are `seq:customer`, scored by enqueue time.
     Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over).
-    A poison job takes down the worker that runs it (the process dies, as an OOM kill would)."""
-    now = clock.now(r, lab) if now is None else now
+    A poison job takes down the worker that runs it (the process dies, as an OOM kill would).
+    Without `now` it is queued at the clock's present, held there (`hold_release`)."""
+    now = hold_release(r, lab) if now is None else now
     r.hsetnx(key(lab, "fair", "meta"), "t0", now)
     first = r.hincrby(key(lab, "fair", "meta"), "seq", count) - count
     members = {f"{first + i}:{customer}": now + (first + i) * 1e-6 for i in range(count)}  # FIFO by seq
@@ -53,12 +55,26 @@ def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: 
     return count
 
 
+def hold_release(r: redis.Redis, lab: str) -> float:
+    """Hold the clock at its present until the supervisor's next pass has released what free workers can
+    take (RELEASE, lifted by that pass), and return that present: jobs queued now that reach idle workers
+    start at the moment they were queued, however late that pass comes on a busy host. Held before the
+    clock is read, as a producer's send is (core/broker/handoff.py)."""
+    clock.hold(r, lab, RELEASE, 0.0)
+    return clock.now(r, lab)
+
+
 def enqueue(r: redis.Redis, lab: str, tier: str, customer: str, members: dict[str, float]) -> None:
     pipe = r.pipeline()
     pipe.zadd(pending_key(lab, tier), members)
     pipe.zadd(customer_key(lab, tier, customer), members)
     pipe.sadd(customers_key(lab, tier), customer)
     pipe.execute()
+
+
+def run_holder(member: str) -> str:
+    """A released job's barrier: held at its release until its horse starts it, then at its end until it ends."""
+    return f"fair:{member}"
 
 
 def poison_key(lab: str) -> str:

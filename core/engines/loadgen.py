@@ -11,7 +11,8 @@ from typing import Any
 
 import redis
 
-from core import numbers, stream
+from core import clock, numbers, stream
+from core.config import REAPER_BARRIER_S
 from core.keys import job, key
 
 MIX: tuple[numbers.JobType, ...] = numbers.DEFAULT_JOB_MIX
@@ -21,6 +22,7 @@ EVEN_MIX: tuple[numbers.JobType, ...] = (numbers.JobType("even", "Every job the 
 MIXES: dict[str, tuple[numbers.JobType, ...]] = {"lesson": MIX, "even": EVEN_MIX}
 MAX_IN_FLIGHT = 150  # the lab's bound: arrivals past it are shed (counted), never half-created
 PEAK_FACTOR = numbers.Inputs().peak_multiplier  # the lesson's 1.8× daytime step
+ARRIVAL = "loadgen"  # the barrier holder at the next arrival's moment (hold_next)
 
 
 def state_key(lab: str) -> str:
@@ -55,18 +57,33 @@ def effective_rate(state: dict[str, Any]) -> float:
     return state["rate"] * state["factor"]
 
 
+def hold_next(r: redis.Redis, lab: str, at: float, now: float, speed: float | None = None) -> None:
+    """The clock may not pass the next arrival's moment `at` before the supervisor's pass has enqueued it: a
+    late pass delays the arrival in real time, never in simulated time (as the reaper's barrier does for a
+    lease deadline), so arrivals are not bunched at the pass that finally came. It lapses REAPER_BARRIER_S real
+    seconds after the clock would get there (the pass refreshes it while it lives: workers/duties.py); none
+    while no arrival is due (`at` infinite)."""
+    if not math.isfinite(at):
+        clock.lift(r, lab, ARRIVAL)
+        return
+    speed = clock.read(r, lab)["speed"] if speed is None else speed
+    clock.hold(r, lab, ARRIVAL, at, ttl=max(0.0, at - now) / max(speed, 1e-9) + REAPER_BARRIER_S)
+
+
 def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str = "lesson") -> dict[str, Any]:
     """Start (or restart) generation at `rate` with `mix` (lesson | even); measurements restart with it."""
     gap, _ = draw(seed, 0, rate)
     r.delete(arrivals_key(lab))
     r.hset(state_key(lab), mapping={"on": 1, "rate": rate, "factor": 1, "seed": seed, "k": 0, "mix": mix,
                                     "next_t": now + gap, "started_t": now, "shed": 0, "generated": 0})
+    hold_next(r, lab, now + gap, now)
     stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed, mix=mix)
     return read_state(r, lab)
 
 
 def stop(r: redis.Redis, lab: str, now: float) -> dict[str, Any]:
     r.hset(state_key(lab), "on", 0)
+    clock.lift(r, lab, ARRIVAL)
     stream.emit(r, lab, "loadgen.stopped", now)
     return read_state(r, lab)
 
@@ -82,6 +99,7 @@ def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None,
     lam = effective_rate(state)
     gap, _ = draw(state["seed"], state["k"], lam) if lam > 0 else (math.inf, None)
     r.hset(state_key(lab), mapping={"rate": state["rate"], "factor": state["factor"], "next_t": now + gap})
+    hold_next(r, lab, now + gap, now)
     stream.emit(r, lab, "loadgen.rate", now, rate=round(lam, 6), peak=state["factor"] != 1)
     return read_state(r, lab)
 

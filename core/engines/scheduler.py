@@ -17,3 +17,20 @@ def clock_offset(settings: dict, replica: str) -> float:
     n = int(settings["scheduler_replicas"])
     k = int(replica.lstrip("r") or 1)
     return float(settings["clock_skew"]) * (k - 1) / (n - 1) if n > 1 else 0.0
+
+
+def digest(tick: int, user: int) -> str:
+    """One digest's name in the emails and sent hashes: the one `tick` owes `user` ("tick:user")."""
+    return f"{tick}:{user}"
+
+
+def digest_tick(name: str) -> int:
+    """The tick a digest (`digest`'s name) was owed by."""
+    return int(name.split(":", 1)[0])
+
+
+def lease_watch(replica: str) -> str:
+    """The clock barrier a follower holds at the leader lease's expiry (workers/engines/scheduler.py), so
+    simulated time cannot pass that moment before it has tried to take the lease; the fleet lifts a killed
+    replica's at once."""
+    return f"lease-watch:{replica}"

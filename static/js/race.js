@@ -72,6 +72,18 @@ function racePage() {
     });
   }
 
+  // one y scale for every lane's retry histogram: each lane reports its tallest bar (`lab:hist-peak`), and every
+  // lane is handed the tallest of all (`lab:hist-scale`), so a bar half as tall holds half as many retries
+  const histPeaks = new Map();
+  page.addEventListener('lab:hist-peak', (e) => {
+    const lane = e.target.closest('[id^="run-"]');
+    if (!lane) return;
+    histPeaks.set(lane.id, e.detail.peak);
+    const max = Math.max(...histPeaks.values());
+    page.dataset.histMax = String(max);
+    for (const id of histPeaks.keys()) document.getElementById(id).dispatchEvent(new CustomEvent('lab:hist-scale', { detail: { max } }));
+  });
+
   const fmt = (v) => (v == null ? '–' : Number(v).toLocaleString('en'));
   function fill(d) {
     const first = d.labs[0];

@@ -153,3 +153,22 @@ def test_dark_theme_phone_and_projector_have_no_violations(a11y_context, stack, 
     page.goto(f"{stack.url}/chapters/2?present=1&speed=200")
     live(page)
     check(page, f"/chapters/2 ({scheme}, projector)", axe_log)
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_a_paused_guided_step_with_its_bar_and_a_lost_connection_have_no_violations(a11y_context, stack, axe_log,
+                                                                                     scheme):
+    """The step bar docked at a pause (on a phone and a laptop) and the notice over a lost connection."""
+    ctx = a11y_context(viewport={"width": 390, "height": 844}, color_scheme=scheme)
+    page = ctx.new_page()
+    page.goto(f"{stack.url}/chapters/1?speed=200")
+    live(page)
+    page.get_by_test_id("stepper-run").click()
+    expect(page.get_by_test_id("stepper-mount")).to_have_attribute("data-docked", "yes", timeout=90_000)
+    check(page, f"/chapters/1 ({scheme}, phone, step paused)", axe_log)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    check(page, f"/chapters/1 ({scheme}, step paused)", axe_log)
+    page.route_web_socket(re.compile(r"/ws/labs/"), lambda ws: ws.close(code=1011))  # new sockets refused
+    stack.restart_web()
+    expect(page.get_by_test_id("conn-lost")).to_be_visible(timeout=30_000)
+    check(page, f"/chapters/1 ({scheme}, connection lost)", axe_log)

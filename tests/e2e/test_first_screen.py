@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-from tests.helpers import unfold
+from tests.helpers import page_lab, unfold
 
 pytestmark = pytest.mark.e2e
 
@@ -65,8 +65,8 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
         on_screen(page, "article.chapter h1", 800)
         on_screen(page, "#lab-widget [data-testid=stepper-form]", 800)  # the guided step asks on the first screen
         if page.locator("#lab-widget").get_attribute("data-pipeline") == "none":
-            # chapter 7: schedulers, no job queue; its settings (a long list) start on the first screen
-            assert page.evaluate(BOX, "#lab-widget .lw-ctl-section")["top"] < 700
+            # chapter 7: schedulers, no job queue; its own panel takes the pipeline's place, above the settings
+            on_screen(page, "#lab-widget [data-testid=ch7-panel] h2", 800)
         else:
             # the cards come with the workers' first heartbeat, which may follow the socket's first frame
             page.locator("#lab-widget .lw-workers .lw-worker").first.wait_for(state="attached", timeout=30_000)
@@ -167,4 +167,32 @@ def test_on_a_phone_nothing_is_pinned_over_the_worker_cards(page: Page, stack, a
             const hit = document.elementFromPoint(b.left + b.width / 2, Math.max(1, b.top + 4));
             return hit && !c.contains(hit) ? hit.className || hit.tagName : null; }""")
         assert covered is None, f"worker card {i} is covered at the top of the screen by {covered}"
+    drop_lab(page, api)
+
+
+# what the steps of chapters 2, 7 and 8 talk about, each whole or (a tall panel) its heading and first row
+FIRST_SCREEN = {
+    2: ["#lab-widget .lw-queue", "#lab-widget .lw-inflight", "#lab-widget .lw-workers-panel h3"],
+    7: ["[data-testid=ch7-panel] h2", "[data-testid=ch7-replicas-box] h3", "[data-testid=ch7-counts-box] h3",
+        "[data-testid=ch7-replica-r1]"],
+    8: ["#lab-widget .lw-queue", "#lab-widget .lw-inflight", "#lab-widget .lw-workers-panel h3"],
+}
+
+
+@pytest.mark.parametrize("number", sorted(FIRST_SCREEN))
+def test_first_screens_of_chapters_2_7_and_8_show_what_their_steps_are_about(page: Page, stack, api, number):
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_lab(page, stack.url, f"/chapters/{number}")
+    if number == 7:
+        expect(page.get_by_test_id("ch7-replica-r1")).to_be_attached(timeout=30_000)
+    else:  # every worker card of the pool whole, with its "inspect" (chapter 2's pool is four)
+        n = api.snapshot(page_lab(page, f"ch{number}"))["settings"]["workers"]
+        expect(page.locator("#lab-widget .lw-workers > li")).to_have_count(n, timeout=60_000)
+        for i in range(1, n + 1):
+            on_screen(page, f"#lab-widget .lw-workers > li:nth-child({i})", 800)
+            on_screen(page, f"#lab-widget .lw-workers > li:nth-child({i}) .lw-w-inspect", 800)
+    for sel in FIRST_SCREEN[number]:
+        on_screen(page, sel, 800)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"first-screen-ch{number}.png"))
     drop_lab(page, api)

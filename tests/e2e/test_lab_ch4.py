@@ -8,7 +8,6 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-from tests.helpers import enqueue
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +30,7 @@ def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_
         status = page.get_by_test_id("ch4-status")
         expect(status).to_contain_text("Storage down with 3 jobs in flight, 36 storage calls", timeout=LONG)
         expect(page.get_by_test_id("ch4-peaks")).to_contain_text("no jitter: peak 36 of 36", timeout=LONG)
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("Model: no jitter puts all 36 in one bucket")
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("Model: no jitter puts all 36 in one bar")
         expect(page.get_by_test_id("ch4-hist")).not_to_have_attribute("data-points", "0")
         shot("outage")
         ARTIFACTS.mkdir(exist_ok=True)
@@ -77,35 +76,51 @@ def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their
 
 
 def test_two_policies_runs_stay_overlaid_on_one_scale_in_the_panel(page: Page, stack, api):
-    """Fixed, then full jitter, on the widget's own lab: the panel keeps both runs on one chart, so the
-    lower peak is drawn lower (the fixed policy's tallest bar at least twice full jitter's, in pixels)."""
+    """Fixed, then full jitter, pressed in the panel as the learner does (the second pressed while the first run
+    still goes): each run its own colour on one scale, never summed, so the lower peak is drawn lower (the fixed
+    policy's tallest bar at least twice full jitter's, in pixels); the second outage waits for its own jobs."""
     page.goto(f"{stack.url}/chapters/4?speed=20")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
     saved = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch4')"))
     lab = {"lab_id": saved["id"], "token": saved["token"]}
     try:
-        api.ok("PATCH", f"/api/labs/{saved['id']}/settings", {"retry_base": 10, "retry_cap": 300, "max_attempts": 8,
-                                                             "breaker": False, "jitter_seed": 7}, lab["token"])
-        workers = api.workers_ready(lab, 3)["settings"]
-        for n, policy in enumerate(("fixed", "full_jitter"), 1):
+        api.ok("PATCH", f"/api/labs/{saved['id']}/settings", {"breaker": False, "jitter_seed": 7}, lab["token"])
+        api.workers_ready(lab, 3)
+        # 60 s: inside the 8 tries a fixed 10 s wait allows, so no attempt fails (no job retries)
+        page.locator("#ch4-outage-s").fill("60")
+        for policy in ("fixed", "full_jitter"):
             page.get_by_test_id("ch4-policy").select_option(policy)  # the panel's control sets the lab
             api.wait_for(lab, lambda s, p=policy: s["settings"]["retry_policy"] == p, timeout=20,
                          what=f"the lab to run {policy}")
-            calls0 = api.snapshot(lab)["counts"].get("storage_calls", 0)
-            for _ in range(3):
-                enqueue(api, lab, job_type="thumbnail", duration_s=200)
-            api.wait_for(lab, lambda s, c=calls0: s["counts"]["storage_calls"] >= c + 3 * workers["upload_parts"],
-                         timeout=60, every=0.05, what="every part's first storage call")
-            api.ok("POST", f"/api/labs/{saved['id']}/faults", {"type": "storage_outage", "duration_s": 60},
-                   lab["token"])
-            api.wait_for(lab, lambda s, k=n: s["counts"]["done"] == 3 * k, timeout=180, what=f"{policy}'s jobs")
+            page.get_by_test_id("ch4-run").click()
+            expect(page.get_by_test_id("ch4-status")).to_contain_text(
+                f"Storage down with 3 jobs in flight, 36 storage calls ({policy.replace('_', ' ')})", timeout=LONG)
+        api.wait_for(lab, lambda s: s["counts"]["done"] == 6, timeout=180, what="both runs' jobs")
+        ev = api.events(lab)
+        second = [e["t_sim"] for e in ev if e["type"] == "fault.started"][-1]
+        # the second outage waited for its own jobs: every part of theirs had called storage, none of the first's
+        # was still in flight (a run still going finished first)
+        assert sum(e["type"] == "job.enqueued" for e in ev) == 6
+        busy_then = {e["job_id"] for e in ev if e["type"] == "storage.called" and e["t_sim"] >= second}
+        assert len(busy_then) == 3, busy_then
         chart = page.get_by_test_id("ch4-hist")
         expect(chart).to_have_attribute("data-policies", "fixed full_jitter", timeout=30_000)
+        expect(chart).to_have_attribute("data-bucket", "1")  # the server's bar: a tenth of the 10 s base
+        # one run per colour, each its own bars (run 1 la-d, run 2 la-c): never two runs summed into one bar
         tallest = page.evaluate("""() => Object.fromEntries(['la-d', 'la-c'].map((c) => [c, Math.max(0,
             ...[...document.querySelectorAll(`[data-testid=ch4-hist] rect.la-bar.${c}`)]
               .map((r) => r.getBBox().height))]))""")
         assert tallest["la-d"] >= 2 * tallest["la-c"] > 0, tallest  # fixed (la-d) vs full jitter (la-c), one scale
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("fixed: peak")
-        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("full jitter: peak")
+        legend = page.locator("[data-testid=ch4-hist] .la-legend").inner_text()
+        assert "run 1, fixed" in legend and "run 2, full jitter" in legend, legend
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("run 1, fixed: peak")
+        expect(page.get_by_test_id("ch4-peaks")).to_contain_text("run 2, full jitter: peak")
+        # the widget's own histogram shows the second run only: its bars start at the second outage
+        outages = [e["t_sim"] for e in api.events(lab) if e["type"] == "fault.started"]
+        hist = page.get_by_test_id("retry-histogram")
+        assert float(hist.get_attribute("data-from")) >= outages[-1] > outages[0], (hist.get_attribute("data-from"),
+                                                                                    outages)
+        chart.screenshot(path=str(ARTIFACTS / "lab-ch4-two-runs.png"))
+        hist.screenshot(path=str(ARTIFACTS / "lab-ch4-widget-hist.png"))
     finally:
         api.call("DELETE", f"/api/labs/{saved['id']}", token=saved["token"])

@@ -52,6 +52,7 @@ def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     expect(page.get_by_test_id("readout-clock")).to_have_attribute("data-paused", "yes", timeout=10_000)
     expect(page.locator(".lw-step-look")).to_have_count(1)  # it points at the element that shows it
     expect(status).to_contain_text("Paused at t = ")
+    next_move_on_screen(page)
     if at_pause:
         at_pause()
     if says.is_hidden():
@@ -59,6 +60,7 @@ def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     expect(says).to_be_visible(timeout=LONG)
     verdict = page.get_by_test_id("stepper-verdict")
     expect(verdict).to_contain_text(f"Your guess: {guess}")
+    expect(verdict).to_be_in_viewport(ratio=1)  # the verdict comes where the learner is looking
     expect(verdict).to_contain_text("the lab measured")
     measured = int(verdict.get_attribute("data-measured"))
     assert f"{measured:,}" in says.inner_text(), "the sentence names the number the lab measured"
@@ -66,6 +68,27 @@ def run_step(page: Page, n: int, total: int, guess: str, at_pause=None) -> int:
     if continue_.count():
         continue_.click()  # let the run finish before the next step
     return measured
+
+
+# At the pause: Continue whole on the screen, and the panel the step outlines on the screen too, above the step
+# bar (not under it): its top edge and its first 100 px (or all of it, if shorter)
+NEXT_MOVE = """() => {
+  const box = (sel) => document.querySelector(sel)?.getBoundingClientRect();
+  const go = box('[data-testid=stepper-continue]'), bar = box('[data-testid=stepper]'), look = box('.lw-step-look');
+  return !!(go && look && go.top >= 0 && go.left >= 0 && go.bottom <= innerHeight && go.right <= innerWidth
+    && look.top >= 0 && look.top + Math.min(look.height, 100) <= Math.min(bar.top, innerHeight));
+}"""
+
+
+def next_move_on_screen(page: Page) -> None:
+    """At a pause: Continue and the outlined panel are both in the viewport, the panel clear of the step bar
+    (a smooth scroll may still be running: waits for it to land)."""
+    try:
+        page.wait_for_function(NEXT_MOVE, timeout=10_000)
+    except Exception as e:  # name what was where
+        boxes = {t: page.locator(t).bounding_box() for t in ("[data-testid=stepper-continue]", "[data-testid=stepper]",
+                                                             ".lw-step-look")}
+        raise AssertionError(f"at the pause the next move is off screen ({page.viewport_size}): {boxes}") from e
 
 
 def shot(page: Page, name: str):
@@ -316,3 +339,46 @@ def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab
             page.get_by_test_id("stepper-next").click()
         m = run_step(page, n, total, guess)
         assert m == moved() == expected, f"step {n}"
+
+
+# chapters whose guided steps pause at a moment (the chapter homes' STEPS), with the first step that does
+PAUSING = {preset: next(i for i, st in enumerate(steps) if st.get("moment") and st.get("do"))
+           for preset, steps in chapters.steps_public().items()
+           if any(st.get("moment") and st.get("do") for st in steps)}
+SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("preset", sorted(PAUSING))
+def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(page: Page, lab, preset, size):
+    """The next move is where the learner looks: at the pause the step bar (title, status, Continue) is in the
+    viewport with the keyboard on Continue, and the panel it points at is scrolled into the room above it."""
+    w, h = SIZES[size]
+    page.set_viewport_size({"width": w, "height": h})
+    lab(f"/chapters/{preset[2:]}")
+    for _ in range(PAUSING[preset]):
+        page.get_by_test_id("stepper-next").click()
+    page.get_by_test_id("stepper-run").click()  # no guess: just watch
+    status = page.get_by_test_id("stepper-status")
+    expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
+    next_move_on_screen(page)
+    expect(page.get_by_test_id("stepper-continue")).to_be_focused()
+    expect(page.get_by_test_id("stepper-mount")).to_have_attribute("data-docked", "yes")
+    expect(status).to_be_in_viewport(ratio=1)
+    ARTIFACTS.mkdir(exist_ok=True)
+    if preset in ("ch1", "ch7"):
+        for theme in ("light", "dark"):
+            page.emulate_media(color_scheme=theme)
+            page.screenshot(path=str(ARTIFACTS / f"step-pause-{preset}-{size}-{theme}.png"))
+    # Continue with the keyboard: the bar keeps the focus, the verdict arrives in view
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("stepper-verdict")).to_contain_text("the lab measured", timeout=LONG)
+    expect(page.get_by_test_id("stepper-verdict")).to_be_in_viewport(ratio=1)
+    expect(page.get_by_test_id("stepper-count")).to_be_focused()
+    # the next step goes back to the top of the lab, its question on screen, no line left from this one
+    page.get_by_test_id("stepper-rerun").click()
+    expect(page.get_by_test_id("stepper-mount")).to_have_attribute("data-docked", "no")
+    expect(page.get_by_test_id("stepper-form")).to_be_in_viewport()
+    expect(status).to_be_hidden()
+    for line in page.locator("#lab-widget :is(.lw-status, .lw-hint):not(.la-panel *)").all():
+        assert not line.inner_text().strip(), f"a line from the step before: {line.inner_text()}"

@@ -14,17 +14,18 @@ SPEED = 50
 JOB_S = 30
 
 
-def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, **settings) -> list[dict]:
+def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, speed: float = SPEED,
+        **settings) -> list[dict]:
     """Queue `batches` (tier, customer, count) in order on a paused clock, then run them all. Each row is one
     job's start record, with "waited": its wait measured by the test, from the job's start timestamp and the
     instant the paused clock showed when the job was queued (the product's own "wait" is checked against it)."""
-    return run_with_summary(api, r, strategy, batches, workers, **settings)[0]
+    return run_with_summary(api, r, strategy, batches, workers, speed, **settings)[0]
 
 
 def run_with_summary(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3,
-                     **settings) -> tuple[list[dict], dict]:
+                     speed: float = SPEED, **settings) -> tuple[list[dict], dict]:
     """`run`, and the chapter's table (GET …/fairness) once every job has started."""
-    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=workers, **{"fair_job_s": JOB_S, **settings})
+    lab = api.lab("ch6", speed=speed, fairness=strategy, workers=workers, **{"fair_job_s": JOB_S, **settings})
     lid, tok = lab["lab_id"], lab["token"]
     api.workers_ready(lab, workers)
     paused = api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok)

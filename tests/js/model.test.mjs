@@ -257,9 +257,18 @@ test('stream ids compare as numbers, not strings', () => {
 
 test('redelivery rate, retry arrivals and the timeline filter', () => {
   assert.deepEqual(recentCounts([0, 450, 590, 600, 700], 600, 600, 10), { total: 3, buckets: [0, 0, 0, 0, 0, 0, 0, 1, 0, 2] });
-  const burst = retryArrivals([100, 101, 130], 2000, 600, 30);
-  assert.equal(burst.live, false, 'long after the burst it shows the window that ended with it');
-  assert.deepEqual([burst.total, burst.peak, burst.end], [3, 2, 150]);
+  const burst = retryArrivals([100, 101, 130], [], 2000, 0, 20, 30, 100);
+  assert.equal(burst.live, false, 'long after the burst the bars stop at it');
+  assert.deepEqual([burst.total, burst.peak, burst.end, burst.from, burst.n], [3, 2, 150, 0, 30]);
+  // a second run (an outage at 1000 s) clears the bars: the first run's retries are not summed into them
+  const run2 = retryArrivals([100, 101, 130, 1010.5, 1010.9], [1011], 1012, 1000, 1, 60, 240);
+  assert.deepEqual([run2.from, run2.storageTotal, run2.jobTotal, run2.peak], [1000, 2, 1, 2]);
+  assert.deepEqual([run2.storage[10], run2.job[11]], [2, 1], 'storage-call retries and job retries kept apart');
+  // the whole run stays on screen (its busiest bar with it) until it outgrows the most bars, then they move on
+  // a whole bar at a time, still aligned to the run's start
+  const long = retryArrivals([1010.5, 1150.5], [], 1151, 1000, 1, 60, 240);
+  assert.deepEqual([long.from, long.n, long.peak, long.storageTotal], [1000, 151, 1, 2]);
+  assert.equal(retryArrivals([1300.5], [], 1300.7, 1000, 1, 60, 240).from, 1061);
   const s = fresh();
   feed(s, [...redeliveryStory(), ...deadLetterStory()]);
   assert.deepEqual([...filterTimeline(s.tl, { worker: 'w2' }).keys()], ['1']);

@@ -109,6 +109,22 @@ def test_try2_check2_full_jitter_flattens_the_peak(api, measured):
                     model_mean=LM["jitter_mean_per_bucket"], model_no_jitter_peak=LM["callers"])
 
 
+@pytest.mark.parametrize("outage_first", [True, False], ids=["outage-then-jobs", "jobs-then-outage"])
+def test_try2_in_either_order_full_jitters_tallest_bar_is_at_most_half_no_jitters(api, measured, outage_first):
+    """The page says the outage and the jobs may come in either order. In both, the retried storage calls per
+    1 s bar peak at the whole herd without jitter and at no more than half of it with full jitter. (A part's
+    first call is no retry: with the outage first, every part's refused first call at its job's start used to
+    stack the same 36-call wave on every policy's chart, so full jitter's tallest bar read 38–40 against 36.)"""
+    st = {p: herd(api, p, outage_first=outage_first) for p in ("exponential", "full_jitter")}
+    peaks = {p: v["peak_per_bucket"] for p, v in st.items()}
+    runs = {p: [r["peak_per_bucket"] for r in v["runs"]] for p, v in st.items()}
+    measured.update(order="outage first" if outage_first else "jobs first", peak_per_bucket=peaks,
+                    bucket_s=LM["bucket_s"], callers={p: v["callers"] for p, v in st.items()})
+    assert runs == {p: [n] for p, n in peaks.items()}, runs  # one outage, one run: its bars are the chart's
+    assert peaks["exponential"] == LM["callers"], st["exponential"]["histogram"]
+    assert 0 < 2 * peaks["full_jitter"] <= peaks["exponential"], st["full_jitter"]["histogram"]
+
+
 def outage_dead_letters(api, policy: str) -> tuple[set[str], set[str], dict[str, str]]:
     """Press "3 jobs + storage outage" under `policy` and wait for every job to end. Returns the jobs the stream
     dead-letters, the jobs whose every attempt ended (failed or succeeded) before storage came back, and each

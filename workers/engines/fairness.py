@@ -27,9 +27,11 @@ from rq import Queue
 
 from core import clock, stream
 from core.broker import reaper
+from core.broker.handoff import HANDOFF_S
 from core.config import Config
 from core.engines.fairness import (
     POISON_CRASHES,
+    RELEASE,
     SPIKE_FACTOR,
     TIERS,
     WAITS_KEPT,
@@ -41,12 +43,14 @@ from core.engines.fairness import (
     pending_key,
     poison_key,
     pools,
+    run_holder,
     running_counts,
     submit,
 )
 from core.keys import key, queue_name
 
 TICK = 0.02
+REFRESH_S = 2.0  # real seconds between refreshes of a running job's barrier (it lapses after clock.BARRIER_TTL)
 START_GRACE_S = 30.0  # real seconds a job RQ has taken may wait for its horse to claim it
 SWEEP_S = 0.5  # real seconds between sweeps for released jobs that will never finish
 _swept: dict[str, float] = {}  # lab → real time of its last sweep (the supervisor's process only)
@@ -160,7 +164,12 @@ def _poisson(rng: random.Random, mean: float) -> int:
 
 
 def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: float) -> int:
-    """Release jobs to RQ while workers are free; called from the supervisor's broker loop."""
+    """Release jobs to RQ while workers are free; called from the supervisor's broker loop.
+
+    The hand-offs hold the clock, as a job's delivery does (core/broker/handoff.py): jobs queued for free
+    workers held it at their submit, and a job that ended while others waited at its end (RELEASE); each
+    released job holds it at this pass's moment until its horse starts it (`run_holder`), and RELEASE goes
+    in the same step as the first of those. A late pass or a slow fork costs real time, never a job's wait."""
     generate(r, lab, settings, now)
     if time.time() - _swept.get(lab, 0.0) > SWEEP_S:
         _swept[lab] = time.time()
@@ -185,12 +194,17 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
         queue = Queue(tier_queue_name(lab, tier), connection=rq_conn) if separate else reaper.rq_queue(rq_conn, lab)
         r.hset(inflight_key(lab), member, json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id, "q": queue.key,
                                                       "released": time.time()}))
+        # held before RQ has it (the horse moves this barrier to the job's end) and, the first time, in the
+        # same step as RELEASE goes: the clock does not run between the pass's picks and the horse's start
+        clock.hold(r, lab, run_holder(member), now, ttl=HANDOFF_S, also_lift="" if sent else RELEASE)
         queue.enqueue_call("workers.engines.fairness.run_job",
                            args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
                            timeout=-1, result_ttl=0, failure_ttl=300, job_id=rq_id)
         running[tier] += 1
         free_workers -= 1
         sent += 1
+    if not sent:
+        clock.lift(r, lab, RELEASE)
     return sent
 
 
@@ -284,16 +298,23 @@ def _poison(r: redis.Redis, lab: str, tier: str, customer: str, member: str, wid
             r.hincrby(key(lab, "fair", "meta"), f"dead_{tier}", 1)
             stream.emit(r, lab, "fairness.dead_lettered", now, worker_id=wid, tier=tier, customer=customer,
                         crashes=crashes - 1)
+        clock.lift(r, lab, run_holder(member))
         return
     r.hincrby(key(lab, "fair", "meta"), f"crashes_{tier}", 1)
     stream.emit(r, lab, "fairness.crashed", now, worker_id=wid, tier=tier, customer=customer, crashes=crashes)
+    clock.lift(r, lab, run_holder(member))  # the clock does not wait for a worker about to die
     os.kill(os.getppid(), signal.SIGKILL)
     os._exit(1)
 
 
 def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueued: float, duration: float,
          order: int, wid: str) -> None:
+    """Start at the moment the clock was held at for this hand-off (`run_holder`, placed by the release), move
+    that barrier to the job's end, and end there: a slow fork or a slow poll of the clock costs no simulated
+    time. If jobs wait, the clock is held at the end (RELEASE) until the supervisor has released the next."""
+    holder = run_holder(member)
     start = clock.now(r, lab)
+    clock.hold(r, lab, holder, start + duration)
     wait = max(0.0, start - enqueued)
     seq = int(member.split(":")[0])
     r.rpush(key(lab, "fair", "waits"), json.dumps({"tier": tier, "customer": customer, "wait": round(wait, 3),
@@ -302,14 +323,26 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
     r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
     stream.emit(r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer,
                 wait=round(wait, 1), seq=seq)
-    while clock.now(r, lab) - start < duration:
+    fresh_at = time.monotonic()
+    while (now := clock.now(r, lab)) - start < duration:
+        if time.monotonic() - fresh_at > REFRESH_S:
+            fresh_at = time.monotonic()
+            if not clock.refresh(r, lab, holder):  # swept while this horse stalled: placed again
+                clock.hold(r, lab, holder, start + duration)
         time.sleep(TICK)
     if r.hdel(inflight_key(lab), member):  # 0: the sweep already gave up on this copy
         r.hincrbyfloat(key(lab, "fair", "used"), tier, duration)
         r.hincrby(key(lab, "fair", "meta"), f"done_{tier}", 1)
         # the end of the run the bill pays for, so the bill can be checked against the time a worker was held
-        stream.emit(r, lab, "fairness.finished", clock.now(r, lab), worker_id=wid, tier=tier, customer=customer,
-                    seq=seq)
+        stream.emit(r, lab, "fairness.finished", now, worker_id=wid, tier=tier, customer=customer, seq=seq)
+    with r.pipeline(transaction=False) as pipe:
+        for t in TIERS:
+            pipe.zcard(pending_key(lab, t))
+        waiting = any(pipe.execute())
+    if waiting:  # the freed worker's next job is released by the supervisor's next pass: the clock waits for it
+        clock.hold(r, lab, RELEASE, now, ttl=HANDOFF_S, also_lift=holder)
+    else:
+        clock.lift(r, lab, holder)
 
 
 class Releaser:

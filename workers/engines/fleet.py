@@ -19,7 +19,7 @@ import redis
 
 from core import clock, stream
 from core.config import Config
-from core.engines.scheduler import clock_offset, cron_key
+from core.engines.scheduler import clock_offset, cron_key, lease_watch
 from core.procs import die_with_parent
 
 
@@ -77,6 +77,7 @@ class SchedulerFleet:
         pid = slot.proc.pid
         slot.proc.send_signal(signal.SIGKILL)
         slot.proc.wait()
+        clock.lift(self.r, lab, lease_watch(replica))  # the clock waits for no dead follower
         with self.r.pipeline() as pipe:
             pipe.hdel(cron_key(lab, "running"), replica)
             pipe.hset(cron_key(lab, "killed"), replica, clock.now(self.r, lab))  # failovers are timed from it

@@ -25,7 +25,16 @@ import redis
 from core import media
 from core.broker import producer
 from core.config import Config
-from core.engines.loadgen import MAX_IN_FLIGHT, MIXES, arrivals_key, draw, effective_rate, read_state, state_key
+from core.engines.loadgen import (
+    MAX_IN_FLIGHT,
+    MIXES,
+    arrivals_key,
+    draw,
+    effective_rate,
+    hold_next,
+    read_state,
+    state_key,
+)
 from core.keys import key
 
 MAX_PER_TICK = 50
@@ -42,8 +51,10 @@ def real_budget(lab: str, per_s: float) -> float:
     return min(per_s, tokens + (now - last) * per_s)
 
 
-def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0) -> int:
-    """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many.
+def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0,
+         speed: float = 20.0) -> int:
+    """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many. The clock
+    is held at the next one's moment (`hold_next`), so each is enqueued at its own moment.
 
     `real_rate` caps the jobs created per *real* second whatever the clock speed (LAB_JOB_RATE): arrivals
     past it are shed and counted, as arrivals past the in-flight bound are."""
@@ -57,9 +68,11 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
     mix = MIXES[state["mix"]]
     states = r.hgetall(key(lab, "states"))
     in_flight = sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running"))
+    stopped = False
     while t <= now and made + shed < MAX_PER_TICK:
         # A lagging loop can owe a long batch; a stop that lands during it ends it here, not after.
         if made and r.hget(state_key(lab), "on") != "1":
+            stopped = True
             break
         _, jt = draw(state["seed"], k, lam, mix)
         if in_flight >= MAX_IN_FLIGHT or made >= budget:
@@ -81,6 +94,8 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
         pipe.hincrby(state_key(lab), "generated", made)
         pipe.hincrby(state_key(lab), "shed", shed)
         pipe.execute()
+    if not stopped:  # (a stop lifted the barrier)
+        hold_next(r, lab, t, now, speed)
     return made
 
 
@@ -103,7 +118,7 @@ class Generator:
 
     def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
              quiet: bool) -> int:
-        return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate)
+        return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate, state["speed"])
 
 
 ENGINE = Generator()

@@ -4,9 +4,14 @@ Every replica is the same code, as every API replica runs the same in-process sc
 tick of its clock it runs the "send the daily digest" task, or first asks the strategy whether it
 may. `none` runs everywhere; `lock` is the lesson's SET NX EX lock (losers skip the tick);
 `heartbeat` extends that lock while the run lives; `leader` holds a renewed lease and runs every
-tick without further locking. A run that starts more than 1.5 intervals after the last one is a
-catch-up: it also mails the buckets of the ticks nobody ran. Idempotent mode claims each digest
-with a conditional write first, so a double run costs one wasted run and no extra emails.
+tick without further locking. A follower looks for the lease every few seconds and, whatever its
+loop's lag, at the very moment the lease runs out: it holds the lab clock there (a barrier) until it
+has tried, so a dead leader is replaced within its lease, as the lesson says, not a poll later.
+A run that starts more than 1.5 intervals after the last one is a catch-up: it also mails the buckets of
+the ticks nobody ran. Idempotent mode claims each digest with a conditional write first, so a double run
+costs one wasted run and no extra emails. A digest is the one a tick owes a user (tick, user): a repeat
+is the same tick's digest mailed again (a second replica's run, a catch-up re-covering a cut run), never
+another tick's, whatever sharding or the idempotent switch were when that other tick ran.
 
 Each replica's clock runs `clock_skew·(k−1)/(N−1)` simulated seconds ahead of replica 1's, and it
 judges locks by that clock; its scheduler fires `cron_late·(k−1)/(N−1)` s after each tick (the lesson's
@@ -30,15 +35,18 @@ import redis
 
 from core import clock, registry, stream
 from core.engines import shards
-from core.engines.scheduler import TASK, clock_offset, cron_key
+from core.engines.scheduler import TASK, clock_offset, cron_key, digest, lease_watch
 from workers.engines import locks
 
 FOLLOWER_POLL_S = 5.0  # simulated seconds between a follower's tries for the leader lease
+# A follower's barrier sits this far (simulated s) past the lease's expiry, so the clock it stops at is past
+# the deadline on any float rounding of `lab time + skew`, and the try there finds the lease expired.
+WATCH_PAST_S = 1e-3
 CATCH_UP_FACTOR = 1.5  # the lesson's rule: a last run older than 1.5 intervals means a tick was missed
 SENT_TTL_S = 3600  # real seconds the "digest sent" claims are kept
 SLICES = 10  # a run mails its users in this many batches spread over its duration
 SETTINGS_EVERY_S = 0.1  # real seconds between re-reads of the lab's settings
-# A batch of digests: claim (day, user) in the sent hash; count an email unless idempotent and claimed before.
+# A batch of digests: claim (tick, user) in the sent hash; count an email unless idempotent and claimed before.
 _SEND = """
 local ticks, emails, claims = KEYS[1], KEYS[2], KEYS[3]
 local tick, idempotent, ttl = ARGV[1], ARGV[2], ARGV[3]
@@ -95,6 +103,8 @@ class Replica:
         self.last_tick: int | None = None
         self.leader_until = -math.inf  # my belief, on my clock
         self.next_renew = self.next_try = -math.inf
+        self.watch_at: float | None = None  # where (lab clock) my lease-watch barrier stands, if I hold one
+        self.watch_refreshed = 0.0  # real time of its last refresh
         self.start_script = r.register_script(_START)
         self.send_script = r.register_script(_SEND)
         self.settings = registry.settings(r, lab)
@@ -115,6 +125,7 @@ class Replica:
             try:
                 if time.monotonic() - read_at > SETTINGS_EVERY_S:
                     self.settings, read_at = registry.settings(self.r, self.lab), time.monotonic()
+                self.keep_watch()
                 self.step()
             except redis.ConnectionError:
                 time.sleep(0.5)  # the server restarts: keep the process, try again
@@ -169,6 +180,7 @@ class Replica:
         """Hold, renew (every third of the lease) or try for the leader lease; let it go off strategy."""
         lease = float(self.settings["leader_lease"])
         if self.settings["cron_strategy"] != "leader":
+            self.watch(None)
             if self.leader_until > -math.inf:
                 locks.release(self.r, self.lab, "leader", self.id)
                 self.leader_until = -math.inf
@@ -184,14 +196,37 @@ class Replica:
             return
         if now < self.next_try:
             return
-        self.next_try = now + FOLLOWER_POLL_S
         got = locks.acquire(self.r, self.lab, "leader", self.id, now, lease)
+        # lost: look again in a poll (a graceful leader lets go early), and at the lease's end at the latest
+        self.next_try = now + FOLLOWER_POLL_S if got["won"] else min(now + FOLLOWER_POLL_S, got["expires"])
+        self.watch(None if got["won"] else got["expires"])
         if got["won"]:
             self.leader_until, self.next_renew = got["expires"], now + lease / 3
             self.emit("leader.elected", lease=lease, previous=got["previous"] or "none",
                       vacant=round(max(0.0, now - got["previous_expires"]), 3) if got["previous"] else 0)
             if got["previous"] and got["previous"] != self.id:
                 self.record_failover(got["previous"], lease)
+
+    def watch(self, expires: float | None) -> None:
+        """Hold the lab clock at the lease's expiry (`expires`, on my clock) until I have tried for it; None
+        lifts the barrier (I lead, or the strategy has no lease)."""
+        if expires is None:
+            if self.watch_at is not None:
+                clock.lift(self.r, self.lab, lease_watch(self.id))
+                self.watch_at = None
+            return
+        at = expires - clock_offset(self.settings, self.id) + WATCH_PAST_S
+        if at != self.watch_at:
+            clock.hold(self.r, self.lab, lease_watch(self.id), at)
+            self.watch_at, self.watch_refreshed = at, time.monotonic()
+
+    def keep_watch(self) -> None:
+        """Refresh my barrier while I live (the supervisor lifts a silent holder's), or place it again if it lapsed."""
+        if self.watch_at is None or time.monotonic() - self.watch_refreshed < clock.BARRIER_TTL / 3:
+            return
+        self.watch_refreshed = time.monotonic()
+        if not clock.refresh(self.r, self.lab, lease_watch(self.id)):
+            clock.hold(self.r, self.lab, lease_watch(self.id), self.watch_at)
 
     def record_failover(self, previous: str, lease: float) -> None:
         """How long the schedule had no leader: from the old leader's SIGKILL (if it was killed) to now."""
@@ -253,14 +288,18 @@ class Replica:
             if not self.running:
                 return
             if i < len(batches) and batches[i]:
-                n_sent, n_wasted = self.send_digests(tick, batches[i], buckets, bool(s["cron_idempotent"]))
+                n_sent, n_wasted = self.send_digests(tick, batches[i], bool(s["cron_idempotent"]))
                 sent, wasted = sent + n_sent, wasted + n_wasted
         self.finish(tick, strategy, s, start, sent, wasted)
 
-    def send_digests(self, tick: int, due: list[tuple[int, int]], buckets: int, idempotent: bool) -> tuple[int, int]:
-        """Mail each (tick, user) their digest for the day that tick falls in, in one atomic step; when
-        idempotent, a digest already claimed for that day is skipped (wasted work, no email)."""
-        args = [tick, int(idempotent), SENT_TTL_S, *(f"{t // buckets}:{u}" for t, u in due)]
+    def send_digests(self, tick: int, due: list[tuple[int, int]], idempotent: bool) -> tuple[int, int]:
+        """Mail each (tick, user) the digest that tick owes them, in one atomic step; when idempotent, a
+        digest already claimed (that tick's, for that user) is skipped (wasted work, no email).
+
+        Keyed by the tick, not the day: a day that began unsharded mailed everyone on its first tick, and a
+        catch-up after sharding was switched on owes each missed bucket its own digest, not a repeat of
+        that one."""
+        args = [tick, int(idempotent), SENT_TTL_S, *(digest(t, u) for t, u in due)]
         sent, wasted = self.send_script(keys=[cron_key(self.lab, "ticks"), cron_key(self.lab, "emails"),
                                               cron_key(self.lab, "sent")], args=args)
         return int(sent), int(wasted)
@@ -282,7 +321,9 @@ class Replica:
         self.emit("cron.run_finished", tick=tick, emails=sent, wasted=wasted)
 
     def stop(self) -> None:
-        """Graceful stop (scale-in, SIGTERM): let go of the leader lease. A crash (SIGKILL) does not."""
+        """Graceful stop (scale-in, SIGTERM): let go of the leader lease (and my watch on it). A crash
+        (SIGKILL) does not: the fleet lifts a killed replica's barrier, the supervisor a silent one's."""
+        self.watch(None)
         if self.leader_until > -math.inf:
             locks.release(self.r, self.lab, "leader", self.id)
 

@@ -83,7 +83,10 @@ export function install(W) {
     const c = S.clock || {};
     const slow = S.slowed && !c.paused
       ? ` asked, running at ${fmtNum(S.slowed.running)}×: ${S.slowed.reason}` : '';
-    setText(els.clockSub, `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×${slow}`);
+    // disconnected: the last moment seen, held still (stream.js), not a guess at the server's clock
+    setText(els.clockSub, S.lost ? '◌ not live: the last moment seen'
+      : `${c.paused ? '‖ paused' : '▶ running'} · ${fmtNum(c.speed)}×${slow}`);
+    els.clockP.dataset.frozen = S.lost ? 'yes' : 'no';
     els.clockP.dataset.slowed = slow ? 'yes' : 'no';
     els.clockP.dataset.value = String(Math.round(now));
     els.clockP.dataset.paused = c.paused ? 'yes' : 'no';

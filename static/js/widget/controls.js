@@ -109,7 +109,6 @@ export function install(W) {
         S.settings = res.data.settings;
         W.syncControls();
       }
-      const calls0 = Number(S.counts.storage_calls) || 0;
       if (s.fault && !s.fault_after_calls && !await startScenarioFault(s, hint, jobs)) return null;
       for (let i = 0; s.enqueue && i < (s.count || 1); i++) {
         const res = await W.postJob(s.enqueue);
@@ -118,12 +117,19 @@ export function install(W) {
       }
       if (s.fault && s.fault_after_calls) {
         // the lesson's outage: the jobs' upload parts are mid-call when storage goes down, so the fault waits
-        // for every part's first call (an outage before the jobs fails each job's parts at its own start)
-        const want = calls0 + jobs.length * Number(S.settings.upload_parts || 1);
-        if (!await untilTrue(() => (Number(S.counts.storage_calls) || 0) >= want, 60_000)) {
+        // for every part's first call (an outage before the jobs fails each job's parts at its own start).
+        // These jobs' own first calls, not the lab's call count: a run still retrying would reach that count
+        // before these jobs even start, and the outage would land on that run's jobs instead
+        const want = jobs.length * Number(S.settings.upload_parts || 1);
+        const mine = new Set(jobs);
+        const firstCalls = () => S.events.reduce((n, e) => n + (e.type === 'storage.called' && mine.has(e.job_id)
+          && Number((e.data || {}).try) === 1 ? 1 : 0), 0);
+        setText(hint, 'Waiting until these jobs are mid-upload (a run still going finishes first)…');
+        if (!await untilTrue(() => firstCalls() >= want, 120_000)) {
           setText(hint, 'The jobs never reached storage, so the outage was not started.');
           return null;
         }
+        setText(hint, s.hint);
         if (!await startScenarioFault(s, hint, jobs)) return null;
       }
       if (s.kills) jobs.push(...await rapidKills(s.kills, hint));

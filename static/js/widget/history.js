@@ -8,7 +8,7 @@ import { emptyModel, initialSettings, replayEvent } from './model.js';
 
 // the state a past moment is rebuilt into; the live values are put aside meanwhile
 const MODEL_KEYS = ['settings', 'clock', 'counts', 'workers', 'jobs', 'breaker', 'faults', 'faultUntil', 'tl',
-  'redeliveries', 'retries', 'deaths', 'dlq', 'history', 'found', 'snapId'];
+  'redeliveries', 'retries', 'jobRetries', 'runFrom', 'retryBucket', 'deaths', 'dlq', 'history', 'found', 'snapId'];
 
 export function install(W) {
   const { root, S, els } = W;

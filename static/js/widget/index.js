@@ -67,9 +67,10 @@ function boot(root) {
     meta: null, schema: new Map(), controls: new Set(), shows: new Set(), lab: null,
     settings: {}, clock: null, counts: {}, workers: new Map(), jobs: new Map(),
     breaker: { state: 'closed' }, faults: {}, snapId: null, lastId: null, events: [],
-    tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
+    tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
     history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
+    lost: null, // the stream is down: {t} the last simulated moment the page saw (stream.js)
     past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
     inspect: null, // the worker or lease whose internals are open: {kind: 'worker'|'lease', id}
   };
@@ -79,7 +80,8 @@ function boot(root) {
     reduceMotion: matchMedia('(prefers-reduced-motion: reduce)'),
     q: (role) => root.querySelector(`[data-role="${role}"]`),
     labPath: (p = '') => `/api/labs/${S.lab.id}${p}`,
-    simNow: () => simNow(S.clock, performance.now()),
+    // disconnected (stream.js), the picture holds at the last moment seen instead of extrapolating past it
+    simNow: () => (S.lost && !S.past ? S.lost.t : simNow(S.clock, performance.now())),
     labelOf: (name) => (S.schema.get(name) || {}).label || name,
     emit, banner, markDirty, renderAll,
   };
@@ -121,7 +123,7 @@ function boot(root) {
     S.controls = new Set(p.controls);
     S.shows = new Set(p.shows);
     setText(q('preset-title'), p.title);
-    if (p.pipeline === false) root.dataset.pipeline = 'none'; // no job queue: widget.css hides its panels
+    if (p.pipeline === false) showAddOnFirst();
     const snap = await labP;
     // boot.js opened the lab's socket as soon as the lab was known, and holds what it brought; a widget
     // without one opens its own here, so its handshake runs while the panels are built. Either way nothing
@@ -148,6 +150,15 @@ function boot(root) {
     tick(true);
     W.announceLab(snap);
     if (held) W.connectWs(held);
+  }
+
+  /** A lab with no job queue (chapter 7's schedulers): widget.css hides the pipeline's panels, and the
+   * chapter's own panel (its add-on, the next .la-panel on the page) takes their place on the first screen,
+   * above the settings, so the first screen shows what the steps talk about. */
+  function showAddOnFirst() {
+    root.dataset.pipeline = 'none';
+    const addOn = root.parentElement.querySelector(':scope > .la-panel');
+    if (addOn) q('body').prepend(addOn);
   }
 
   /**

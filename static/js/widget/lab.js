@@ -232,7 +232,7 @@ export function install(W) {
   function clearModel() {
     Object.assign(S, {
       counts: {}, workers: new Map(), jobs: new Map(), snapId: null, lastId: null, events: [],
-      tl: new Map(), redeliveries: [], retries: [], deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
+      tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
       log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
       history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, inspect: null, heldJobs: null,
     });

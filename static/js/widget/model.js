@@ -19,7 +19,7 @@ export const GAUGES = new Set(['queued', 'running', 'retrying', 'done', 'dlq', '
 export function emptyModel() {
   return {
     counts: {}, workers: new Map(), jobs: new Map(), breaker: { state: 'closed' }, faults: {}, faultUntil: {},
-    snapId: null, tl: new Map(), redeliveries: [], retries: [], deaths: new Map(),
+    snapId: null, tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(),
   };
 }
 
@@ -55,6 +55,7 @@ export function applySnapshot(state, snap, now) {
   state.snapId = snap.last_event_id || '0';
   if (snap.events_trimmed > 0) state.trimmed = true; // the server's stream lost its oldest events
   state.settings = { ...snap.settings };
+  state.retryBucket = snap.retry_bucket_s; // the retry histogram's bar (core/presets.py retry_bucket_s)
   state.counts = { ...snap.counts };
   state.breaker = snap.breaker || { state: 'closed' };
   state.faults = snap.faults || {};
@@ -136,6 +137,10 @@ export function applyModel(state, ev, now) {
   const spec = state.meta.events[ev.type];
   const counter = spec && spec.counter;
   if (counter && !GAUGES.has(counter)) state.counts[counter] = (state.counts[counter] || 0) + 1;
+  // a storage call retried inside its attempt: counted apart from the job retries (core/stream.py STORAGE_RETRIES)
+  if (ev.type === 'storage.called' && Number((ev.data || {}).try) > 1) {
+    state.counts.storage_retries = (state.counts.storage_retries || 0) + 1;
+  }
   const job = ev.job_id != null ? state.jobs.get(ev.job_id) : null;
   const t = ev.t_sim;
   if (state.clock && !state.clock.paused && typeof t === 'number' && t > simNow(state.clock, now) + 1) {
@@ -216,6 +221,7 @@ export function applyModel(state, ev, now) {
           state.clock = { ...state.clock, t: simNow(state.clock, now), at: now, speed: d.changes.speed };
         }
         state.settings = { ...state.settings, ...d.changes };
+        if (d.retry_bucket_s) state.retryBucket = d.retry_bucket_s;
       }
       break;
     case 'clock.paused': case 'clock.stepped':

@@ -1,13 +1,15 @@
 // The readouts: one tile per count (queue depth, active workers, done, redelivered with its rate and
 // sparkline, duplicates, lost, DLQ, and the chapter's extras), and chapter 4's retry-arrivals
-// histogram (do the retries of an outage arrive as a herd?).
+// histogram (do the retries of an outage arrive as a herd?). Its bar is the lab's `retry_bucket_s` (the server's,
+// from the retry settings: a tenth of full jitter's first-retry window), it shows one run (the retries since the
+// latest storage outage began), and a race page can hand every lane one y scale (`lab:hist-scale`).
 
 import { fmtNum, fmtT, h, setText } from './util.js';
 import { workerCounts } from './model.js';
 import { recentCounts, retryArrivals } from './timeline-model.js';
 
 const RATE_WINDOW = 600; // simulated seconds for the redelivery-rate readout
-const HIST_BUCKETS = 30, HIST_WINDOW = 600;
+const HIST_MIN_BARS = 60, HIST_MAX_BARS = 300; // bars on screen (a run's whole length between); each is retry_bucket_s wide
 
 export function install(W) {
   const { root, S, els, q } = W;
@@ -30,7 +32,9 @@ export function install(W) {
       tiles.push(['outputs', 'Outputs written', 'files'], ['emails', 'Emails sent', 'completion emails'],
         ['dupdone', 'Completed twice', 'guard off']);
     }
-    if (c.has('retry_policy') || c.has('faults')) tiles.push(['failed', 'Failed attempts', 'retries scheduled: 0']);
+    if (c.has('retry_policy') || c.has('faults')) {
+      tiles.push(['failed', 'Job attempts failed', 'job retries scheduled: 0 · storage calls retried: 0']);
+    }
     els.readouts = {};
     // one row: the chapter's extra tiles (outputs, emails, failed attempts) sit beside the main ones, so the
     // pipeline stays on the first screen; a compact widget (race lanes, compare) leaves the extras out
@@ -81,7 +85,9 @@ export function install(W) {
     setReadout('outputs', c.outputs_written || 0);
     setReadout('emails', c.emails_sent || 0, null, `${c.emails_suppressed || 0} suppressed as repeats`);
     setReadout('dupdone', c.duplicate_completions || 0);
-    setReadout('failed', c.failed || 0, null, `retries scheduled: ${c.retries_scheduled || 0}`);
+    // job retries (a new attempt) and storage calls a part retried inside its attempt, named apart
+    setReadout('failed', c.failed || 0, null,
+      `job retries scheduled: ${c.retries_scheduled || 0} · storage calls retried: ${c.storage_retries || 0}`);
     if (els.readouts.lost) els.readouts.lost.tile.dataset.alarm = c.lost ? 'yes' : 'no';
     if (els.readouts.dupdone) els.readouts.dupdone.tile.dataset.alarm = c.duplicate_completions ? 'yes' : 'no';
     if (!els.rate) return;
@@ -97,24 +103,57 @@ export function install(W) {
   }
 
   function buildRetryHistogram() {
-    const bars = Array.from({ length: HIST_BUCKETS }, () => h('span', { class: 'lw-hist-bar' }));
     const caption = h('p', { class: 'lw-doc', testid: 'retry-hist-caption' });
+    const box = h('div', { class: 'lw-hist-bars' });
+    const sub = h('small', {});
+    const ymax = h('span', { class: 'lw-hist-ymax', testid: 'retry-hist-ymax', 'data-value': '0' }, '0');
+    const legend = h('p', { class: 'lw-hist-legend' },
+      h('span', { class: 'lw-hist-key lw-hist-key-storage' }), 'storage calls retried inside an attempt ',
+      h('span', { class: 'lw-hist-key lw-hist-key-job' }), 'job retries (a new attempt)');
     const panel = h('section', { class: 'lw-panel lw-hist', 'aria-labelledby': 'lw-hist-h', testid: 'retry-histogram' },
-      h('h3', { id: 'lw-hist-h' }, 'Retry arrivals ', h('small', {}, `last ${HIST_WINDOW} s, ${HIST_WINDOW / HIST_BUCKETS} s per bar`)),
-      h('div', { class: 'lw-hist-bars', 'aria-hidden': 'true' }, bars), caption);
+      h('h3', { id: 'lw-hist-h' }, 'Retry arrivals ', sub),
+      h('div', { class: 'lw-hist-plot', 'aria-hidden': 'true' }, ymax, box),
+      legend, caption);
     root.querySelector('.lw-timeline').before(panel);
-    els.hist = { bars, caption };
+    els.hist = { panel, box, bars: [], caption, sub, ymax, peak: -1 };
+    // a race page hands every lane the tallest bar of all of them: one y scale, so the lanes compare by eye
+    root.addEventListener('lab:hist-scale', (e) => { W.histScale = e.detail.max; W.markDirty(); });
   }
 
   function renderRetryHistogram(now) {
-    const { counts, live, from, end, size, peak, total } = retryArrivals(S.retries, now, HIST_WINDOW, HIST_BUCKETS);
-    els.hist.bars.forEach((b, i) => {
-      b.style.height = counts[i] ? `${15 + (85 * counts[i]) / Math.max(1, peak)}%` : '2px';
-      b.dataset.n = String(counts[i]);
+    const size = S.retryBucket || 1;
+    const a = retryArrivals(S.retries, S.jobRetries, now, S.runFrom ?? 0, size, HIST_MIN_BARS, HIST_MAX_BARS);
+    const { bars, box } = els.hist;
+    while (bars.length < a.n) {
+      bars.push(h('span', { class: 'lw-hist-bar', 'data-n': '0' }, h('span', { class: 'lw-hist-job' })));
+      box.append(bars[bars.length - 1]);
+    }
+    while (bars.length > a.n) bars.pop().remove();
+    if (a.peak !== els.hist.peak) { // tell a race page this lane's tallest bar (it answers with the shared scale)
+      els.hist.peak = a.peak;
+      root.dispatchEvent(new CustomEvent('lab:hist-peak', { bubbles: true, detail: { peak: a.peak } }));
+    }
+    const top = Math.max(1, a.peak, W.histScale || 0);
+    setText(els.hist.sub, `${fmtNum(size)} s per bar, since the ${S.runFrom != null ? 'outage began' : 'lab started'}`);
+    box.dataset.dense = a.n > 100 ? 'yes' : 'no';
+    setText(els.hist.ymax, String(top));
+    els.hist.ymax.dataset.value = String(top);
+    els.hist.panel.dataset.ymax = String(top);
+    els.hist.panel.dataset.bucket = String(size);
+    els.hist.panel.dataset.from = String(a.from); // the run's bars start here: no earlier run's retries
+    bars.forEach((b, i) => {
+      const n = a.counts[i];
+      b.style.height = n ? `${(100 * n) / top}%` : '2px'; // proportional: a bar twice as tall holds twice as many
+      b.dataset.n = String(n);
+      b.dataset.job = String(a.job[i]);
+      b.firstChild.style.height = n ? `${(100 * a.job[i]) / n}%` : '0';
     });
-    setText(els.hist.caption, total
-      ? `${live ? '' : `Last burst, t=${fmtT(Math.max(0, from))}–${fmtT(end)} s: `}${total} retr${total === 1 ? 'y' : 'ies'} arrived; the busiest ${size} s took ${peak}. Policy now: ${String(S.settings.retry_policy).replace('_', ' ')}.`
-      : `No retries in the last ${HIST_WINDOW} s (storage calls retried inside a job's attempt, and job retries). `
+    const span = a.live ? `Since t=${fmtT(Math.max(0, a.from))} s` : `t=${fmtT(Math.max(0, a.from))}–${fmtT(a.end)} s`;
+    setText(els.hist.caption, a.total
+      ? `${span}: ${a.storageTotal} storage call${a.storageTotal === 1 ? '' : 's'} retried inside attempts and `
+        + `${a.jobTotal} job retr${a.jobTotal === 1 ? 'y' : 'ies'}; the busiest ${fmtNum(size)} s bar took ${a.peak}. `
+        + `Policy now: ${String(S.settings.retry_policy).replace('_', ' ')}.`
+      : `${span}: no retries (storage calls retried inside a job's attempt, and job retries). `
         + 'Start a storage outage while jobs run, then compare policies.');
   }
 

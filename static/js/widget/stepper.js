@@ -7,11 +7,16 @@
 // that shows it, and when the run has settled says in one sentence what the lab measured. A step the lab
 // cannot act out asks, then reveals its claim. Each "Try this" item in the prose gets a button that opens
 // the stepper at that step.
+//
+// At the pause the card docks: a bar fixed to the bottom of the screen (its title, status, verdict and
+// Continue), with the panel it points at scrolled into the room above it, so the next move is where the
+// learner is looking. It stays docked until the step changes, when it returns to the top of the lab.
 
 import { errorText, fmtT, h, narrate, setText } from './util.js';
 import { cleanGuess, shown, whyText } from './predict-model.js';
 
 const LOOK = 'lw-step-look';
+const DOCKED = 'lw-step-docked';
 
 export function install(W) {
   const { S, root, preset } = W;
@@ -43,6 +48,8 @@ export function install(W) {
           h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely'))),
       els.body, els.status, els.verdict, els.says);
     els.box = box;
+    // the docked bar's height, for the page's scroll padding: a focused control never hides under it (WCAG 2.4.11)
+    new ResizeObserver(() => padForDock()).observe(box);
     els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
       onclick: () => open(at) }, `Guided steps (${steps.length})`);
     mount.replaceChildren(box, els.opener);
@@ -77,20 +84,50 @@ export function install(W) {
 
   async function leave() {
     await stopRun();
+    dock(false);
     els.box.hidden = true;
     els.opener.hidden = false;
     els.opener.focus();
   }
 
+  // ---- the bar at the pause -------------------------------------------------------------------------
+  function dock(on) {
+    if (on === els.box.classList.contains(DOCKED)) return;
+    els.box.classList.toggle(DOCKED, on);
+    els.mount.dataset.docked = on ? 'yes' : 'no';
+    padForDock();
+  }
+
+  function padForDock() {
+    const docked = els.box.classList.contains(DOCKED);
+    const html = document.documentElement;
+    html.classList.toggle('lw-step-docking', docked);
+    html.style.setProperty('--lw-dock-h', docked ? `${Math.ceil(els.box.offsetHeight) + 16}px` : '0px');
+  }
+
+  /** The panel into the room the bar leaves: centred between any pinned strip at the top (the phone's queue
+   * strip, html's scroll-padding-top) and the bar, or from the top of that room if it is taller than it. */
+  function bring(panel) {
+    const top = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop) || 0;
+    const room = els.box.getBoundingClientRect().top - top;
+    const r = panel.getBoundingClientRect();
+    const gap = Math.max(8, (room - r.height) / 2);
+    window.scrollBy({ top: r.top - top - gap, behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+  }
+
   // ---- one step: ask, then act it out (or reveal) ----------------------------------------------------
   async function show(i) {
     await stopRun();
+    const fromBar = els.box.classList.contains(DOCKED);
+    dock(false);
     at = Math.max(0, Math.min(steps.length - 1, i));
     const step = steps[at];
     els.mount.dataset.step = String(at + 1);
     setText(els.head, `Step ${at + 1} of ${steps.length}: ${step.title}`);
     setText(els.status, '');
     setText(els.verdict, '');
+    // the lab's own status and hint lines speak of the step before: a new step starts with none
+    for (const el of root.querySelectorAll('.lw-status, .lw-hint')) if (!el.closest('.la-panel')) setText(el, '');
     delete els.verdict.dataset.measured;
     delete els.status.dataset.paused;
     els.says.hidden = true;
@@ -118,6 +155,10 @@ export function install(W) {
     form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
     els.body.replaceChildren(form);
     nav();
+    if (fromBar) { // Next, Back or Again was pressed in the bar: the new step's question is the next move
+      root.scrollIntoView({ block: 'start', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+      els.head.focus({ preventScroll: true });
+    }
   }
 
   function nav(extra = []) {
@@ -284,14 +325,20 @@ export function install(W) {
     await W.clockAction({ action: 'pause' });
     if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
     run.paused = true;
+    dock(true);
     const el = look(run.step.look);
     const what = el ? nameOf(el) : '';
     const line = `Paused at t = ${fmtT(ev.t_sim)} s: ${narrate(ev, S.meta, W.labelOf)}.`;
     setText(els.status, `${line} ${what ? `Look at “${what}”. ` : ''}Continue to let the run finish.`);
-    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the guided steps when you have looked.`);
+    callout(run.p && run.p.result ? els.says.textContent : `${line} Press Continue in the step bar when you have looked.`);
     els.status.dataset.paused = 'yes';
-    nav([h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶'),
-      rerunButton()]);
+    const go = h('button', { type: 'button', class: 'lw-btn lw-primary', testid: 'stepper-continue', onclick: resume }, 'Continue ▶');
+    nav([go, rerunButton()]);
+    // the learner's last act was the step's own button (now disabled): Continue is where their keyboard goes
+    // next; focus that is elsewhere (a setting being typed) stays there
+    const f = document.activeElement;
+    if (!f || f === document.body || els.box.contains(f)) go.focus({ preventScroll: true });
+    if (el) bring(el); // once the bar has its words: the room above it is what is left
   }
 
   function look(testid) {
@@ -306,7 +353,6 @@ export function install(W) {
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
     const summary = panel.querySelector(':scope > summary');
     if (summary) summary.after(els.callout); else panel.prepend(els.callout);
-    panel.scrollIntoView({ block: 'center', behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
     return panel;
   }
 
@@ -334,7 +380,9 @@ export function install(W) {
     await W.clockAction({ action: 'resume' });
     if (run !== mine) return;
     setText(els.status, mine.p && mine.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
+    const back = els.box.contains(document.activeElement);
     nav([rerunButton()]);
+    if (back) els.head.focus({ preventScroll: true }); // Continue is gone: the bar keeps the keyboard, the verdict follows
   }
 
   /** The verdict is in (predict.js): say what the lab measured, with its own numbers. */

@@ -1,8 +1,10 @@
 // The live stream: a WebSocket that resumes after the last event id seen, reconnects with backoff
 // (catching up with one plain request meanwhile), and feeds every event, in order, to the model;
-// snapshots are fetched (throttled) after events that change more than a progress tick.
+// snapshots are fetched (throttled) after events that change more than a progress tick. While it is down
+// the picture holds still at the last moment seen (S.lost) and says so over the pipeline: a clock that
+// kept counting would run past lease deadlines the page has not seen happen.
 
-import { throttled, setText } from './util.js';
+import { fmtT, throttled, setText } from './util.js';
 import { applySnapshot as foldSnapshot, ingestEvent } from './model.js';
 import { socketUrl } from './lab.js';
 
@@ -10,7 +12,7 @@ const QUIET = new Set(['job.progress', 'lease.extended']); // no snapshot re-fet
 
 export function install(W) {
   const { root, S, els } = W;
-  let ws = null, wsGen = 0, backoff = 500;
+  let ws = null, wsGen = 0, backoff = 500, notice = 0;
 
   /** Open the lab's socket, after the last event seen; or take `held`, the one boot.js opened (lab.js heldSocket). */
   function connectWs(held) {
@@ -22,7 +24,13 @@ export function install(W) {
     }
     ws = sock;
     const handlers = {};
-    handlers.onopen = () => { if (gen === wsGen) { setConn('live'); backoff = 500; } };
+    handlers.onopen = () => {
+      if (gen !== wsGen) return;
+      const caughtUp = !!S.lost;
+      setConn('live');
+      backoff = 500;
+      if (caughtUp) refresh(); // the socket resumes after the last id; the snapshot brings the clock's now
+    };
     handlers.onmessage = (m) => {
       if (gen !== wsGen) return;
       try { ingest(JSON.parse(m.data)); } catch (e) { console.error('bad event', e); }
@@ -55,6 +63,9 @@ export function install(W) {
     if (gen !== wsGen) return;
     if (res.ok) for (const ev of res.data.events) ingest(ev);
     else if (res.status === 404 && !S.lab.viewer) { await W.labVanished(); return; }
+    if (gen !== wsGen || code === 4429) return;
+    // no answer at all (or the proxy's "bad gateway"): the server itself is down, not only the socket
+    setConn(res.ok || (res.status > 0 && res.status < 502) ? 'reconnecting' : 'down');
     setTimeout(() => { if (gen === wsGen) connectWs(); }, delay * (0.75 + Math.random() * 0.5));
   }
 
@@ -62,13 +73,47 @@ export function install(W) {
     const el = els.conn;
     el.dataset.conn = state;
     setText(el, { live: '● live', reconnecting: '○ reconnecting…', connecting: 'connecting…',
-      limited: '○ live updates paused (connection limit)' }[state] || state);
+      limited: '○ live updates paused (connection limit)', down: '○ server not answering' }[state] || state);
+    if (state === 'live') S.lost = null;
+    else if (state !== 'connecting' && !S.lost) S.lost = { t: W.simNow() }; // the last moment seen
+    showLost(state);
+    W.markDirty();
+  }
+
+  /** Over the pipeline: what the picture is (frozen, and since when) and what the page is doing about it.
+   * A blip (a socket the server cut for being slow, back in 150 ms) is not news: it shows after a second. */
+  function showLost(state) {
+    clearTimeout(notice);
+    const box = W.q('lost');
+    if (!S.lost || state === 'limited') { box.hidden = true; delete root.dataset.lost; return; }
+    const say = () => {
+      if (!S.lost) return;
+      root.dataset.lost = state;
+      box.dataset.conn = state;
+      box.hidden = false;
+      sayLost();
+    };
+    if (box.hidden) notice = setTimeout(say, 1000); else say();
+  }
+
+  function sayLost() {
+    const box = W.q('lost');
+    if (!S.lost || box.hidden) return;
+    const at = `What you see stopped at t = ${fmtT(S.lost.t)} s.`;
+    setText(W.q('lost-head'), box.dataset.conn === 'down' ? 'The server is not answering' : 'Connection lost');
+    setText(W.q('lost-text'), box.dataset.conn === 'down'
+      ? `${at} Trying again every few seconds; the picture catches up when the server is back.`
+      : `${at} The lab keeps running on the server; reconnecting…`);
   }
 
   /** One event, in stream order; ids at or below the last seen are ignored (no repeats). */
   function ingest(ev) {
     if (!ev || !ev.id || !ev.type) return;
     if (S.past) { W.holdLive(ev); return; }
+    if (S.lost && typeof ev.t_sim === 'number' && ev.t_sim > S.lost.t) { // caught up by the plain request
+      S.lost.t = ev.t_sim;
+      sayLost();
+    }
     if (ev.job_id != null && ev.job_id === S.selectedJob) W.fetchHistorySoon();
     const took = ingestEvent(S, ev, performance.now());
     if (!took) return;

@@ -33,9 +33,12 @@ function keepTime(list, t) {
 export function applyTimeline(state, ev) {
   const d = ev.data || {};
   const t = ev.t_sim;
-  // retry arrivals: a job's retry, and a storage call retried inside an attempt (its try 2, 3, …): the herd an
-  // outage makes arrives as the latter while every attempt keeps running
-  if (ev.type === 'job.retry_started' || (ev.type === 'storage.called' && Number(d.try) > 1)) keepTime(state.retries, t);
+  // retry arrivals, kept apart: a storage call retried inside an attempt (its try 2, 3, …: the herd an outage
+  // makes arrives as these while every attempt keeps running), and a job's retry (a new attempt)
+  if (ev.type === 'storage.called' && Number(d.try) > 1) keepTime(state.retries, t);
+  if (ev.type === 'job.retry_started') keepTime(state.jobRetries, t);
+  // a storage outage starts a new run: the retry histogram shows only the retries since (never two runs summed)
+  if (ev.type === 'fault.started' && d.fault === 'storage_outage') state.runFrom = t;
   if (ev.type === 'job.redelivered') keepTime(state.redeliveries, t);
   if (ev.type === 'worker.killed' || ev.type === 'worker.died') {
     state.deaths.set(ev.worker_id, t);
@@ -145,18 +148,32 @@ export function recentCounts(times, now, window, n) {
 }
 
 /**
- * Retry arrivals in `n` buckets over `window` s: the live window, or (once it has moved past them)
- * the window that ends with the last burst. {counts, live, from, end, size, peak, total}
+ * One run's retry arrivals in bars of `size` simulated s: storage-call retries (`retries`) and job retries
+ * (`jobRetries`) counted apart, only those since the run began (`runFrom`: the latest storage outage's start, so
+ * two runs are never summed into one bar). The bars run from the run's start to now (or, once the retries have
+ * stopped, to the last one): the whole run, so its busiest bar is always on screen. At least `minBars` of them;
+ * a run longer than `maxBars` shows its latest `maxBars`, moving on a whole bar at a time (so a wave never
+ * straddles a moving edge). {storage, job, counts, n, live, from, end, size, peak, total, storageTotal, jobTotal}
  */
-export function retryArrivals(retries, now, window, n) {
-  const lastRetry = retries.length ? retries[retries.length - 1] : null;
-  const live = lastRetry == null || lastRetry > now - window;
-  const size = window / n;
-  const end = live ? now : lastRetry + size;
-  const from = end - window;
-  const counts = new Array(n).fill(0);
-  for (let i = retries.length - 1; i >= 0 && retries[i] > from; i--) {
-    if (retries[i] <= end) counts[Math.min(n - 1, Math.floor((retries[i] - from) / size))]++;
-  }
-  return { counts, live, from, end, size, peak: Math.max(...counts), total: counts.reduce((a, b) => a + b, 0) };
+export function retryArrivals(retries, jobRetries, now, runFrom, size, minBars, maxBars) {
+  const last = Math.max(retries.length ? retries[retries.length - 1] : -Infinity,
+    jobRetries.length ? jobRetries[jobRetries.length - 1] : -Infinity);
+  const live = last < runFrom || last > now - minBars * size;
+  const end = live ? now : last + size;
+  const span = Math.max(1, Math.ceil((end - runFrom) / size));
+  const n = Math.min(maxBars, Math.max(minBars, span));
+  const from = runFrom + Math.max(0, span - n) * size;
+  const fold = (times) => {
+    const out = new Array(n).fill(0);
+    for (let i = times.length - 1; i >= 0 && times[i] >= from; i--) {
+      const k = Math.floor((times[i] - from) / size);
+      if (k < n) out[k]++;
+    }
+    return out;
+  };
+  const storage = fold(retries), job = fold(jobRetries);
+  const counts = storage.map((c, i) => c + job[i]);
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+  return { storage, job, counts, n, live, from, end, size, peak: Math.max(...counts), total: sum(counts),
+    storageTotal: sum(storage), jobTotal: sum(job) };
 }
