@@ -77,6 +77,14 @@ def reading(state: dict, real: float) -> dict:
             "waiting_on_real_work": barrier not in (None, "") and t >= float(barrier)}
 
 
+def lapse(state: dict, at: float, margin: float) -> float:
+    """Real seconds a barrier at `at` lives without a refresh: until `margin` real seconds after this clock (a
+    `read`) would reach it at its speed. A paused clock reaches nothing: `margin`, renewed by the holder."""
+    if state["paused"]:
+        return margin
+    return max(0.0, at - state["t_raw"]) / max(state["speed"], 1e-9) + margin
+
+
 def now(r: redis.Redis, lab: str) -> float:
     return _now(r.hgetall(key(lab, "clock")))
 

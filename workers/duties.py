@@ -136,7 +136,7 @@ class Duties:
         if "reaper" not in seen.alive:
             pool.reaper_at = None  # not held (the lab's keys were restored or swept meanwhile): held anew below
         elif pool.reaper_at is not None and float(seen.alive["reaper"]) < real:
-            ttl = reaper_ttl(seen.state, pool.reaper_at)
+            ttl = clock.lapse(seen.state, pool.reaper_at, REAPER_BARRIER_S)
             clock.refresh(self.r, pool.lab, "reaper", ttl=ttl)
             seen.alive["reaper"] = real + ttl
         if seen.gauges.get("loadgen") == ["1"] and float(seen.alive.get(loadgen.ARRIVAL, math.inf)) < real:
@@ -162,7 +162,7 @@ class Duties:
             clock.lift(self.r, lab, "reaper")
             alive.pop("reaper", None)
         else:
-            ttl = reaper_ttl(state, at)
+            ttl = clock.lapse(state, at, REAPER_BARRIER_S)
             clock.hold(self.r, lab, "reaper", at, ttl=ttl)
             alive["reaper"] = time.time() + ttl
         pool.reaper_at = at
@@ -232,9 +232,3 @@ class Duties:
 HEADS = ("leases", "scheduled", "dispatch", "handoffs")  # the sorted sets whose first member a pass reads
 
 
-def reaper_ttl(state: dict, at: float) -> float:
-    """Real seconds the reaper's barrier at `at` lives without a refresh: until REAPER_BARRIER_S after the clock
-    would reach it at its speed (a paused clock reaches nothing: REAPER_BARRIER_S, refreshed by the next pass)."""
-    if state["paused"]:
-        return REAPER_BARRIER_S
-    return max(0.0, at - state["t_raw"]) / max(state["speed"], 1e-9) + REAPER_BARRIER_S

@@ -23,7 +23,7 @@ import redis
 
 from core import clock, registry, stream
 from core.broker import handoff, reaper
-from core.config import STOP_GRACE_S, Config
+from core.config import REAPER_BARRIER_S, STOP_GRACE_S, Config
 from core.keys import key, lab_dir, queue_name
 from core.procs import server_tag
 from workers import reconcile
@@ -42,6 +42,11 @@ def worker_argv(name: str, queues: list[str]) -> list[str]:
             *queues]
 
 
+def start_holder(slot_id: str) -> str:
+    """The clock barrier of a worker waiting to start (booting, or dead until its respawn)."""
+    return f"start:{slot_id}"
+
+
 @dataclass
 class Slot:
     id: str
@@ -51,6 +56,7 @@ class Slot:
     generation: int = 0
     fleet: str | None = None  # the tier this worker alone serves (chapter 6's full separation)
     quiet_since: float | None = None  # real time a warm-stopped worker was first seen holding no job
+    held_until: float | None = None  # real time its start barrier (`start_holder`) lapses, while it waits to start
 
 
 @dataclass
@@ -112,6 +118,21 @@ class Keeper:
         self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
         stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
                     pid=slot.proc.pid, fleet=slot.fleet or "")
+        self.release_start(pool, slot)
+
+    def hold_start(self, pool: LabPool, slot: Slot) -> None:
+        """The clock may not pass `respawn_at` before this loop has started the worker: a busy host delays a
+        boot or a respawn in real time, never in simulated time, so `worker.started` lands on the boot lag
+        or the respawn delay exactly. The barrier lapses REAPER_BARRIER_S real seconds after the clock would
+        get there; `check_process` renews it while the worker waits (a paused clock gets nowhere)."""
+        ttl = clock.lapse(clock.read(self.r, pool.lab), slot.respawn_at, REAPER_BARRIER_S)
+        clock.hold(self.r, pool.lab, start_holder(slot.id), slot.respawn_at, ttl=ttl)
+        slot.held_until = time.time() + ttl
+
+    def release_start(self, pool: LabPool, slot: Slot) -> None:
+        if slot.held_until is not None:
+            clock.lift(self.r, pool.lab, start_holder(slot.id))
+            slot.held_until = None
 
     @staticmethod
     def fleet_of(pool: LabPool, slot: Slot, settings: dict) -> str | None:
@@ -163,6 +184,7 @@ class Keeper:
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
         slot.state = "dead"
         slot.respawn_at = now + float(settings["respawn_delay"])  # on the lab's clock, as every delay
+        self.hold_start(pool, slot)
         self.write_row(pool, slot, job_id=None, attempt=None, horse_pid=None, progress=None)
 
     def boot_later(self, pool: LabPool, slot: Slot, settings: dict) -> None:
@@ -175,6 +197,7 @@ class Keeper:
         now = clock.now(self.r, pool.lab)
         slot.state = "booting"
         slot.respawn_at = now + float(settings["boot_lag"])
+        self.hold_start(pool, slot)
         self.write_row(pool, slot, job_id=None)
         stream.emit(self.r, pool.lab, "worker.booting", now, worker_id=slot.id, lag=settings["boot_lag"])
 
@@ -203,6 +226,7 @@ class Keeper:
         self.rewire(pool, settings)
         for slot in sorted(live, key=lambda s: int(s.id[1:]), reverse=True)[: max(0, len(live) - want)]:
             if slot.state == "booting":  # never started: nothing to drain
+                self.release_start(pool, slot)
                 slot.state = "draining"
             elif settings["scale_in"] == "kill" and slot.state not in ("dead", "respawning"):
                 self.kill(pool, slot)
@@ -260,11 +284,14 @@ class Keeper:
             return
         if slot.state == "draining":
             if slot.proc is None or slot.proc.poll() is not None:
+                self.release_start(pool, slot)  # a dead or booting worker scaled in waits for nothing
                 del pool.slots[slot.id]
                 self.r.hdel(key(pool.lab, "workers"), slot.id)
                 stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
                             worker_id=slot.id)
             return
+        if slot.held_until is not None and time.time() > slot.held_until - REAPER_BARRIER_S / 2:
+            self.hold_start(pool, slot)  # still waiting to start (the clock was paused or slow): kept
         if slot.state == "booting":
             if clock.now(self.r, pool.lab) >= slot.respawn_at:
                 self.spawn(pool, slot)
