@@ -1,11 +1,14 @@
 """Fixtures: a private Redis-protocol server and a real app stack (supervisor + gunicorn) per session.
 
 Everything binds to 127.0.0.1 on free ports and is stopped at the end; no test touches a server
-it did not start.
+it did not start. Under pytest-xdist a session is one worker process, so each worker has a stack of its
+own (its own ports, its own tmp dirs). A test's folder is its marker (tests/unit → `unit`, …), so
+`-m "not integration and not e2e and not lesson"` selects exactly the tests that start no server.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -18,7 +21,41 @@ from runtime.harness.client import Api, Response
 from runtime.harness.stack import Stack
 
 __all__ = ["ARTIFACTS", "Api", "Response"]  # tests import the shared client from here too
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+TESTS = Path(__file__).resolve().parent
+ARTIFACTS = TESTS.parent / "test-artifacts"
+FOLDERS = ("unit", "integration", "e2e", "lesson")  # each folder's name is its tests' marker
+DRILLS = ("tests/integration/test_chaos.py", "tests/integration/test_network.py")
+"""Fault drills and network namespaces: they kill processes, stop servers and load the box on purpose, so under
+xdist they run in one group, one after another on one worker, never beside each other."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """xdist's controller collects nothing, so it never meets tests/lesson's conftest on its own: load it there, to
+    merge the workers' lesson runs and write test-artifacts/lesson.json once."""
+    if config.pluginmanager.hasplugin("dsession"):
+        recorder = importlib.import_module("tests.lesson.conftest")
+        if not config.pluginmanager.is_registered(recorder):  # unless a path under tests/lesson was given
+            config.pluginmanager.register(recorder)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder; under xdist keep a module whose tests share a module- or class-scoped fixture
+    (a stack of its own, a drill's run) on one worker, so that fixture is built once; run the unit tests first (a
+    broken build fails in seconds) and the rest in file order."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        if folder not in FOLDERS:
+            continue
+        item.add_marker(folder)
+        if folder == "unit" and "redis_server" in item.fixturenames:
+            raise pytest.UsageError(f"{item.nodeid}: a unit test must start no server; move it to tests/integration")
+        module = item.nodeid.split("::", 1)[0]
+        if module in DRILLS:
+            item.add_marker(pytest.mark.xdist_group("drills"))
+        elif any(d.scope in ("module", "class") for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(module))
+    items.sort(key=lambda item: item.get_closest_marker("unit") is None)  # stable: file order otherwise
 
 
 @pytest.fixture(scope="session")

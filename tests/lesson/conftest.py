@@ -5,7 +5,8 @@ merged into test-artifacts/lesson.json under the ids of the claims (chapters.CLA
 so the `/lesson` page shows, for every claim, the last time it was run and what the lab did. A
 parametrized test records one entry per parameter (keyed by the parameter's id) under its one claim. A
 `model` claim's figures come from the numbers model, not the lab: they are kept as "model", never as
-"measured". Running a subset of the suite keeps the other claims' last results.
+"measured". Running a subset of the suite keeps the other claims' last results. Under pytest-xdist each worker
+hands its runs to the controller, the one process that writes the file.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ _WORST = ("failed", "skipped", "passed")  # a claim run under several parameters
 
 
 def claim_nodeid(item: pytest.Item) -> str:
-    """The node id the claims list names: a parametrized test's, without the parameter."""
-    return item.nodeid.split("[", 1)[0]
+    """The node id the claims list names: a parametrized test's, without the parameter (nor the `@group` suffix
+    xdist's loadgroup adds on its workers)."""
+    return item.nodeid.split("[", 1)[0].split("@", 1)[0]
 
 
 def _param(item: pytest.Item) -> str | None:
@@ -63,7 +65,16 @@ def merged(runs: list[dict]) -> dict:
             "seconds": round(sum(r["seconds"] for r in runs), 2)}
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker's runs, as it handed them over when its session finished."""
+    _RUN.update(json.loads(getattr(node, "workeroutput", {}).get("lesson_runs", "{}")))
+
+
 def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller merges and writes
+        session.config.workeroutput["lesson_runs"] = json.dumps(_RUN, default=str)
+        return
     claims = lesson.by_test(chapters.CLAIMS)
     by_claim: dict[str, list[dict]] = {}
     for r in _RUN.values():
