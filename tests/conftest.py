@@ -41,8 +41,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Mark each test by its folder; under xdist keep a module whose tests share a module- or class-scoped fixture
-    (a stack of its own, a drill's run) on one worker, so that fixture is built once; run the unit tests first (a
-    broken build fails in seconds) and the rest in file order."""
+    (a stack of its own, a drill's run) on one worker, so that fixture is built once; then set the run's order."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
         if folder not in FOLDERS:
@@ -55,7 +54,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("drills"))
         elif any(d.scope in ("module", "class") for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs):
             item.add_marker(pytest.mark.xdist_group(module))
-    items.sort(key=lambda item: item.get_closest_marker("unit") is None)  # stable: file order otherwise
+    items[:] = run_order(items)
+
+
+def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The unit tests first (a broken build fails in seconds); then the grouped modules, the drills first (the
+    longest: started last, they would be the run's tail); then the rest in file order, with the browser tests
+    spread evenly among them (Chromium is the heaviest part: three at once would take both cores)."""
+    unit = [i for i in items if i.get_closest_marker("unit")]
+    rest = [i for i in items if not i.get_closest_marker("unit")]
+    grouped = sorted((i for i in rest if i.get_closest_marker("xdist_group")),
+                     key=lambda i: i.get_closest_marker("xdist_group").args[0] != "drills")
+    free = [i for i in rest if not i.get_closest_marker("xdist_group")]
+    browser = [i for i in free if "page" in i.fixturenames]
+    other = [i for i in free if "page" not in i.fixturenames]
+    spread: list[pytest.Item] = []
+    for n, item in enumerate(other, 1):
+        spread.append(item)
+        spread.extend(browser[len(browser) * (n - 1) // len(other):len(browser) * n // len(other)])
+    return unit + grouped + (spread if other else browser)
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.conftest import ARTIFACTS
 
-pytestmark = pytest.mark.e2e
-
 AXE = Path(__file__).resolve().parent.parent / "vendor" / "axe-core" / "axe.min.js"
 AXE_VERSION = "4.14.1"
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]

@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-
-pytestmark = pytest.mark.e2e
 
 
 def test_ch2_load_generator_main_path(page: Page, stack, api, shot):

@@ -8,8 +8,6 @@ import json
 import pytest
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.e2e
-
 LONG = 90_000
 
 

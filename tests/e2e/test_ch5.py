@@ -10,8 +10,6 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.e2e
-
 LONG = 60_000
 
 

@@ -9,8 +9,6 @@ import json
 import pytest
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.e2e
-
 LONG = 60_000
 
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
 from tests.helpers import page_lab, unfold
-
-pytestmark = pytest.mark.e2e
 
 LONG = 45_000
 SPEED = 200

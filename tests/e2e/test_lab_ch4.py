@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import ARTIFACTS
-
-pytestmark = pytest.mark.e2e
 
 LONG = 90_000
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from playwright.sync_api import Page, expect
-
-pytestmark = pytest.mark.e2e
 
 
 def test_ch6_panel_runs_a_noisy_neighbour_burst_and_switches_strategy_live(page: Page, stack, api, shot):

@@ -11,8 +11,6 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.conftest import ARTIFACTS
 
-pytestmark = pytest.mark.e2e
-
 LONG = 90_000
 SPEED = 300
 

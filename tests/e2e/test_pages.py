@@ -2,12 +2,9 @@
 
 import re
 
-import pytest
 from playwright.sync_api import expect
 
 import chapters
-
-pytestmark = pytest.mark.e2e
 
 
 def test_home_lists_chapters_and_opens_one(page, stack, shot):

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from app.racing import RACES
 from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
 from tests.lesson import races
-
-pytestmark = pytest.mark.e2e
 
 
 def test_the_lease_race_shows_the_vt300_duplicate_against_the_other_labs(page, stack, api, shot):

@@ -15,8 +15,6 @@ from core import parking, slots
 from runtime.harness.stack import UNLIMITED, Stack
 from tests.conftest import ARTIFACTS
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def default_stack(redis_server, tmp_path_factory):

@@ -22,7 +22,6 @@ from tests.helpers import unfold
 ROOM_URL = re.compile(rf"/rooms/[{ALPHABET}]{{{CODE_LENGTH}}}$")
 """A room's page: its join code as app/routes/rooms.py makes them (CODE_LENGTH letters of ALPHABET)."""
 
-pytestmark = pytest.mark.e2e
 
 LONG = 45_000
 

@@ -14,8 +14,6 @@ import chapters
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, page_lab
 
-pytestmark = pytest.mark.e2e
-
 SPEED = 200
 LONG = 90_000  # ms: a step's whole run, some simulated minutes, on a shared machine
 

@@ -14,8 +14,6 @@ from playwright.sync_api import Browser, Page
 import chapters
 from core.procs import wait
 
-pytestmark = pytest.mark.e2e
-
 NUMBERS = [ch.number for ch in chapters.all_chapters()]
 SWAP_S = 15
 

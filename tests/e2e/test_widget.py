@@ -19,8 +19,6 @@ from core.procs import wait
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, unfold
 
-pytestmark = pytest.mark.e2e
-
 SPEED = 200
 LONG = 45_000  # ms; generous upper bound for a few simulated transcodes at 200x
 

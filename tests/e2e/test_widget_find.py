@@ -8,15 +8,12 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, busy_worker, wait_readout_at_least
 from tests.helpers import unfold
-
-pytestmark = pytest.mark.e2e
 
 lab_page = test_widget.lab_page
 

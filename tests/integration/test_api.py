@@ -10,8 +10,6 @@ import pytest
 from core import media
 from tests.helpers import long_polls_held, sim_time_passes
 
-pytestmark = pytest.mark.integration
-
 
 def multipart(field: str, filename: str, data: bytes, ctype: str = "video/mp4") -> tuple[bytes, dict]:
     boundary = uuid.uuid4().hex

@@ -12,8 +12,6 @@ from tests.helpers import requests_sent
 from tests.integration.test_api import multipart
 from workers import tasks
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def tight_caps(monkeypatch):

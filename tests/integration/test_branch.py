@@ -7,8 +7,6 @@ import pytest
 
 from tests.integration.test_delivery import enqueue, types
 
-pytestmark = pytest.mark.integration
-
 
 def branch(api, parent, at_event, token=None, **body):
     return api.call("POST", "/api/labs", {"branch_of": parent["lab_id"], "at_event": at_event, **body},

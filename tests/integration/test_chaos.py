@@ -28,8 +28,6 @@ from chaos import (
     web_restart,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def db_url(server, db: int) -> str:
     """A database of its own on the session's server: its own labs set, pool commands and RQ queues, so

@@ -18,7 +18,7 @@ from core.procs import alive, children, cpu_s, wait
 from runtime.harness import cpuquota
 
 WHY = cpuquota.unavailable()
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(WHY), reason=f"no CPU quotas here: {WHY}")]
+pytestmark = pytest.mark.skipif(bool(WHY), reason=f"no CPU quotas here: {WHY}")
 
 # the fork waits for a line on stdin, sent once the parent is in both hierarchies (cpu and cpuacct): a fork
 # between the two writes of `add` would leave the child out of the accounting

@@ -12,8 +12,6 @@ import redis
 from core import blobs, media
 from tests.helpers import enqueue, types
 
-pytestmark = pytest.mark.integration
-
 
 def output_names(stack, lab, job) -> list[str]:
     """The job's output files: blobs in the server (core/blobs.py), not files on any host's disk."""

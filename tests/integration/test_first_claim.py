@@ -11,8 +11,6 @@ import chapters
 from tests.lesson.helpers import of_type, wait_event
 from tests.lesson.races import claim_lags, cpu_hogs
 
-pytestmark = pytest.mark.integration
-
 SPEED = 100  # the figure; at 100× a real second of hand-off would be 100 simulated seconds
 CHAPTERS = [p for p in (f"ch{n}" for n in range(9)) if chapters.settings_for(p)["workers"] > 0]
 

@@ -30,7 +30,6 @@ from core.config import Config
 from core.settings import DEFAULTS
 from tests.conftest import Api
 
-pytestmark = pytest.mark.integration
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 

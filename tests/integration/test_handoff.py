@@ -18,7 +18,6 @@ from core.broker import handoff, leases, reaper
 from core.keys import attempts, job, key, msg, queue_name
 from tests.helpers import requests_sent, round_trips
 
-pytestmark = pytest.mark.integration
 LAB = "handofftest"
 
 

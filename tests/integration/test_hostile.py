@@ -26,7 +26,6 @@ from tests.helpers import readline_within
 from tests.integration.test_api import multipart, post_oversize
 from tests.integration.test_launcher import processes_mentioning
 
-pytestmark = pytest.mark.integration
 MAX_UPLOAD = 2 * 1024 * 1024  # the shared stack's MAX_UPLOAD_BYTES
 
 

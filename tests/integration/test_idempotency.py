@@ -10,8 +10,6 @@ import redis
 
 from core import blobs, media
 
-pytestmark = pytest.mark.integration
-
 
 def jobs_path(lab):
     return f"/api/labs/{lab['lab_id']}/jobs"

@@ -8,8 +8,6 @@ import redis
 from runtime.harness.stack import Stack
 from tests.integration.test_delivery import busy_worker, enqueue, kill, types
 
-pytestmark = pytest.mark.integration
-
 
 def test_history_shows_each_attempt_with_its_fence_lease_and_the_files_written(api):
     lab = api.lab("ch1", speed=200, vt_seconds=1200, job_duration=600, workers=2, respawn_delay=10)

@@ -17,7 +17,6 @@ import pytest
 
 from runtime.embedded_redis import free_port
 
-pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 

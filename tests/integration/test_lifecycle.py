@@ -24,7 +24,6 @@ from runtime import embedded_redis
 from runtime.harness.stack import Stack
 from tests.integration.test_api import multipart
 
-pytestmark = pytest.mark.integration
 MAX_BLOB_BYTES, CLIENT_SHARE = 8_000_000, 0.25  # one client may hold 2 MB, the server 8 MB
 HOOK = "http://127.0.0.1:9/"  # an allowlisted webhook target nobody listens on
 PRESETS = ["ch1", "ch2", "ch6", "ch7", "ch8"] * 2  # workers, fleets and chapter 7's scheduler replicas

@@ -29,7 +29,6 @@ from tests.conftest import ARTIFACTS
 from tests.integration.test_api import multipart
 from tests.integration.test_launcher import processes_mentioning
 
-pytestmark = pytest.mark.integration
 RATE_JOBS, RATE_KILLS, WINDOW = 4, 2, 3600
 MAX_LABS, MAX_WORKERS, IDLE_TTL, MAX_LAB_BYTES = 3, 3, 12, 1_000_000
 ROOM_MISSES, ROOM_SEATS, METRICS_TOKEN = 3, 5, "metrics-secret-for-tests"

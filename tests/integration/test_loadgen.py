@@ -12,8 +12,6 @@ import pytest
 from core.engines import loadgen
 from tests.helpers import types
 
-pytestmark = pytest.mark.integration
-
 
 def control(api, lab, **body):
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/loadgen", body, lab["token"])

@@ -6,7 +6,6 @@ import pytest
 from core.engines.locks import lock_key, read
 from workers.engines import locks
 
-pytestmark = pytest.mark.integration
 LAB = "locktest"
 
 

@@ -23,8 +23,6 @@ from tests.integration.test_api import multipart
 from tests.integration.test_delivery import busy_worker
 from workers import reconcile
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):

@@ -25,7 +25,6 @@ from core.procs import wait
 from runtime.harness.stack import Stack
 from tests.helpers import ws_until
 
-pytestmark = pytest.mark.integration
 PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
 
 

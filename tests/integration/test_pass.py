@@ -28,8 +28,6 @@ from tests.helpers import commands_run, round_trips
 from workers.pool import LabPool
 from workers.supervisor import Supervisor
 
-pytestmark = pytest.mark.integration
-
 
 class Counted:
     """The commands (the server's count) and round trips (requests sent) of a supervisor's connections."""

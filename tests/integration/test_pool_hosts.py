@@ -31,7 +31,6 @@ from runtime.launcher import gunicorn_command, wait_healthy
 from tests.helpers import ws_until
 from workers.hosts import HostAgent
 
-pytestmark = pytest.mark.integration
 LEASE_S = 3.0
 
 

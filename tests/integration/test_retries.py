@@ -4,12 +4,7 @@ Histograms are of simulated arrival times from the event stream; the jitter draw
 seed (jitter_seed) and the lab's sequential job ids, so every run draws the same delays.
 """
 
-import pytest
-
 from tests.helpers import enqueue
-
-pytestmark = pytest.mark.integration
-
 
 # The outage's retry herd at the storage dependency, no jitter vs full jitter, in either order of
 # outage and jobs: tests/integration/test_semantics.py (test_without_jitter_…, test_full_jitter_…).

@@ -10,7 +10,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qsl, urlsplit
 
-import pytest
 import segno
 
 import chapters
@@ -18,8 +17,6 @@ from app.routes import rooms
 from app.routes.rooms import ALPHABET, PRESENCE_WINDOW, ROOM_TTL
 from core import registry
 from tests.integration.test_limits import post_from
-
-pytestmark = pytest.mark.integration
 
 
 def open_room(api, **body) -> dict:

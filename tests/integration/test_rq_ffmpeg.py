@@ -9,8 +9,6 @@ from rq import Queue
 
 from core import media
 
-pytestmark = __import__("pytest").mark.integration
-
 
 def transcode_to(src: str, dst: str) -> str:
     proc = media.start_transcode(Path(src), Path(dst), 144)

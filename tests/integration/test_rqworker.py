@@ -18,8 +18,6 @@ from tests.helpers import requests_sent
 from workers.pool import RQ_BIN, worker_argv
 from workers.rqworker import HEARTBEAT_GAP_S, LabWorker
 
-pytestmark = pytest.mark.integration
-
 
 def test_a_worker_writes_its_heartbeat_and_state_once_between_two_jobs(redis_server, monkeypatch):
     """RQ's parent beats and says `idle` several times within milliseconds between two jobs: the repeats are

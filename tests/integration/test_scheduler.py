@@ -19,8 +19,6 @@ from core.engines import shards
 from core.engines.scheduler import digest
 from tests.helpers import control, readline_within, sched, sim_time_passes, wait_sched
 
-pytestmark = pytest.mark.integration
-
 SPEED = 200
 
 

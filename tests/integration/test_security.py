@@ -15,7 +15,6 @@ import websocket
 from core import media
 from tests.integration.test_api import multipart
 
-pytestmark = pytest.mark.integration
 EVIL = "http://evil.example"
 
 

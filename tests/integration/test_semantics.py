@@ -14,8 +14,6 @@ import pytest
 from core import blobs
 from tests.helpers import enqueue, types
 
-pytestmark = pytest.mark.integration
-
 TOL_REAL = 0.4  # real seconds of hand-off slack per step (RQ pick-up, reaper scan, HTTP)
 MEASURED: dict[str, object] = {}  # printed at the end of the session (the closing figures)
 

@@ -11,8 +11,6 @@ from core import stream
 from core.keys import key
 from tests.helpers import commands_run, requests_sent
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize(("type_", "commands"), [("job.progress", 1), ("job.enqueued", 3)],
                          ids=["uncounted: an XADD", "counted: a script, its XADD and its HINCRBY"])

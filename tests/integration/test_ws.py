@@ -6,8 +6,6 @@ import websocket
 
 from tests.helpers import ws_until
 
-pytestmark = pytest.mark.integration
-
 
 def connect(stack, lab, after="0", origin=None):
     url = stack.url.replace("http", "ws") + f"/ws/labs/{lab['lab_id']}?after={after}&token={lab['token']}"

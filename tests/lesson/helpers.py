@@ -21,13 +21,23 @@ def events_of(api, lab: dict, type_: str) -> list[dict]:
     return [e for e in api.events(lab) if e["type"] == type_]
 
 
-def wait_event(api, lab: dict, type_: str, timeout: float = 60, count: int = 1, where=None) -> list[dict]:
-    """Wait until `count` events of `type_` (matching `where`) are in the lab's stream; return them."""
+def wait_event(api, lab: dict, type_: str, timeout: float = 60, count: int = 1, where=None,
+               by: float | None = None) -> list[dict]:
+    """Wait until `count` events of `type_` (matching `where`) are in the lab's stream; return them.
+
+    `by`: the simulated second on the lab's own clock by which they must be there. Once the clock reads past it
+    and they are not, the wait fails at once and says so, instead of sitting out `timeout` real seconds (which
+    stays, for a clock that stops). The clock is read before the stream, so an event of the instant is seen."""
     deadline = time.monotonic() + timeout
     while True:
+        now = api.snapshot(lab)["clock"]["t"] if by is not None else None
         found = [e for e in events_of(api, lab, type_) if where is None or where(e)]
         if len(found) >= count:
             return found
+        last = None if now is None or now <= by else [e["type"] for e in api.events(lab)][-15:]
+        if last is not None:
+            raise AssertionError(f"{count}× {type_} had to happen by t={by:g} s on the lab's clock; it reads "
+                                 f"{now:g} s and {len(found)} came; last events: {last}")
         if time.monotonic() > deadline:
             last = [e["type"] for e in api.events(lab)][-15:]
             raise AssertionError(f"{count}× {type_} not seen; last events: {last}")

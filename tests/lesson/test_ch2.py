@@ -15,8 +15,6 @@ from core import numbers
 from core.engines import loadgen
 from tests.lesson.helpers import REL, events_of, num, page_text, patch, wait_event
 
-pytestmark = pytest.mark.lesson
-
 C2 = chapters.derive()["ch2"]
 PRESET = chapters.settings_for("ch2")
 

@@ -17,8 +17,6 @@ import pytest
 import chapters
 from tests.lesson.helpers import REL, busy_worker, enqueue, kill, num, of_type, page_text, settled, wait_event
 
-pytestmark = pytest.mark.lesson
-
 
 def job_path(lab: dict, job_id: str) -> str:
     return f"/api/labs/{lab['lab_id']}/jobs/{job_id}"

@@ -14,8 +14,6 @@ from core import numbers
 from tests.lesson import races
 from tests.lesson.helpers import REL, button, enqueue, fault, job, num, of_type, page_text, patch, press, settled
 
-pytestmark = pytest.mark.lesson
-
 C4 = chapters.derive()["ch4"]
 LM = chapters.ch4.lab_model()
 PRESET = chapters.settings_for("ch4")

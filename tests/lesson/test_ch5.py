@@ -5,14 +5,10 @@ The "VT too short" button (chapters.BUTTONS) and the ch5 preset set the lab up e
 
 from __future__ import annotations
 
-import pytest
-
 import chapters
 from chapters import RACES
 from tests.lesson import races
 from tests.lesson.helpers import num, of_type, page_text, press, settled
-
-pytestmark = pytest.mark.lesson
 
 C5 = chapters.derive()["ch5"]
 PRESET = chapters.settings_for("ch5")

@@ -15,8 +15,6 @@ import chapters
 from core import numbers
 from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, run_with_summary, tier_waits
 
-pytestmark = pytest.mark.lesson
-
 AGING_S = numbers.Inputs().aging_threshold_s  # the lesson's 300 s, the page's figure
 PRESET = chapters.settings_for("ch6")
 

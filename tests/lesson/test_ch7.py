@@ -19,8 +19,6 @@ from core.engines import shards
 from tests.helpers import control, sched, wait_sched
 from tests.lesson.helpers import events_of, num, page_text
 
-pytestmark = pytest.mark.lesson
-
 SPEED = 60
 LM = chapters.ch7.lab_model()
 PRESET = chapters.settings_for("ch7")

@@ -12,8 +12,6 @@ import chapters
 from core import numbers
 from tests.lesson.helpers import REL, busy_worker, button, enqueue, job, kill, num, of_type, page_text, press, settled
 
-pytestmark = pytest.mark.lesson
-
 FIG = chapters.derive()
 C1, C8 = FIG["ch1"], FIG["ch8"]
 PRESET = chapters.settings_for("ch8")
