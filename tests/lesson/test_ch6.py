@@ -14,6 +14,7 @@ import pytest
 import chapters
 from core import numbers
 from tests.integration.test_fairness import BACKLOG, JOB_S, poison_storm, run, run_with_summary, tier_waits
+from workers.engines import fairness
 
 AGING_S = numbers.Inputs().aging_threshold_s  # the lesson's 300 s, the page's figure
 PRESET = chapters.settings_for("ch6")
@@ -51,7 +52,7 @@ def test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait(api, r
     strict = run(api, r, "strict", BACKLOG)
     free = [w["order"] for w in strict if w["tier"] == "free"]
     pro = [w["order"] for w in strict if w["tier"] == "pro"]
-    assert min(free) > max(pro)  # no free job until the pro queue was empty
+    assert min(free) > max(pro)  # no free job until the pro queue was empty (the integration suite's check too)
     aged = run(api, r, "aging", BACKLOG, aging_s=AGING_S)
     bound = AGING_S + 3 * max(tier_waits(aged, "pro")) / 20  # promotion + two rounds of 3 workers + slack
     assert AGING_S <= max(tier_waits(aged, "free")) <= bound
@@ -93,4 +94,14 @@ def test_try5_separate_fleets_keep_a_free_poison_storm_off_pro_workers(api, r, m
     crashed = {e["worker_id"] for e in events if e["type"] == "fairness.crashed"}
     assert crashed and crashed <= free_fleet
     assert final["done"]["pro"] == 12
+    # the integration suite's checks of the same run: fleets by worker, every crash and death on the free fleet
+    assert sorted(fleets.items()) == [("w1", "pro"), ("w2", "pro"), ("w3", "free"), ("w4", "free")]
+    crashes = [e["worker_id"] for e in events if e["type"] == "fairness.crashed"]
+    died = {e["worker_id"] for e in events if e["type"] == "worker.died"}
+    # each poison job took a worker down POISON_CRASHES times, then went to the dead-letter count
+    assert len(crashes) == 3 * fairness.POISON_CRASHES == final["crashes"]["free"]
+    assert died <= {"w3", "w4"}, died
+    assert {w["worker"] for w in rows if w["tier"] == "pro"} <= {"w1", "w2"}
+    assert final["dead"] == {"pro": 0, "free": 3} and final["running"] == {"pro": 0, "free": 0}
+    assert len([e for e in events if e["type"] == "fairness.dead_lettered"]) == 3
     measured.update(crashed_workers=sorted(crashed), pro_done=final["done"]["pro"])
