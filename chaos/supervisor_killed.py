@@ -74,8 +74,18 @@ def run(redis_url: str | None = None, workers: int = 3, jobs: int = 4, speed: fl
         new_pool = wait(lambda: (lambda ws: ws if len(ws) >= workers else None)(
             [w for w in api.snapshot(lab)["workers"] if w.get("pid") and int(w["pid"]) not in worker_pids
              and w["state"] in ("idle", "busy")]), 60, "the restarted supervisor's workers")
-        new_ok = [w for w in new_pool if f"lab-{lab_id}" in (processes_matching(f"lab-{lab_id}").get(int(w["pid"]))
-                                                             or "")]
+
+        def lab_rq_workers() -> list[dict]:
+            live = processes_matching(f"lab-{lab_id}")
+            return [w for w in new_pool if f"lab-{lab_id}" in (live.get(int(w["pid"])) or "")]
+
+        # a spare takes its lab's `rq worker` command line as it starts the lab's worker, which can be a moment
+        # after its row reads idle on a loaded box: the check allows that moment, not a missing rename
+        try:
+            new_ok = wait(lambda: (lambda ok: ok if len(ok) >= workers else None)(lab_rq_workers()), 30,
+                          "the restarted workers to take their lab's command line")
+        except TimeoutError:
+            new_ok = lab_rq_workers()
         res.check(len(new_ok) >= workers, f"only {len(new_ok)} of {workers} restarted workers are live rq "
                                           f"processes of the lab")
         reply = api.enqueue(lab, {"sample": "bikes"})
