@@ -13,8 +13,6 @@ from playwright.sync_api import Page, WebSocketRoute, expect
 from tests.conftest import ARTIFACTS
 from tests.helpers import delete_page_labs, page_lab
 
-pytestmark = pytest.mark.e2e
-
 SPEED = 200
 FROZEN = re.compile(r"What you see stopped at t = ([\d,.]+) s")
 

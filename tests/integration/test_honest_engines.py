@@ -23,8 +23,6 @@ from core.keys import job, key
 from tests.integration.test_fairness import BACKLOG, JOB_S, run, tier_waits
 from tests.lesson.races import cpu_hogs
 
-pytestmark = pytest.mark.integration
-
 HOGS = 2
 
 

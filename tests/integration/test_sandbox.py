@@ -25,7 +25,6 @@ import redis
 from core import media, sandbox
 from runtime import embedded_redis
 
-pytestmark = pytest.mark.integration
 PYTHON = os.path.realpath(sys.executable)  # the interpreter itself (-I -S: no venv, no site)
 PYTHON_HOME = Path(sys.base_prefix)  # its binary and standard library, bound read-only (under /usr: there anyway)
 PASSWORD = "s3cret-pool-password"
