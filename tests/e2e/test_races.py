@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from app.racing import RACES
 from playwright.sync_api import expect
 
+import chapters
 from tests.conftest import ARTIFACTS
 from tests.lesson import races
 
@@ -45,7 +45,7 @@ def test_the_jitter_race_draws_the_fixed_herd_at_least_twice_as_tall_on_one_scal
     page.goto(f"{stack.url}{race['url']}")
     races.start(api, race)
     expect(page.get_by_test_id("race")).to_have_attribute("data-state", "running", timeout=30_000)
-    n = RACES["jitter"]["count"]
+    n = chapters.RACES["jitter"]["count"]
     for side in "ab":  # every job of both lanes done (or dead-lettered): the runs are over
         expect(page.get_by_test_id(f"race-done-{side}")).to_have_text(re.compile(rf"^{n}\b"), timeout=300_000)
     # the widgets have drawn every retry the lanes' streams hold

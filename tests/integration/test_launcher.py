@@ -27,7 +27,10 @@ def processes_mentioning(*needles: str) -> list[str]:
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state in ("Z", "X"):  # exited, not yet reaped (this box's pid 1 reaps orphans late): runs nothing
             continue
         if any(n in cmd for n in needles):
             found.append(f"{pid}: {cmd[:120]}")

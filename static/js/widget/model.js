@@ -55,7 +55,7 @@ export function applySnapshot(state, snap, now) {
   state.snapId = snap.last_event_id || '0';
   if (snap.events_trimmed > 0) state.trimmed = true; // the server's stream lost its oldest events
   state.settings = { ...snap.settings };
-  state.retryBucket = snap.retry_bucket_s; // the retry histogram's bar (core/presets.py retry_bucket_s)
+  state.retryBucket = snap.retry_bucket_s; // the retry histogram's bar (core/backoff.py retry_bucket_s)
   state.counts = { ...snap.counts };
   state.breaker = snap.breaker || { state: 'closed' };
   state.faults = snap.faults || {};
