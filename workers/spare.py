@@ -111,6 +111,8 @@ def main() -> None:
             got = r.blpop([spare_assignment(token)], timeout=WAIT_S)
         except (redis.ConnectionError, redis.TimeoutError):  # the server restarts (the launcher brings it back)
             time.sleep(1)
+        except KeyboardInterrupt:  # Ctrl-C on `python3 lab.py`: a spare holds nothing yet, so it just goes
+            return
         if got is None and os.getppid() != parent:
             return  # the supervisor died without taking it (it is also sent SIGKILL by PR_SET_PDEATHSIG)
     r.close()
