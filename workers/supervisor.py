@@ -24,7 +24,7 @@ import time
 
 import redis
 
-from core import clock, parking, registry, stream
+from core import archive, clock, parking, registry, stream
 from core.broker import reaper
 from core.config import Config
 from core.keys import LABS, PARKED, key, owner
@@ -163,6 +163,8 @@ class Supervisor:
 
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
+        parked = sorted(parking.parked(self.r))
+        archive.keep_within(self.r, self.config.parked_memory, parking.last_seen(self.r, parked))
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
@@ -173,7 +175,7 @@ class Supervisor:
                 if lab in self.pools:
                     stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
-                registry.teardown(self.r, lab, self.config.var_dir)
+                registry.expire(self.r, lab, self.config.var_dir)
         if self.reconciler.due():
             self.reconciler.run()
 

@@ -29,6 +29,7 @@ from runtime.harness.client import Api
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
 UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
+             "MAX_CLIENT_LIVE_LABS": "0",
              "RATE_ROOM_LOOKUPS": "0", "RATE_ROOM_SEATS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0",
              "LAB_JOB_RATE": "0",
              "WS_PER_CLIENT": "0", "WS_PER_LAB": "0", "CONN_PER_CLIENT": "0", "PARK_AFTER": "0"}

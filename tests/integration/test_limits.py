@@ -200,7 +200,9 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
     assert list(r.scan_iter(match=f"*{lab_id}*")) == []
     assert processes_mentioning(f"lab-{lab_id}") == []
     assert not (tight.var_dir / "labs" / lab_id).exists()
-    assert tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"]).status == 404
+    res = tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"])  # its page says so in a sentence
+    assert res.status == 404 and res.json()["error"] == "lab_expired", res.body
+    assert "removed after 1 minute without a visit" in res.json()["detail"]
     tapi.created.clear()
 
 
@@ -231,8 +233,8 @@ def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis
 
     r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
     r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
-    busy = lab_registry.create(r, "ch0", 20, 10, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
-    lab = lab_registry.create(r, "ch2", 20, 10, chapters.settings_for("ch2"))["lab_id"]
+    busy = lab_registry.create(r, "ch0", 20, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, chapters.settings_for("ch2"))["lab_id"]
     settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
     r.hset(key(lab, "states"), "queued", 500)
     assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1
