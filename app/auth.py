@@ -10,10 +10,11 @@ import redis
 from flask import current_app, request
 
 from app import limits
-from app.errors import ApiError, persist_refused
+from app.errors import ApiError
 from app.http import valid_id
 from app.store import get_redis
 from core import registry
+from core.disk import persist_refused
 
 
 def bearer_token() -> str | None:

@@ -10,9 +10,10 @@ import redis
 from flask import Blueprint, current_app, jsonify
 
 from app.auth import bearer_token
-from app.errors import ApiError, persist_refused
+from app.errors import ApiError
 from app.store import get_redis
 from core import hosts, parking, registry, sandbox
+from core.disk import persist_refused
 from core.keys import LABS, host_running
 
 bp = Blueprint("health", __name__)
