@@ -263,6 +263,9 @@ class Config:
         )
 
 
+NOTIFY_KEYSPACE_EVENTS = "$Khlsz"
+"""The keyspace notifications the pool's loop wakes on (workers/wait.py): the embedded server starts with them, so
+no role but admin needs CONFIG SET; against another server the pool asks for them if its user may."""
 AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below this size (nor does the reconcile)
 
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------
