@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -204,10 +204,10 @@ def forget(r: redis.Redis, lab: str) -> None:
         pipe.execute()
 
 
-def keep_within(r: redis.Redis, budget: int, last_seen: dict[str, float]) -> list[str]:
+def keep_within(r: redis.Redis, budget: int, last_seen: Callable[[list[str]], dict[str, float]]) -> list[str]:
     """The supervisor's hook: measure the parked labs not measured yet, then fold the least recently seen
-    (`last_seen`: lab → real time) until the unfolded ones hold at most `budget` bytes (0: never fold).
-    The labs folded."""
+    (`last_seen`: labs → lab → real time, asked only when over budget) until the unfolded ones hold at most
+    `budget` bytes (0: never fold). The labs folded."""
     if budget <= 0:
         return []
     parked = set(r.smembers(PARKED)) - set(r.smembers(ARCHIVED))
@@ -220,8 +220,11 @@ def keep_within(r: redis.Redis, budget: int, last_seen: dict[str, float]) -> lis
             sizes[lab] = measure(r, lab)
             r.hset(PARKED_BYTES, lab, sizes[lab])
     held = sum(sizes.values())
+    if held <= budget:
+        return []
+    seen = last_seen(sorted(sizes))
     folded = []
-    for lab in sorted(sizes, key=lambda lab: last_seen.get(lab, 0.0)):
+    for lab in sorted(sizes, key=lambda lab: seen.get(lab, 0.0)):
         if held <= budget:
             break
         try:

@@ -181,8 +181,7 @@ class Supervisor:
 
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
-        parked = sorted(parking.parked(self.r))
-        archive.keep_within(self.r, self.config.parked_memory, parking.last_seen(self.r, parked))
+        archive.keep_within(self.r, self.config.parked_memory, lambda labs: parking.last_seen(self.r, labs))
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
