@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from app.racing import RACES
 from playwright.sync_api import expect
 
+from chapters import RACES
 from tests.conftest import ARTIFACTS
 from tests.lesson import races
 
