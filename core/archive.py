@@ -238,7 +238,8 @@ def keep_within(r: redis.Redis, budget: int, last_seen: Callable[[list[str]], di
 
 
 def stats(r: redis.Redis) -> dict[str, int]:
-    """Parked labs, how many are folded, and the bytes each kind holds (for /metrics and the benchmark)."""
+    """Parked labs, how many are folded, the bytes the folded ones' archives take and the bytes the parked
+    labs measured but not folded hold (for /metrics)."""
     archived = list(r.smembers(ARCHIVED))
     with r.pipeline(transaction=False) as pipe:
         for lab in archived:

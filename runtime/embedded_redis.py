@@ -53,7 +53,7 @@ COORDINATION = ("multi", "exec", "discard", "watch", "unwatch", "eval", "evalsha
                 "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "publish")
 DATA = (
     "append", "decrby", "del", "exists", "expire", "get", "getdel", "incrby", "mget", "persist", "pexpire", "pttl",
-    "set", "type", "scan", "info", "memory|usage",
+    "set", "strlen", "type", "scan", "info", "memory|usage",
     "hdel", "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hset", "hsetnx",
     "hvals",
     "blmove", "blpop", "lindex", "lpop", "lpos", "lpush", "lrange", "lrem", "ltrim", "rpush",

@@ -64,6 +64,7 @@ def test_each_role_runs_the_product_with_its_allowlist_alone(roles):
     assert snap["counts"]["redelivered"] >= 1 and any(j["id"] == job for j in snap["jobs"])
     api.ok("POST", f"/api/labs/{lab['lab_id']}/park", token=lab["token"])
     wait(lambda: r.sismember("labs:archived", lab["lab_id"]), 60, "the pool (as `pool`) to fold the parked lab")
+    assert "asyncworklab_labs_folded 1" in api.call("GET", "/metrics").body.decode()  # /metrics as `web`
     again = api.ok("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"])  # the web (as `web`) unfolds it
     assert again["counts"]["done"] == 1 and r.exists(key(lab["lab_id"], "events"))
     api.delete_created()

@@ -80,6 +80,8 @@ def test_a_class_opening_every_chapter_twice_never_gets_labs_full_and_folded_lab
         every = set(seen)
         wait(lambda: set(tr.smembers(archive.ARCHIVED)) == every, 120,
              lambda: f"only {tr.scard(archive.ARCHIVED)} of {len(every)} parked labs were folded")
+        metrics = students[STUDENTS[0]].call("GET", "/metrics").body.decode()
+        assert f"asyncworklab_labs_folded {len(every)}" in metrics, metrics
         one = next(iter(every))
         assert not tr.exists(key(one, "events")) and tr.exists(archive.archive_key(one)), "a folded lab kept its stream"
         for addr, api in students.items():  # the next lesson: every student opens every chapter again
