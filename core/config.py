@@ -102,9 +102,10 @@ class Config:
     """Worker kills one client may ask for per `rate_window`; more answer 429. 0: unlimited."""
     rate_window: int = 60
     """Length in real seconds of the fixed window the per-client rate limits count in."""
-    rate_labs: int = 10
+    rate_labs: int = 20
     """Labs and rooms one client may open per `rate_window` (new, branched, follow-along, room; a race of four
-    is four); more answer 429. 0: unlimited."""
+    is four); more answer 429. A reader who opens every chapter and a race of four within a minute opens 13;
+    seven races of four would be 28. 0: unlimited."""
     max_client_labs: int = 4
     """Labs one client may *run* at once (each costs worker processes; a parked lab does not count). Opening
     or resuming one more first parks that client's own labs no page watches (oldest first); only if every

@@ -1,11 +1,12 @@
 """A term of classes on one deployment: parked labs cost bytes, not slots; folded labs come back whole; one
 address keeps at most its cap of labs alive; a race's lanes count one by one in every budget.
 
-A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, RATE_LABS 10, MAX_WORKERS 64), with two
-changes: PARKED_MEMORY 1 byte, so every parked lab is folded (the path a full term takes once its parked labs
-pass the budget), and MAX_CLIENT_LIVE_LABS 10 (tighter than the default 40: one student's nine chapters fit,
-and the cap is reached in a few calls). Students leave a chapter by parking it (`POST …/park`), as PARK_AFTER
-would a minute after they closed its page.
+A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, MAX_WORKERS 64), with three changes:
+PARKED_MEMORY 1 byte, so every parked lab is folded (the path a full term takes once its parked labs pass the
+budget), MAX_CLIENT_LIVE_LABS 10 (tighter than the default 40: one student's nine chapters fit, and the cap is
+reached in a few calls) and RATE_LABS 10 (half the default 20; a student opens nine labs a minute here).
+Students leave a chapter by parking it (`POST …/park`), as PARK_AFTER would a minute after they closed its
+page.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from runtime.harness.stack import Stack
 pytestmark = pytest.mark.integration
 DEFAULTS = Config()
 LIVE_CAP = 10
+RATE_LABS = 10  # half the default: the race test reaches it in three races
 CHAPTERS = [f"ch{i}" for i in range(9)]
 STUDENTS = [f"127.0.0.{i}" for i in range(2, 7)]  # five students: 45 labs, more than MAX_LABS
 
@@ -34,7 +36,7 @@ def term(redis_server, tmp_path_factory):
     db = redis_server.url.rsplit("/", 1)[0] + "/10"
     redis.Redis.from_url(db).flushdb()
     defaults = {"MAX_LABS": DEFAULTS.max_labs, "MAX_CLIENT_LABS": DEFAULTS.max_client_labs,
-                "RATE_LABS": DEFAULTS.rate_labs, "MAX_WORKERS": DEFAULTS.max_workers,
+                "RATE_LABS": RATE_LABS, "MAX_WORKERS": DEFAULTS.max_workers,
                 "PARK_AFTER": DEFAULTS.park_after, "LAB_IDLE_TTL": DEFAULTS.lab_idle_ttl}
     env = {**{k: str(v) for k, v in defaults.items()}, "PARKED_MEMORY": "1", "MAX_CLIENT_LIVE_LABS": str(LIVE_CAP)}
     with Stack("term", root=tmp_path_factory.mktemp("term"), redis_url=db, env=env) as s:
@@ -107,7 +109,7 @@ def test_one_address_cannot_keep_more_than_its_cap_of_labs_even_all_at_once(term
         made = [a.json() for a in answers if a.status == 201]
         api.created.extend(made)
         refused = [a for a in answers if a.status != 201]
-        # RATE_LABS (10 a minute) equals the cap here: the openings past it are refused by one or the other
+        # RATE_LABS (10 a minute here) equals the cap: the openings past it are refused by one or the other
         assert len(made) == LIVE_CAP, [(a.status, a.body[:120]) for a in refused]
         assert {a.json()["error"] for a in refused} <= {"client_labs_kept", "rate_limited"}
         for lab in made:  # parked labs still count: the cap is on labs kept alive
