@@ -15,6 +15,7 @@ import redis
 from runtime import embedded_redis
 from runtime.harness.browser import chromium_launch_args
 from runtime.harness.client import Api, Response
+from runtime.harness.command_log import CommandLog
 from runtime.harness.stack import Stack
 
 __all__ = ["ARTIFACTS", "Api", "Response"]  # tests import the shared client from here too
@@ -23,8 +24,14 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
+    """The session's server; with COMMAND_LOG=<file>, every command each role sends it is recorded there
+    (runtime/harness/command_log.py: what the ACL allowlists are written from)."""
     server = embedded_redis.start(tmp_path_factory.mktemp("redis"), persist=False)
+    log = CommandLog(server.url, server.port, Path(os.environ["COMMAND_LOG"])).start() \
+        if os.environ.get("COMMAND_LOG") else None
     yield server
+    if log:
+        log.stop()
     server.stop()
 
 

@@ -41,7 +41,7 @@ from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
 from app.store import get_redis
-from core import registry, slots
+from core import registry
 from core.keys import key
 from core.registry import _hash as token_hash
 
@@ -224,12 +224,7 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
     [lab] = limits.open_labs(r, [registry.processes_of({**chapters.settings_for(preset), **lab_settings})])
-    try:
-        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs,
-                                  chapters.settings_for(preset), lab=lab)
-    except registry.LabFull:
-        slots.release(r, lab)
-        raise limits.labs_full(cfg.max_labs) from None
+    created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), chapters.settings_for(preset), lab=lab)
     limits.opened(r, [lab])
     base = chapters.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}

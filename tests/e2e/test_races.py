@@ -8,7 +8,11 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+<<<<<<< HEAD
 import chapters
+=======
+from chapters import RACES
+>>>>>>> term
 from tests.conftest import ARTIFACTS
 from tests.lesson import races
 

@@ -200,7 +200,9 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
     assert list(r.scan_iter(match=f"*{lab_id}*")) == []
     assert processes_mentioning(f"lab-{lab_id}") == []
     assert not (tight.var_dir / "labs" / lab_id).exists()
-    assert tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"]).status == 404
+    res = tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"])  # its page says so in a sentence
+    assert res.status == 404 and res.json()["error"] == "lab_expired", res.body
+    assert "removed after 1 minute without a visit" in res.json()["detail"]
     tapi.created.clear()
 
 
@@ -231,8 +233,8 @@ def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis
 
     r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
     r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
-    busy = lab_registry.create(r, "ch0", 20, 10, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
-    lab = lab_registry.create(r, "ch2", 20, 10, chapters.settings_for("ch2"))["lab_id"]
+    busy = lab_registry.create(r, "ch0", 20, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, chapters.settings_for("ch2"))["lab_id"]
     settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
     r.hset(key(lab, "states"), "queued", 500)
     assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1
@@ -247,7 +249,8 @@ def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tap
         tapi.lab("ch0", speed=20, workers=0)
     page.goto(f"{tight.url}/chapters/1")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "error", timeout=30_000)
-    expect(page.locator("#lab-widget")).to_contain_text(f"all {MAX_LABS} labs are in use; try again in a minute")
+    expect(page.locator("#lab-widget")).to_contain_text(
+        f"all {MAX_LABS} labs it may run are in use; try again in a minute")
     expect(page.get_by_role("button", name="Try again")).to_be_visible()
     shot("lab-full")
     page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
@@ -408,14 +411,18 @@ def full_disk(tmp_path):
 
 
 def fill(path: Path) -> None:
-    """Write zeros to `path` until its disk has no byte left."""
+    """Write zeros to `path` until its disk has no byte left: 64 kB writes, then ever smaller ones down to one
+    byte (the few kB a 64 kB write leaves free let the server's small AOF appends through now and then, so it
+    took writes again between refusals)."""
+    written = 0
     with open(path, "wb", buffering=0) as out:
-        try:
-            for _ in range(64 * 16 + 16):  # at most 64 MB and some, in 64 kB writes
-                out.write(bytes(1 << 16))
-            raise AssertionError("the 64 MB disk never filled")
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
+        for size in (1 << 16, 1 << 12, 1 << 8, 1):
+            try:
+                while written < 80 * 1024 * 1024:  # the disk is 64 MB
+                    written += out.write(bytes(size))
+                raise AssertionError("the 64 MB disk never filled")
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
 
 
 def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_says_why(full_disk):
@@ -445,3 +452,31 @@ def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_say
         filler.unlink()
         wait(lambda: sapi.call("GET", "/healthz").json()["writes"] == "ok", 30, "writes to be accepted again")
         assert sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]).status == 202
+
+
+def test_the_pool_waits_through_a_full_disk_says_so_and_carries_on(full_disk, tmp_path):
+    """Before: the first write the supervisor made after the server's disk filled raised MISCONF and the
+    supervisor died (its workers with it). Now it waits, says why in its log, and carries on when space
+    returns: it is the same process, and a job sent then runs to done. The server's data is on the full disk;
+    the logs and VAR_DIR are not."""
+    root = tmp_path / "stack"
+    root.mkdir()
+    (root / "redis").symlink_to(full_disk, target_is_directory=True)
+    with Stack("poolfull", root=root, persist=True, logs=True) as s:
+        sapi = s.api()
+        lab = sapi.lab("ch0", speed=200, workers=1)
+        sapi.workers_ready(lab, 1)
+        supervisor = s.supervisor
+        filler = full_disk / "filler.bin"
+        fill(filler)
+        log = root / "logs" / "supervisor.log"
+        wait(lambda: "the server refuses writes" in log.read_text(), 60, "the supervisor to say writes are refused")
+        assert supervisor.poll() is None, log.read_text()[-2000:]
+        filler.unlink()
+        wait(lambda: "the server writes again" in log.read_text(), 60, "the supervisor to carry on")
+        assert supervisor.poll() is None and s.supervisor is supervisor
+        res = sapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", "duration_s": 10},
+                        lab["token"])
+        assert res.status == 202, res.body
+        sapi.wait_for(lab, lambda snap: snap["counts"]["done"] == 1, 90)
+        assert "Traceback" not in log.read_text()

@@ -60,7 +60,8 @@ export class LabRefused extends Error {
 
 /**
  * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
- * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket}. Pure of any
+ * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket, note?} (`note`: why
+ * the tab's lab was replaced, when it expired). Pure of any
  * widget state, so a page can start it before the widget's modules have loaded (boot.js). With `live`, the
  * lab's socket opens as soon as the lab is known (a new lab's: beside the snapshot's fetch) and holds what
  * it brings until the widget attaches (`socket`, see heldSocket); without it `socket` is null.
@@ -78,6 +79,8 @@ export async function openLab({ preset, viewLab, viewToken, speed, storeKey, liv
     const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
     if (res.ok) return { lab: saved, snap: res.data, socket: live ? heldSocket(saved) : null };
     if (![401, 403, 404].includes(res.status)) throw new LabRefused(res);
+    // past its idle TTL: the page says so in words (the server's sentence) over the fresh lab it starts
+    if (res.data && res.data.error === 'lab_expired') return { ...await createLab({ preset, speed, storeKey, live }), note: res.data.detail };
   }
   return createLab({ preset, speed, storeKey, live });
 }
@@ -170,9 +173,10 @@ export function install(W) {
 
   /** This widget's lab (the one boot.js started opening, if it did): sets S.lab, resolves the snapshot. */
   async function open() {
-    const { lab, snap, socket } = await (W.early || openLab(openArgs(root, params)));
+    const { lab, snap, socket, note } = await (W.early || openLab(openArgs(root, params)));
     S.lab = lab;
     held = socket;
+    if (note) W.banner(note);
     return snap;
   }
 
