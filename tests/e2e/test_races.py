@@ -8,11 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-<<<<<<< HEAD
 import chapters
-=======
-from chapters import RACES
->>>>>>> term
 from tests.conftest import ARTIFACTS
 from tests.lesson import races
 
