@@ -382,3 +382,125 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
     expect(status).to_be_hidden()
     for line in page.locator("#lab-widget :is(.lw-status, .lw-hint):not(.la-panel *)").all():
         assert not line.inner_text().strip(), f"a line from the step before: {line.inner_text()}"
+
+
+# ---- issue 38: every step of chapters 0, 2, 3, 5, 6 and 8 acted out, its verdict's figure the lab's own ---------
+
+def step_events(step: dict, evs: list[dict]) -> list[dict]:
+    """The events a step's run watches (stepper.js `sync`): all of them when it presses a panel's control, else
+    its own jobs' and the lab-wide ones."""
+    if any(a.get("click") and not a.get("on") for a in step["do"]):
+        return evs
+    ids = {e["job_id"] for e in evs if e["type"] == "job.enqueued"}
+    return [e for e in evs if e.get("job_id") is None or e["job_id"] in ids]
+
+
+def moment_of(step: dict, mine: list[dict]) -> dict:
+    """The event the step paused at, found in the stream as the stepper finds it: after its acts, the n-th match."""
+    after = None
+    for a in step["do"]:
+        if a.get("on"):
+            after = [e for e in mine if e["type"] == a["on"]][a.get("n", 1) - 1]
+    if step.get("moment_after"):
+        after = next(e for e in mine if e["type"] == step["moment_after"])
+    rest = mine[mine.index(after) + 1:] if after else mine
+    want = step.get("moment_data", {})
+    hits = [e for e in rest if e["type"] == step["moment"] and all(e["data"].get(k) == v for k, v in want.items())]
+    return hits[step.get("moment_n", 1) - 1]
+
+
+def field(e: dict, name: str):
+    return e.get(name, e["data"].get(name))
+
+
+def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page) -> int:
+    """The step's figure computed here from the lab's own stream (or its counters, or the panel's row)."""
+    kind, *arg = step["predict"]["measure"].split(":")
+    mine = step_events(step, evs)
+    upto = mine[:mine.index(moment_of(step, mine)) + 1] if kind in ("events", "distinct", "backlog", "moment") else mine
+    if kind == "gap":
+        a = next(e for e in mine if e["type"] == arg[0])
+        b = next(e for e in mine if e["type"] == arg[1] and e["t_sim"] >= a["t_sim"] and e is not a
+                 and (len(arg) < 3 or field(e, arg[2]) == field(a, arg[2])))
+        return round(b["t_sim"] - a["t_sim"])
+    if kind == "spread":
+        hits = [e for e in mine if e["type"] == arg[0]]
+        return round(hits[int(arg[1]) - 1]["t_sim"] - hits[0]["t_sim"])
+    if kind == "moment":
+        return round(field(upto[-1], arg[0]))
+    if kind == "events":
+        return sum(1 for e in upto if e["type"] == arg[0])
+    if kind == "distinct":
+        return len({field(e, arg[1]) for e in upto if e["type"] == arg[0]})
+    if kind == "backlog":
+        return len({e["job_id"] for e in upto if e["type"] == "job.enqueued"}
+                   - {e["job_id"] for e in upto if e["type"] == "job.claimed"})
+    if kind == "meanwait":
+        born = {e["job_id"]: e["t_sim"] for e in mine if e["type"] == "job.enqueued"}
+        waits: dict[str, float] = {}
+        for e in mine:
+            if e["type"] == "job.claimed" and e["job_id"] in born and e["job_id"] not in waits:
+                waits[e["job_id"]] = e["t_sim"] - born[e["job_id"]]
+        first = list(waits.values())[:int(arg[0])]
+        return round(sum(first) / len(first))
+    if kind == "counter":
+        return moved[arg[0]]
+    if kind == "panel":
+        return round(float(page.get_by_test_id(arg[0]).get_attribute(arg[1])))
+    raise AssertionError(f"no check for the measure {kind}")
+
+
+def act_step(page: Page, step: dict, n: int, total: int) -> tuple[int, str]:
+    """Act step n out with a guess (the first choice, or the spec's minimum), pausing at its moment with the next move
+    on screen; returns the verdict's figure and its words."""
+    spec = step["predict"]
+    expect(page.get_by_test_id("stepper-count")).to_contain_text(f"Step {n} of {total}")
+    says = page.get_by_test_id("stepper-says")
+    expect(says).to_be_hidden()  # nothing is told before the run
+    if spec.get("kind") == "choice":
+        page.get_by_test_id(f"stepper-choice-{spec['choices'][0][0]}").check()
+        page.get_by_test_id("stepper-run").click()
+    else:
+        page.get_by_test_id("stepper-guess").fill(str(spec["min"]))
+        page.get_by_test_id("stepper-guess").press("Enter")
+    status = page.get_by_test_id("stepper-status")
+    expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
+    expect(page.locator(".lw-step-look")).to_have_count(1)
+    next_move_on_screen(page)
+    page.screenshot(path=str(ARTIFACTS / f"acted-{page.locator('#lab-widget').get_attribute('data-preset')}-"
+                                         f"{page.viewport_size['width']}-step{n}.png"))
+    if says.is_hidden():
+        page.get_by_test_id("stepper-continue").click()
+    expect(says).to_be_visible(timeout=LONG)
+    verdict = page.get_by_test_id("stepper-verdict")
+    expect(verdict).to_contain_text("the lab measured")
+    expect(verdict).to_be_in_viewport(ratio=1)
+    m = int(verdict.get_attribute("data-measured"))
+    assert f"{m:,}" in says.inner_text(), "the sentence names the number the lab measured"
+    assert "{" not in says.inner_text(), f"a placeholder left in the verdict: {says.inner_text()}"
+    continue_ = page.get_by_test_id("stepper-continue")
+    if continue_.count():
+        continue_.click()
+    return m, says.inner_text()
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("preset", ["ch0", "ch2", "ch3", "ch5", "ch6", "ch8"])
+def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(page: Page, lab, api, preset, size):
+    """Issue 38: each step sets the lab up, presses what it names, pauses at its moment with Continue and the
+    outlined panel on screen, and its verdict's figure is the one the lab's own stream (or counters, or the
+    panel's measured row) gives."""
+    w, h = SIZES[size]
+    page.set_viewport_size({"width": w, "height": h})
+    ids = lab(f"/chapters/{preset[2:]}")
+    steps = chapters.steps_public()[preset]
+    ARTIFACTS.mkdir(exist_ok=True)
+    for n, step in enumerate(steps, 1):
+        if n > 1:
+            page.get_by_test_id("stepper-next").click()
+        seen = len(api.events(ids))
+        counts0 = api.snapshot(ids)["counts"]
+        m, words = act_step(page, step, n, len(steps))
+        moved = {k: v - counts0.get(k, 0) for k, v in api.snapshot(ids)["counts"].items()}
+        evs = api.events(ids)[seen:]
+        assert m == lab_figure(step, evs, moved, page), f"{preset} step {n}: {words}"

@@ -229,7 +229,7 @@ export function install(W) {
         h('div', {}, h('dt', {}, 'your guess'), h('dd', { testid: 'predict-your' }, shown(p.spec, p.guess))),
         h('div', {}, h('dt', {}, 'the lab measured'), h('dd', { testid: 'predict-measured' }, shown(p.spec, m.value)))),
       h('p', { class: 'lw-predict-verdict', role: 'status' }, h('strong', {}, `${right ? '✓' : p.guess == null ? '·' : '✗'} ${verdict} `),
-        right ? '' : h('span', { testid: 'predict-why' }, `Why: ${why}`)));
+        right || !why ? '' : h('span', { testid: 'predict-why' }, `Why: ${why}`)));
     W.emit('lab:verdict', { id: p.spec.id, scenario: p.scenario, guess: p.guess, measured: m.value, number: m.number, right });
     const token = instructorToken();
     if (token && round && round.prediction.id === p.spec.id && round.measured == null) {

@@ -232,7 +232,14 @@ export function install(W) {
         if (jobs == null) return null;
         jobs.forEach((id) => mine.ids.add(String(id)));
       } else if (a.click) {
-        if (!await press(a.click)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+        if (!await operate(a)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+      } else if (a.api) { // a set-up the page has no button for (a load left running by the step before)
+        const [method, path, body] = a.api;
+        const res = await W.api(method, W.labPath(path), body);
+        if (!res.ok) { setText(els.status, `Could not set the lab up: ${errorText(res.data, res.status)}`); return null; }
+      } else if (a.wait) { // a panel catching up with that set-up (its own poll): [testid, attribute, value]
+        const [id, attr, value] = a.wait;
+        if (!await control(id, (x) => x.getAttribute(attr) === value)) { setText(els.status, 'The lab did not get ready for this step.'); return null; }
       } else if (a.fault) {
         const res = await W.api('POST', W.labPath('/faults'), a.fault);
         if (!res.ok) { setText(els.status, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
@@ -246,9 +253,10 @@ export function install(W) {
     return [...mine.ids];
   }
 
-  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 10 s); null if it never does. */
+  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 60 s: a button may wait for the lab,
+   * as the inline handler's waits for the server's transcode after a 504); null if it never does. */
   async function control(testid, ready) {
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 600; i++) {
       const el = document.querySelector(`[data-testid="${testid}"]`);
       if (el && ready(el)) return el;
       await new Promise((r) => { setTimeout(r, 100); });
@@ -270,6 +278,20 @@ export function install(W) {
     return !!el;
   }
 
+  /** Type into one of the page's own fields (a panel's rate, its job count), as the learner would. */
+  async function fill(testid, value) {
+    const el = await control(testid, (x) => !x.disabled);
+    if (el) { el.value = String(value); el.dispatchEvent(new Event('input', { bubbles: true })); el.dispatchEvent(new Event('change', { bubbles: true })); }
+    return !!el;
+  }
+
+  /** A step's use of the page's controls: its fields filled, its options picked, then its button pressed. */
+  async function operate(a) {
+    const filled = await Promise.all(Object.entries(a.fill || {}).map(([id, v]) => fill(id, v)));
+    const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
+    return filled.every(Boolean) && picked.every(Boolean) && press(a.click);
+  }
+
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
   function onEvent(ev) {
     if (!run) return;
@@ -285,7 +307,7 @@ export function install(W) {
     if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
     for (const [i, a] of run.step.do.entries()) {
       if (!a.on || run.done.has(i)) continue;
-      const ev = mine.find((e) => e.type === a.on);
+      const ev = mine.filter((e) => e.type === a.on)[(a.n || 1) - 1]; // its n-th such event (the first by default)
       if (!ev) continue;
       run.done.add(i);
       run.after = ev;
@@ -296,8 +318,8 @@ export function install(W) {
     const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
     const m = !run.moment && run.step.moment && acted && (anchor || !run.step.moment_after)
-      && mine.slice(mine.indexOf(anchor) + 1).find(
-        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v));
+      && mine.slice(mine.indexOf(anchor) + 1).filter(
+        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
     if (m) moment(m);
   }
 
@@ -305,15 +327,22 @@ export function install(W) {
    * still while it lands. A control of the page (the DLQ's replay by reason) is used as the learner would, on
    * the running clock. */
   async function trigger(a, ev) {
+    const mine = run;
+    if (a.settings) { // the pool resized, a setting changed, as the learner would mid-run
+      const res = await W.api('PATCH', W.labPath('/settings'), a.settings);
+      if (res.ok) { S.settings = res.data.settings; W.syncControls(); }
+    }
     if (a.click) {
-      const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
-      if (picked.every(Boolean) && await press(a.click)) return;
-      setText(els.status, 'The control this step presses is not on the page.');
+      if (!await operate(a)) setText(els.status, 'The control this step presses is not on the page.');
       return;
     }
-    const mine = run;
+    if (!a.kill && !a.kills && !a.expire) return;
     await W.clockAction({ action: 'pause' });
     if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
+    if (a.kills) { // rapid kills: every worker busy with one of the step's jobs, one after another
+      const busy = [...S.workers.values()].filter((w) => w.state === 'busy' && mine.ids.has(String(w.job_id)));
+      for (const w of busy.slice(0, a.kills)) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(w.id)}/kill`), {});
+    }
     if (a.expire) await W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
     if (run === mine && !mine.moment) await W.clockAction({ action: 'resume' }); // unless its moment came meanwhile
   }
@@ -321,7 +350,11 @@ export function install(W) {
   async function moment(ev) {
     const mine = run;
     mine.moment = ev;
-    if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) S.predict.hold = false; // measured from now
+    if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) {
+      S.predict.hold = false; // measured from now
+      S.predict.moment = ev; // a `moment:` measure reads the moment's own figure, `events:` counts up to it
+      S.predict.panel = panelFigure;
+    }
     await W.clockAction({ action: 'pause' });
     if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
     run.paused = true;
@@ -339,6 +372,16 @@ export function install(W) {
     const f = document.activeElement;
     if (!f || f === document.body || els.box.contains(f)) go.focus({ preventScroll: true });
     if (el) bring(el); // once the bar has its words: the room above it is what is left
+  }
+
+  /** A figure a chapter panel measured itself (the watchers' rows): its element's attribute, once the panel
+   * has finished its round (its data-state is no longer `watching`); null until then. */
+  function panelFigure(testid, attr) {
+    const el = document.querySelector(`[data-testid="${testid}"]`);
+    const panel = el && el.closest('.la-panel');
+    if (!el || (panel && panel.dataset.state === 'watching')) return null;
+    const v = Number(el.getAttribute(attr));
+    return el.hasAttribute(attr) && Number.isFinite(v) ? v : null;
   }
 
   function look(testid) {
@@ -369,7 +412,8 @@ export function install(W) {
   /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
   function nameOf(el) {
     const head = el.querySelector('h3, h4');
-    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || el.textContent).trim().split('\n')[0];
+    const own = () => [...el.childNodes].filter((n) => n !== els.callout).map((n) => n.textContent).join(' ');
+    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || own()).trim().split('\n')[0];
   }
 
   async function resume() {
