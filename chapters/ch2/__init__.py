@@ -21,6 +21,7 @@ from core.numbers import (
     ceil_workers,
     erlang_c,
     erlang_c_wait,
+    even_jobs_wait,
     finite,
     littles_law_L,
     workers_for_utilisation,
@@ -43,6 +44,7 @@ def _step_figures() -> dict[str, float]:
     rho, c = Inputs().target_utilisation, 4
     lam = rho * c / MIX_W
     return {"lam": round(lam, 5), "approx": approx_wait(MIX_W, rho), "erlang": erlang_c_wait(lam, MIX_W, c),
+            "even": even_jobs_wait(lam, MIX_W, c),
             "over": round(1.5 * c / MIX_W, 3)}  # λ·W = 1.5 × the pool: an overload
 
 
@@ -66,7 +68,8 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "moment": "job.claimed", "moment_n": _WAIT_JOBS, "look": "ch2-table",
          "says": f"The first {_WAIT_JOBS} jobs waited {{measured}} s on average, against W/(1−ρ)'s "
                  f"{_F['approx']:.0f} s and Erlang C's {_F['erlang']:.0f} s: the approximation is far off, and equal "
-                 f"jobs queue less than Erlang C's exponential ones (about half as long, over a long run)."},
+                 f"jobs queue about half as long as Erlang C's exponential ones (the M/D/c figure is "
+                 f"{_F['even']:.0f} s)."},
         {"claim": "ch2.overload_grows", "title": "Raise λ past the pool",
          "do": [*_STOP, {"settings": {"workers": 4, "autoscale": False}},
                 {"click": "ch2-start", "fill": {"ch2-rate": _F["over"]}, "choose": {"ch2-mix": "even"}}],
@@ -229,6 +232,10 @@ def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     pooling.append({"workers": c2["workers_at_target"], "approx_wait_s": c2["queue_wait_s"], "mmc_wait_s": wq,
                     "mmc_p_wait": c2["mmc_p_wait_at_target"], "mmc_time_in_system_s": None if wq is None else wq + W})
     c2["pooling_table"] = pooling
+    # try this 1's even jobs on the lab-sized pool: about half Erlang C's wait (M/D/c)
+    small = next(r for r in pooling if r["workers"] == SMALL_POOL_WORKERS)
+    c2["small_pool_even_wait_s"] = even_jobs_wait(rho * SMALL_POOL_WORKERS / W, W, SMALL_POOL_WORKERS)
+    c2["small_pool_even_over_mmc"] = c2["small_pool_even_wait_s"] / small["mmc_wait_s"]
     tx = next(r for r in c2["job_mix"] if r["job_type"] == "transcode")
     c2["transcode_mean_min"] = tx["mean_s"] / 60
     c2["idle_fraction_at_target"] = 1 - rho

@@ -87,7 +87,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                      "measure": "events:webhook.received",
                      "question": f"The receiver fails the next {CH3_RECEIVER_FAILS} deliveries. How many times does "
                                  "the one job's webhook-id arrive at it?"},
-         "moment": "webhook.delivered", "look": "ch3-arrivals",
+         "moment": "webhook.delivered", "look": "ch3-webhook",
          "says": "Its webhook-id arrived {measured} times: answered 500 until the switch ran out, then 200, each "
                  "retry a random (full-jitter) delay later; delivered once, with one id the receiver can dedupe on."},
         {"claim": "ch3.cas", "title": "Late redelivery of a finished job",
@@ -98,7 +98,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                                  "done → running through?",
                      "choices": [["refused", "no: refused"], ["runs", "yes: it runs again"]],
                      "buckets": {"refused": [1, 1000], "runs": [0, 0]}},
-         "moment": "job.claim_refused", "look": "ch3-machine",
+         "moment": "job.claim_refused", "look": "ch3-cas",
          "says": "Refused ({measured} refusal): the claim is a compare-and-swap from queued or retrying to running, "
                  "so a late delivery finds the job done and backs off; done → running is not a move it has."},
         {"claim": "ch3.stale", "title": "VT below the job, then a kill",

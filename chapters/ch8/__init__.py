@@ -66,8 +66,8 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                      "question": "Three busy workers die within a second. Over how many simulated seconds do their "
                                  "three jobs come back (redelivered)?"},
          "moment": "job.redelivered", "moment_n": 3, "look": "readout-redelivered",
-         "says": "All three came back within {measured} s: their leases ran out together, so the redelivery rate "
-                 "shows a spike, one redelivery per kill, not a plateau or a slow rise."},
+         "says": "All three came back within {measured} s of each other, well inside the rate's 600 s window: the "
+                 "redelivery rate jumps in one spike, one redelivery per kill, not a plateau or a slow rise."},
         {"claim": "ch8.why_kills_lost", "title": "Read the dashboard",
          "do": [{"settings": _EVERYTHING_ON}, {"scenario": "load"}, {"on": "job.claimed", "n": 3, "kills": 3}],
          "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch8-step-lost",

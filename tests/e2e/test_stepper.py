@@ -159,7 +159,7 @@ def test_chapter_1_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(
 ANSWERS = {
     0: r"the gateway answers|arrives in milliseconds|nowhere near done|now the user gets a 200",
     1: r"done once, at 600 s|first to finish counts|one lease\s+extension \(180 s\)",
-    2: r"queue a little \*?less|keeps climbing for as long as|redelivered counter does not move",
+    2: r"about \*?half\*? as long|keeps climbing for as long as|redelivered counter does not move",
     3: r"webhook is delivered once|backs off \(duplicates blocked|stale-job sweeper puts",
     4: r"the DLQ about|no bar comes near|the retry policy is never asked",
     5: r"one run, one file per rendition|its email is\s+suppressed",

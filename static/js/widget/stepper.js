@@ -395,7 +395,10 @@ export function install(W) {
     els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
     const summary = panel.querySelector(':scope > summary');
-    if (summary) summary.after(els.callout); else panel.prepend(els.callout);
+    // a narrow element (a readout tile) would be stretched by the words: they go above its row instead
+    if (panel.getBoundingClientRect().width < 280 && panel.parentElement) panel.parentElement.before(els.callout);
+    else if (panel.tagName === 'TABLE') panel.before(els.callout); // a table holds rows only
+    else if (summary) summary.after(els.callout); else panel.prepend(els.callout);
     return panel;
   }
 
@@ -413,7 +416,8 @@ export function install(W) {
   function nameOf(el) {
     const head = el.querySelector('h3, h4');
     const own = () => [...el.childNodes].filter((n) => n !== els.callout).map((n) => n.textContent).join(' ');
-    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || own()).trim().split('\n')[0];
+    const name = (head ? head.firstChild.textContent : el.getAttribute('aria-label') || own()).trim().split('\n')[0];
+    return name.length > 60 ? `${name.slice(0, 59)}…` : name; // a list's whole text is not its name
   }
 
   async function resume() {
