@@ -25,7 +25,15 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["workers", "clock"]},
 }
 
-_CLEAN = {"api": ["POST", "/fairness/reset", {}]}  # each step from an empty queue: a burst before is not this one's
+
+
+def _clean(strategy: str) -> list[dict[str, Any]]:
+    """Each step from an empty queue under its own strategy: the queue reset, then a wait until the panel shows the
+    strategy and no tier job left running from the step before (its starts and ends are not this step's)."""
+    return [{"api": ["POST", "/fairness/reset", {}]}, {"wait": ["ch6-panel", "data-strategy", strategy]},
+            {"wait": ["ch6-panel", "data-idle", "yes"]}]
+
+
 _QUIET = {"arrival_rate": 0.0, "pro_workers": 1, "fair_job_s": 30}  # no background traffic: the step's jobs only
 _WAIT = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
 _NOISY = {"click": "ch6-noisy"}  # the panel's burst: f0 drops 60 jobs, then f1â€¦f9 one each
@@ -33,7 +41,7 @@ _NOISY = {"click": "ch6-noisy"}  # the panel's burst: f0 drops 60 jobs, then f1â
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch6": [
         {"claim": "ch6.shared_fifo", "title": "Shared FIFO",
-         "do": [{"settings": {**_QUIET, "fairness": "shared"}}, _CLEAN, _NOISY,
+         "do": [{"settings": {**_QUIET, "fairness": "shared"}}, *_clean("shared"), _NOISY,
                 {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 1, "customer": "p1"}]}],
          "predict": {**_WAIT, "id": "ch6-step-fifo", "measure": "moment:wait",
                      "question": "One shared FIFO queue, three workers: 69 free jobs arrive, then one pro job. How "
@@ -42,7 +50,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "The pro job waited {measured} s: one queue serves in arrival order, so a paying customer's job "
                  "sat behind every free job that came before it."},
         {"claim": "ch6.noisy_neighbour", "title": "Noisy-neighbour burst, round robin",
-         "do": [{"settings": {**_QUIET, "fairness": "round_robin"}}, _CLEAN, _NOISY],
+         "do": [{"settings": {**_QUIET, "fairness": "round_robin"}}, *_clean("round_robin"), _NOISY],
          "predict": {**_WAIT, "id": "ch6-step-noisy", "measure": "moment:wait",
                      "question": "Round robin per customer: f0 drops 60 jobs, then f1 to f9 one each. How many "
                                  "simulated seconds does the last of them, f9, wait?"},
@@ -50,7 +58,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "f9 waited {measured} s: round robin takes one job per customer in turn, so a quiet customer is "
                  "served within one round, not behind the whole burst (in one FIFO it would wait for all 60)."},
         {"claim": "ch6.aging", "title": "Strict priority with aging",
-         "do": [{"settings": {**_QUIET, "fairness": "aging", "aging_s": 300}}, _CLEAN,
+         "do": [{"settings": {**_QUIET, "fairness": "aging", "aging_s": 300}}, *_clean("aging"),
                 {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 60, "customer": "p1"}]}, _NOISY],
          "predict": {**_WAIT, "id": "ch6-step-aging", "measure": "moment:wait",
                      "question": "Strict priority with aging ({aging_s} s), and a 60-job pro backlog ahead of the "
@@ -59,16 +67,16 @@ STEPS: dict[str, list[dict[str, Any]]] = {
          "says": "The first free job started after {measured} s, near the {aging_s} s aging threshold, while pro "
                  "jobs still waited: under strict priority alone it would wait until the pro backlog was gone."},
         {"claim": "ch6.hard_split_idle", "title": "Hard split, no pro traffic",
-         "do": [{"settings": {**_QUIET, "fairness": "split"}}, _CLEAN, _NOISY],
+         "do": [{"settings": {**_QUIET, "fairness": "split"}}, *_clean("split"), _NOISY],
          "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-split",
                      "measure": "distinct:fairness.started:worker_id",
                      "question": "Hard split with one of the three workers reserved for pro, and no pro traffic. "
                                  "How many workers take the free burst's jobs?"},
-         "moment": "fairness.finished", "moment_n": 4, "look": "ch6-tiers",
+         "moment": "fairness.finished", "moment_n": 4, "moment_after": "fairness.started", "look": "ch6-tiers",
          "says": "{measured} workers took free jobs while 69 waited: the reserved pro worker sat idle, and is paid "
                  "for all the same."},
         {"claim": "ch6.poison_storm", "title": "Free poison storm, separate fleets",
-         "do": [{"settings": {**_QUIET, "fairness": "separate"}}, _CLEAN, {"click": "ch6-poison"}],
+         "do": [{"settings": {**_QUIET, "fairness": "separate"}}, *_clean("separate"), {"click": "ch6-poison"}],
          "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-poison",
                      "measure": "distinct:fairness.crashed:worker_id",
                      "question": "Fully separate fleets (one pro worker, two free), and three free jobs that each "

@@ -194,6 +194,7 @@ def test_the_s_page_button_commits_the_typed_guess_and_gives_a_verdict(page: Pag
     outcome = page.get_by_test_id("url-scenario-outcome")
     expect(page.locator(".cr-scenario-title")).not_to_contain_text("900")  # the banner asks; it does not tell
     expect(outcome).to_be_hidden()
+    expect(page.locator(".lw-pf-row:visible")).to_have_count(1)  # one guess box: this scenario's (issue 38)
     page.get_by_test_id("predict-guess-vt-too-short").fill("2")
     page.get_by_test_id("url-scenario-run").click()
     expect(page.get_by_test_id("predict-pending")).to_contain_text("Your guess: 2 attempts")
@@ -478,6 +479,8 @@ def act_step(page: Page, step: dict, n: int, total: int) -> tuple[int, str]:
     m = int(verdict.get_attribute("data-measured"))
     assert f"{m:,}" in says.inner_text(), "the sentence names the number the lab measured"
     assert "{" not in says.inner_text(), f"a placeholder left in the verdict: {says.inner_text()}"
+    for line in page.locator("#lab-widget .lw-hint:not(.la-panel *)").all():  # no hint left asking what is answered
+        assert not line.inner_text().strip(), f"a stale hint after the verdict: {line.inner_text()}"
     continue_ = page.get_by_test_id("stepper-continue")
     if continue_.count():
         continue_.click()
@@ -498,9 +501,21 @@ def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(page
     for n, step in enumerate(steps, 1):
         if n > 1:
             page.get_by_test_id("stepper-next").click()
+            expect(page.get_by_test_id("predict")).to_be_hidden()  # the step before's verdict is not left up
         seen = len(api.events(ids))
         counts0 = api.snapshot(ids)["counts"]
         m, words = act_step(page, step, n, len(steps))
         moved = {k: v - counts0.get(k, 0) for k, v in api.snapshot(ids)["counts"].items()}
         evs = api.events(ids)[seen:]
         assert m == lab_figure(step, evs, moved, page), f"{preset} step {n}: {words}"
+
+
+def test_the_completed_twice_tile_names_the_claim_guard_as_it_is_set(page: Page, lab, api):
+    """Chapter 5's "Completed twice" tile said "guard off" under the claim guard (issue 38): it names the guard
+    the lab has now."""
+    ids = lab("/chapters/5")
+    tile = page.get_by_test_id("readout-dupdone")
+    expect(tile).to_contain_text("guard claim on")  # the preset's guard
+    expect(tile).not_to_contain_text("guard off")
+    api.ok("PATCH", f"/api/labs/{ids['lab_id']}/settings", {"guard": "off"}, ids["token"])
+    expect(tile).to_contain_text("guard off", timeout=15_000)

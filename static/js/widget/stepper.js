@@ -4,9 +4,8 @@
 // whose test proves what it shows. A step sets the lab up with the widget's own scenario buttons and
 // settings, asks its question (predict.js commits the guess and measures the run), acts (a kill or a cut
 // lease when the run's job is claimed), pauses the clock at the moment that matters, points at the element
-// that shows it, and when the run has settled says in one sentence what the lab measured. A step the lab
-// cannot act out asks, then reveals its claim. Each "Try this" item in the prose gets a button that opens
-// the stepper at that step.
+// that shows it, and when the run has settled says in one sentence what the lab measured. Every step acts
+// (tests/unit/test_steps.py). Each "Try this" item in the prose gets a button that opens the stepper at that step.
 //
 // At the pause the card docks: a bar fixed to the bottom of the screen (its title, status, verdict and
 // Continue), with the panel it points at scrolled into the room above it, so the next move is where the
@@ -128,11 +127,13 @@ export function install(W) {
     setText(els.verdict, '');
     // the lab's own status and hint lines speak of the step before: a new step starts with none
     for (const el of root.querySelectorAll('.lw-status, .lw-hint')) if (!el.closest('.la-panel')) setText(el, '');
+    // nor the prediction card's verdict of the step before (this step's comes with its run)
+    const card = root.querySelector('[data-testid="predict"]');
+    if (card && (!S.predict || S.predict.result)) card.hidden = true;
     delete els.verdict.dataset.measured;
     delete els.status.dataset.paused;
     els.says.hidden = true;
     const spec = step.predict || {};
-    const acts = !!(step.do && step.do.length);
     const fid = `${root.id}-step-guess`;
     let field;
     let answer = [];
@@ -151,7 +152,7 @@ export function install(W) {
     const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
       h('div', { class: 'lw-row lw-step-answer' }, ...answer,
         h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
-          acts ? 'Lock in my guess and run' : 'Lock in my guess and reveal')));
+          'Lock in my guess and run')));
     form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
     els.body.replaceChildren(form);
     nav();
@@ -183,14 +184,7 @@ export function install(W) {
       }
     }
     for (const x of form.querySelectorAll('input, button')) x.disabled = true;
-    if (!step.do || !step.do.length) { reveal(step, raw); return; }
     await act(step, guess);
-  }
-
-  function reveal(step, raw) {
-    setText(els.status, raw ? `Your answer: ${raw}.` : 'No answer typed: just reading.');
-    says(`What the lab shows (tested by the conformance suite): ${step.claim_text}.`);
-    nav([rerunButton()]);
   }
 
   function rerunButton() {
@@ -436,6 +430,8 @@ export function install(W) {
   /** The verdict is in (predict.js): say what the lab measured, with its own numbers. */
   function settled() {
     const { step, p } = run;
+    // the scenario's hint asked the question this verdict answers: it is not left asking it
+    for (const el of root.querySelectorAll('.lw-hint')) if (!el.closest('.la-panel')) setText(el, '');
     const m = p.result;
     const t = run.moment ? fmtT(run.moment.t_sim) : '–';
     const text = whyText({ why: step.says || '' }, S.settings, m).replace('{moment_t}', t);
