@@ -49,7 +49,8 @@ LONG_TRANSCODE = {"sample": "bigbuckbunny", "job_type": "transcode", "duration_s
 # `spread:type:N` seconds from the first `type` to the N-th, `peak:type` the busiest second's retried calls,
 # `pertick:type` one tick's events, `count:type[:after]` how many there were (after the first `after` event) once
 # the tick after them began; and at its moment: `moment:key` the moment event's own figure, `events:type` and
-# `distinct:type:field` how many (different) events up to it, `backlog` jobs enqueued and not yet claimed,
+# `distinct:type:field` how many (different) events up to it, `concurrent:A:B` the most runs at once (an A starts
+# one, a B ends one), `backlog` jobs enqueued and not yet claimed,
 # `meanwait:N` the first N jobs' mean queue wait, `panel:testid:attr` a figure a chapter panel measured itself
 # (read once the panel's round is over). predict-model.js `fromEvents` reads them; tests/e2e/test_stepper.py
 # computes the same figure from the lab's stream.

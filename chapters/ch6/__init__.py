@@ -68,13 +68,13 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                  "jobs still waited: under strict priority alone it would wait until the pro backlog was gone."},
         {"claim": "ch6.hard_split_idle", "title": "Hard split, no pro traffic",
          "do": [{"settings": {**_QUIET, "fairness": "split"}}, *_clean("split"), _NOISY],
-         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-split",
-                     "measure": "distinct:fairness.started:worker_id",
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch6-step-split",
+                     "measure": "concurrent:fairness.started:fairness.finished",
                      "question": "Hard split with one of the three workers reserved for pro, and no pro traffic. "
-                                 "How many workers take the free burst's jobs?"},
+                                 "While the free burst waits, how many free jobs run at once?"},
          "moment": "fairness.finished", "moment_n": 4, "moment_after": "fairness.started", "look": "ch6-tiers",
-         "says": "{measured} workers took free jobs while 69 waited: the reserved pro worker sat idle, and is paid "
-                 "for all the same."},
+         "says": "At most {measured} free jobs ran at once while the rest of the burst waited: the third worker, "
+                 "reserved for pro, sat idle with no pro job to run, and is paid for all the same."},
         {"claim": "ch6.poison_storm", "title": "Free poison storm, separate fleets",
          "do": [{"settings": {**_QUIET, "fairness": "separate"}}, *_clean("separate"), {"click": "ch6-poison"}],
          "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-poison",

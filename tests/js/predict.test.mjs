@@ -176,6 +176,8 @@ test('counts up to the moment: events, distinct workers, the backlog; nothing be
   assert.deepEqual(measure({ kind: 'number', measure: 'distinct:job.claimed:worker_id' }, model([]), run),
     { number: 2, value: 2 });
   assert.deepEqual(measure({ kind: 'number', measure: 'meanwait:3' }, model([]), run), { number: 4, value: 4 });
+  assert.deepEqual(measure({ kind: 'number', measure: 'concurrent:job.enqueued:job.claimed' }, model([]), run),
+    { number: 2, value: 2 }, 'two waiting at once at most');
   assert.equal(measure({ kind: 'number', measure: 'meanwait:4' }, model([]), run), null, 'three claimed so far');
 });
 

@@ -52,7 +52,7 @@ def test_a_scenario_banner_asks_and_only_its_outcome_tells():
 
 # the measures predict-model.js knows (its `measure` and `fromEvents`)
 MEASURES = {"attempts", "state", "peak", "counter", "pertick", "count", "gap", "spread", "moment", "events",
-            "distinct", "backlog", "meanwait", "panel"}
+            "distinct", "concurrent", "backlog", "meanwait", "panel"}
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")

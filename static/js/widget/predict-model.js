@@ -50,7 +50,7 @@ export function measure(spec, S, run) {
   return out;
 }
 
-const EVENTS_ONLY = new Set(['gap', 'spread', 'moment', 'events', 'distinct', 'backlog', 'meanwait', 'panel']);
+const EVENTS_ONLY = new Set(['gap', 'spread', 'moment', 'events', 'distinct', 'concurrent', 'backlog', 'meanwait', 'panel']);
 
 /**
  * A figure read off the run's events (a guided step keeps them, and its moment, on the run):
@@ -60,6 +60,7 @@ const EVENTS_ONLY = new Set(['gap', 'spread', 'moment', 'events', 'distinct', 'b
  *   moment:key       the moment's own figure (the wait a job reported when it started)
  *   events:type      how many `type` events the run had up to its moment
  *   distinct:type:f  how many different `f` (a worker_id) the run's `type` events had up to its moment
+ *   concurrent:A:B   the most runs at once up to the moment: each A starts one, each B ends one
  *   backlog          jobs enqueued but not yet claimed, at the moment
  *   meanwait:N       mean queue wait (enqueued → first claim) of the run's first N jobs claimed
  *   panel:testid:attr a figure a chapter panel measured itself (run.panel reads it once its round is over)
@@ -85,6 +86,15 @@ export function fromEvents(kind, arg, arg2, run, arg3) {
   }
   if (kind === 'events') return upto && upto.filter((e) => e.type === arg).length;
   if (kind === 'distinct') return upto && new Set(upto.filter((e) => e.type === arg).map((e) => e[arg2] ?? (e.data || {})[arg2])).size;
+  if (kind === 'concurrent') {
+    if (!upto) return null;
+    let now = 0, most = 0;
+    for (const e of upto) {
+      if (e.type === arg) most = Math.max(most, ++now);
+      else if (e.type === arg2) now = Math.max(0, now - 1);
+    }
+    return most;
+  }
   if (kind === 'backlog') {
     if (!upto) return null;
     const queued = new Set(upto.filter((e) => e.type === 'job.enqueued').map(at));
