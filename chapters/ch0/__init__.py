@@ -89,7 +89,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch0.slots", 0, "Check yourself 2", "Little's law: inline transcodes occupy rate × duration request "
           "slots", "test_check2_request_slots_are_littles_law", status="model"),
     Claim("ch0.predict", 0, "Try this 1", "Predict both response times", status="thought",
-          why="a prediction step; steps 2 and 3 show the answers"),
+          why="the prediction itself; the guided steps measure both answers in the lab (1 and 5 inline, 3 enqueue)"),
     Claim("ch0.inline_honest_clock", 0, "Try this 5, at the top speed", "The inline handler keeps the honest "
           "clock: at 1000× a transcode holds the request exactly its simulated duration (600 s), never that plus "
           "ffmpeg's overrun; when ffmpeg is slower than duration ÷ speed the clock waits for it and the answer "

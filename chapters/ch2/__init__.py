@@ -65,7 +65,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                                  ["approx", f"W/(1−ρ) ({_F['approx']:.0f} s)"]],
                      "buckets": {"erlang": [0, round((_F["erlang"] + _F["approx"]) / 2)],
                                  "approx": [round((_F["erlang"] + _F["approx"]) / 2) + 1, 10**6]}},
-         "moment": "job.claimed", "moment_n": _WAIT_JOBS, "look": "ch2-table",
+         "moment": "job.claimed", "moment_n": _WAIT_JOBS, "moment_after": "loadgen.started", "look": "ch2-table",
          "says": f"The first {_WAIT_JOBS} jobs waited {{measured}} s on average, against W/(1−ρ)'s "
                  f"{_F['approx']:.0f} s and Erlang C's {_F['erlang']:.0f} s: the approximation is far off, and equal "
                  f"jobs queue about half as long as Erlang C's exponential ones (the M/D/c figure is "
@@ -77,7 +77,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
                      "measure": "backlog",
                      "question": f"λ = {_F['over']:g}/s: λ·W is 1.5 × the four workers. When the 60th job arrives, "
                                  "how many of the jobs sent since the start are still waiting in the queue?"},
-         "moment": "job.enqueued", "moment_n": 60, "look": "ch2-chart-L",
+         "moment": "job.enqueued", "moment_n": 60, "moment_after": "loadgen.started", "look": "ch2-chart-L",
          "says": "{measured} jobs were waiting when the 60th arrived, and the backlog grows by λ − c/W every second "
                  "for as long as the overload lasts: it never comes back down on its own."},
         {"claim": "ch2.autoscale_boot", "title": "Autoscaler on",

@@ -404,30 +404,26 @@ def step_events(step: dict, evs: list[dict]) -> list[dict]:
     return [e for e in evs if e.get("job_id") is None or e["job_id"] in ids]
 
 
-def moment_of(step: dict, mine: list[dict]) -> dict:
-    """The event the step paused at, found in the stream as the stepper finds it: after its acts, the n-th match."""
-    after = None
-    for a in step["do"]:
-        if a.get("on"):
-            after = [e for e in mine if e["type"] == a["on"]][a.get("n", 1) - 1]
+def moment_of(step: dict, mine: list[dict], moment_id: str) -> dict:
+    """The event the step paused at (the page names it), checked against the step: its type and fields, after the
+    event its `moment_after` names."""
+    ev = next(e for e in mine if e["id"] == moment_id)
+    assert ev["type"] == step["moment"] and all(ev["data"].get(k) == v for k, v in step.get("moment_data", {}).items())
     if step.get("moment_after"):
-        after = next(e for e in mine if e["type"] == step["moment_after"])
-    rest = mine[mine.index(after) + 1:] if after else mine
-    want = step.get("moment_data", {})
-    hits = [e for e in rest if e["type"] == step["moment"] and all(e["data"].get(k) == v for k, v in want.items())]
-    return hits[step.get("moment_n", 1) - 1]
+        assert any(e["type"] == step["moment_after"] for e in mine[:mine.index(ev)]), "paused before its anchor"
+    return ev
 
 
 def field(e: dict, name: str):
     return e.get(name, e["data"].get(name))
 
 
-def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page) -> int:
+def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page, moment_id: str) -> int:
     """The step's figure computed here from the lab's own stream (or its counters, or the panel's row)."""
     kind, *arg = step["predict"]["measure"].split(":")
     mine = step_events(step, evs)
     at_moment = kind in ("events", "distinct", "concurrent", "backlog", "moment")
-    upto = mine[:mine.index(moment_of(step, mine)) + 1] if at_moment else mine
+    upto = mine[:mine.index(moment_of(step, mine, moment_id)) + 1] if at_moment else mine
     if kind == "gap":
         a = next(e for e in mine if e["type"] == arg[0])
         b = next(e for e in mine if e["type"] == arg[1] and e["t_sim"] >= a["t_sim"] and e is not a
@@ -520,12 +516,13 @@ def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(page
         if n > 1:
             page.get_by_test_id("stepper-next").click()
             expect(page.get_by_test_id("predict")).to_be_hidden()  # the step before's verdict is not left up
-        seen = len(api.events(ids))
         counts0 = api.snapshot(ids)["counts"]
         m, words = act_step(page, step, n, len(steps))
         moved = {k: v - counts0.get(k, 0) for k, v in api.snapshot(ids)["counts"].items()}
-        evs = api.events(ids)[seen:]
-        assert m == lab_figure(step, evs, moved, page), f"{preset} step {n}: {words}"
+        # the events the step's run watched: those after the newest the page had when the step began
+        evs = api.events(ids, after=page.get_by_test_id("stepper-mount").get_attribute("data-run-after"))
+        moment_id = page.get_by_test_id("stepper-mount").get_attribute("data-moment-id")
+        assert m == lab_figure(step, evs, moved, page, moment_id), f"{preset} step {n}: {words}"
 
 
 def test_the_completed_twice_tile_names_the_claim_guard_as_it_is_set(page: Page, lab, api):

@@ -196,6 +196,7 @@ export function install(W) {
     run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null, after: null,
       jobless: step.do.some((a) => a.click && !a.on) }; // a panel's set-up (a schedule), not a job's act
     const mine = run;
+    els.mount.dataset.runAfter = S.lastId || '0'; // the run watches the events after this one (a test reads the same)
     setText(els.status, 'Setting the lab up as the step says…');
     nav([rerunButton()]);
     // the answer waits for the moment: a DLQ that is full before its replay is not the step's answer yet
@@ -244,6 +245,8 @@ export function install(W) {
       }
       sync();
     }
+    mine.setupId = S.lastId || '0'; // the set-up is done: its moment is an event after this one
+    sync();
     return [...mine.ids];
   }
 
@@ -311,10 +314,17 @@ export function install(W) {
     const acted = run.step.do.every((a, i) => !a.on || run.done.has(i));
     const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
-    const m = !run.moment && run.step.moment && acted && (anchor || !run.step.moment_after)
-      && mine.slice(mine.indexOf(anchor) + 1).filter(
-        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
+    // never during the set-up: a job left running by the step before (a burst's start) is not this step's moment
+    const m = !run.moment && run.step.moment && acted && run.setupId && (anchor || !run.step.moment_after)
+      && mine.slice(mine.indexOf(anchor) + 1).filter((e) => later(e.id, run.setupId)
+        && e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
     if (m) moment(m);
+  }
+
+  /** Is stream id `a` ("ms-seq") after `b`? */
+  function later(a, b) {
+    const [am, as] = String(a).split('-').map(Number), [bm, bs] = String(b).split('-').map(Number);
+    return am > bm || (am === bm && (as || 0) > (bs || 0));
   }
 
   /** A kill or a cut lease when the step's event comes (its job's claim, its first tenth): the clock holds
@@ -344,6 +354,7 @@ export function install(W) {
   async function moment(ev) {
     const mine = run;
     mine.moment = ev;
+    els.mount.dataset.momentId = ev.id; // the event it paused at (a test reads the same one back)
     if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) {
       S.predict.hold = false; // measured from now
       S.predict.moment = ev; // a `moment:` measure reads the moment's own figure, `events:` counts up to it
