@@ -419,7 +419,7 @@ export function install(W) {
 
   /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
   function nameOf(el) {
-    const head = el.querySelector('h3, h4');
+    const head = el.querySelector('h3, h4, figcaption, caption'); // a panel's heading, a chart's or table's caption
     const own = () => [...el.childNodes].filter((n) => n !== els.callout).map((n) => n.textContent).join(' ');
     const name = (head ? head.firstChild.textContent : el.getAttribute('aria-label') || own()).trim().split('\n')[0];
     return name.length > 60 ? `${name.slice(0, 59)}…` : name; // a list's whole text is not its name
