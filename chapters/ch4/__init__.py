@@ -149,7 +149,9 @@ STEPS: dict[str, list[dict[str, Any]]] = {
         {"claim": "ch4.jitter", "title": "The same outage, full jitter",
          "do": [{"settings": {"retry_policy": "full_jitter", "max_attempts": 5, "classify_errors": False}},
                 {"scenario": "outage"}],
-         "predict": {**_PEAK, "id": "ch4-step-jitter"},
+         "predict": {**_PEAK, "id": "ch4-step-jitter",
+                     "question": "The same outage under full jitter: each retry waits a random time up to its "
+                                 "backoff. How many retried storage calls arrive in the busiest simulated second now?"},
          "moment": "storage.called", "moment_data": {"try": 2}, "look": "retry-histogram",
          "says": "Full jitter spread the same retries over the window: the busiest simulated second held "
                  "{measured} of them."},

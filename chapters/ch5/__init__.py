@@ -40,28 +40,48 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+_EMAILS = {"kind": "number", "min": 0, "max": 10, "unit": "emails", "measure": "counter:emails_sent"}
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch5": [
         {"claim": "ch5.claim_guard", "title": "VT too short, claim guard",
          "do": [{"settings": {"guard": "claim", "idempotent_outputs": True, "notify_guard": True}},
                 {"scenario": "vt-too-short"}],
+         "predict": {**_EMAILS, "id": "ch5-step-claim",
+                     "question": "Claim guard on, and the job is redelivered while it still runs. How many "
+                                 "completion emails go out?"},
          "moment": "job.duplicate_blocked", "look": "workers",
          "says": "{measured} completion email: the redelivered copy found the record running and backed off, "
                  "so one run wrote one file per rendition and sent one email."},
         {"claim": "ch5.guards_off", "title": "Every guard off",
          "do": [{"settings": {"guard": "off", "idempotent_outputs": False, "notify_guard": False}},
                 {"scenario": "vt-too-short"}],
-         "moment": "job.redelivered", "look": "workers",
-         "says": "{measured} completion emails: with every guard off both runs wrote their own files and each "
-                 "sent its email."},
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "runs", "id": "ch5-step-off",
+                     "measure": "counter:duplicate_completions",
+                     "question": "Every guard off, the same redelivery. How many times does a second copy of the "
+                                 "job run to the end?"},
+         "moment": "job.redelivered", "look": "readout-dupdone",
+         "says": "{measured} copy ran to the end beside the first: with every guard off both runs wrote their own "
+                 "files and each sent its email."},
         {"claim": "ch5.guards", "title": "Output-path and notified guards on",
          "do": [{"settings": {"guard": "off", "idempotent_outputs": True, "notify_guard": True}},
                 {"scenario": "vt-too-short"}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "emails", "id": "ch5-step-notified",
+                     "measure": "counter:emails_suppressed",
+                     "question": "Record guard off, so the job runs twice, but the notified flag is on. How many "
+                                 "emails does the flag hold back?"},
          "moment": "email.suppressed", "look": "event-log",
-         "says": "{measured} completion email: the job still ran twice and overwrote its files, but the "
-                 "notified flag suppressed the second email."},
+         "says": "{measured} email held back: the job still ran twice and overwrote its files, but the notified "
+                 "flag's compare-and-swap let only the first finisher send."},
         {"claim": "ch5.idempotency_key", "title": "Resend with the same key",
-         "predict": {"question": "Which job_id comes back, and does the queue grow?"}},
+         "do": [{"click": "ch5-send-key", "fill": {"ch5-drops": 2}}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch5-step-key",
+                     "measure": "events:job.enqueued",
+                     "question": "The client sends with one Idempotency-Key and loses the first two answers, so it "
+                                 "sends three times. How many jobs does the queue get?"},
+         "moment": "idempotency.replayed", "moment_n": 2, "look": "ch5-client",
+         "says": "{measured} job: the second and third sends found the key and got the first job's answer "
+                 "replayed; the queue did not grow. A new key would make a new job."},
     ],
 }
 
