@@ -1,0 +1,122 @@
+"""The checker: each invariant of a challenge, held or broken, read from the lab's own event history.
+
+Pure: it reads the events of one run (core/stream.py's JSON) and the jobs' records, never the handler. Each
+invariant is one function from a job's history to a list of the events that break it (empty: it held for that
+job); a broken invariant is reported with the shortest such history among its jobs, told in words
+("job 7: two emails — attempt 1 sent at t = 312 s and was killed before its ack; attempt 2 sent at t = 612 s")
+and with the ids of its events, which the page outlines on the timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Event = dict[str, Any]
+
+
+def _t(e: Event) -> str:
+    return f"t = {e['t_sim']:g} s"
+
+
+def _fate(attempt: int, history: list[Event], after: Event) -> str:
+    """What became of an attempt after `after`: the words a counterexample ends its clause with."""
+    for e in history[history.index(after) + 1:]:
+        if e.get("attempt") != attempt:
+            continue
+        if e["type"] == "job.crashed":
+            return f" and was killed before its ack ({_t(e)})"
+        if e["type"] == "job.succeeded":
+            return f" and was acked ({_t(e)})"
+        if e["type"] == "job.duplicate_completed":
+            return f" and was acked again as a duplicate ({_t(e)})"
+        if e["type"] == "handler.backed_off":
+            return " and backed off"
+        if e["type"] == "job.failed":
+            return f" and failed ({_t(e)})"
+    return ""
+
+
+def one_email(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
+    sent = [e for e in history if e["type"] == "email.sent"]
+    if len(sent) == 1:
+        return None
+    if not sent:
+        return f"job {job_id}: no email — {_ending(rec)}", []
+    words = {2: "two", 3: "three", 4: "four"}.get(len(sent), str(len(sent)))
+    parts = [f"attempt {e.get('attempt')} sent at {_t(e)}{_fate(e.get('attempt', 0), history, e)}" for e in sent]
+    return f"job {job_id}: {words} emails — " + "; ".join(parts), sent
+
+
+def one_output(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
+    written = [e for e in history if e["type"] == "output.written"]
+    paths: dict[str, Event] = {}
+    for e in written:
+        paths.setdefault(e["data"].get("path", ""), e)
+    if len(paths) == 1:
+        return None
+    if not paths:
+        return f"job {job_id}: no output — {_ending(rec)}", []
+    parts = [f"attempt {e.get('attempt')} wrote {p} at {_t(e)}" for p, e in paths.items()]
+    return f"job {job_id}: {len(paths)} different outputs — " + "; ".join(parts), list(paths.values())
+
+
+def every_job_done(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
+    if rec.get("state") == "done":
+        return None
+    told = [e for e in history if e["type"] in ("job.claimed", "job.crashed", "handler.backed_off", "job.failed",
+                                                   "job.dead_lettered", "job.lost")][:8]
+    parts = [f"{_WORDS.get(e['type'], e['type'])} (attempt {e.get('attempt')}, {_t(e)})"
+             + (f": {e['data'].get('error')}" if e["type"] == "job.failed" else "") for e in told]
+    return f"job {job_id}: never finished ({_ending(rec)}) — " + "; ".join(parts), told
+
+
+def one_at_a_time(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
+    runs = sorted((float(e["data"]["began"]), e["t_sim"], e) for e in history if e["type"] == "handler.transcoded")
+    for (b1, e1, ev1), (b2, _e2, ev2) in zip(runs, runs[1:], strict=False):
+        if b2 < e1 - 1e-6:
+            return (f"job {job_id}: two transcodes at once — attempt {ev1.get('attempt')} ran from t = {b1:g} s to "
+                    f"{e1:g} s; attempt {ev2.get('attempt')} began at t = {b2:g} s"), [ev1, ev2]
+    return None
+
+
+_WORDS = {"job.claimed": "claimed", "job.crashed": "killed", "handler.backed_off": "backed off",
+          "job.failed": "failed", "job.dead_lettered": "dead-lettered", "job.lost": "lost"}
+
+
+def _ending(rec: dict) -> str:
+    state = rec.get("state", "?")
+    if state == "dlq":
+        return f"dead-lettered: {rec.get('dlq_reason') or 'out of receives'}"
+    return {"done": "it was acked", "lost": "it was lost"}.get(state, f"it is {state}")
+
+
+INVARIANTS: dict[str, tuple[str, Callable[[str, dict, list[Event]], tuple[str, list[Event]] | None]]] = {
+    "every_job_done": ("Every job finishes", every_job_done),
+    "one_output": ("One output per job", one_output),
+    "one_email": ("One email per job", one_email),
+    "one_at_a_time": ("No job runs twice at once", one_at_a_time),
+}
+
+
+def check(names: list[str], job_ids: list[str], records: dict[str, dict], events: list[Event]) -> list[dict]:
+    """Each named invariant over the run's jobs: {id, title, held, counterexample?: {job, text, events}}."""
+    by_job: dict[str, list[Event]] = {j: [] for j in job_ids}
+    for e in events:
+        if e.get("job_id") in by_job:
+            by_job[e["job_id"]].append(e)
+    out = []
+    for name in names:
+        title, rule = INVARIANTS[name]
+        broken = []
+        for j in job_ids:
+            found = rule(j, records.get(j, {}), by_job[j])
+            if found is not None:
+                broken.append((len(by_job[j]), j, found))
+        result: dict[str, Any] = {"id": name, "title": title, "held": not broken}
+        if broken:
+            _n, j, (text, cited) = min(broken, key=lambda b: (b[0], int(b[1]) if b[1].isdigit() else 0))
+            result["counterexample"] = {"job": j, "text": text, "events": [e["id"] for e in cited],
+                                        "broken_in": len(broken)}
+        out.append(result)
+    return out
