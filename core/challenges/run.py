@@ -189,7 +189,9 @@ def verdict(r: redis.Redis, lab: str, spec: dict[str, Any] | None) -> dict[str, 
     events = stream.read_after(r, lab, row["started"], count=20000)
     records = {j: r.hgetall(job(lab, j)) for j in base["jobs"]}
     results = checker.check(json.loads(row["invariants"]), base["jobs"], records, events)
-    out = {"state": "checked", "passed": all(x["held"] for x in results), "invariants": results,
+    errors = sorted({str(e["data"].get("error", ""))[:300] for e in events
+                     if e["type"] == "job.failed" and e.get("job_id") in base["jobs"]})
+    out = {"state": "checked", "passed": all(x["held"] for x in results), "invariants": results, "errors": errors,
            "hint": spec.get("hint", ""), "section": spec.get("section", "")}
     if r.hsetnx(row_key(lab), "verdict", json.dumps(out)):  # hsetnx: two readers at once check once
         r.hset(row_key(lab), "state", "checked")
