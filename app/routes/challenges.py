@@ -21,18 +21,10 @@ from app.errors import ApiError
 from app.http import json_body, parse
 from app.store import get_redis, get_rq
 from core import registry
-from core.challenges import box, checker
+from core.challenges import box, describe
 from core.challenges import run as runs
 
 bp = Blueprint("challenges", __name__)
-
-
-def public(challenge_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """What a page shows of a challenge (the reference and the mutants stay on the server)."""
-    return {"id": challenge_id, "chapter": spec["chapter"], "title": spec["title"], "task": spec["task"],
-            "starter": spec["starter"], "hint": spec["hint"], "section": spec["section"],
-            "jobs": len(spec["workload"]),
-            "invariants": [{"id": i, "title": checker.INVARIANTS[i][0]} for i in spec["invariants"]]}
 
 
 def _sandbox() -> None:
@@ -44,7 +36,7 @@ def _sandbox() -> None:
 
 @bp.get("/api/challenges")
 def list_challenges():
-    return jsonify(challenges=[public(k, v) for k, v in chapters.CHALLENGES.items()], sandbox=box.confined() == "")
+    return jsonify(challenges=[describe(k, v) for k, v in chapters.CHALLENGES.items()], sandbox=box.confined() == "")
 
 
 def code_error(code: str) -> dict[str, Any] | None:

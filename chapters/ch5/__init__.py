@@ -104,9 +104,9 @@ CHALLENGES: dict[str, dict[str, Any]] = {
         "chapter": 5, "title": "Effectively once",
         "task": "Write the job's handler so that each upload gets one transcoded file and one email, although "
                 "its message is redelivered after a kill and a copy arrives while the first still runs.",
-        "section": "making-the-transcode-safe-to-repeat",
+        "section": "which-side-effects-repeat-safely",
         "hint": "A side effect that must happen once needs a record that it happened, taken atomically before "
-                "it: see Which side effects repeat safely.",
+                "it (Which side effects repeat safely).",
         # the lab's own guards off: the handler is the only one
         "settings": {"guard": "off", "notify_guard": False, "idempotent_outputs": True, "vt_seconds": 120,
                      "heartbeat": False, "ack_mode": "late", "max_receives": 6, "max_attempts": 3,

@@ -117,6 +117,7 @@ def check(names: list[str], job_ids: list[str], records: dict[str, dict], events
         if broken:
             _n, j, (text, cited) = min(broken, key=lambda b: (b[0], int(b[1]) if b[1].isdigit() else 0))
             result["counterexample"] = {"job": j, "text": text, "events": [e["id"] for e in cited],
+                                        "attempts": sorted({e["attempt"] for e in cited if e.get("attempt")}),
                                         "broken_in": len(broken)}
         out.append(result)
     return out

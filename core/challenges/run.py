@@ -158,6 +158,14 @@ def release(r: redis.Redis, lab: str, k: str, token: Any) -> int:
     return int(r.eval(_RELEASE, 1, key(lab, "claims"), k, str(token)))
 
 
+def passed_of(r: redis.Redis, labs: list[str]) -> dict[str, list[str]]:
+    """The challenges each lab has passed (as its checker found), in one round trip however many labs."""
+    with r.pipeline(transaction=False) as pipe:
+        for lab in labs:
+            pipe.smembers(key(lab, "challenges_passed"))
+        return {lab: sorted(got) for lab, got in zip(labs, pipe.execute(), strict=True)}
+
+
 # --- the verdict -----------------------------------------------------------------------------------
 def settled(r: redis.Redis, lab: str, ids: list[str]) -> bool:
     """Every job of the run finished, its message gone (acked or redriven), and no attempt of it still running."""
@@ -195,6 +203,8 @@ def verdict(r: redis.Redis, lab: str, spec: dict[str, Any] | None) -> dict[str, 
            "hint": spec.get("hint", ""), "section": spec.get("section", "")}
     if r.hsetnx(row_key(lab), "verdict", json.dumps(out)):  # hsetnx: two readers at once check once
         r.hset(row_key(lab), "state", "checked")
+        if out["passed"]:
+            r.sadd(key(lab, "challenges_passed"), str(row.get("challenge")))
         stream.emit(r, lab, "challenge.checked", clock.now(r, lab), run=base["run"], passed=out["passed"],
                     broken=[x["id"] for x in results if not x["held"]])
     return {**base, **json.loads(r.hget(row_key(lab), "verdict") or json.dumps(out))}
