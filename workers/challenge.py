@@ -86,20 +86,28 @@ class Attempt:
     def op_log(self, text: str) -> None:
         self.emit("handler.log", text=str(text)[:500])
 
-    def op_media_transcode(self, rendition: str = "360p") -> dict:
+    def op_media_transcode(self, rendition: str = "360p", part: int = 1, of: int = 1) -> dict:
         if rendition not in media.RENDITIONS:
             raise CtxRefused(f"no rendition {str(rendition)[:20]!r}: one of {', '.join(media.RENDITIONS)}")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (part, of)) or not 1 <= part <= of <= 100:
+            raise CtxRefused("a transcode's part is 1 … of, and of is 1 … 100")
+        began = self.now()
+        duration = float(self.payload["duration_s"]) / of
+        if part < of:  # a share of the job's time: the clock paces it; the last part runs ffmpeg and makes the file
+            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [], self.rng,
+                       self.watch)
+            self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of)
+            return {"media": None, "rendition": rendition, "part": part, "of": of}
         var_dir = Config.from_env().var_dir
         src = tasks.source_file(self.r, self.lab, self.rec["source"], var_dir)
         tasks.probe_once(self.r, src)
         tmp, _ = tasks.output_paths(var_dir, self.lab, self.job_id, rendition, self.attempt, True)
         tmp = tmp.with_name(f"{tmp.stem}-{len(self.files)}{tmp.suffix}")
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        began = self.now()
         proc = media.start_transcodes(src, [(tmp, media.RENDITIONS[rendition])])
         try:
-            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began,
-                       float(self.payload["duration_s"]), [proc], self.rng, self.watch)
+            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [proc], self.rng,
+                       self.watch)
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise CtxRefused("ffmpeg failed on this clip")
         finally:
@@ -108,8 +116,9 @@ class Attempt:
                 proc.wait()
         handle = f"media-{len(self.files) + 1}"
         self.files[handle] = tmp
-        self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), bytes=tmp.stat().st_size)
-        return {"media": handle, "rendition": rendition, "bytes": tmp.stat().st_size}
+        self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of,
+                  bytes=tmp.stat().st_size)
+        return {"media": handle, "rendition": rendition, "part": part, "of": of, "bytes": tmp.stat().st_size}
 
     def op_storage_put(self, name: str, data: Any) -> int:
         if not isinstance(name, str) or not NAME.fullmatch(name):

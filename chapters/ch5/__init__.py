@@ -119,6 +119,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             {"job": 5, "attempt": 1, "op": "storage.put", "when": "after", "do": "crash"},
         ],
         "invariants": ["every_job_done", "one_output", "one_email"],
+        "starter_breaks": "one_email",  # the invariant the starter must break
         "starter": """\
 def handle(ctx):
     video = ctx.media.transcode("360p")

@@ -72,11 +72,16 @@ def every_job_done(job_id: str, rec: dict, history: list[Event]) -> tuple[str, l
 
 
 def one_at_a_time(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
-    runs = sorted((float(e["data"]["began"]), e["t_sim"], e) for e in history if e["type"] == "handler.transcoded")
-    for (b1, e1, ev1), (b2, _e2, ev2) in zip(runs, runs[1:], strict=False):
-        if b2 < e1 - 1e-6:
-            return (f"job {job_id}: two transcodes at once — attempt {ev1.get('attempt')} ran from t = {b1:g} s to "
-                    f"{e1:g} s; attempt {ev2.get('attempt')} began at t = {b2:g} s"), [ev1, ev2]
+    runs = sorted(((float(e["data"]["began"]), e["t_sim"], e) for e in history if e["type"] == "handler.transcoded"),
+                  key=lambda x: (x[0], x[1]))
+    latest: tuple[float, float, Event] | None = None  # the earlier work that ends last
+    for b2, e2, ev2 in runs:
+        if latest is not None and b2 < latest[1] - 1e-6 and latest[2].get("attempt") != ev2.get("attempt"):
+            b1, e1, ev1 = latest
+            return (f"job {job_id}: two attempts transcoding at once — attempt {ev1.get('attempt')} from t = {b1:g} s "
+                    f"to {e1:g} s; attempt {ev2.get('attempt')} from t = {b2:g} s"), [ev1, ev2]
+        if latest is None or e2 > latest[1]:
+            latest = (b2, e2, ev2)
     return None
 
 
@@ -86,6 +91,8 @@ _WORDS = {"job.claimed": "claimed", "job.crashed": "killed", "handler.backed_off
 
 def _ending(rec: dict) -> str:
     state = rec.get("state", "?")
+    if state not in ("done", "dlq", "lost"):
+        return f"still {state} when the run's time was up"
     if state == "dlq":
         return f"dead-lettered: {rec.get('dlq_reason') or 'out of receives'}"
     return {"done": "it was acked", "lost": "it was lost"}.get(state, f"it is {state}")

@@ -25,6 +25,7 @@ from core.challenges import checker
 from core.keys import job, key, msg
 
 FINISHED = ("done", "dlq", "lost")
+DEADLINE_S = 3600.0  # simulated seconds a run may take before it is checked as it stands (a job never finished)
 VIDEO_PREFIX = "challenge-"  # a challenge job's video id: challenge-<run>-<n>
 
 
@@ -54,6 +55,7 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
     r.hset(row_key(lab), mapping={
         "challenge": challenge_id, "code": code, "state": "running", "error": "", "cpu_s": 0,
         "started": started, "jobs": "[]", "faults": json.dumps(spec.get("faults", [])),
+        "started_at": clock.now(r, lab), "deadline_s": spec.get("deadline_s", DEADLINE_S),
         "invariants": json.dumps(spec["invariants"])})
     now = clock.now(r, lab)
     stream.emit(r, lab, "challenge.started", now, challenge=challenge_id, run=n, jobs=len(spec["workload"]))
@@ -192,7 +194,8 @@ def verdict(r: redis.Redis, lab: str, spec: dict[str, Any] | None) -> dict[str, 
         return {**base, **json.loads(row["verdict"])}
     if row.get("state") == "error":
         return {**base, "state": "error", "passed": False, "error": row.get("error", "")}
-    if spec is None or not settled(r, lab, base["jobs"]):
+    overdue = clock.now(r, lab) >= float(row.get("started_at") or 0) + float(row.get("deadline_s") or DEADLINE_S)
+    if spec is None or not (settled(r, lab, base["jobs"]) or overdue):
         return {**base, "state": "running"}
     events = stream.read_after(r, lab, row["started"], count=20000)
     records = {j: r.hgetall(job(lab, j)) for j in base["jobs"]}

@@ -12,6 +12,7 @@ The API (shown on the chapter page as it is written here):
         ctx.job.id, ctx.job.attempt           # the job, and which delivery of its message this is (1, 2, …)
         ctx.job.idempotency_key, ctx.job.input  # the key the client sent with the job; its payload (a dict)
         video = ctx.media.transcode("360p")   # real ffmpeg on the job's clip, paced on the lab's clock
+        ctx.media.transcode("360p", part=2, of=10)  # one tenth of the job's time (the last part's handle is the file)
         ctx.storage.put(name, video)          # publish a file (or text) under `name`; ctx.StorageDown in an outage
         ctx.storage.get(name)                 # its size in bytes, or None
         ctx.email.send(subject)               # the completion email: every call sends one
@@ -67,9 +68,10 @@ class _Part:
 
 
 class Media(_Part):
-    def transcode(self, rendition="360p"):
-        """Real ffmpeg on the job's clip: a handle (a dict) storage.put publishes."""
-        return self._call("transcode", rendition=rendition)
+    def transcode(self, rendition="360p", part=1, of=1):
+        """Real ffmpeg on the job's clip: a handle (a dict) storage.put publishes. In parts (`part` of `of`), each
+        takes its share of the job's time, so a handler can beat its lease between them."""
+        return self._call("transcode", rendition=rendition, part=part, of=of)
 
 
 class Storage(_Part):

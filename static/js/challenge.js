@@ -60,7 +60,16 @@ function editor(area, gutter) {
   area.addEventListener('input', lines);
   area.addEventListener('scroll', () => { gutter.scrollTop = area.scrollTop; });
   lines();
-  return { mark(line) { setAttr(gutter, 'data-error-line', line ? String(line) : null); } };
+  return {
+    /** Put the caret at the start of `line` (a syntax error's), so the keyboard is where the fix goes. */
+    mark(line) {
+      setAttr(gutter, 'data-error-line', line ? String(line) : null);
+      if (!line) return;
+      const at = area.value.split('\n').slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
+      area.focus();
+      area.setSelectionRange(at, at);
+    },
+  };
 }
 
 /** Outline the counterexample's job and attempts on the widget's timeline (a style rule: the timeline redraws
@@ -75,7 +84,7 @@ function outline(cex) {
   const row = document.querySelector(`.lw-tl-row[data-job="${attr(cex.job)}"]`);
   if (row) { row.setAttribute('data-counterexample', 'yes'); row.scrollIntoView({ block: 'center', behavior: 'smooth' }); }
   style.textContent = (cex.attempts || []).map((n) => `[data-testid="tl-attempt-${attr(cex.job)}-${n}"]`).join(',')
-    + (cex.attempts && cex.attempts.length ? ' { outline: 3px solid var(--bad, #c00); outline-offset: 1px; z-index: 2; }' : '');
+    + (cex.attempts && cex.attempts.length ? ' { outline: 3px solid var(--bad); outline-offset: 1px; z-index: 2; }' : '');
 }
 
 function panel(root) {

@@ -38,20 +38,36 @@ def broken(verdict: dict) -> dict[str, str]:
     return {i["id"]: i["counterexample"]["text"] for i in verdict["invariants"] if not i["held"]}
 
 
-@pytest.fixture
-def ch5(api):
-    lab = api.lab("ch5", speed=SPEED)
-    api.workers_ready(lab, 2)
+def lab_for(api, challenge: str) -> dict:
+    """A fresh lab of the challenge's chapter, its workers up."""
+    spec = chapters.CHALLENGES[challenge]
+    lab = api.lab(f"ch{spec['chapter']}", speed=SPEED)
+    api.workers_ready(lab, chapters.settings_for(f"ch{spec['chapter']}")["workers"])
     return lab
 
 
+@pytest.fixture
+def ch5(api):
+    return lab_for(api, "effectively-once")
+
+
 SPEC = chapters.CHALLENGES["effectively-once"]
+MUTANTS = [(c, name) for c, spec in chapters.CHALLENGES.items() for name in spec["mutants"]]
 
 
-def test_ch5_reference_passes_every_invariant(api, ch5):
-    verdict = run(api, ch5, "effectively-once", SPEC["reference"])
+@pytest.mark.parametrize("challenge", list(chapters.CHALLENGES))
+def test_each_reference_passes_every_invariant(api, challenge):
+    spec = chapters.CHALLENGES[challenge]
+    verdict = run(api, lab_for(api, challenge), challenge, spec["reference"])
     assert broken(verdict) == {}, verdict
-    assert verdict["passed"] is True and len(verdict["invariants"]) == 3
+    assert verdict["passed"] is True and len(verdict["invariants"]) == len(spec["invariants"])
+
+
+@pytest.mark.parametrize("challenge", list(chapters.CHALLENGES))
+def test_each_starter_breaks_the_invariant_it_is_wrong_about(api, challenge):
+    spec = chapters.CHALLENGES[challenge]
+    verdict = run(api, lab_for(api, challenge), challenge, spec["starter"])
+    assert spec["starter_breaks"] in broken(verdict), verdict
 
 
 def test_ch5_starter_fails_with_the_double_email_of_the_killed_attempt(api, ch5):
@@ -64,8 +80,8 @@ def test_ch5_starter_fails_with_the_double_email_of_the_killed_attempt(api, ch5)
     assert len(cex["events"]) == 2 and cex["job"] == verdict["jobs"][1]
 
 
-@pytest.mark.parametrize("name", list(SPEC["mutants"]))
-def test_ch5_each_mutant_is_caught_by_the_invariant_naming_its_mistake(api, ch5, name):
-    code, invariant = SPEC["mutants"][name]
-    verdict = run(api, ch5, "effectively-once", code)
+@pytest.mark.parametrize(("challenge", "name"), MUTANTS)
+def test_each_mutant_is_caught_by_the_invariant_naming_its_mistake(api, challenge, name):
+    code, invariant = chapters.CHALLENGES[challenge]["mutants"][name]
+    verdict = run(api, lab_for(api, challenge), challenge, code)
     assert invariant in broken(verdict), verdict
