@@ -20,6 +20,7 @@ import redis
 
 from core import blobs, media, stream
 from core.broker import leases
+from core.broker.retry import NonRetryable, StorageDown
 from core.challenges import run as runs
 from core.challenges.box import CtxRefused, HandlerBox, Outcome
 from core.config import Config
@@ -28,6 +29,9 @@ from workers import tasks
 
 NAME = re.compile(r"[A-Za-z0-9_./-]{1,120}")
 TEXT_MAX = 64 * 1024  # characters of a text value put to storage or kv
+PARTS_MAX = 16  # parts of one upload
+NO_UPLOAD: list[list[float]] = []  # a handler's transcode streams nothing: its upload is its own ctx call
+TRIES_MAX = 12  # retry delays one part may plan
 
 
 class Crash(Exception):
@@ -95,19 +99,22 @@ class Attempt:
         duration = float(self.payload["duration_s"]) / of
         if part < of:  # a share of the job's time: the clock paces it; the last part runs ffmpeg and makes the file
             tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [], self.rng,
-                       self.watch)
+                       self.watch, plans=NO_UPLOAD)
             self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of)
             return {"media": None, "rendition": rendition, "part": part, "of": of}
         var_dir = Config.from_env().var_dir
-        src = tasks.source_file(self.r, self.lab, self.rec["source"], var_dir)
-        tasks.probe_once(self.r, src)
+        try:
+            src = tasks.source_file(self.r, self.lab, self.rec["source"], var_dir)
+            tasks.probe_once(self.r, src)
+        except NonRetryable as e:  # the handler decides what an undecodable upload deserves
+            raise CtxRefused(str(e), "InvalidMedia") from None
         tmp, _ = tasks.output_paths(var_dir, self.lab, self.job_id, rendition, self.attempt, True)
         tmp = tmp.with_name(f"{tmp.stem}-{len(self.files)}{tmp.suffix}")
         tmp.parent.mkdir(parents=True, exist_ok=True)
         proc = media.start_transcodes(src, [(tmp, media.RENDITIONS[rendition])])
         try:
             tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [proc], self.rng,
-                       self.watch)
+                       self.watch, plans=NO_UPLOAD)
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise CtxRefused("ffmpeg failed on this clip")
         finally:
@@ -120,22 +127,16 @@ class Attempt:
                   bytes=tmp.stat().st_size)
         return {"media": handle, "rendition": rendition, "part": part, "of": of, "bytes": tmp.stat().st_size}
 
-    def op_storage_put(self, name: str, data: Any) -> int:
+    def _body(self, name: Any, data: Any) -> bytes:
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise CtxRefused("a storage name is 1–120 letters, digits and _ . / -")
         if isinstance(data, dict) and data.get("media") in self.files:
-            body = self.files[data["media"]].read_bytes()
-        elif isinstance(data, str) and len(data) <= TEXT_MAX:
-            body = data.encode()
-        else:
-            raise CtxRefused(f"storage.put takes a media handle or text of at most {TEXT_MAX} characters")
-        now = self.now()
-        down = float(self.watch.faults().get("storage_outage_until") or -1) > now
-        self.r.hincrby(key(self.lab, "storage"), "calls", 1)
-        self.emit("storage.called", part=1, **{"try": 1}, ok=not down, due=round(now, 3), policy="handler",
-                  outcome="storage down" if down else "ok")
-        if down:
-            raise CtxRefused("storage unavailable (outage fault)", "StorageDown")
+            return self.files[data["media"]].read_bytes()
+        if isinstance(data, str) and len(data) <= TEXT_MAX:
+            return data.encode()
+        raise CtxRefused(f"storage takes a media handle (the last part's) or text of at most {TEXT_MAX} characters")
+
+    def _publish(self, name: str, body: bytes) -> int:
         try:
             blobs.put(self.r, self.lab, runs.blob_name(name), body)
         except blobs.BlobFull as e:
@@ -143,6 +144,35 @@ class Attempt:
         self.outputs[name] = f"/api/labs/{self.lab}/challenge/outputs/{name}"
         self.emit("output.written", path=name)
         return len(body)
+
+    def op_storage_put(self, name: str, data: Any) -> int:
+        body = self._body(name, data)
+        now = self.now()
+        down = float(self.watch.faults().get("storage_outage_until") or -1) > now
+        self.r.hincrby(key(self.lab, "storage"), "calls", 1)
+        self.emit("storage.called", part=1, **{"try": 1}, ok=not down, due=round(now, 3), policy="handler",
+                  outcome="storage down" if down else "ok")
+        if down:
+            raise CtxRefused("storage unavailable (outage fault)", "StorageDown")
+        return self._publish(name, body)
+
+    def op_storage_upload(self, name: str, data: Any, plans: list) -> int:
+        """A multipart upload: one storage call per part, in parallel, each retried after a failed call on the
+        handler's own delays (`plans`, per part). The parts stream while the clock paces them, as an attempt's
+        upload does (tasks.UploadParts); a part whose plan runs out raises StorageDown in the handler."""
+        if not isinstance(plans, list) or not 1 <= len(plans) <= PARTS_MAX or not all(
+                isinstance(p, list) and len(p) <= TRIES_MAX and all(
+                    isinstance(d, int | float) and not isinstance(d, bool) and 0 <= d <= 86400 for d in p)
+                for p in plans):
+            raise CtxRefused(f"an upload has 1–{PARTS_MAX} parts, each at most {TRIES_MAX} retry delays of "
+                             "0–86400 simulated seconds")
+        body = self._body(name, data)
+        try:
+            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, self.now(), 0.0, [], self.rng,
+                       self.watch, plans=[[float(d) for d in p] for p in plans])
+        except StorageDown as e:
+            raise CtxRefused(str(e), "StorageDown") from None
+        return self._publish(name, body)
 
     def op_storage_get(self, name: str) -> int | None:
         if not isinstance(name, str) or not NAME.fullmatch(name):

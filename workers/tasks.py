@@ -353,7 +353,7 @@ def probe_once(r: redis.Redis, src: Path) -> None:
 
 
 def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float, procs: list, rng, watch: Watch) -> None:
+         duration: float, procs: list, rng, watch: Watch, plans: list[list[float]] | None = None) -> None:
     """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
     heart-beating and streaming its upload parts to storage all the while.
 
@@ -370,7 +370,7 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     holder = f"{job_id}:{attempt}"
     end_at = start + duration
     timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
-    parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
+    parts = UploadParts(r, lab, job_id, attempt, settings, start, rng, plans)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
     shown_at = -math.inf  # real time the last tenth of progress was reported
     barrier, fresh_at = None, 0.0  # the barrier held, and the real time it was last stamped
@@ -553,13 +553,18 @@ class UploadParts:
     no jitter every caller that failed together comes back together (1, 3, 7, 15 × base). Each call
     that reaches storage is a `storage.called` event: the arrivals the chapter 4 histogram counts.
     A part that fails `max_attempts` calls fails the attempt (then the job-level retry policy decides).
+
+    A challenge's handler brings its own policy (`plans`: per part, the delays before its 2nd, 3rd, … call, which
+    its own retry function computed in the sandbox): a part then gives up when its plan runs out.
     """
 
-    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng):
+    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng,
+                 plans: list[list[float]] | None = None):
         self.r, self.lab, self.job_id, self.attempt, self.s, self.rng = r, lab, job_id, attempt, settings, rng
         # per part: ok = streaming since `since`; due = when its next call is made (None = none pending)
-        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0}
-                      for _ in range(int(settings.get("upload_parts", 1)))]
+        count = len(plans) if plans is not None else int(settings.get("upload_parts", 1))
+        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0,
+                       "plan": plans[i] if plans is not None else None} for i in range(count)]
 
     def next_due(self) -> float:
         return min((p["due"] for p in self.parts if p["due"] is not None), default=math.inf)
@@ -570,6 +575,12 @@ class UploadParts:
     def _schedule(self, p: dict, at: float, why: str) -> float:
         """After a failed call: the policy's delay, or give up (the attempt fails at `at`)."""
         p["ok"], p["tries"] = False, p["tries"] + 1
+        if p["plan"] is not None:  # the handler's own policy: its delays, as many calls as it planned
+            delay = p["plan"][p["tries"] - 1] if p["tries"] <= len(p["plan"]) else None
+            if delay is None:
+                raise StorageDown(f"storage unavailable ({why}) after {p['tries']} calls", at=at)
+            p["due"] = at + delay
+            return delay
         delay = retry.retry_delay(self.s["retry_policy"], p["tries"], self.s["retry_base"], self.s["retry_cap"],
                                   self.rng)
         if delay is None or p["tries"] >= self.s["max_attempts"]:

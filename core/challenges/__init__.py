@@ -24,4 +24,4 @@ def describe(challenge_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"id": challenge_id, "chapter": spec["chapter"], "title": spec["title"], "task": spec["task"],
             "starter": spec["starter"], "hint": spec["hint"], "section": spec["section"],
             "jobs": len(spec["workload"]), "api": api_doc(),
-            "invariants": [{"id": i, "title": checker.INVARIANTS[i][0]} for i in spec["invariants"]]}
+            "invariants": [{"id": i.partition(":")[0], "title": checker.title_of(i)} for i in spec["invariants"]]}

@@ -9,10 +9,19 @@ and with the ids of its events, which the page outlines on the timeline.
 
 from __future__ import annotations
 
+import json
+import math
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 Event = dict[str, Any]
+Found = tuple[str, list[Event]] | None
+POISON_SUFFIX = "-poison"  # a poison pill's video id ends so (core/challenges/run.py enqueues it)
+
+
+def _poison(rec: dict) -> bool:
+    return json.loads(rec.get("payload") or "{}").get("video_id", "").endswith(POISON_SUFFIX)
 
 
 def _t(e: Event) -> str:
@@ -85,6 +94,51 @@ def one_at_a_time(job_id: str, rec: dict, history: list[Event]) -> tuple[str, li
     return None
 
 
+def finished_within(limit: float) -> Callable[[str, dict, list[Event]], Found]:
+    def rule(job_id: str, rec: dict, history: list[Event]) -> Found:
+        if _poison(rec):
+            return None
+        created = float(rec.get("created_at") or 0)
+        done = [e for e in history if e["type"] == "job.succeeded"]
+        if rec.get("state") == "done" and done and done[0]["t_sim"] - created <= limit + 1e-6:
+            return None
+        if not done:
+            return f"job {job_id}: not finished within {limit:g} s ({_ending(rec)})", []
+        late = done[0]["t_sim"] - created
+        return (f"job {job_id}: finished at {_t(done[0])}, {late:g} s after it was enqueued (its deadline is "
+                f"{limit:g} s)"), done[:1]
+    return rule
+
+
+def dlq_only_poison(job_id: str, rec: dict, history: list[Event]) -> Found:
+    dead = [e for e in history if e["type"] == "job.dead_lettered"]
+    if _poison(rec) and rec.get("state") != "dlq":
+        return f"job {job_id} (the poison pill): {_ending(rec)} — it never reached the DLQ", []
+    if not _poison(rec) and dead:
+        return (f"job {job_id}: dead-lettered at {_t(dead[0])} ({dead[0]['data'].get('reason', '')}), though only "
+                "its storage was down"), dead[:1]
+    return None
+
+
+def busiest_second(limit: int) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
+    def rule(job_ids: list[str], records: dict[str, dict], events: list[Event]) -> Found:
+        buckets: dict[int, list[Event]] = defaultdict(list)
+        for e in events:
+            if e["type"] == "storage.called" and e.get("job_id") in records and (e["data"].get("try") or 1) > 1:
+                buckets[math.floor(e["t_sim"])].append(e)
+        if not buckets:
+            return None
+        second, calls = max(buckets.items(), key=lambda b: (len(b[1]), -b[0]))
+        if len(calls) <= limit:
+            return None
+        jobs = sorted({e["job_id"] for e in calls}, key=lambda j: int(j) if j.isdigit() else 0)
+        tries = sorted({e["data"].get("try") for e in calls if e["data"].get("try")})
+        return (f"storage took {len(calls)} retried calls in the second from t = {second:g} s (the limit is {limit}): "
+                f"parts of job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}, at try {', '.join(map(str, tries))}"
+                ), calls
+    return rule
+
+
 _WORDS = {"job.claimed": "claimed", "job.crashed": "killed", "handler.backed_off": "backed off",
           "job.failed": "failed", "job.dead_lettered": "dead-lettered", "job.lost": "lost"}
 
@@ -98,12 +152,30 @@ def _ending(rec: dict) -> str:
     return {"done": "it was acked", "lost": "it was lost"}.get(state, f"it is {state}")
 
 
-INVARIANTS: dict[str, tuple[str, Callable[[str, dict, list[Event]], tuple[str, list[Event]] | None]]] = {
-    "every_job_done": ("Every job finishes", every_job_done),
-    "one_output": ("One output per job", one_output),
-    "one_email": ("One email per job", one_email),
-    "one_at_a_time": ("No job runs twice at once", one_at_a_time),
+JobRule = Callable[[str, dict, list[Event]], Found]
+RunRule = Callable[[list[str], dict[str, dict], list[Event]], Found]
+# name → (title, rule of one job's history) or, for a `run` rule, of the whole run's; a name may carry a number
+# after a colon ("finished_within:900"), which the title and the rule take
+INVARIANTS: dict[str, tuple[str, Callable[..., Any], str]] = {
+    "every_job_done": ("Every job finishes", lambda: every_job_done, "job"),
+    "one_output": ("One output per job", lambda: one_output, "job"),
+    "one_email": ("One email per job", lambda: one_email, "job"),
+    "one_at_a_time": ("No job runs twice at once", lambda: one_at_a_time, "job"),
+    "finished_within": ("Every job finishes within {n:g} s of its upload", finished_within, "job"),
+    "busiest_second": ("Storage takes at most {n:g} retried calls in any second", busiest_second, "run"),
+    "dlq_only_poison": ("The DLQ takes only the poison pill", lambda: dlq_only_poison, "job"),
 }
+
+
+def title_of(name: str) -> str:
+    base, _, n = name.partition(":")
+    return INVARIANTS[base][0].format(n=float(n)) if n else INVARIANTS[base][0]
+
+
+def _rule(name: str) -> tuple[Callable[..., Found], str]:
+    base, _, n = name.partition(":")
+    _title, make, scope = INVARIANTS[base]
+    return (make(float(n)) if n else make()), scope
 
 
 def check(names: list[str], job_ids: list[str], records: dict[str, dict], events: list[Event]) -> list[dict]:
@@ -114,15 +186,21 @@ def check(names: list[str], job_ids: list[str], records: dict[str, dict], events
             by_job[e["job_id"]].append(e)
     out = []
     for name in names:
-        title, rule = INVARIANTS[name]
+        rule, scope = _rule(name)
         broken = []
-        for j in job_ids:
-            found = rule(j, records.get(j, {}), by_job[j])
+        if scope == "run":
+            found = rule(job_ids, records, events)
             if found is not None:
-                broken.append((len(by_job[j]), j, found))
-        result: dict[str, Any] = {"id": name, "title": title, "held": not broken}
+                broken.append((0, (found[1][0].get("job_id") if found[1] else "") or "", found))
+        else:
+            for j in job_ids:
+                found = rule(j, records.get(j, {}), by_job[j])
+                if found is not None:
+                    broken.append((len(by_job[j]), j, found))
+        result: dict[str, Any] = {"id": name.partition(":")[0], "title": title_of(name), "held": not broken}
         if broken:
             _n, j, (text, cited) = min(broken, key=lambda b: (b[0], int(b[1]) if b[1].isdigit() else 0))
+            cited = [e for e in cited if e.get("job_id") == j] if scope == "run" else cited
             result["counterexample"] = {"job": j, "text": text, "events": [e["id"] for e in cited],
                                         "attempts": sorted({e["attempt"] for e in cited if e.get("attempt")}),
                                         "broken_in": len(broken)}

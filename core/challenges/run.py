@@ -19,14 +19,14 @@ from typing import Any
 
 import redis
 
-from core import clock, media, stream
+from core import blobs, clock, media, stream
 from core.broker import producer
 from core.challenges import checker
 from core.keys import job, key, msg
 
 FINISHED = ("done", "dlq", "lost")
 DEADLINE_S = 3600.0  # simulated seconds a run may take before it is checked as it stands (a job never finished)
-VIDEO_PREFIX = "challenge-"  # a challenge job's video id: challenge-<run>-<n>
+VIDEO_PREFIX = "challenge-"  # a challenge job's video id: challenge-<run>-<n>, + checker.POISON_SUFFIX for a pill
 
 
 def row_key(lab: str) -> str:
@@ -64,11 +64,17 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
         r.hset(key(lab, "faults"), mapping={"storage_outage_from": now + outage["at"],
                                              "storage_outage_until": now + outage["at"] + outage["duration_s"]})
         stream.emit(r, lab, "fault.started", now, fault="storage_outage", duration=outage["duration_s"])
-    source = str(media.sample_clip())
+    clip = media.sample_clip()
+    if clip is None:
+        raise FileNotFoundError("the sample clip is missing: the lab is not installed whole")
     ids = []
-    for i, duration in enumerate(spec["workload"], 1):
-        payload = producer.enqueue_job(r, rq_conn, lab, job_type="transcode", video_id=f"{VIDEO_PREFIX}{n}-{i}",
-                                       source=source, duration_s=float(duration), resolutions=["360p"],
+    for i, entry in enumerate(spec["workload"], 1):
+        job_spec = entry if isinstance(entry, dict) else {"duration_s": entry}
+        pill = bool(job_spec.get("poison"))
+        source = blobs.poison(r, lab, clip.read_bytes()) if pill else str(clip)
+        payload = producer.enqueue_job(r, rq_conn, lab, job_type="transcode",
+                                       video_id=f"{VIDEO_PREFIX}{n}-{i}{checker.POISON_SUFFIX if pill else ''}",
+                                       source=source, duration_s=float(job_spec["duration_s"]), resolutions=["360p"],
                                        idempotency_key=f"upload-{n}-{i}")
         ids.append(payload["job_id"])
         r.hset(row_key(lab), "jobs", json.dumps(ids))  # each as it goes: a worker may take it at once

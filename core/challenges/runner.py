@@ -14,6 +14,9 @@ The API (shown on the chapter page as it is written here):
         video = ctx.media.transcode("360p")   # real ffmpeg on the job's clip, paced on the lab's clock
         ctx.media.transcode("360p", part=2, of=10)  # one tenth of the job's time (the last part's handle is the file)
         ctx.storage.put(name, video)          # publish a file (or text) under `name`; ctx.StorageDown in an outage
+        ctx.storage.upload(name, video, parts=12, retry_delay=f)  # 12 parallel part calls, each retried after
+                                              #   f(n) simulated s (n = 1, 2, …; None: give up); ctx.StorageDown
+        ctx.media.transcode raises ctx.InvalidMedia for an upload that does not decode (a poison pill)
         ctx.storage.get(name)                 # its size in bytes, or None
         ctx.email.send(subject)               # the completion email: every call sends one
         ctx.kv.get(k) · ctx.kv.put(k, v)      # the lab's key-value store (text values)
@@ -43,6 +46,10 @@ class CtxError(Exception):
     """A ctx call the lab refused (a bad argument)."""
 
 
+class InvalidMedia(Exception):
+    """The job's upload does not decode: no retry will change that."""
+
+
 class _Pipe:
     def __init__(self, rx, tx):
         self.rx, self.tx = rx, tx
@@ -55,7 +62,8 @@ class _Pipe:
             os._exit(3)  # the work horse is gone: nothing left to do
         reply = json.loads(line)
         if "error" in reply:
-            raise {"StorageDown": StorageDown}.get(reply["error"], CtxError)(reply.get("message", ""))
+            raise {"StorageDown": StorageDown, "InvalidMedia": InvalidMedia}.get(reply["error"], CtxError)(
+                reply.get("message", ""))
         return reply.get("value")
 
 
@@ -80,6 +88,18 @@ class Storage(_Part):
 
     def get(self, name):
         return self._call("get", name=str(name))
+
+    def upload(self, name, data, parts=1, retry_delay=None, tries=8):
+        plans = []
+        for _ in range(int(parts)):
+            plan = []
+            for n in range(1, int(tries)):
+                delay = retry_delay(n) if retry_delay else None
+                if delay is None:
+                    break
+                plan.append(float(delay))
+            plans.append(plan)
+        return self._call("upload", name=str(name), data=data, plans=plans)
 
 
 class Email(_Part):
@@ -122,6 +142,7 @@ class Ctx:
     BACKOFF = "backoff"
     StorageDown = StorageDown
     CtxError = CtxError
+    InvalidMedia = InvalidMedia
 
     def __init__(self, pipe, job):
         self._pipe = pipe
