@@ -32,7 +32,6 @@ The API (shown on the chapter page as it is written here):
 import json
 import os
 import sys
-import traceback
 
 LOG_LINE_MAX = 500  # characters of one log line (the event is at most 1 kB)
 LOG_TOTAL_MAX = 16_000  # characters one attempt may log; the rest is dropped with one note
@@ -204,6 +203,8 @@ def main():
         value = handle(ctx)
         pipe.call("return", value="backoff" if value == Ctx.BACKOFF else "ack")
     except BaseException as e:  # noqa: BLE001 - every way a handler ends is reported to the worker
+        import traceback  # only when it raised: its imports are a third of the runner's start
+
         tb = traceback.extract_tb(e.__traceback__)
         line = next((f.lineno for f in reversed(tb) if f.filename == "handler.py"), getattr(e, "lineno", None))
         pipe.call("raise", type=type(e).__name__, message=str(e)[:300], line=line)
