@@ -1,7 +1,8 @@
 // The chapter's challenges (templates/_challenge.html): the learner's handler in a plain textarea with line
 // numbers, run on the widget's own lab (POST /api/labs/{lab}/challenge), and the checker's verdict, each broken
 // invariant's counterexample outlined on the widget's timeline. A pass is remembered in this browser
-// (localStorage `awl.challenges`) and, in a room, reported to the instructor's dashboard.
+// (localStorage `awl.challenges`: challenge id → chapter, which the home page's progress marks read) and kept by
+// the checker in the lab, where a room's dashboard reads it.
 
 import { onLab } from './lab-addon.js';
 import { h, setAttr, setText } from './widget/util.js';
@@ -10,14 +11,13 @@ const PASSED = 'awl.challenges';
 const POLL_MS = 400;
 const INDENT = '    ';
 
-function passedSet() {
-  try { return new Set(JSON.parse(localStorage.getItem(PASSED) || '[]')); } catch { return new Set(); }
+function passed() {
+  try { return JSON.parse(localStorage.getItem(PASSED) || '{}') || {}; } catch { return {}; }
 }
 
 function remember(id) {
-  const s = passedSet();
-  s.add(id);
-  try { localStorage.setItem(PASSED, JSON.stringify([...s])); } catch { /* private mode */ }
+  const chapter = Number(document.querySelector('article.chapter[data-chapter]')?.dataset.chapter);
+  try { localStorage.setItem(PASSED, JSON.stringify({ ...passed(), [id]: chapter })); } catch { /* private mode */ }
 }
 
 /** The code box: line numbers that follow the text, Tab/Shift+Tab indent, Enter keeps the indentation,
@@ -95,7 +95,7 @@ function panel(root) {
   try { const d = localStorage.getItem(draftKey); if (d) area.value = d; } catch { /* private mode */ }
   const ed = editor(area, q('gutter'));
   area.addEventListener('input', () => { try { localStorage.setItem(draftKey, area.value); } catch { /* */ } });
-  q('passed').hidden = !passedSet().has(id);
+  q('passed').hidden = !(id in passed());
   let lab = null;
   let running = false;
 
