@@ -52,7 +52,8 @@ class Attempt:
 
     def run(self) -> Outcome:
         job = {"id": self.job_id, "attempt": self.attempt, "idempotency_key": self.payload.get("idempotency_key"),
-               "input": {"video_id": self.payload.get("video_id"), "duration_s": self.payload.get("duration_s")}}
+               "input": {"video_id": self.payload.get("video_id"), "duration_s": self.payload.get("duration_s"),
+                         **(self.payload.get("input") or {})}}
         try:
             return HandlerBox(self.row["code"], job).run(self.serve)
         finally:

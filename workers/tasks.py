@@ -657,7 +657,8 @@ def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, 
     script(r, _NOTIFY)(keys=[key(lab, "notified", job_id), key(lab, "outbox"), key(lab, "events"),
                              key(lab, "counts")],
                        args=[attempt, "1" if settings["notify_guard"] else "0", mail,
-                             stream.encode("email.sent", now, **common), stream.counter("email.sent"),
+                             stream.encode("email.sent", now, **common, **({"subject": subject} if subject else {})),
+                             stream.counter("email.sent"),
                              stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -139,6 +140,46 @@ def busiest_second(limit: int) -> Callable[[list[str], dict[str, dict], list[Eve
     return rule
 
 
+def _by_tick(records: dict[str, dict], events: list[Event]) -> dict[int, list[Event]]:
+    """The run's emails by the tick their subject names ("… tick 3 …"; 0: none)."""
+    by_tick: dict[int, list[Event]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "email.sent" and e.get("job_id") in records:
+            m = re.search(r"\btick (\d+)\b", str(e["data"].get("subject", "")))
+            by_tick[int(m.group(1)) if m else 0].append(e)
+    return by_tick
+
+
+def _who(e: Event) -> str:
+    return f"job {e['job_id']} (attempt {e.get('attempt')}) at {_t(e)}"
+
+
+def every_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
+    """Every tick 1 … `ticks` of the schedule sent its email (a tick nobody fired is caught up)."""
+    def rule(job_ids: list[str], records: dict[str, dict], events: list[Event]) -> Found:
+        by_tick = _by_tick(records, events)
+        missing = [t for t in range(1, int(ticks) + 1) if not by_tick.get(t)]
+        if not missing:
+            return None
+        return f"tick {missing[0]}: no email — no replica ran it" + (
+            f" (nor ticks {', '.join(map(str, missing[1:]))})" if missing[1:] else ""), []
+    return rule
+
+
+def no_double_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
+    """No tick sent two emails, and none was sent for a tick the schedule does not have."""
+    def rule(job_ids: list[str], records: dict[str, dict], events: list[Event]) -> Found:
+        by_tick = _by_tick(records, events)
+        for tick in sorted(by_tick):
+            sent = by_tick[tick]
+            if not 1 <= tick <= ticks:
+                return f"an email for tick {tick}, which the schedule does not have: {_who(sent[0])}", sent[:1]
+            if len(sent) > 1:
+                return f"tick {tick}: {len(sent)} emails — " + "; ".join(_who(e) for e in sent), sent
+        return None
+    return rule
+
+
 _WORDS = {"job.claimed": "claimed", "job.crashed": "killed", "handler.backed_off": "backed off",
           "job.failed": "failed", "job.dead_lettered": "dead-lettered", "job.lost": "lost"}
 
@@ -164,6 +205,8 @@ INVARIANTS: dict[str, tuple[str, Callable[..., Any], str]] = {
     "finished_within": ("Every job finishes within {n:g} s of its upload", finished_within, "job"),
     "busiest_second": ("Storage takes at most {n:g} retried calls in any second", busiest_second, "run"),
     "dlq_only_poison": ("The DLQ takes only the poison pill", lambda: dlq_only_poison, "job"),
+    "every_tick": ("Each of the {n:g} ticks sends its email", every_tick, "run"),
+    "no_double_tick": ("No tick sends two emails", no_double_tick, "run"),
 }
 
 

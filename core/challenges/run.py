@@ -75,7 +75,7 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
         payload = producer.enqueue_job(r, rq_conn, lab, job_type="transcode",
                                        video_id=f"{VIDEO_PREFIX}{n}-{i}{checker.POISON_SUFFIX if pill else ''}",
                                        source=source, duration_s=float(job_spec["duration_s"]), resolutions=["360p"],
-                                       idempotency_key=f"upload-{n}-{i}")
+                                       idempotency_key=f"upload-{n}-{i}", job_input=job_spec.get("input"))
         ids.append(payload["job_id"])
         r.hset(row_key(lab), "jobs", json.dumps(ids))  # each as it goes: a worker may take it at once
     return {"run": n, "challenge": challenge_id, "jobs": ids, "state": "running"}

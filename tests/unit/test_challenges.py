@@ -86,3 +86,16 @@ def test_a_page_sees_the_starter_and_the_api_never_the_reference():
         assert shown["starter"] == spec["starter"] and "ctx.kv.claim" in shown["api"]
         assert spec["reference"] not in json.dumps(shown)
         assert spec["starter_breaks"] in [i.partition(":")[0] for i in spec["invariants"]]
+
+
+def test_every_tick_and_no_double_tick_read_the_tick_from_the_subject():
+    mail = [ev(i, "email.sent", 10 * i, job=str(i), subject=f"Daily digest, tick {t}")
+            for i, t in enumerate([1, 2, 2, 4], 1)]
+    records = {str(i): DONE for i in range(1, 5)}
+    every, double = checker.check(["every_tick:4", "no_double_tick:4"], list(records), records, mail)
+    assert every["counterexample"]["text"] == "tick 3: no email — no replica ran it"
+    assert double["counterexample"]["text"] == ("tick 2: 2 emails — job 2 (attempt 1) at t = 20 s; "
+                                                "job 3 (attempt 1) at t = 30 s")
+    stray = checker.check(["no_double_tick:4"], ["1"], {"1": DONE},
+                          [ev(1, "email.sent", 5, subject="Daily digest, tick 5")])[0]
+    assert "tick 5, which the schedule does not have" in stray["counterexample"]["text"]
