@@ -68,20 +68,23 @@ class Attempt:
                     attempt=self.attempt, **data)
 
     # --- the fault plan -------------------------------------------------------------------------
-    def strike(self, op: str, when: str) -> None:
-        for fault in runs.faults_at(self.row, self.index, self.attempt, op, when):
-            if fault == "expire":
+    def strike(self, op: str, when: str, args: dict) -> None:
+        for n, fault in runs.faults_at(self.row, self.index, self.attempt, op, when, args):
+            if "key" in fault and not runs.strike_once(self.r, self.lab, n):
+                continue
+            if fault["do"] == "expire":
                 leases.cut(self.r, self.lab, self.job_id, self.now())
-            elif fault == "crash":
+            elif fault["do"] == "crash":
                 raise Crash(op)
 
     def serve(self, op: str, args: dict) -> Any:
         handler = getattr(self, "op_" + op.replace(".", "_"), None)
         if handler is None:
             raise CtxRefused(f"no such ctx call: {op[:40]}")
-        self.strike(op, "before")
+        self.strike(op, "before", args)
         value = handler(**args) if _fits(handler, args) else _refuse(op)
-        self.strike(op, "after")
+        if op != "kv.claim" or value is not None:  # a claim that was refused holds nothing to be killed with
+            self.strike(op, "after", args)
         return value
 
     # --- the ctx calls --------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
     last = r.xrevrange(key(lab, "events"), count=1)
     started = last[0][0] if last else "0"
     r.delete(key(lab, "kv"), key(lab, "claims"))
-    r.hdel(row_key(lab), "verdict")
+    r.hdel(row_key(lab), "verdict", *[k for k in r.hkeys(row_key(lab)) if k.startswith("struck:")])
     r.hset(row_key(lab), mapping={
         "challenge": challenge_id, "code": code, "state": "running", "error": "", "cpu_s": 0,
         "started": started, "jobs": "[]", "faults": json.dumps(spec.get("faults", [])),
@@ -97,10 +97,19 @@ def active(row: dict[str, str], job_id: str) -> bool:
     return row.get("state") == "running" and job_index(row, job_id) is not None
 
 
-def faults_at(row: dict[str, str], index: int | None, attempt: int, op: str, when: str) -> list[str]:
-    """The fault plan's strikes at this ctx call ("crash", "expire")."""
-    return [f["do"] for f in json.loads(row.get("faults") or "[]")
-            if f["job"] == index and f["attempt"] == attempt and f["op"] == op and f.get("when", "after") == when]
+def faults_at(row: dict[str, str], index: int | None, attempt: int, op: str, when: str,
+              args: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The fault plan's strikes at this ctx call, with their place in the plan: a fault names its job and attempt
+    ({"job": 2, "attempt": 1, …}), or the call's key ({"key": "tick:2", …}: whichever attempt makes that call
+    first, which `strike_once` decides)."""
+    return [(n, f) for n, f in enumerate(json.loads(row.get("faults") or "[]"))
+            if f["op"] == op and f.get("when", "after") == when
+            and (f.get("key") == args.get("key") if "key" in f else (f["job"] == index and f["attempt"] == attempt))]
+
+
+def strike_once(r: redis.Redis, lab: str, n: int) -> bool:
+    """Whether this call is the first of the run to meet keyed fault `n` (it strikes once per run)."""
+    return bool(r.hsetnx(row_key(lab), f"struck:{n}", 1))
 
 
 def end(r: redis.Redis, lab: str, why: str) -> None:
