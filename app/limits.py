@@ -20,7 +20,8 @@ from core import parking, registry, slots
 from core.keys import key
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
-         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats")}
+         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats"),
+         "challenges": ("rate_challenge_runs", "challenge runs")}
 LAB_RATES = {"batch": ("lab_batch_jobs", "batch jobs"), "late": ("lab_late_deliveries", "late deliveries")}
 
 

@@ -15,7 +15,7 @@ from bench.common import OUT, Bench
 from bench.common import stack as bench_stack
 
 BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness",
-              "status", "cost", "sandbox")
+              "status", "cost", "sandbox", "challenge")
 ON_DEMAND = ("classroom", "parked")  # minutes each (multi-host stacks; 18 labs run to the end): run only when named
 
 

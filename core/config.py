@@ -100,6 +100,12 @@ class Config:
     """Job creations one client (IP address) may make per `rate_window`; more answer 429. 0: unlimited."""
     rate_kills: int = 30
     """Worker kills one client may ask for per `rate_window`; more answer 429. 0: unlimited."""
+    rate_challenge_runs: int = 6
+    """Challenge runs (a learner's handler on a workload, POST …/challenge) one client may start per `rate_window`;
+    more answer 429. 0: unlimited."""
+    challenge_cpu_s: float = 20.0
+    """CPU seconds all the sandboxed attempts of one challenge run may use together (each attempt is also held to
+    core/challenges/box.py's limits); past it the run ends with that error."""
     rate_window: int = 60
     """Length in real seconds of the fixed window the per-client rate limits count in."""
     rate_labs: int = 20
@@ -232,6 +238,8 @@ class Config:
             rate_jobs=_int("RATE_JOBS", cls.rate_jobs),
             rate_kills=_int("RATE_KILLS", cls.rate_kills),
             rate_window=_int("RATE_WINDOW", cls.rate_window),
+            rate_challenge_runs=_int("RATE_CHALLENGE_RUNS", cls.rate_challenge_runs),
+            challenge_cpu_s=_float("CHALLENGE_CPU_S", cls.challenge_cpu_s),
             rate_labs=_int("RATE_LABS", cls.rate_labs),
             max_client_labs=_int("MAX_CLIENT_LABS", cls.max_client_labs),
             park_after=_float("PARK_AFTER", cls.park_after),

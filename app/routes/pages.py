@@ -14,6 +14,7 @@ from flask import Blueprint, Flask, abort, current_app, render_template, request
 
 import chapters
 from core import lesson, numbers
+from core.challenges import describe
 
 bp = Blueprint("pages", __name__)
 
@@ -123,6 +124,7 @@ def chapter(number: int, slug: str | None = None):
         chapters=all_ch,
         model_inputs=shown[0],
         input_errors=shown[1],
+        challenges=[describe(k, v) for k, v in chapters.CHALLENGES.items() if v["chapter"] == ch.number],
         lesson_fig=lesson_figures(),  # a lab panel's model line is about the lesson's inputs, not the what-if's
         prev=all_ch[idx - 1] if idx > 0 else None,
         next=all_ch[idx + 1] if idx + 1 < len(all_ch) else None,

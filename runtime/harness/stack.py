@@ -32,7 +32,7 @@ from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
              "MAX_CLIENT_LIVE_LABS": "0",
              "RATE_ROOM_LOOKUPS": "0", "RATE_ROOM_SEATS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0",
-             "LAB_JOB_RATE": "0",
+             "LAB_JOB_RATE": "0", "RATE_CHALLENGE_RUNS": "0",
              "WS_PER_CLIENT": "0", "WS_PER_LAB": "0", "CONN_PER_CLIENT": "0", "PARK_AFTER": "0"}
 """A shared stack serves many labs from one address (2,000-job tests, kill storms, benchmarks): every
 per-client and per-lab limit and the machine's worker ceiling are tested on a stack of their own, with

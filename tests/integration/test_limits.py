@@ -48,7 +48,7 @@ def tight(redis_server, tmp_path_factory):
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
                     "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "RATE_ROOM_SEATS": str(ROOM_SEATS),
-                    "METRICS_TOKEN": METRICS_TOKEN,
+                    "METRICS_TOKEN": METRICS_TOKEN, "RATE_CHALLENGE_RUNS": "1",
                     "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
                     "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
         yield s
@@ -96,6 +96,15 @@ def test_one_client_gets_429_with_retry_after_past_its_job_budget_and_others_do_
     assert tapi.snapshot(lab)["counts"]["enqueued"] == RATE_JOBS, "a refused call made no job"
     # another client is not held back by the first one's budget
     assert post_from(tight, "127.0.0.3", path, {"sample": "carphone_pristine"}, lab["token"])[0] == 202
+
+
+def test_challenge_runs_are_rate_limited_per_client(tight, tapi):
+    labs = [tapi.lab("ch5", speed=20, workers=0) for _ in range(2)]  # no worker: the runs wait, costing nothing
+    body = {"challenge": "effectively-once", "code": chapters.CHALLENGES["effectively-once"]["starter"]}
+    runs = [post_from(tight, "127.0.0.6", f"/api/labs/{lab['lab_id']}/challenge", body, lab["token"]) for lab in labs]
+    assert runs[0][0] == 202 and runs[1][0] == 429 and runs[1][2]["error"] == "rate_limited", runs
+    # another client is not held back by the first one's budget
+    assert post_from(tight, "127.0.0.7", f"/api/labs/{labs[1]['lab_id']}/challenge", body, labs[1]["token"])[0] == 202
 
 
 def test_worker_kills_are_rate_limited_per_client(tight, tapi):
