@@ -10,10 +10,11 @@ import redis
 from flask import current_app, request
 
 from app import limits
-from app.errors import ApiError, persist_refused
+from app.errors import ApiError
 from app.http import valid_id
 from app.store import get_redis
 from core import registry
+from core.disk import persist_refused
 
 
 def bearer_token() -> str | None:
@@ -61,6 +62,10 @@ def authorise(lab_id: str, token: str | None, write: bool) -> tuple[str, float]:
     the lab's owner last called (read with it)."""
     r = get_redis()
     if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
+        why = registry.gone_why(r, lab_id, current_app.config["LAB"].lab_idle_ttl) \
+            if len(lab_id) <= 32 and valid_id(lab_id) else None
+        if why:
+            raise ApiError(404, "lab_expired", why)
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     if not token:
         raise ApiError(401, "missing_token", "send Authorization: Bearer <token>", {"WWW-Authenticate": "Bearer"})

@@ -19,6 +19,7 @@ import chapters
 from app import links
 from core import settings
 from core.broker import producer
+from core.challenges.box import CODE_MAX
 from core.engines import fairness, loadgen
 from core.events import FAULTS, SAMPLES
 
@@ -280,6 +281,13 @@ FAULT = Body("faults.inject_fault", (
     Field("duration_s", "number", "simulated seconds the fault lasts (up to a simulated day; the poison pill "
           "is one job and ignores it)", default=120.0, min=1, max=86400),
 ), error="invalid_fault")
+CHALLENGE = Body("challenges.run_challenge", (
+    Field("challenge", "choice", "which challenge (GET /api/challenges lists them)", choices=tuple(chapters.CHALLENGES),
+          required=True, error="unknown_challenge", status=404),
+    Field("code", "string", "the handler: Python defining `handle(ctx)` (core/challenges/runner.py documents ctx)",
+          required=True, max_length=CODE_MAX, error="invalid_code",
+          message=f"must be the handler's Python source, at most {CODE_MAX} characters"),
+))
 REPLAY = Body("dlq.replay_dlq", (
     Field("reason", "string", "replay only the dead letters with this reason", nullable=True,
           error="invalid_reason"),

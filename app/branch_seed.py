@@ -21,7 +21,7 @@ from app import limits
 from app.auth import request_token
 from app.errors import ApiError
 from app.store import get_redis, get_rq
-from core import blobs, clock, media, registry, slots, stream
+from core import archive, blobs, clock, media, registry, slots, stream
 from core.broker import producer
 from core.keys import job, key
 
@@ -90,7 +90,7 @@ def _source(r: redis.Redis, parent: str, branch: str, j: dict[str, Any], var_dir
 
 
 def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: str, changes: dict[str, Any],
-                  speed: float | None, max_labs: int, var_dir: Path, lab: str | None = None) -> dict[str, Any]:
+                  speed: float | None, var_dir: Path, lab: str | None = None) -> dict[str, Any]:
     """A new lab from `parent` at `at_event`: that moment's settings + `changes`, its unfinished jobs again
     (`lab`: the id its running-lab slot was reserved under)."""
     m = moment(r, parent, at_event)
@@ -99,7 +99,7 @@ def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: s
         new_settings["speed"] = speed
     preset = r.hget(key(parent, "meta"), "preset") or chapters.DEFAULT_PRESET
     seed = unfinished(m)
-    created = registry.create(r, preset, new_settings["speed"], max_labs, settings=new_settings, t0=m["t"],
+    created = registry.create(r, preset, new_settings["speed"], settings=new_settings, t0=m["t"],
                           meta={"branch_of": parent, "branch_at": at_event, "branch_t": m["t"], "hold_until_ready": 1,
                                 "branch_changes": json.dumps(changes), "branch_settings": json.dumps(new_settings)},
                           lab=lab)
@@ -154,19 +154,17 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     if registry.check_token(r, parent, token, allow_view=True) is None:
         raise ApiError(403, "forbidden", "this token does not open the lab to branch from")
     cfg = current_app.config["LAB"]
+    archive.restore(r, parent)  # a parked parent folded away: its history is read below
     [lab] = limits.open_labs(r, [registry.processes_of({**registry.settings(r, parent), **clean})])
     try:
-        created = create_branch(r, get_rq(), parent, at_event, clean, speed, cfg.max_labs, cfg.var_dir, lab=lab)
+        created = create_branch(r, get_rq(), parent, at_event, clean, speed, cfg.var_dir, lab=lab)
         limits.opened(r, [lab])
     except LookupError:
-        slots.release(r, lab)
+        slots.forget(r, lab)
         raise ApiError(422, "unknown_event", {"at_event": f"lab {parent} holds no event {at_event} (never "
                                                          "written, or trimmed from the capped stream)"}) from None
-    except registry.LabFull:
-        slots.release(r, lab)
-        raise limits.labs_full(cfg.max_labs) from None
     except blobs.BlobFull as e:
-        slots.release(r, lab)
+        slots.forget(r, lab)
         raise ApiError(507, "server_storage_full", f"copying the parent's uploads into the branch would pass "
                        f"the {e.scope} storage cap of {e.cap} bytes; try again when other labs have ended") from None
     return created, 201

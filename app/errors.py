@@ -10,18 +10,13 @@ from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException
 
 from core.blobs import LabGone
+from core.disk import persist_refused
 
 RETRY_AFTER_S = 2
 """What a client is told to wait while the Redis-protocol server is down (the launcher restarts it)."""
 DISK_FULL_RETRY_S = 60
 """What a client is told to wait when a disk is full: someone has to free space first."""
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def persist_refused(e: redis.ResponseError) -> bool:
-    """The Redis-protocol server refused a write because it cannot write its own data to disk (`MISCONF`: its
-    disk is full, so its last AOF write or snapshot failed). Reads still work; writes resume once it can."""
-    return "MISCONF" in str(e)
 
 
 class ApiError(Exception):

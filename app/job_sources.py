@@ -73,15 +73,10 @@ def _storage_full(e: blobs.BlobFull) -> ApiError:
 def source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:
     if sample == "poison":
         # A truncated MP4 (moov missing): passes the byte sniff, fails to decode every time.
-        r = get_redis()
-        name = "uploads/poison.bin"
-        if name not in blobs.names(r, lab_id, name):
-            try:
-                clip = media.sample_clip().read_bytes()
-                blobs.put(r, lab_id, name, clip[: len(clip) // 2])
-            except blobs.BlobFull as e:
-                raise _storage_full(e) from None
-        return blobs.ref(name), "poison"
+        try:
+            return blobs.poison(get_redis(), lab_id, media.sample_clip().read_bytes()), "poison"
+        except blobs.BlobFull as e:
+            raise _storage_full(e) from None
     clip = media.sample_clip(sample)  # installed with the app on every host: a path is fine
     if clip is None:
         raise ApiError(422, "unknown_sample", {"sample": f"must be one of {', '.join(SAMPLES)}"})

@@ -20,7 +20,8 @@ from core import parking, registry, slots
 from core.keys import key
 
 RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
-         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats")}
+         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats"),
+         "challenges": ("rate_challenge_runs", "challenge runs")}
 LAB_RATES = {"batch": ("lab_batch_jobs", "batch jobs"), "late": ("lab_late_deliveries", "late deliveries")}
 
 
@@ -36,29 +37,30 @@ def too_many(error: str, detail: str, retry_after: float) -> ApiError:
 
 
 def labs_full(max_labs: int) -> ApiError:
-    """The one answer every way of opening a lab (new, branch, room) gives when the machine is full."""
-    return too_many("labs_full", f"this machine is full: all {max_labs} labs are in use; try again in a minute", 60)
+    """The one answer every way of opening or resuming a lab gives when the machine runs all it may."""
+    return too_many("labs_full", f"this machine is full: all {max_labs} labs it may run are in use; try again in "
+                    "a minute", 60)
 
 
-def spend(r: redis.Redis, name: str, client: str, limit: int, window: int, now: float) -> float | None:
-    """Count one use in this client's current window; seconds until the window ends if over `limit`."""
+def spend(r: redis.Redis, name: str, client: str, limit: int, window: int, now: float, n: int = 1) -> float | None:
+    """Count `n` uses in this client's current window; seconds until the window ends if over `limit`."""
     if limit <= 0:
         return None
     slot = int(now // window)
     k = f"ratelimit:{name}:{client}:{slot}"
     with r.pipeline(transaction=True) as pipe:
-        pipe.incr(k)
+        pipe.incrby(k, n)
         pipe.expire(k, window + 1)
         used = pipe.execute()[0]
     return (slot + 1) * window - now if used > limit else None
 
 
-def check_rate(r: redis.Redis, name: str) -> None:
-    """429 once this client has spent its budget for `name` (a key of RATES) in the window."""
+def check_rate(r: redis.Redis, name: str, n: int = 1) -> None:
+    """429 once this client has spent its budget for `name` (a key of RATES) in the window (`n` uses now)."""
     cfg = current_app.config["LAB"]
     attr, what = RATES[name]
     limit = getattr(cfg, attr)
-    wait = spend(r, name, client(), limit, cfg.rate_window, time.time())
+    wait = spend(r, name, client(), limit, cfg.rate_window, time.time(), n)
     if wait is not None:
         raise too_many("rate_limited", f"at most {limit} {what} per {cfg.rate_window} s from one client; "
                        f"try again in {math.ceil(wait)} s", wait)
@@ -67,8 +69,15 @@ def check_rate(r: redis.Redis, name: str) -> None:
 def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
     """The 429 a refused reservation answers: the client's cap (with its running labs listed, so the
     widget can offer to park or close the oldest) or a host's process ceiling."""
+    cfg = current_app.config["LAB"]
+    if e.kind == "labs":
+        return labs_full(cfg.max_labs)
+    if e.kind == "live":
+        return too_many("client_labs_kept", f"one client may keep {cfg.max_client_live_labs} labs at once, parked "
+                        f"ones included, and you keep {e.running}: close one (or wait for one to expire), then "
+                        "open this lab", 60)
     if e.kind == "client":
-        cap = current_app.config["LAB"].max_client_labs
+        cap = cfg.max_client_labs
         running = [{"lab_id": x.lab, "since": x.since, "processes": x.processes}
                    for x in parking.running_of(r, who)]
         err = too_many("client_labs_full", f"one client may run {cap} labs at once and a page is open on each of "
@@ -87,21 +96,23 @@ def reserve(r: redis.Redis, want: list[tuple[str, int]], who: str | None = None,
     cfg = current_app.config["LAB"]
     who = who or client()
     try:
-        parking.reserve(r, want, who, cfg.max_client_labs, cfg.max_workers)
+        parking.reserve(r, want, who, cfg.max_client_labs, cfg.max_workers, max_labs=cfg.max_labs,
+                        live_cap=cfg.max_client_live_labs)
     except slots.Refused as e:
         raise refused(r, e, who, whose) from None
 
 
 def open_labs(r: redis.Redis, processes: list[int]) -> list[str]:
     """Before any lab is opened (new, race, branch, room, follow-along): reserve a running-lab slot and its
-    processes for each new lab, then spend one of the client's lab openings (rate). The ids the new labs
-    must be created with; `opened` once they exist, `slots.release` if creating them failed."""
+    processes for each new lab, then spend one of the client's lab openings (rate) per lab: a race's lanes
+    count one by one here as in every cap. The ids the new labs must be created with; `opened` once they
+    exist, `slots.forget` if creating them failed."""
     ids = [registry.new_id() for _ in processes]
     reserve(r, list(zip(ids, processes, strict=True)))
     try:
-        check_rate(r, "labs")
+        check_rate(r, "labs", len(ids))
     except ApiError:
-        slots.release(r, *ids)
+        slots.forget(r, *ids)
         raise
     return ids
 
@@ -125,7 +136,7 @@ def wake(r: redis.Redis, lab: str) -> None:
     that opened it; 429 client_labs_full if that client's other running labs are all watched."""
     cfg = current_app.config["LAB"]
     try:
-        parking.resume(r, lab, cfg.max_client_labs, cfg.max_workers)
+        parking.resume(r, lab, cfg.max_client_labs, cfg.max_workers, max_labs=cfg.max_labs)
     except slots.Refused as e:
         raise refused(r, e, r.hget(key(lab, "meta"), "client") or client()) from None
 

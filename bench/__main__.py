@@ -15,8 +15,8 @@ from bench.common import OUT, Bench
 from bench.common import stack as bench_stack
 
 BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness",
-              "status", "cost", "sandbox")
-ON_DEMAND = ("classroom",)  # its own multi-host stacks and minutes per host count: run only when named
+              "status", "cost", "sandbox", "challenge")
+ON_DEMAND = ("classroom", "parked")  # minutes each (multi-host stacks; 18 labs run to the end): run only when named
 
 
 def _terminate(signum, frame):

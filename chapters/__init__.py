@@ -41,6 +41,7 @@ BUTTONS: dict[str, list[dict[str, Any]]] = _merged("BUTTONS")  # preset id → t
 STEPS: dict[str, list[dict[str, Any]]] = _merged("STEPS")  # preset id → the guided "Try this" steps
 SCENARIOS: dict[str, dict[str, Any]] = _merged("SCENARIOS")  # id → a shared set-up (an instructor's link)
 RACES: dict[str, dict[str, Any]] = _merged("RACES")  # id → a race of labs that differ in one setting
+CHALLENGES: dict[str, dict[str, Any]] = _merged("CHALLENGES")  # id → a handler the learner writes, checked
 PANEL: dict[str, Any] = _merged("PANEL")  # what the chapters' lab-panel templates read
 CLAIMS: tuple[Claim, ...] = tuple(c for _, home in HOMES for c in home.CLAIMS)
 BY_ID = {c.id: c for c in CLAIMS}

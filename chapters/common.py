@@ -45,9 +45,15 @@ LONG_TRANSCODE = {"sample": "bigbuckbunny", "job_type": "transcode", "duration_s
 # end in state s, `counter:<name>` how far a counter moved. `why` is shown when the guess misses, with
 # {setting} filled in from the lab's own settings, {measured} from the measurement and {guard_that_acted}
 # from the run's own counters (which guard stopped the duplicate). A guided step's run (a chapter's STEPS) may also
-# measure its events: `gap:A:B` seconds from an A to the next B, `peak:type` the busiest second's retried
-# calls, `pertick:type` one tick's events, `count:type[:after]` how many there were (after the first `after` event)
-# once the tick after them began.
+# measure its events: `gap:A:B[:field]` seconds from an A to the next B (sharing A's field, e.g. worker_id),
+# `spread:type:N` seconds from the first `type` to the N-th, `peak:type` the busiest second's retried calls,
+# `pertick:type` one tick's events, `count:type[:after]` how many there were (after the first `after` event) once
+# the tick after them began; and at its moment: `moment:key` the moment event's own figure, `events:type` and
+# `distinct:type:field` how many (different) events up to it, `concurrent:A:B` the most runs at once (an A starts
+# one, a B ends one), `backlog` jobs enqueued and not yet claimed,
+# `meanwait:N` the first N jobs' mean queue wait, `panel:testid:attr` a figure a chapter panel measured itself
+# (read once the panel's round is over). predict-model.js `fromEvents` reads them; tests/e2e/test_stepper.py
+# computes the same figure from the lab's stream.
 
 # ---- guided steps (issue 28): each chapter's "Try this" list, one step per item, in the page's order ----
 # A step names the claim (core/lesson.py) whose test proves what it shows, so a step and its test cannot
@@ -59,13 +65,18 @@ LONG_TRANSCODE = {"sample": "bigbuckbunny", "job_type": "transcode", "duration_s
 #             run's worker / cuts its lease when that event arrives for the run's job, {"on": event type,
 #             "click": testid, "choose": {select testid: value}} picks an option and presses a control when it
 #             arrives (the DLQ's replay by reason, once the outage is over), {"fault": {...}} starts a fault;
+#             a click may `fill` fields first ({input testid: value}, a panel's rate or job count); an `on` action
+#             may wait for its `n`-th event, resize the pool (`settings`) or kill `kills` busy workers of the run;
+#             {"api": [method, path, body]} is a set-up the page has no button for (stop a load left running),
+#             {"wait": [testid, attribute, value]} waits for a panel to show it;
 #   `predict` the question asked first (the predict.js spec; its button's own `predict` when absent);
-#   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry; with
+#   `moment`  the event type at which the stepper pauses the clock (`moment_data`: fields it must carry;
+#             `moment_n`: its n-th such event; with
 #             `on` actions, the first one after they have all fired; `moment_after`: the first one after an
 #             event of that type, e.g. the leader elected after the kill), `look` the element (data-testid) it
 #             points at then;
 #   `says`    the one sentence shown beside the verdict ({measured}, {moment_t} and settings filled in).
-# A step with no `do` is a read-and-reason step: it asks `predict.question`, then reveals its claim's text.
+# Every step acts (tests/unit/test_steps.py): none only asks, then reveals its claim's text.
 GAP = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
 KILL_ON_CLAIM = {"on": "job.claimed", "kill": True}
 PER_TICK = {"kind": "number", "min": 0, "max": 20, "unit": "runs", "measure": "pertick:cron.run_started"}

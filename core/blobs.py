@@ -222,6 +222,17 @@ def client_usage(r: redis.Redis, client: str) -> int:
     return int(r.get(client_key(client)) or 0)
 
 
+POISON = "uploads/poison.bin"  # the lab's poison pill: a truncated MP4 (moov missing)
+
+
+def poison(r: redis.Redis, lab: str, clip: bytes) -> str:
+    """The poison pill's source ref: the first half of `clip`, which passes a byte sniff and fails to decode every
+    time (written once per lab; BlobFull if the lab's share is spent)."""
+    if POISON not in names(r, lab, POISON):
+        put(r, lab, POISON, clip[: len(clip) // 2])
+    return ref(POISON)
+
+
 def delete(r: redis.Redis, lab: str, name: str) -> int:
     return int(r.eval(_DELETE, 5, blob_key(lab, name), _index(lab), _used(lab), TOTAL, _client_of(r, lab), name))
 

@@ -75,7 +75,17 @@ class Config:
     """Real seconds a pool host's lease on a lab (and its own registry entry) lasts without a heartbeat:
     a silent host's labs move within about this long, plus worker start-up. Heartbeats every third of it."""
     max_labs: int = 40
-    """Labs alive at once on this deployment; creating one more answers 429."""
+    """Labs *running* at once on this deployment (each holds worker processes; parked labs do not count:
+    they are bounded by `parked_memory`); opening or resuming one more answers 429 `labs_full`. 0: no cap."""
+    parked_memory: int = 128 * 1024 * 1024
+    """Bytes parked labs may hold unfolded in the Redis-protocol server (their records, events and RQ keys;
+    uploads and outputs are `max_blob_bytes`'). Past it the supervisor folds the least recently used parked
+    labs into one compressed value each (core/archive.py), unfolded with their history when their page opens
+    again. 0: never fold."""
+    max_client_live_labs: int = 40
+    """Labs one client (IP address) may keep alive at once, parked ones included (each lane of a race is one
+    lab); opening one more answers 429 `client_labs_kept` until one is closed or expires. One reader walking
+    every chapter and every race keeps 20 (nine chapters, eleven race lanes). 0: unlimited."""
     lab_idle_ttl: int = 1800
     """Real seconds without activity after which a lab is removed with its keys, files and workers."""
     max_workers: int = 64
@@ -90,11 +100,18 @@ class Config:
     """Job creations one client (IP address) may make per `rate_window`; more answer 429. 0: unlimited."""
     rate_kills: int = 30
     """Worker kills one client may ask for per `rate_window`; more answer 429. 0: unlimited."""
+    rate_challenge_runs: int = 6
+    """Challenge runs (a learner's handler on a workload, POST …/challenge) one client may start per `rate_window`;
+    more answer 429. 0: unlimited."""
+    challenge_cpu_s: float = 20.0
+    """CPU seconds all the sandboxed attempts of one challenge run may use together (each attempt is also held to
+    core/challenges/box.py's limits); past it the run ends with that error."""
     rate_window: int = 60
     """Length in real seconds of the fixed window the per-client rate limits count in."""
-    rate_labs: int = 10
-    """Labs and rooms one client may open per `rate_window` (new, branched, follow-along, room); more
-    answer 429. 0: unlimited."""
+    rate_labs: int = 20
+    """Labs and rooms one client may open per `rate_window` (new, branched, follow-along, room; a race of four
+    is four); more answer 429. A reader who opens every chapter and a race of four within a minute opens 13;
+    seven races of four would be 28. 0: unlimited."""
     max_client_labs: int = 4
     """Labs one client may *run* at once (each costs worker processes; a parked lab does not count). Opening
     or resuming one more first parks that client's own labs no page watches (oldest first); only if every
@@ -213,12 +230,16 @@ class Config:
             pool_host_id=os.environ.get("POOL_HOST_ID", ""),
             pool_lease_s=_float("POOL_LEASE_S", cls.pool_lease_s),
             max_labs=_int("MAX_LABS", cls.max_labs),
+            parked_memory=_int("PARKED_MEMORY", cls.parked_memory),
+            max_client_live_labs=_int("MAX_CLIENT_LIVE_LABS", cls.max_client_live_labs),
             lab_idle_ttl=_int("LAB_IDLE_TTL", cls.lab_idle_ttl),
             max_workers=_int("MAX_WORKERS", cls.max_workers),
             spare_workers=_int("SPARE_WORKERS", cls.spare_workers),
             rate_jobs=_int("RATE_JOBS", cls.rate_jobs),
             rate_kills=_int("RATE_KILLS", cls.rate_kills),
             rate_window=_int("RATE_WINDOW", cls.rate_window),
+            rate_challenge_runs=_int("RATE_CHALLENGE_RUNS", cls.rate_challenge_runs),
+            challenge_cpu_s=_float("CHALLENGE_CPU_S", cls.challenge_cpu_s),
             rate_labs=_int("RATE_LABS", cls.rate_labs),
             max_client_labs=_int("MAX_CLIENT_LABS", cls.max_client_labs),
             park_after=_float("PARK_AFTER", cls.park_after),
@@ -251,6 +272,9 @@ class Config:
         )
 
 
+NOTIFY_KEYSPACE_EVENTS = "$Khlsz"
+"""The keyspace notifications the pool's loop wakes on (workers/wait.py): the embedded server starts with them, so
+no role but admin needs CONFIG SET; against another server the pool asks for them if its user may."""
 AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below this size (nor does the reconcile)
 
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------

@@ -20,7 +20,7 @@ import time
 
 import redis
 
-from core import clock, registry, slots, stream
+from core import archive, clock, registry, slots, stream
 from core.keys import LABS, PARKED, key
 
 WATCH_REFRESH_S = 5.0  # how often a web process re-stamps the labs its sockets watch
@@ -107,17 +107,21 @@ def park(r: redis.Redis, lab: str, why: str) -> bool:
     return True
 
 
-def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S) -> bool:
+def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S,
+           max_labs: int = 0) -> bool:
     """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
     if the lab's client is at its cap with every other lab watched `patience` s on), then it leaves the
     parked set and its clock runs, in one step (clock.unpark)."""
     if not r.sismember(PARKED, lab):
         return False
     client = r.hget(key(lab, "meta"), "client") or "unknown"
-    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience)
+    archive.restore(r, lab)  # an archived lab's history is unfolded before anything reads it
+    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience,
+            max_labs)
     unparked = clock.unpark(r, lab, PARKED)  # out of the set and the clock running again: one step
     if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
+    archive.restore(r, lab)  # folded between the first unfolding and the unpark (a fold needs it parked)
     r.hset(key(lab, "meta"), "resumed", time.time())
     t, runs = unparked
     stream.emit(r, lab, "lab.resumed", t, clock="running" if runs else "still paused, as it was")
@@ -137,7 +141,7 @@ def park_idle(r: redis.Redis, park_after: float) -> list[str]:
 
 
 def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int,
-            patience: float = NAVIGATION_S) -> None:
+            patience: float = NAVIGATION_S, max_labs: int = 0, live_cap: int = 0) -> None:
     """slots.reserve, but a reader at the cap is never stopped by their own forgotten labs: park the
     client's running labs that no page watches (oldest first) and try again. A page that just replaced
     another may still find the old one's socket open for a moment, so before refusing it waits up to
@@ -145,7 +149,7 @@ def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap
     deadline = time.time() + patience
     while True:
         try:
-            return slots.reserve(r, want, client, client_cap, web_ceiling)
+            return slots.reserve(r, want, client, client_cap, web_ceiling, max_labs, live_cap)
         except slots.Refused as refused:
             if refused.kind != "client":
                 raise

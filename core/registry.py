@@ -19,15 +19,11 @@ from typing import Any, cast
 
 import redis
 
-from core import blobs, clock, slots, stream
+from core import archive, blobs, clock, slots, stream
 from core.backoff import retry_bucket_s
 from core.events import COUNTERS
 from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
 from core.settings import DEFAULTS, LabSettings
-
-
-class LabFull(Exception):
-    """max_labs reached."""
 
 
 def _hash(token: str) -> str:
@@ -38,16 +34,14 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, max_labs: int, settings: LabSettings,
+def create(r: redis.Redis, preset: str, speed: float, settings: LabSettings,
            t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
     A branch (app/branch_seed.py) passes its own settings, a clock starting at the parent's moment and
     the meta fields that remember its parent. `lab`: the id its running-lab slot was reserved under
-    (core/slots.py).
+    (core/slots.py), which also held the deployment's and the client's caps on labs.
     """
-    if r.scard(LABS) >= max_labs:
-        raise LabFull()
     lab = lab or new_id()
     token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(16)
     settings = settings.copy()
@@ -308,11 +302,36 @@ TMP_PREFIX = ".tmp-"
 """Partial outputs of an attempt in progress (workers.tasks.output_paths): never counted, swept when orphaned."""
 
 
+EXPIRED = "labs:expired"  # lab → when it expired (a sorted set: the ids are members, never key names)
+EXPIRED_KEEP_S = 30 * 24 * 3600
+"""How long the note that a lab expired outlives it, so its page can say so instead of a bare 404."""
+
+
+def expire(r: redis.Redis, lab: str, var_dir: Path) -> None:
+    """Remove a lab that went unused past LAB_IDLE_TTL, noting when (`gone_why`)."""
+    teardown(r, lab, var_dir)
+    now = time.time()
+    with r.pipeline(transaction=False) as pipe:
+        pipe.zadd(EXPIRED, {lab: now})
+        pipe.zremrangebyscore(EXPIRED, "-inf", now - EXPIRED_KEEP_S)
+        pipe.execute()
+
+
+def gone_why(r: redis.Redis, lab: str, idle_ttl: float) -> str | None:
+    """The plain sentence an expired lab's page shows, or None if the lab never existed (or expired long ago)."""
+    if r.zscore(EXPIRED, lab) is None:
+        return None
+    minutes = max(1, round(idle_ttl / 60))
+    return (f"This lab was removed after {minutes} minute{'s' if minutes != 1 else ''} without a visit, and its "
+            "history with it. A fresh lab starts in its place.")
+
+
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     """Remove every key and file the lab owns (its workers are the supervisor's to stop)."""
     r.srem(LABS, lab)
-    slots.release(r, lab)
+    slots.forget(r, lab)
     r.srem(PARKED, lab)
+    archive.forget(r, lab)
     blobs.forget_lab(r, lab)  # its uploads and outputs (swept below with every lab:{id}: key)
     # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
     for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",

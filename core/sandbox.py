@@ -29,6 +29,9 @@ missing), `unavailable()` says why; the process then runs as its caller with the
 memory, file-size and open-file limits only (no task limit: it would count every process of the caller's user),
 and each such start is logged at ERROR. A learner's own code must refuse to run there (`confined` says which
 case a start got). /healthz reports the answer.
+
+A learner's handler (core/challenges/) runs as `python(runner)` with no `write` directory but a `scratch`
+tmpfs: its files cost memory bounded by `scratch_bytes`, never the server's disk.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -62,6 +66,7 @@ class Limits:
     tasks: int  # RLIMIT_NPROC inside the sandbox: processes and threads together
     file_bytes: int  # RLIMIT_FSIZE: largest file it may write
     open_files: int  # RLIMIT_NOFILE
+    scratch_bytes: int = 0  # size of the private tmpfs a `scratch` sandbox writes in (its memory, not the disk's)
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,8 @@ def _uid() -> int | None:
     return SANDBOX_UID_BASE + os.getpid() if os.geteuid() == 0 else None
 
 
-def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int) -> list[str]:
+def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int,
+             scratch: tuple[str, int] | None = None) -> list[str]:
     uid = _uid()
     read = [p for p in read if not any(p.is_relative_to(top) for top in SYSTEM)]  # already there
     args = [_bwrap(), "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", PATH]
@@ -142,12 +148,16 @@ def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int) 
         args += ["--bind", str(write), str(write)]
     for path in read:
         args += ["--ro-bind", str(path), str(path)]
+    if scratch is not None:  # sticky and open to all: the sandbox's uid (not root) writes in it
+        args += ["--perms", "1777", "--size", str(scratch[1]), "--tmpfs", scratch[0]]
     return [*args, "--chdir", "/", "--", *inner, _tool("prlimit"), f"--nproc={tasks}", "--", *argv]
 
 
-def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits) -> Sandboxed:
+def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits,
+              scratch: str | None = None) -> Sandboxed:
     """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
-    binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write."""
+    binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write, and
+    `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it."""
     read = [Path(os.path.abspath(p)) for p in read]
     write = Path(os.path.abspath(write)) if write is not None else None
     preexec = partial(_limit, limits)
@@ -159,7 +169,16 @@ def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limi
     uid = _uid()
     if write is not None and uid is not None:
         os.chown(write, uid, uid)
-    return Sandboxed(_confine(argv, read, write, limits.tasks), preexec, confined=True)
+    box = (scratch, limits.scratch_bytes) if scratch is not None else None
+    return Sandboxed(_confine(argv, read, write, limits.tasks, box), preexec, confined=True)
+
+
+def python(script: Path) -> tuple[list[str], list[Path]]:
+    """The argv that runs `script` under this process's own interpreter, isolated (`-I -S`: no environment
+    variables read, no site, no user directory), and the paths it needs read-only: the interpreter's home
+    (its binary and standard library; under /usr it is there anyway) and the script."""
+    exe = os.path.realpath(sys.executable)
+    return [exe, "-I", "-S", str(script)], [Path(sys.base_prefix), Path(exe), script]
 
 
 @lru_cache(maxsize=1)

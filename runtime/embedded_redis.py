@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from core.config import AOF_REWRITE_MIN
+from core.config import AOF_REWRITE_MIN, NOTIFY_KEYSPACE_EVENTS
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,14 +40,38 @@ def server_binary() -> str:
     return str(path)
 
 
-# What each ACL user may do (keys and channels: all; the labs' keys share one namespace). The web tier and
-# the pool hosts get no @dangerous command (FLUSHALL, KEYS, DEBUG, SHUTDOWN, ACL, CLIENT KILL…); a pool host
-# keeps the four its supervisor needs: INFO and CONFIG GET to size the AOF, BGREWRITEAOF, and CONFIG SET of
-# notify-keyspace-events (workers/supervisor.py's Waker). CONFIG SET cannot move `dir` or `dbfilename`
-# (valkey's protected configs are off by default), so it cannot make the server write a file elsewhere.
+# What each ACL user may do: an allowlist of the commands the role really sends, recorded from the integration
+# tests (COMMAND_LOG=<file>: runtime/harness/command_log.py, MONITOR as admin) plus the commands its Lua scripts
+# run (the server checks those against the caller too). Keys and channels: all (the labs' keys share one
+# namespace). The web and the pool share most of their code (core/), so they share the data commands; only the
+# pool reads the server's configuration and rewrites its AOF (workers/reconcile.py). Neither may change the
+# configuration (the server starts with the keyspace notifications the pool needs: NOTIFY_KEYSPACE_EVENTS),
+# flush, DUMP/RESTORE, KEYS, MONITOR, DEBUG, SAVE, SHUTDOWN, or manage users, clients or replication.
+CONNECTION = ("auth", "hello", "ping", "echo", "select", "quit", "reset", "client|setinfo", "client|setname",
+              "client|getname", "client|id", "client|info")
+COORDINATION = ("multi", "exec", "discard", "watch", "unwatch", "eval", "evalsha", "script|load", "script|exists",
+                "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "publish")
+DATA = (
+    "append", "decrby", "del", "exists", "expire", "get", "getdel", "incrby", "mget", "persist", "pexpire", "pttl",
+    "set", "strlen", "type", "scan", "info", "memory|usage",
+    "hdel", "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hset", "hsetnx",
+    "hvals",
+    "blmove", "blpop", "lindex", "lpop", "lpos", "lpush", "lrange", "lrem", "ltrim", "rpush",
+    "sadd", "scard", "sismember", "smembers", "srem",
+    "zadd", "zcard", "zcount", "zincrby", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zrevrange", "zscore",
+    "xadd", "xinfo|stream", "xrange", "xread", "xrevrange", "xsetid",
+)
+POOL_ONLY = ("config|get", "bgrewriteaof")
+
+
+def allow(*commands: str) -> str:
+    """ACL rules that grant exactly `commands` (`name` or `name|subcommand`)."""
+    return "-@all " + " ".join(f"+{c}" for c in sorted(set(commands)))
+
+
 ROLES = {
-    "web": "+@all -@dangerous",
-    "pool": "+@all -@dangerous +info +config|get +config|set +bgrewriteaof",
+    "web": allow(*CONNECTION, *COORDINATION, *DATA),
+    "pool": allow(*CONNECTION, *COORDINATION, *DATA, *POOL_ONLY),
     "admin": "+@all",
 }
 
@@ -143,6 +167,7 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
         "--maxmemory-policy", "noeviction",
         "--auto-aof-rewrite-percentage", "100",
         "--auto-aof-rewrite-min-size", str(AOF_REWRITE_MIN),
+        "--notify-keyspace-events", NOTIFY_KEYSPACE_EVENTS,
         "--protected-mode", "yes",
         "--loglevel", "warning",
         "--logfile", str(data_dir / "server.log"),

@@ -18,6 +18,7 @@ import redis
 from runtime import embedded_redis
 from runtime.harness.browser import chromium_launch_args
 from runtime.harness.client import Api, Response
+from runtime.harness.command_log import CommandLog
 from runtime.harness.stack import Stack
 
 __all__ = ["ARTIFACTS", "Api", "Response"]  # tests import the shared client from here too
@@ -77,8 +78,14 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
+    """The session's server; with COMMAND_LOG=<file>, every command each role sends it is recorded there
+    (runtime/harness/command_log.py: what the ACL allowlists are written from)."""
     server = embedded_redis.start(tmp_path_factory.mktemp("redis"), persist=False)
+    log = CommandLog(server.url, server.port, Path(os.environ["COMMAND_LOG"])).start() \
+        if os.environ.get("COMMAND_LOG") else None
     yield server
+    if log:
+        log.stop()
     server.stop()
 
 

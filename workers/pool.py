@@ -23,6 +23,7 @@ import redis
 
 from core import clock, registry, stream
 from core.broker import handoff, reaper
+from core.broker.state import end_attempt
 from core.config import REAPER_BARRIER_S, STOP_GRACE_S, Config
 from core.keys import key, lab_dir, queue_name
 from core.procs import server_tag
@@ -181,6 +182,8 @@ class Keeper:
             clock.lift(self.r, lab, handoff.transit_holder(row["job_id"], int(row["attempt"])))
             # Ack early: the message was deleted on claim, so no lease will bring it back.
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
+            end_attempt(self.r, lab, row["job_id"], int(row["attempt"]), now,
+                        "killed" if event == "worker.killed" else "worker died")
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
         slot.state = "dead"
         slot.respawn_at = now + float(settings["respawn_delay"])  # on the lab's clock, as every delay
@@ -333,6 +336,7 @@ class Keeper:
         for wid, row in rows.items():
             if row.get("job_id") and row.get("attempt"):
                 reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), wid, now)
+                end_attempt(self.r, lab, row["job_id"], int(row["attempt"]), now, "stopped (lab parked or moved)")
             if row.get("host") == self.host_id:
                 self.r.hdel(key(lab, "workers"), wid)
         self.drop_cache(lab)

@@ -22,6 +22,7 @@ from rq.results import Result
 from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
 
+import workers.challenge  # noqa: F401 - preloaded with the job module: forked horses inherit both warm
 import workers.tasks  # preloaded: forked horses inherit it warm
 from core import media, sandbox
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import redis
 
 from core.config import SPARE_REFILL_S, Config
+from core.disk import persist_refused
 from core.keys import spare_assignment
 from core.procs import server_tag
 from workers.process import lab_env, start_lab_process
@@ -111,6 +112,12 @@ def main() -> None:
             got = r.blpop([spare_assignment(token)], timeout=WAIT_S)
         except (redis.ConnectionError, redis.TimeoutError):  # the server restarts (the launcher brings it back)
             time.sleep(1)
+        except redis.ResponseError as e:  # its disk is full: a pop is a write, refused until space returns
+            if not persist_refused(e):
+                raise
+            time.sleep(1)
+        except KeyboardInterrupt:  # Ctrl-C on `python3 lab.py`: a spare holds nothing yet, so it just goes
+            return
         if got is None and os.getppid() != parent:
             return  # the supervisor died without taking it (it is also sent SIGKILL by PR_SET_PDEATHSIG)
     r.close()

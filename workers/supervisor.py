@@ -20,13 +20,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import redis
 
-from core import clock, parking, registry, stream
+from core import archive, clock, parking, registry, stream
 from core.broker import reaper
 from core.config import Config
+from core.disk import persist_refused
 from core.keys import LABS, PARKED, key, owner
 from workers import hosts, reconcile, wait
 from workers.duties import Duties
@@ -61,8 +63,16 @@ class Supervisor:
         waker: wait.Waker | None = None
         last_expiry = next_host = 0.0
         outage = commands = False
+        refused_since = 0.0  # when the server began refusing writes for want of disk (MISCONF), 0: it writes
         while self.running:
             try:
+                if refused_since:
+                    self.r.set(DISK_PROBE, time.time(), ex=60)  # one small write: does the server write again?
+                    say(f"the server writes again after {time.time() - refused_since:.0f} s; the pool carries on")
+                    refused_since = 0.0
+                    if waker is not None:
+                        waker.close()
+                    waker = None  # what changed meanwhile went unheard: look at everything
                 if waker is None:  # (re)connected: whatever changed meanwhile went unheard, so look at everything
                     waker = wait.Waker(self.r, self.host.commands)
                     commands, next_host = True, 0.0
@@ -100,6 +110,14 @@ class Supervisor:
                 wait.note(self.r, self.pools, changed, waker)
             except redis.exceptions.OutOfMemoryError:
                 time.sleep(0.5)  # the server is at its maxmemory: what could not be written is retried next tick
+            except redis.ResponseError as e:
+                if not persist_refused(e):
+                    raise
+                if not refused_since:  # its disk is full: every write is refused until space returns
+                    refused_since = time.time()
+                    say("the server refuses writes: it cannot write its data to disk (MISCONF, disk full). The pool "
+                        "waits and carries on when space returns; nothing stored is lost, workers keep their jobs")
+                time.sleep(DISK_WAIT_S)
             except redis.ConnectionError:
                 outage = True
                 time.sleep(0.5)  # the server restarts (the launcher brings it back); keep going
@@ -163,6 +181,7 @@ class Supervisor:
 
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
+        archive.keep_within(self.r, self.config.parked_memory, lambda labs: parking.last_seen(self.r, labs))
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         for lab in list(self.r.smembers(LABS)):
@@ -173,7 +192,7 @@ class Supervisor:
                 if lab in self.pools:
                     stop_pool(self.pools.pop(lab))
                 self.fleet.stop(lab)
-                registry.teardown(self.r, lab, self.config.var_dir)
+                registry.expire(self.r, lab, self.config.var_dir)
         if self.reconciler.due():
             self.reconciler.run()
 
@@ -216,6 +235,18 @@ class Supervisor:
             self.host.deregister()
         except redis.RedisError:
             pass
+
+
+DISK_PROBE = "pool:disk_probe"  # the write that tells a waiting supervisor its server writes again
+DISK_WAIT_S = 1.0  # real seconds between two tries while the server's disk is full
+
+
+def say(line: str) -> None:
+    """One line on the supervisor's log (stderr, which the launcher keeps)."""
+    try:
+        print(f"supervisor: {line}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # the log is on the full disk too
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import os
 import select
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import redis
 from rq import get_current_job
@@ -23,6 +24,7 @@ from core import blobs, clock, media, registry, stream
 from core.broker import handoff, leases, retry
 from core.broker.retry import NonRetryable, StorageDown
 from core.broker.state import record_attempt, script
+from core.challenges import run as runs
 from core.config import Config
 from core.keys import LABS, job, key, keyspace, lab_dir
 from core.procs import die_with_parent
@@ -112,7 +114,8 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         pipe.sismember(LABS, lab)
         pipe.get(key(lab, "settings"))
         pipe.hgetall(key(lab, "clock"))
-        live, raw_settings, clock_hash = pipe.execute()
+        pipe.hgetall(runs.row_key(lab))
+        live, raw_settings, clock_hash, challenge = pipe.execute()
     if not live:
         return
     settings = registry.parse_settings(raw_settings)
@@ -141,20 +144,24 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
             # A crashing pill: the handler kills the process that runs it, every time (as an OOM would).
             # No error reaches any handler; the lab narrates the crash (as a crash log would) and the
             # lease is left to expire.
-            record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="crashed")
-            stream.emit(r, lab, "job.crashed", now, job_id=job_id, worker_id=wid, attempt=attempt)
-            set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
-            clock.lift(r, lab, holder)
-            os._exit(70)
+            crash(r, lab, job_id, attempt, now, holder)
         # what the attempt knows of its lab's clock and faults, to its end: its first read comes after the hold
         # above (a clock read before it would not know this attempt's own barrier until its notification came)
         watch = Watch(r, lab)
-        outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
+        if runs.is_challenge_job(rec):
+            # the learner's handler does the work, in its sandbox; the ack stays this worker's
+            outputs = challenge_attempt(r, lab, job_id, attempt, rec, settings, now, rng, watch, challenge, holder)
+            if outputs is None:
+                return
+        else:
+            outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
         end = watch.now()
         res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
                               {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
         if res == leases.REFUSED_WRITE:
             record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="refused (no longer the holder)")
+        elif runs.is_challenge_job(rec):
+            pass  # the handler sent its own email, or did not: that is what the checker reads
         elif res == leases.DUPLICATE:
             record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="completed again (duplicate)")
             notify(r, lab, job_id, attempt, settings, end)
@@ -176,6 +183,52 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
         if watch is not None:
             watch.close()
+
+
+def crash(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float, holder: str) -> NoReturn:
+    """This work horse dies here, as a SIGKILL or an OOM would take it: no error reaches any handler; the lab
+    narrates the crash (as a crash log would) and the lease is left to expire."""
+    record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="crashed")
+    stream.emit(r, lab, "job.crashed", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
+    set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+    clock.lift(r, lab, holder)
+    os._exit(70)
+
+
+def challenge_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
+                      start: float, rng, watch: Watch, row: dict, holder: str) -> dict | None:
+    """The attempt as the learner's handler runs it (workers/challenge.py): the outputs to ack with, or None when
+    it backed off (its message stays in flight). A handler that raised fails the attempt (the retry policy
+    decides); one that broke a limit ends the run and its job goes to the DLQ."""
+    from workers import challenge  # (preloaded by workers/rqworker.py: it imports this module)
+
+    if not runs.active(row, job_id):
+        raise NonRetryable(f"its challenge run is over ({row.get('error') or row.get('state') or 'gone'})")
+    att = challenge.Attempt(r, lab, job_id, attempt, rec, settings, start, rng, watch, row)
+    try:
+        out = att.run()
+    except challenge.Crash:
+        crash(r, lab, job_id, attempt, watch.now(), holder)
+    budget = Config.from_env().challenge_cpu_s
+    within = runs.spend_cpu(r, lab, out.cpu_s, budget)
+    if out.kind == "backoff":
+        now = watch.now()
+        record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="backed off")
+        stream.emit(r, lab, "handler.backed_off", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
+        return None
+    if out.kind == "killed" or not within:
+        why = out.why if out.kind == "killed" else f"the run used its {budget:g} CPU seconds"
+        stream.emit(r, lab, "handler.stopped", watch.now(), job_id=job_id, worker_id=worker_id(), attempt=attempt,
+                    why=why)
+        runs.end(r, lab, f"job {job_id}, attempt {attempt}: {why}")
+        raise NonRetryable(f"handler stopped: {why}")
+    if out.kind == "raised":
+        raise HandlerError(out.why + (f" (line {out.line})" if out.line else ""))
+    return att.outputs
+
+
+class HandlerError(Exception):
+    """The learner's handler raised: a failed attempt, as any job's exception is."""
 
 
 def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
@@ -300,7 +353,7 @@ def probe_once(r: redis.Redis, src: Path) -> None:
 
 
 def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float, procs: list, rng, watch: Watch) -> None:
+         duration: float, procs: list, rng, watch: Watch, plans: list[list[float]] | None = None) -> None:
     """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
     heart-beating and streaming its upload parts to storage all the while.
 
@@ -317,7 +370,7 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
     holder = f"{job_id}:{attempt}"
     end_at = start + duration
     timeout_at = start + settings["exec_timeout"] if settings["exec_timeout"] else math.inf
-    parts = UploadParts(r, lab, job_id, attempt, settings, start, rng)
+    parts = UploadParts(r, lab, job_id, attempt, settings, start, rng, plans)
     last_beat, last_pct, real_start = start, 0, time.monotonic()
     shown_at = -math.inf  # real time the last tenth of progress was reported
     barrier, fresh_at = None, 0.0  # the barrier held, and the real time it was last stamped
@@ -500,13 +553,18 @@ class UploadParts:
     no jitter every caller that failed together comes back together (1, 3, 7, 15 × base). Each call
     that reaches storage is a `storage.called` event: the arrivals the chapter 4 histogram counts.
     A part that fails `max_attempts` calls fails the attempt (then the job-level retry policy decides).
+
+    A challenge's handler brings its own policy (`plans`: per part, the delays before its 2nd, 3rd, … call, which
+    its own retry function computed in the sandbox): a part then gives up when its plan runs out.
     """
 
-    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng):
+    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng,
+                 plans: list[list[float]] | None = None):
         self.r, self.lab, self.job_id, self.attempt, self.s, self.rng = r, lab, job_id, attempt, settings, rng
         # per part: ok = streaming since `since`; due = when its next call is made (None = none pending)
-        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0}
-                      for _ in range(int(settings.get("upload_parts", 1)))]
+        count = len(plans) if plans is not None else int(settings.get("upload_parts", 1))
+        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0,
+                       "plan": plans[i] if plans is not None else None} for i in range(count)]
 
     def next_due(self) -> float:
         return min((p["due"] for p in self.parts if p["due"] is not None), default=math.inf)
@@ -517,6 +575,12 @@ class UploadParts:
     def _schedule(self, p: dict, at: float, why: str) -> float:
         """After a failed call: the policy's delay, or give up (the attempt fails at `at`)."""
         p["ok"], p["tries"] = False, p["tries"] + 1
+        if p["plan"] is not None:  # the handler's own policy: its delays, as many calls as it planned
+            delay = p["plan"][p["tries"] - 1] if p["tries"] <= len(p["plan"]) else None
+            if delay is None:
+                raise StorageDown(f"storage unavailable ({why}) after {p['tries']} calls", at=at)
+            p["due"] = at + delay
+            return delay
         delay = retry.retry_delay(self.s["retry_policy"], p["tries"], self.s["retry_base"], self.s["retry_cap"],
                                   self.rng)
         if delay is None or p["tries"] >= self.s["max_attempts"]:
@@ -583,16 +647,18 @@ def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float, faults: 
     retry.breaker_record(r, lab, now, settings, ok=True)
 
 
-def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float) -> None:
+def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float,
+           subject: str | None = None) -> None:
     """The completion email: guarded by a 'notified' CAS flag (SET NX) so it goes out once; the flag, the mail
     and its event in one step."""
     common = {"job_id": job_id, "worker_id": worker_id(), "attempt": attempt}
     mail = json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
-                       "subject": f"Your video (job {job_id}) is ready"})
+                       "subject": subject or f"Your video (job {job_id}) is ready"})
     script(r, _NOTIFY)(keys=[key(lab, "notified", job_id), key(lab, "outbox"), key(lab, "events"),
                              key(lab, "counts")],
                        args=[attempt, "1" if settings["notify_guard"] else "0", mail,
-                             stream.encode("email.sent", now, **common), stream.counter("email.sent"),
+                             stream.encode("email.sent", now, **common, **({"subject": subject} if subject else {})),
+                             stream.counter("email.sent"),
                              stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
 
 

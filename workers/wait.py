@@ -20,7 +20,7 @@ import redis
 
 from core import clock
 from core.broker.handoff import HANDOFF_S
-from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, REAPER_LEAD_S
+from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, NOTIFY_KEYSPACE_EVENTS, REAPER_LEAD_S
 from core.keys import LABS, PARKED, key, keyspace
 from workers.duties import DISPATCH_AGE_S, Seen
 from workers.engines import ENGINES
@@ -69,8 +69,9 @@ class Waker:
             pass  # not the main thread (a test driving the loop): child exits are seen at the next pass
         try:
             flags = r.config_get("notify-keyspace-events").get("notify-keyspace-events", "")
-            want = set(flags) | set("Kzls$h")
-            r.config_set("notify-keyspace-events", "".join(sorted(want)))
+            want = set(flags) | set(NOTIFY_KEYSPACE_EVENTS)
+            if want - set(flags):  # the embedded server starts with them: only another server is asked
+                r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
             ps.psubscribe(*(keyspace(r, k) for k in (commands, LABS, PARKED)),
                           *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS),

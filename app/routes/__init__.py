@@ -12,6 +12,7 @@ from flask import Blueprint
 
 from app.routes import (
     branch,
+    challenges,
     clock,
     dlq,
     events,
@@ -38,5 +39,5 @@ from app.routes import (
 BLUEPRINTS: tuple[Blueprint, ...] = (
     pages.bp, health.bp, meta.bp, labs.bp, settings.bp, clock.bp, jobs.bp, inline.bp, workers.bp, faults.bp,
     dlq.bp, events.bp, fairness.bp, loadgen.bp, retries.bp, schedule.bp, status.bp, webhooks.bp, branch.bp,
-    rooms.bp, races.bp, export.bp,
+    rooms.bp, races.bp, export.bp, challenges.bp,
 )

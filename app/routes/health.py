@@ -10,9 +10,10 @@ import redis
 from flask import Blueprint, current_app, jsonify
 
 from app.auth import bearer_token
-from app.errors import ApiError, persist_refused
+from app.errors import ApiError
 from app.store import get_redis
-from core import hosts, parking, registry, sandbox
+from core import archive, hosts, parking, registry, sandbox
+from core.disk import persist_refused
 from core.keys import LABS, host_running
 
 bp = Blueprint("health", __name__)
@@ -77,6 +78,10 @@ def metrics():
              "# TYPE asyncworklab_labs_running gauge", f"asyncworklab_labs_running {len(labs) - parked}",
              "# TYPE asyncworklab_labs_parked gauge", f"asyncworklab_labs_parked {parked}",
              "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {running_processes(r)}"]
+    folding = archive.stats(r)  # parked labs past PARKED_MEMORY are folded (core/archive.py)
+    lines += ["# TYPE asyncworklab_labs_folded gauge", f"asyncworklab_labs_folded {folding['archived']}",
+              "# TYPE asyncworklab_parked_bytes gauge", f"asyncworklab_parked_bytes {folding['parked_bytes']}",
+              "# TYPE asyncworklab_folded_bytes gauge", f"asyncworklab_folded_bytes {folding['archived_bytes']}"]
     if per_lab:
         for name, rows in samples.items():
             lines += [f"# TYPE asyncworklab_{name} gauge", *rows]

@@ -13,7 +13,7 @@ from app import bodies, branch_seed, limits
 from app.auth import lab_access, refuse_foreign_origin
 from app.http import json_body, parse
 from app.store import get_redis
-from core import parking, registry, slots
+from core import parking, registry
 from core.keys import PARKED
 
 bp = Blueprint("labs", __name__)
@@ -35,11 +35,7 @@ def create_lab():
     clean = parse(body, bodies.NEW_LAB, speed=cfg.speed)
     preset = clean["preset"]
     [lab] = limits.open_labs(r, [registry.processes_of(chapters.settings_for(preset))])
-    try:
-        created = registry.create(r, preset, clean["speed"], cfg.max_labs, chapters.settings_for(preset), lab=lab)
-    except registry.LabFull:
-        slots.release(r, lab)
-        raise limits.labs_full(cfg.max_labs) from None
+    created = registry.create(r, preset, clean["speed"], chapters.settings_for(preset), lab=lab)
     limits.opened(r, [lab])
     created["preset"] = preset
     # what GET /api/labs/{lab} would answer now: the page that opened the lab starts from it without a

@@ -14,6 +14,7 @@ from flask import Blueprint, Flask, abort, current_app, render_template, request
 
 import chapters
 from core import lesson, numbers
+from core.challenges import describe
 
 bp = Blueprint("pages", __name__)
 
@@ -32,6 +33,27 @@ def chapter_inputs(ch: chapters.Chapter, inputs: numbers.Inputs) -> list[dict]:
     names = [n.strip() for n in ch.meta.get("inputs", "").split(",") if n.strip()]
     by_name = {s["name"]: s for s in numbers.spec_values(inputs)}
     return [by_name[n] for n in names if n in by_name]
+
+
+def shown_inputs(rows: list[dict], errors: dict[str, str]) -> tuple[list[dict], dict[str, str]]:
+    """The What-if form as the learner left it when the model refused their values: each field keeps what was
+    typed (not the lesson's value the figures fell back to), and a refusal about an input this page does not show
+    (a 1,200 s mean against the p99 of 900 s) is said under the field it came from (the same job type's)."""
+    if not errors:
+        return rows, errors
+    rows = [{**r, "value": request.args.get(r["name"], r["value"])} for r in rows]
+    names = [r["name"] for r in rows]
+    out = {k: v for k, v in errors.items() if k in names}
+    for name, msg in errors.items():
+        if name in names:
+            continue
+        kin = next((n for n in names if n.split("_")[0] == name.split("_")[0] and n in request.args), None)
+        target = kin or next((n for n in names if n in request.args), names[0] if names else None)
+        if target:
+            label = numbers.SPECS_BY_NAME[name].label if name in numbers.SPECS_BY_NAME else name
+            out[target] = f"{out[target] + ' ' if target in out else ''}{msg} ({label} is not an input on this " \
+                          "page); the figures below keep the lesson's values."
+    return rows, out
 
 
 @bp.app_context_processor
@@ -88,6 +110,7 @@ def chapter(number: int, slug: str | None = None):
     if ch is None:
         abort(404)
     inputs, input_errors = model_from_query()
+    shown = shown_inputs(chapter_inputs(ch, inputs), input_errors)
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
     fig = chapters.derive(inputs)
@@ -99,8 +122,9 @@ def chapter(number: int, slug: str | None = None):
         chapter=ch,
         body=body,
         chapters=all_ch,
-        model_inputs=chapter_inputs(ch, inputs),
-        input_errors=input_errors,
+        model_inputs=shown[0],
+        input_errors=shown[1],
+        challenges=[describe(k, v) for k, v in chapters.CHALLENGES.items() if v["chapter"] == ch.number],
         lesson_fig=lesson_figures(),  # a lab panel's model line is about the lesson's inputs, not the what-if's
         prev=all_ch[idx - 1] if idx > 0 else None,
         next=all_ch[idx + 1] if idx + 1 < len(all_ch) else None,

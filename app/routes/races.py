@@ -10,8 +10,8 @@ from the labs' shared `jitter_seed`, so what differs between the runs is the set
 
 A race is a link: `/race/<id>`. The id (96 random bits) is the capability to watch it (the labs'
 view tokens are on that page); starting it needs the race token, which only its creator holds
-(localStorage, like a room's instructor token). A race's labs count as one lab against the client's
-MAX_CLIENT_LABS (they are opened and expire together) and every process against MAX_WORKERS.
+(localStorage, like a room's instructor token). A race's labs count one by one in every budget: RATE_LABS,
+MAX_LABS, MAX_CLIENT_LABS, MAX_CLIENT_LIVE_LABS, and every process against MAX_WORKERS.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from app.http import json_body, parse
 from app.links import race_public
 from app.store import get_redis, get_rq
 from chapters import RACES
-from core import clock, media, registry, settings, slots, stream
+from core import clock, media, registry, settings, stream
 from core.broker import producer
 from core.keys import key, queue_name
 from core.registry import _hash as token_hash
@@ -85,19 +85,10 @@ def open_race(r: redis.Redis, race_id: str, speed: float, room: str | None = Non
     cfg = current_app.config["LAB"]
     rc = RACES[race_id]
     per_lab = [_lab_settings(race_id, v) for v in rc["variants"]]
-    if r.scard(registry.LABS) + len(per_lab) > cfg.max_labs:
-        raise limits.labs_full(cfg.max_labs)
-    ids = limits.open_labs(r, [registry.processes_of(s) for s in per_lab])  # a race of 4 is 4 labs
+    ids = limits.open_labs(r, [registry.processes_of(s) for s in per_lab])  # a race of 4 is 4 labs in every cap
     labs = []
     for side, variant, lab_settings, lab in zip(SIDES, rc["variants"], per_lab, ids, strict=False):
-        try:
-            created = registry.create(r, rc["preset"], speed, cfg.max_labs, settings=lab_settings,
-                                      meta={"race": race_id}, lab=lab)
-        except registry.LabFull:
-            slots.release(r, *ids)
-            for made in labs:
-                registry.teardown(r, made["lab_id"], cfg.var_dir)
-            raise limits.labs_full(cfg.max_labs) from None
+        created = registry.create(r, rc["preset"], speed, settings=lab_settings, meta={"race": race_id}, lab=lab)
         # held at exactly t = 0 until the start: every lab's inputs land at the same simulated instant
         r.hset(key(created["lab_id"], "clock"), mapping={"base_sim": 0, "base_real": time.time(), "paused": 1})
         labs.append({"side": side, "label": variant["label"], "lab_id": created["lab_id"],

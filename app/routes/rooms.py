@@ -41,7 +41,8 @@ from app.auth import refuse_foreign_origin
 from app.errors import ApiError
 from app.http import json_body, parse, valid_id
 from app.store import get_redis
-from core import registry, slots
+from core import registry
+from core.challenges import run as runs
 from core.keys import key
 from core.registry import _hash as token_hash
 
@@ -224,12 +225,7 @@ def _new_lab(r: redis.Redis, preset: str, lab_settings: dict[str, Any]) -> dict[
     """A lab of `preset` carrying `lab_settings` (only what differs from the preset is changed)."""
     cfg = current_app.config["LAB"]
     [lab] = limits.open_labs(r, [registry.processes_of({**chapters.settings_for(preset), **lab_settings})])
-    try:
-        created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), cfg.max_labs,
-                                  chapters.settings_for(preset), lab=lab)
-    except registry.LabFull:
-        slots.release(r, lab)
-        raise limits.labs_full(cfg.max_labs) from None
+    created = registry.create(r, preset, lab_settings.get("speed", cfg.speed), chapters.settings_for(preset), lab=lab)
     limits.opened(r, [lab])
     base = chapters.settings_for(preset)
     changes = {k: v for k, v in lab_settings.items() if k != "speed" and base.get(k) != v}
@@ -397,18 +393,20 @@ def room_status(code: str):
     path = links.chapter_path(room["preset"])
     joined = r.hgetall(rkey(code, "students"))
     counts = registry.counts_of(r, [room["lab_id"], *joined])  # one round trip however big the class
+    passed = runs.passed_of(r, [room["lab_id"], *joined])  # the checker's passes, as each lab's runs kept them
     students = []
     for lab_id, raw in joined.items():
         info, alive = json.loads(raw), counts[lab_id] is not None
         students.append({"lab_id": lab_id, "name": info["name"], "joined": info["joined"], "alive": alive,
                          "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
-                         "counts": headline(counts[lab_id]),
+                         "counts": headline(counts[lab_id]), "passed": passed[lab_id],
                          # the instructor may put a student's run on the projector, read-only
                          "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}"})
     students.sort(key=lambda s: s["joined"])
     _keep_alive(r, code)
     return jsonify(code=code, display_code=pretty(code), preset=room["preset"], lab_id=room["lab_id"],
                    lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
+                   passed=passed[room["lab_id"]],
                    viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
                    students=students, expires_in=ROOM_TTL, join_url=join_url(code),
                    round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),

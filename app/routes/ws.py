@@ -250,7 +250,8 @@ class Hub:
                 continue  # the server is restarting: the next round stamps them again
             for lab in labs:
                 try:  # no waiting for other pages here: the stamps above must stay on time
-                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0)
+                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0,
+                                   max_labs=cfg.max_labs)
                 except (slots.Refused, redis.RedisError):
                     pass  # still at the cap (its page keeps its own message), or the server is restarting
 

@@ -21,20 +21,53 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["upload", "inline", "speed", "gateway_timeout"]},
 }
 
+# the lesson's set-up for every step: a 600 s transcode behind the model's gateway (each step names what it changes)
+_INLINE = {"job_duration": 600, "gateway_timeout": 60}
+_SECONDS = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch0": [
-        {"claim": "ch0.inline_504", "title": "Predict both response times",
-         "predict": {"question": "The lab transcodes inline: how long will the upload button spin, "
-                                 "and what answers it?"}},
         {"claim": "ch0.inline_504", "title": "Press Inline handler",
-         "predict": {"question": "The inline request outlasts the gateway's timeout. What does the browser get back?"}},
+         "do": [{"settings": _INLINE}, {"click": "inline-submit"}],
+         "predict": {**_SECONDS, "id": "ch0-step-inline", "measure": "gap:inline.started:inline.gateway_timeout",
+                     "question": "The lab transcodes inline, inside the request. How many simulated seconds does "
+                                 "the upload button spin before something answers it?"},
+         "moment": "inline.gateway_timeout", "moment_after": "inline.started", "look": "inline-compare",
+         "says": "The request was held {measured} s, until the gateway in front of the server gave up and answered "
+                 "504: the transcode ({job_duration} s) outlasts the gateway's {gateway_timeout} s, and the API "
+                 "budget was gone long before."},
+        {"claim": "ch0.for_nobody", "title": "After the 504",
+         "do": [{"settings": _INLINE}, {"click": "inline-submit"}],
+         "predict": {**_SECONDS, "id": "ch0-step-nobody", "measure": "gap:inline.gateway_timeout:inline.finished",
+                     "question": "The gateway has answered 504 and the user has given up. How many more simulated "
+                                 "seconds does the server keep transcoding?"},
+         "moment": "inline.finished", "moment_after": "inline.started", "look": "event-log",
+         "says": "The server transcoded on for {measured} s after the 504, for nobody: nothing told it the user had "
+                 "gone, so the whole {job_duration} s job ran to its end."},
         {"claim": "ch0.enqueue_202", "title": "Press Enqueue handler",
-         "predict": {"question": "How soon does the enqueue handler answer, and what happens to the job afterwards?"}},
+         "do": [{"settings": _INLINE}, {"click": "enqueue-submit"}],
+         "predict": {**_SECONDS, "id": "ch0-step-enqueue", "measure": "gap:job.enqueued:job.succeeded",
+                     "question": "The enqueue handler answers 202 in milliseconds. How many simulated seconds "
+                                 "after that answer is the job done?"},
+         "moment": "job.succeeded", "look": "workers",
+         "says": "Done {measured} s after the 202: the request was long over while a worker did the whole "
+                 "{job_duration} s of work on its own time."},
         {"claim": "ch0.pause", "title": "Pause right after the 202",
-         "predict": {"question": "Paused just after the 202: where is the job?"}},
+         "do": [{"settings": _INLINE}, {"click": "enqueue-submit"}],
+         "predict": {**_SECONDS, "id": "ch0-step-pause", "measure": "gap:job.enqueued:job.claimed",
+                     "question": "The clock pauses the moment a worker picks the job up. How many simulated seconds "
+                                 "after the 202 is that, with the lab's one idle worker?"},
+         "moment": "job.claimed", "look": "workers",
+         "says": "A worker claimed it {measured} s after the 202: the request is over and the job is already "
+                 "running, nowhere near done ({job_duration} s of work ahead). Nothing moves until you continue."},
         {"claim": "ch0.gateway_raised", "title": "Raise the gateway timeout",
-         "predict": {"question": "With the gateway's timeout above the transcode, what does the inline request get, "
-                                 "and when?"}},
+         "do": [{"settings": {**_INLINE, "gateway_timeout": 900}}, {"click": "inline-submit"}],
+         "predict": {**_SECONDS, "id": "ch0-step-gateway", "measure": "gap:inline.started:inline.finished",
+                     "question": "The gateway now waits {gateway_timeout} s, longer than the transcode. How many "
+                                 "simulated seconds until the user gets an answer?"},
+         "moment": "inline.finished", "moment_after": "inline.started", "look": "inline-compare",
+         "says": "A 200, after {measured} s: the request held a web thread for the whole transcode. No 504, but "
+                 "nobody waits that long for a button."},
     ],
 }
 
@@ -47,15 +80,16 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ch0.enqueue_202", 0, "Try this 3 / Check yourself 3", "The enqueue handler answers 202 with a job id "
           "and status URL before any work happens; the job is durably recorded and carries on in a worker",
           "test_try3_check3_enqueue_answers_202_and_the_job_carries_on_in_a_worker"),
-    Claim("ch0.pause", 0, "Try this 4", "Paused right after the 202, the job sits in the queue: the request is "
-          "over, the work has not started", "test_try4_paused_after_the_202_the_job_waits_in_the_queue"),
+    Claim("ch0.pause", 0, "Try this 4", "Paused right after the 202, the request is over and the job has left "
+          "the queue for the lab's idle worker: running, nowhere near done",
+          "test_try4_paused_after_the_202_the_job_is_running_not_done"),
     Claim("ch0.gateway_raised", 0, "Try this 5", "With the gateway timeout above the transcode, the inline "
           "request gets a 200 — after the transcode's whole simulated duration",
           "test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_transcode"),
     Claim("ch0.slots", 0, "Check yourself 2", "Little's law: inline transcodes occupy rate × duration request "
           "slots", "test_check2_request_slots_are_littles_law", status="model"),
     Claim("ch0.predict", 0, "Try this 1", "Predict both response times", status="thought",
-          why="a prediction step; steps 2 and 3 show the answers"),
+          why="the prediction itself; the guided steps measure both answers in the lab (1 and 5 inline, 3 enqueue)"),
     Claim("ch0.inline_honest_clock", 0, "Try this 5, at the top speed", "The inline handler keeps the honest "
           "clock: at 1000× a transcode holds the request exactly its simulated duration (600 s), never that plus "
           "ffmpeg's overrun; when ffmpeg is slower than duration ÷ speed the clock waits for it and the answer "

@@ -140,6 +140,56 @@ RACES: dict[str, dict[str, Any]] = {
     },
 }
 
+# ---- the challenge: the learner writes the handler (core/challenges/, workers/challenge.py) ----
+
+_REFERENCE = """\
+def handle(ctx):
+    # the job in ten parts; after each, the heartbeat: the lease now runs 120 s past this moment
+    for part in range(1, 11):
+        video = ctx.media.transcode("360p", part=part, of=10)
+        ctx.lease.extend(120)
+    ctx.storage.put(f"transcoded/{ctx.job.id}/360p.mp4", video)
+"""
+
+CHALLENGES: dict[str, dict[str, Any]] = {
+    "keep-the-lease": {
+        "chapter": 1, "title": "Keep the lease",
+        "task": "The lease is 120 s and job 1 takes 600 s. Write the handler so that no job runs twice at once, and "
+                "a job whose worker is killed still finishes: ack late, and keep the lease with a heartbeat.",
+        "section": "two-fixes-one-clearly-better",
+        "hint": "A lease that outlives its worker by less than a heartbeat finds a crash quickly and never "
+                "expires under a live one (Two fixes, one clearly better).",
+        # the lab's own heartbeat off: the handler's lease.extend is the only one
+        "settings": {"workers": 2, "guard": "off", "vt_seconds": 120, "heartbeat": False, "ack_mode": "late",
+                     "max_receives": 10, "retry_policy": "none", "notify_guard": False},
+        "workload": [600, 60],
+        "deadline_s": 3000,
+        "faults": [  # job 1's first worker is killed as it finishes, before it uploads
+            {"job": 1, "attempt": 1, "op": "storage.put", "when": "before", "do": "crash"},
+        ],
+        "invariants": ["every_job_done", "one_at_a_time"],
+        "starter_breaks": "one_at_a_time",  # the invariant the starter must break
+        "starter": """\
+def handle(ctx):
+    video = ctx.media.transcode("360p")
+    ctx.storage.put(f"transcoded/{ctx.job.id}/360p.mp4", video)
+""",
+        "reference": _REFERENCE,
+        "mutants": {
+            "no heartbeat after half the job": (_REFERENCE.replace(
+                "        ctx.lease.extend(120)", "        if part <= 5:\n            ctx.lease.extend(120)"),
+                "one_at_a_time"),
+            "a heartbeat shorter than a part": (_REFERENCE.replace("extend(120)", "extend(30)"), "one_at_a_time"),
+            "parts longer than the lease": (_REFERENCE.replace("range(1, 11)", "range(1, 3)").replace(
+                "of=10", "of=2"), "one_at_a_time"),
+            "one long lease up front": (_REFERENCE.replace(
+                "    for part in range(1, 11):", "    ctx.lease.extend(100000)\n    for part in range(1, 11):").replace(
+                "        ctx.lease.extend(120)\n", ""), "every_job_done"),
+        },
+    },
+}
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("ch1.fixed_vt_note", 1, "Two fixes", "Where we differ: 1,200 s is 1.33× the 900 s p99, not “roughly "
           "2×”", "test_lesson_note_fixed_vt_ratio_is_on_the_page", status="model"),

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from chapters.common import SHOWS_LEASES
+from core.engines.loadgen import MIX_W  # the lab's W (both mixes' mean)
 from core.lesson import Claim
 from core.numbers import (
     SECONDS_PER_DAY,
@@ -20,6 +21,7 @@ from core.numbers import (
     ceil_workers,
     erlang_c,
     erlang_c_wait,
+    even_jobs_wait,
     finite,
     littles_law_L,
     workers_for_utilisation,
@@ -37,16 +39,69 @@ PRESETS: dict[str, dict[str, Any]] = {
                          "boot_lag", "exec_timeout", "vt_seconds", "lock_ttl", "clock"]},
 }
 
+def _step_figures() -> dict[str, float]:
+    """Try this 1's set-up on the lab's four workers: λ for ρ = the target, and the two waits it compares."""
+    rho, c = Inputs().target_utilisation, 4
+    lam = rho * c / MIX_W
+    return {"lam": round(lam, 5), "approx": approx_wait(MIX_W, rho), "erlang": erlang_c_wait(lam, MIX_W, c),
+            "even": even_jobs_wait(lam, MIX_W, c),
+            "over": round(1.5 * c / MIX_W, 3)}  # λ·W = 1.5 × the pool: an overload
+
+
+_F = _step_figures()
+_STOP = [{"api": ["POST", "/loadgen", {"action": "stop"}]}, {"wait": ["ch2-panel", "data-state", "stopped"]}]
+_WAIT_JOBS = 100  # try this 1's mean: the first hundred jobs' queue waits
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch2": [
-        {"claim": "ch2.wait_closer_to_mmc", "title": "ρ ≈ 0.8 on four workers",
-         "predict": {"question": "Which formula will the measured mean wait sit nearer: W/(1−ρ) or Erlang C?"}},
+        {"claim": "ch2.wait_closer_to_mmc", "title": "ρ ≈ 0.8 on four workers, even jobs",
+         "do": [*_STOP, {"settings": {"workers": 4, "autoscale": False}},
+                {"click": "ch2-start", "fill": {"ch2-rate": _F["lam"]}, "choose": {"ch2-mix": "even"}}],
+         "predict": {"kind": "choice", "id": "ch2-step-wait", "measure": f"meanwait:{_WAIT_JOBS}",
+                     "question": f"λ = {_F['lam']:g}/s on four workers, every job 30 s: ρ = 0.8. Which will the "
+                                 f"mean queue wait of the first {_WAIT_JOBS} jobs sit nearer: W/(1−ρ) = "
+                                 f"{_F['approx']:.0f} s, or Erlang C = {_F['erlang']:.0f} s?",
+                     "choices": [["erlang", f"Erlang C ({_F['erlang']:.0f} s)"],
+                                 ["approx", f"W/(1−ρ) ({_F['approx']:.0f} s)"]],
+                     "buckets": {"erlang": [0, round((_F["erlang"] + _F["approx"]) / 2)],
+                                 "approx": [round((_F["erlang"] + _F["approx"]) / 2) + 1, 10**6]}},
+         "moment": "job.claimed", "moment_n": _WAIT_JOBS, "moment_after": "loadgen.started", "look": "ch2-table",
+         "says": f"The first {_WAIT_JOBS} jobs waited {{measured}} s on average, against W/(1−ρ)'s "
+                 f"{_F['approx']:.0f} s and Erlang C's {_F['erlang']:.0f} s: the approximation is far off, and equal "
+                 f"jobs queue about half as long as Erlang C's exponential ones (the M/D/c figure is "
+                 f"{_F['even']:.0f} s)."},
         {"claim": "ch2.overload_grows", "title": "Raise λ past the pool",
-         "predict": {"question": "With λ·W above the pool size, what does the queue-depth graph do?"}},
+         "do": [*_STOP, {"settings": {"workers": 4, "autoscale": False}},
+                {"click": "ch2-start", "fill": {"ch2-rate": _F["over"]}, "choose": {"ch2-mix": "even"}}],
+         "predict": {"kind": "number", "min": 0, "max": 1000, "unit": "jobs", "id": "ch2-step-overload",
+                     "measure": "backlog",
+                     "question": f"λ = {_F['over']:g}/s: λ·W is 1.5 × the four workers. When the 60th job arrives, "
+                                 "how many of the jobs sent since the start are still waiting in the queue?"},
+         "moment": "job.enqueued", "moment_n": 60, "moment_after": "loadgen.started", "look": "ch2-chart-L",
+         "says": "{measured} jobs were waiting when the 60th arrived, and the backlog grows by λ − c/W every second "
+                 "for as long as the overload lasts: it never comes back down on its own."},
         {"claim": "ch2.autoscale_boot", "title": "Autoscaler on",
-         "predict": {"question": "How long does the queue keep growing after the autoscaler adds workers?"}},
+         "do": [*_STOP, {"settings": {"workers": 4, "autoscale": True, "boot_lag": 90}},
+                {"click": "ch2-start", "fill": {"ch2-rate": _F["over"]}, "choose": {"ch2-mix": "even"}}],
+         "predict": {"kind": "number", "min": 0, "max": 5000, "unit": "s", "id": "ch2-step-boot",
+                     "measure": "gap:worker.booting:job.claimed:worker_id",
+                     "question": "The same overload with the autoscaler on. How many simulated seconds after a new "
+                                 "worker is added does it take its first job?"},
+         "moment": "worker.booting", "look": "workers",
+         "says": "Its first job came {measured} s after it was added: it booted for the whole boot lag "
+                 "({boot_lag} s) first, and the queue kept growing all that time."},
         {"claim": "ch2.drain", "title": "Drop λ: scale-in",
-         "predict": {"question": "When the pool scales in, is any job redelivered?"}},
+         "do": [*_STOP, {"settings": {"workers": 4, "autoscale": False, "scale_in": "drain"}},
+                {"click": "ch2-start", "fill": {"ch2-rate": _F["lam"]}, "choose": {"ch2-mix": "even"}},
+                {"on": "job.claimed", "n": 12, "settings": {"workers": 2}, "click": "ch2-stop"}],
+         "predict": {"kind": "choice", "id": "ch2-step-drain", "measure": "events:job.redelivered",
+                     "question": "λ drops to nothing and the pool scales in from four workers to two while they "
+                                 "are busy. Is any job redelivered?",
+                     "choices": [["none", "no"], ["some", "yes"]],
+                     "buckets": {"none": [0, 0], "some": [1, 10**6]}},
+         "moment": "worker.stopped", "look": "workers",
+         "says": "{measured} jobs redelivered: each removed worker showed draining, finished the job it held and "
+                 "only then stopped, so no lease ran out. (Scale in with kill and the same step redelivers.)"},
     ],
 }
 
@@ -177,6 +232,10 @@ def prose(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> None:
     pooling.append({"workers": c2["workers_at_target"], "approx_wait_s": c2["queue_wait_s"], "mmc_wait_s": wq,
                     "mmc_p_wait": c2["mmc_p_wait_at_target"], "mmc_time_in_system_s": None if wq is None else wq + W})
     c2["pooling_table"] = pooling
+    # try this 1's even jobs on the lab-sized pool: about half Erlang C's wait (M/D/c)
+    small = next(r for r in pooling if r["workers"] == SMALL_POOL_WORKERS)
+    c2["small_pool_even_wait_s"] = even_jobs_wait(rho * SMALL_POOL_WORKERS / W, W, SMALL_POOL_WORKERS)
+    c2["small_pool_even_over_mmc"] = c2["small_pool_even_wait_s"] / small["mmc_wait_s"]
     tx = next(r for r in c2["job_mix"] if r["job_type"] == "transcode")
     c2["transcode_mean_min"] = tx["mean_s"] / 60
     c2["idle_fraction_at_target"] = 1 - rho

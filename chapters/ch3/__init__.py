@@ -54,19 +54,64 @@ def lab_facts() -> dict[str, Any]:
     return {"ch3_model": lab_model()}
 
 
+def _watch(jobs: int = 1, every_s: float = 0.5) -> dict[str, Any]:
+    """The panel's own "Upload and watch", for `jobs` jobs polled every `every_s` s (real time, as it says)."""
+    return {"click": "ch3-start", "fill": {"ch3-jobs": jobs, "ch3-interval": every_s}}
+
+
+_LEARN = {"kind": "number", "min": 0, "max": 60000, "unit": "ms"}
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch3": [
         {"claim": "ch3.long_poll", "title": "Upload and watch",
-         "predict": {"question": "Which watcher hears about the job first, and when does the long-poll return?"}},
-        {"claim": "ch3.etag", "title": "Compare measured and model rows",
-         "predict": {"question": "What does a poll of an unchanged job cost when it sends its ETag?"}},
+         "do": [{"settings": {"job_duration": 300, "vt_seconds": 1200, "heartbeat": False}}, _watch()],
+         "predict": {**_LEARN, "id": "ch3-step-long", "measure": "panel:ch3-row-long:data-mean-ms",
+                     "question": "Five watchers on one job. The long-poll is held up to 25 s at a time. How many "
+                                 "milliseconds after the job is done does the long-poll know?"},
+         "moment": "job.succeeded", "look": "ch3-methods",
+         "says": "The long-poll knew {measured} ms after the job was done: the server answers a held request the "
+                 "moment the job changes, not at its 25 s timeout. Compare the polling rows' delays and requests."},
+        {"claim": "ch3.etag", "title": "Polling with an ETag",
+         "do": [{"settings": {"job_duration": 300, "vt_seconds": 1200, "heartbeat": False}}, _watch()],
+         "predict": {"kind": "number", "min": 0, "max": 1000, "unit": "answers", "id": "ch3-step-etag",
+                     "measure": "panel:ch3-row-etag:data-not-modified",
+                     "question": "The ETag poller asks every 0.5 s, sending the ETag it last saw. How many of its "
+                                 "answers are 304 Not Modified, with no body?"},
+         "moment": "job.succeeded", "look": "ch3-methods",
+         "says": "{measured} answers were 304 with no body: every poll of an unchanged job costs a round trip and "
+                 "headers, and only the polls that found a change carried the status."},
         {"claim": "ch3.watch_panel", "title": "A failing receiver",
-         "predict": {"question": "The receiver fails the next deliveries. How many times does one webhook-id "
-                                 "arrive, and how many times is it delivered?"}},
+         "do": [{"click": "ch3-fail", "fill": {"ch3-fails": CH3_RECEIVER_FAILS}},
+                {"settings": {"job_duration": 300, "vt_seconds": 1200, "heartbeat": False}}, _watch()],
+         "predict": {"kind": "number", "min": 0, "max": 20, "unit": "arrivals", "id": "ch3-step-hook",
+                     "measure": "events:webhook.received",
+                     "question": f"The receiver fails the next {CH3_RECEIVER_FAILS} deliveries. How many times does "
+                                 "the one job's webhook-id arrive at it?"},
+         "moment": "webhook.delivered", "look": "ch3-webhook",
+         "says": "Its webhook-id arrived {measured} times: answered 500 until the switch ran out, then 200, each "
+                 "retry a random (full-jitter) delay later; delivered once, with one id the receiver can dedupe on."},
         {"claim": "ch3.cas", "title": "Late redelivery of a finished job",
-         "predict": {"question": "What does the state machine do with done → running?"}},
-        {"claim": "ch3.stale", "title": "VT below the job",
-         "predict": {"question": "Who frees the record of a worker killed while it held the job?"}},
+         "do": [{"settings": {"job_duration": 300, "vt_seconds": 1200, "heartbeat": False}}, _watch(),
+                {"on": "webhook.delivered", "click": "ch3-late"}],
+         "predict": {"kind": "choice", "id": "ch3-step-cas", "measure": "events:job.claim_refused",
+                     "question": "A real worker receives the finished job once more. Does the state machine let "
+                                 "done → running through?",
+                     "choices": [["refused", "no: refused"], ["runs", "yes: it runs again"]],
+                     "buckets": {"refused": [1, 1000], "runs": [0, 0]}},
+         "moment": "job.claim_refused", "look": "ch3-cas",
+         "says": "Refused ({measured} refusal): the claim is a compare-and-swap from queued or retrying to running, "
+                 "so a late delivery finds the job done and backs off; done → running is not a move it has."},
+        {"claim": "ch3.stale", "title": "VT below the job, then a kill",
+         "do": [{"settings": {"job_duration": 300, "vt_seconds": 200, "heartbeat": False, "guard": "claim"}},
+                {"enqueue": {"sample": "bigbuckbunny", "duration_s": 300}}, {"on": "job.claimed", "kill": True}],
+         "predict": {"kind": "number", "min": 0, "max": 5000, "unit": "s", "id": "ch3-step-stale",
+                     "measure": "gap:job.claimed:job.stale_freed",
+                     "question": "VT 200 s, no heartbeat, and the worker dies right after its claim. How many "
+                                 "simulated seconds after the claim is its record freed for the next attempt?"},
+         "moment": "job.stale_freed", "look": "event-log",
+         "says": "Freed {measured} s after the claim: every redelivered copy found the record running and backed "
+                 "off, until the stale-job sweeper ({stale_after} s) put it back to queued. With the heartbeat on, "
+                 "it would be one reset window after the crash."},
     ],
 }
 

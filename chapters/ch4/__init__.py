@@ -149,7 +149,9 @@ STEPS: dict[str, list[dict[str, Any]]] = {
         {"claim": "ch4.jitter", "title": "The same outage, full jitter",
          "do": [{"settings": {"retry_policy": "full_jitter", "max_attempts": 5, "classify_errors": False}},
                 {"scenario": "outage"}],
-         "predict": {**_PEAK, "id": "ch4-step-jitter"},
+         "predict": {**_PEAK, "id": "ch4-step-jitter",
+                     "question": "The same outage under full jitter: each retry waits a random time up to its "
+                                 "backoff. How many retried storage calls arrive in the busiest simulated second now?"},
          "moment": "storage.called", "moment_data": {"try": 2}, "look": "retry-histogram",
          "says": "Full jitter spread the same retries over the window: the busiest simulated second held "
                  "{measured} of them."},
@@ -217,6 +219,59 @@ RACES: dict[str, dict[str, Any]] = {
         "watch": _RETRY_WATCH,
     },
 }
+
+# ---- the challenge: the learner writes the retry policy (core/challenges/, workers/challenge.py) ----
+
+_REFERENCE = """\
+import random
+
+
+def retry_delay(n):
+    # full jitter: anywhere up to the exponential step (20, 40, 80 … s), capped at 300 s
+    return random.uniform(0, min(300, 10 * 2 ** n))
+
+
+def handle(ctx):
+    video = ctx.media.transcode("360p")  # a poison pill raises ctx.InvalidMedia: let it fail, the DLQ takes it
+    ctx.storage.upload(f"transcoded/{ctx.job.id}/360p.mp4", video, parts=12, retry_delay=retry_delay)
+"""
+
+CHALLENGES: dict[str, dict[str, Any]] = {
+    "retry-policy": {
+        "chapter": 4, "title": "Write the retry policy",
+        "task": "Storage is down for the first 600 s. Write retry_delay(n), the wait before a part's next call, so "
+                "every job finishes within 1,200 s of its upload, storage never takes more than 12 retried calls "
+                "in one second, and the dead-letter queue takes only the poison pill.",
+        "section": "full-jitter-spread-the-wave-out",
+        "hint": "Callers that failed together and wait the same time come back together: spread each wait at "
+                "random (Full jitter: spread the wave out).",
+        "settings": {"workers": 3, "guard": "claim", "vt_seconds": 600, "heartbeat": True, "ack_mode": "late",
+                     "max_attempts": 3, "max_receives": 6, "retry_policy": "fixed", "retry_base": 30,
+                     "classify_errors": False, "notify_guard": False},
+        "workload": [60, 60, 60, 60, 60, 60, {"duration_s": 60, "poison": True}],
+        "outage": {"at": 0, "duration_s": 600},
+        "invariants": ["finished_within:1200", "busiest_second:12", "dlq_only_poison"],
+        "starter_breaks": "busiest_second",
+        "starter": _REFERENCE.replace(
+            "    # full jitter: anywhere up to the exponential step (20, 40, 80 … s), capped at 300 s\n"
+            "    return random.uniform(0, min(300, 10 * 2 ** n))", "    return 10  # retry every 10 s").replace(
+            "import random\n\n\n", ""),
+        "reference": _REFERENCE,
+        "mutants": {
+            "exponential, no jitter": (_REFERENCE.replace("random.uniform(0, min(300, 10 * 2 ** n))",
+                                                          "min(300, 10 * 2 ** n)"), "busiest_second"),
+            "waits too long": (_REFERENCE.replace("random.uniform(0, min(300, 10 * 2 ** n))", "1500"),
+                               "finished_within"),
+            "gives up at once": (_REFERENCE.replace("random.uniform(0, min(300, 10 * 2 ** n))", "None"),
+                                 "dlq_only_poison"),
+            "swallows the poison": (_REFERENCE.replace(
+                '    video = ctx.media.transcode("360p")',
+                '    try:\n        video = ctx.media.transcode("360p")\n    except ctx.InvalidMedia:\n        return'),
+                "dlq_only_poison"),
+        },
+    },
+}
+
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("ch4.poison_note", 4, "Exponential backoff", "Where we differ: five attempts wait four delays (15 s), "

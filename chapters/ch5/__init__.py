@@ -40,28 +40,48 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+_EMAILS = {"kind": "number", "min": 0, "max": 10, "unit": "emails", "measure": "counter:emails_sent"}
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch5": [
         {"claim": "ch5.claim_guard", "title": "VT too short, claim guard",
          "do": [{"settings": {"guard": "claim", "idempotent_outputs": True, "notify_guard": True}},
                 {"scenario": "vt-too-short"}],
+         "predict": {**_EMAILS, "id": "ch5-step-claim",
+                     "question": "Claim guard on, and the job is redelivered while it still runs. How many "
+                                 "completion emails go out?"},
          "moment": "job.duplicate_blocked", "look": "workers",
          "says": "{measured} completion email: the redelivered copy found the record running and backed off, "
                  "so one run wrote one file per rendition and sent one email."},
         {"claim": "ch5.guards_off", "title": "Every guard off",
          "do": [{"settings": {"guard": "off", "idempotent_outputs": False, "notify_guard": False}},
                 {"scenario": "vt-too-short"}],
-         "moment": "job.redelivered", "look": "workers",
-         "says": "{measured} completion emails: with every guard off both runs wrote their own files and each "
-                 "sent its email."},
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "runs", "id": "ch5-step-off",
+                     "measure": "counter:duplicate_completions",
+                     "question": "Every guard off, the same redelivery. How many times does a second copy of the "
+                                 "job run to the end?"},
+         "moment": "job.redelivered", "look": "readout-dupdone",
+         "says": "{measured} copy ran to the end beside the first: with every guard off both runs wrote their own "
+                 "files and each sent its email."},
         {"claim": "ch5.guards", "title": "Output-path and notified guards on",
          "do": [{"settings": {"guard": "off", "idempotent_outputs": True, "notify_guard": True}},
                 {"scenario": "vt-too-short"}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "emails", "id": "ch5-step-notified",
+                     "measure": "counter:emails_suppressed",
+                     "question": "Record guard off, so the job runs twice, but the notified flag is on. How many "
+                                 "emails does the flag hold back?"},
          "moment": "email.suppressed", "look": "event-log",
-         "says": "{measured} completion email: the job still ran twice and overwrote its files, but the "
-                 "notified flag suppressed the second email."},
+         "says": "{measured} email held back: the job still ran twice and overwrote its files, but the notified "
+                 "flag's compare-and-swap let only the first finisher send."},
         {"claim": "ch5.idempotency_key", "title": "Resend with the same key",
-         "predict": {"question": "Which job_id comes back, and does the queue grow?"}},
+         "do": [{"click": "ch5-send-key", "fill": {"ch5-drops": 2}}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch5-step-key",
+                     "measure": "events:job.enqueued",
+                     "question": "The client sends with one Idempotency-Key and loses the first two answers, so it "
+                                 "sends three times. How many jobs does the queue get?"},
+         "moment": "idempotency.replayed", "moment_n": 2, "look": "ch5-client",
+         "says": "{measured} job: the second and third sends found the key and got the first job's answer "
+                 "replayed; the queue did not grow. A new key would make a new job."},
     ],
 }
 
@@ -80,6 +100,66 @@ RACES: dict[str, dict[str, Any]] = {
                   ["emails_sent", "emails sent"], ["done", "done"]],
     },
 }
+
+# ---- the challenge: the learner writes the handler (core/challenges/, workers/challenge.py) ----
+
+_REFERENCE = """\
+def handle(ctx):
+    key = ctx.job.idempotency_key
+    # one attempt works at a time; the claim lapses (a killed holder frees it) after 150 s
+    token = ctx.kv.claim("working:" + key, ttl=150)
+    if token is None:
+        return ctx.BACKOFF  # another attempt holds the job: its lease brings the message back
+    if ctx.kv.get("done:" + key) is None:
+        video = ctx.media.transcode("360p")
+        ctx.storage.put(f"transcoded/{ctx.job.id}/360p.mp4", video)  # deterministic: a repeat overwrites
+        ctx.kv.put("done:" + key, "1")
+    if ctx.kv.cas("emailed:" + key, None, str(ctx.job.attempt)):  # the notified flag, set once
+        ctx.email.send(f"Your video (job {ctx.job.id}) is ready")
+    ctx.kv.release("working:" + key, token)
+"""
+
+CHALLENGES: dict[str, dict[str, Any]] = {
+    "effectively-once": {
+        "chapter": 5, "title": "Effectively once",
+        "task": "Write the job's handler so that each upload gets one transcoded file and one email, although "
+                "its message is redelivered after a kill and a copy arrives while the first still runs.",
+        "section": "which-side-effects-repeat-safely",
+        "hint": "A side effect that must happen once needs a record that it happened, taken atomically before "
+                "it (Which side effects repeat safely).",
+        # the lab's own guards off: the handler is the only one
+        "settings": {"guard": "off", "notify_guard": False, "idempotent_outputs": True, "vt_seconds": 120,
+                     "heartbeat": False, "ack_mode": "late", "max_receives": 6, "max_attempts": 3,
+                     "retry_policy": "fixed", "retry_base": 10},
+        "workload": [60, 60, 300, 60, 60, 60, 60, 60],  # each job's simulated transcode time
+        "faults": [  # job 2 is killed just after its email, before its ack; job 3's lease runs out as it starts;
+            # job 5 is killed between its upload and its email
+            {"job": 2, "attempt": 1, "op": "email.send", "when": "after", "do": "crash"},
+            {"job": 3, "attempt": 1, "op": "media.transcode", "when": "before", "do": "expire"},
+            {"job": 5, "attempt": 1, "op": "storage.put", "when": "after", "do": "crash"},
+        ],
+        "invariants": ["every_job_done", "one_output", "one_email"],
+        "starter_breaks": "one_email",  # the invariant the starter must break
+        "starter": """\
+def handle(ctx):
+    video = ctx.media.transcode("360p")
+    ctx.storage.put(f"transcoded/{ctx.job.id}/360p.mp4", video)
+    ctx.email.send(f"Your video (job {ctx.job.id}) is ready")
+""",
+        "reference": _REFERENCE,
+        # each a mistake of the reference's, and the invariant that names it
+        "mutants": {
+            "email before the flag": (_REFERENCE.replace(
+                'if ctx.kv.cas("emailed:" + key, None, str(ctx.job.attempt)):', "if True:"), "one_email"),
+            "flag keyed by the attempt": (_REFERENCE.replace(
+                '"emailed:" + key,', '"emailed:" + key + str(ctx.job.attempt),'), "one_email"),
+            "an output per attempt": (_REFERENCE.replace(
+                "/360p.mp4", "/360p-{ctx.job.attempt}.mp4"), "one_output"),
+            "a claim that never lapses": (_REFERENCE.replace("ttl=150", "ttl=None"), "every_job_done"),
+        },
+    },
+}
+
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("ch5.idempotency_key", 5, "Try this 4 / Check yourself 1", "A resend with the same Idempotency-Key "

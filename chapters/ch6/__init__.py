@@ -25,18 +25,65 @@ PRESETS: dict[str, dict[str, Any]] = {
             "controls": ["workers", "clock"]},
 }
 
+
+
+def _clean(strategy: str) -> list[dict[str, Any]]:
+    """Each step from an empty queue under its own strategy: the queue reset, then a wait until the panel shows the
+    strategy and no tier job left running from the step before (its starts and ends are not this step's)."""
+    return [{"api": ["POST", "/fairness/reset", {}]}, {"wait": ["ch6-panel", "data-strategy", strategy]},
+            {"wait": ["ch6-panel", "data-idle", "yes"]}]
+
+
+_QUIET = {"arrival_rate": 0.0, "pro_workers": 1, "fair_job_s": 30}  # no background traffic: the step's jobs only
+_WAIT = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
+_NOISY = {"click": "ch6-noisy"}  # the panel's burst: f0 drops 60 jobs, then f1…f9 one each
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch6": [
         {"claim": "ch6.shared_fifo", "title": "Shared FIFO",
-         "predict": {"question": "Which tier's jobs do the workers take first?"}},
-        {"claim": "ch6.noisy_neighbour", "title": "Noisy-neighbour burst",
-         "predict": {"question": "How long until another free customer's single job starts?"}},
-        {"claim": "ch6.aging", "title": "Strict priority, then aging",
-         "predict": {"question": "What happens to free jobs under a saturating pro load?"}},
+         "do": [{"settings": {**_QUIET, "fairness": "shared"}}, *_clean("shared"), _NOISY,
+                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 1, "customer": "p1"}]}],
+         "predict": {**_WAIT, "id": "ch6-step-fifo", "measure": "moment:wait",
+                     "question": "One shared FIFO queue, three workers: 69 free jobs arrive, then one pro job. How "
+                                 "many simulated seconds does the pro job wait before a worker takes it?"},
+         "moment": "fairness.started", "moment_data": {"tier": "pro"}, "look": "ch6-tiers",
+         "says": "The pro job waited {measured} s: one queue serves in arrival order, so a paying customer's job "
+                 "sat behind every free job that came before it."},
+        {"claim": "ch6.noisy_neighbour", "title": "Noisy-neighbour burst, round robin",
+         "do": [{"settings": {**_QUIET, "fairness": "round_robin"}}, *_clean("round_robin"), _NOISY],
+         "predict": {**_WAIT, "id": "ch6-step-noisy", "measure": "moment:wait",
+                     "question": "Round robin per customer: f0 drops 60 jobs, then f1 to f9 one each. How many "
+                                 "simulated seconds does the last of them, f9, wait?"},
+         "moment": "fairness.started", "moment_data": {"customer": "f9"}, "look": "ch6-customers",
+         "says": "f9 waited {measured} s: round robin takes one job per customer in turn, so a quiet customer is "
+                 "served within one round, not behind the whole burst (in one FIFO it would wait for all 60)."},
+        {"claim": "ch6.aging", "title": "Strict priority with aging",
+         "do": [{"settings": {**_QUIET, "fairness": "aging", "aging_s": 300}}, *_clean("aging"),
+                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 60, "customer": "p1"}]}, _NOISY],
+         "predict": {**_WAIT, "id": "ch6-step-aging", "measure": "moment:wait",
+                     "question": "Strict priority with aging ({aging_s} s), and a 60-job pro backlog ahead of the "
+                                 "free burst. How many simulated seconds does the first free job wait?"},
+         "moment": "fairness.started", "moment_data": {"tier": "free"}, "look": "ch6-tiers",
+         "says": "The first free job started after {measured} s, near the {aging_s} s aging threshold, while pro "
+                 "jobs still waited: under strict priority alone it would wait until the pro backlog was gone."},
         {"claim": "ch6.hard_split_idle", "title": "Hard split, no pro traffic",
-         "predict": {"question": "What do the reserved pro workers do while free jobs wait?"}},
-        {"claim": "ch6.poison_storm", "title": "Free poison storm",
-         "predict": {"question": "Can any of the dying workers be a pro worker?"}},
+         "do": [{"settings": {**_QUIET, "fairness": "split"}}, *_clean("split"), _NOISY],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch6-step-split",
+                     "measure": "concurrent:fairness.started:fairness.finished",
+                     "question": "Hard split with one of the three workers reserved for pro, and no pro traffic. "
+                                 "While the free burst waits, how many free jobs run at once?"},
+         "moment": "fairness.finished", "moment_n": 4, "moment_after": "fairness.started", "look": "ch6-tiers",
+         "says": "At most {measured} free jobs ran at once while the rest of the burst waited: the third worker, "
+                 "reserved for pro, sat idle with no pro job to run, and is paid for all the same."},
+        {"claim": "ch6.poison_storm", "title": "Free poison storm, separate fleets",
+         "do": [{"settings": {**_QUIET, "fairness": "separate"}}, *_clean("separate"), {"click": "ch6-poison"}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-poison",
+                     "measure": "distinct:fairness.crashed:worker_id",
+                     "question": "Fully separate fleets (one pro worker, two free), and three free jobs that each "
+                                 "take their worker down. How many different workers die?"},
+         "moment": "fairness.dead_lettered", "moment_n": 3, "look": "workers",
+         "says": "{measured} different workers died, all of them free's own: the pro fleet never saw the poison, so "
+                 "pro kept its worker through the storm."},
     ],
 }
 

@@ -129,6 +129,70 @@ STEPS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+# ---- the challenge: the learner writes the scheduled task (core/challenges/, workers/challenge.py) ----
+
+_REFERENCE = """\
+def handle(ctx):
+    tick = ctx.job.input["tick"]  # the schedule's tick, never this replica's own clock
+    for t in range(1, tick + 1):  # this tick, and any earlier one nobody ran (catch-up)
+        if ctx.kv.get(f"emailed:{t}"):
+            continue
+        token = ctx.kv.claim(f"tick:{t}", ttl=60)  # the lock: one replica runs it; a dead holder's lapses
+        if token is None:
+            continue  # another replica is running it
+        if ctx.kv.cas(f"emailed:{t}", None, "1"):
+            ctx.email.send(f"Daily digest, tick {t}")
+        ctx.kv.release(f"tick:{t}", token)
+"""
+_SKEW = {1: 0, 2: 0, 3: 70}  # replica 3's clock runs 70 s ahead
+
+
+def _fired(tick: int, replicas: tuple[int, ...] = tuple(_SKEW)) -> list[dict[str, Any]]:
+    """Each up replica's cron fires the tick: one job each, with the tick and the replica's own clock reading."""
+    return [{"duration_s": 20, "input": {"tick": tick, "replica": r, "clock": 60 * tick + _SKEW[r]}}
+            for r in replicas]
+
+
+CHALLENGES: dict[str, dict[str, Any]] = {
+    "once-per-tick": {
+        "chapter": 7, "title": "Once per tick",
+        "task": "Three replicas each fire the daily digest on every tick. Write the task so that each of ticks 1–4 "
+                "sends its digest exactly once: through a replica killed holding tick 2's lock, a clock 70 s "
+                "ahead, and tick 3, when every replica was down.",
+        "section": "a-lock-makes-the-task-a-singleton",
+        "hint": "A lock per tick makes one replica run it; its TTL frees a dead holder's; and the tick that never "
+                "fired is run by the next one (The other failure: the tick that never fired).",
+        "settings": {"workers": 3, "scheduler_replicas": 0, "guard": "off", "vt_seconds": 120, "heartbeat": False,
+                     "ack_mode": "late", "max_receives": 6, "max_attempts": 3, "retry_policy": "fixed",
+                     "retry_base": 10, "notify_guard": False},
+        # tick 2: only replica 1 is up; tick 3: every replica was down
+        "workload": _fired(1) + _fired(2, (1,)) + _fired(4),
+        "faults": [  # whichever replica first takes tick 2's lock is killed holding it
+            {"key": "tick:2", "op": "kv.claim", "when": "after", "do": "crash"},
+        ],
+        "invariants": ["every_tick:4", "no_double_tick:4"],
+        "starter_breaks": "no_double_tick",
+        "starter": """\
+def handle(ctx):
+    tick = ctx.job.input["tick"]
+    ctx.email.send(f"Daily digest, tick {tick}")
+""",
+        "reference": _REFERENCE,
+        "mutants": {
+            "a lock that never lapses": (_REFERENCE.replace("ttl=60", "ttl=None"), "every_tick"),
+            "no catch-up": (_REFERENCE.replace("range(1, tick + 1)", "[tick]"), "every_tick"),
+            "the tick from the replica's clock": (_REFERENCE.replace(
+                'ctx.job.input["tick"]  # the schedule\'s tick, never this replica\'s own clock',
+                'ctx.job.input["clock"] // 60'), "no_double_tick"),
+            # the lock's three lines gone, and the flag never set
+            "neither lock nor flag": ("\n".join(line for line in _REFERENCE.splitlines() if "token" not in line
+                                                 and "another replica" not in line).replace(
+                'if ctx.kv.cas(f"emailed:{t}", None, "1"):', "if True:") + "\n", "no_double_tick"),
+        },
+    },
+}
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("ch7.no_lock", 7, "Try this 1", "No lock: every replica runs every tick",
           "test_try1_without_a_lock_every_replica_runs_every_tick"),

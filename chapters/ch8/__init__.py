@@ -37,16 +37,46 @@ BUTTONS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+_SECONDS = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
+_EVERYTHING_ON = {"heartbeat": True, "vt_seconds": 300, "guard": "claim", "ack_mode": "late",
+                  "idempotent_outputs": True, "notify_guard": True}
+
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch8": [
         {"claim": "ch8.demo_time", "title": "Everything on, one upload",
-         "predict": {"question": "At the demo speed, how long will one transcode take in real seconds?"}},
+         "do": [{"settings": _EVERYTHING_ON}, {"enqueue": JOB}],
+         "predict": {**_SECONDS, "id": "ch8-step-demo", "measure": "gap:job.claimed:job.succeeded",
+                     "question": "Everything on, one upload. How many simulated seconds from a worker's claim "
+                                 "to done (the real seconds are that ÷ the clock's speed)?"},
+         "moment": "job.succeeded", "look": "workers",
+         "says": "{measured} simulated seconds from claim to done: the honest clock runs a transcode for its whole "
+                 "duration ({job_duration} s), so at the demo speed it takes that ÷ the speed in real seconds."},
         {"claim": "ch8.kill", "title": "Kill the busy worker",
-         "predict": {"question": "How long until the killed worker's job is freed and done?"}},
+         "do": [{"settings": _EVERYTHING_ON}, {"enqueue": JOB}, {"on": "lease.extended", "kill": True}],
+         "predict": {**_SECONDS, "id": "ch8-step-kill", "measure": "gap:lease.extended:job.stale_freed",
+                     "question": "The worker dies right after its first heartbeat. How many simulated seconds after "
+                                 "that beat is its job's record freed for the next attempt?"},
+         "moment": "job.stale_freed", "look": "event-log",
+         "says": "Freed {measured} s after the last beat: one reset window ({heartbeat_extend} s), \"its holder's "
+                 "heartbeat lapsed\"; the next attempt claims it and the guards keep it to one file per rendition "
+                 "and one email."},
         {"claim": "ch8.kills", "title": "Three rapid kills",
-         "predict": {"question": "Spike, plateau or smooth rise: what does the redelivery rate do?"}},
-        {"claim": "ch8.kills", "title": "Read the dashboard",
-         "predict": {"question": "Which dashboard rows move while it recovers, and which would page someone?"}},
+         "do": [{"settings": _EVERYTHING_ON}, {"scenario": "load"}, {"on": "job.claimed", "n": 3, "kills": 3}],
+         "predict": {**_SECONDS, "id": "ch8-step-kills", "measure": "spread:job.redelivered:3",
+                     "question": "Three busy workers die within a second. Over how many simulated seconds do their "
+                                 "three jobs come back (redelivered)?"},
+         "moment": "job.redelivered", "moment_n": 3, "look": "readout-redelivered",
+         "says": "All three came back within {measured} s of each other, well inside the rate's 600 s window: the "
+                 "redelivery rate jumps in one spike, one redelivery per kill, not a plateau or a slow rise."},
+        {"claim": "ch8.why_kills_lost", "title": "Read the dashboard",
+         "do": [{"settings": _EVERYTHING_ON}, {"scenario": "load"}, {"on": "job.claimed", "n": 3, "kills": 3}],
+         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch8-step-lost",
+                     "measure": "counter:lost",
+                     "question": "While the lab recovers from three kills, how far does the Lost row move?"},
+         "moment": "job.succeeded", "look": "readout-lost",
+         "says": "Lost moved by {measured}: acks are late, so each killed worker's job came back when its lease ran "
+                 "out and finished. The rows that move are redelivered and its rate; lost and the DLQ, the ones "
+                 "that would page someone, stay still."},
     ],
 }
 

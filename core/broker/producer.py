@@ -24,7 +24,7 @@ JOB_TYPES = ("transcode", "thumbnail")
 
 def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str, video_id: str,
                 source: str, duration_s: float, resolutions: list[str], idempotency_key: str | None,
-                poison: str = "") -> dict[str, Any]:
+                poison: str = "", job_input: dict[str, Any] | None = None) -> dict[str, Any]:
     """Create job N of this lab in state queued (attempt 1) and send its first delivery."""
     number = next_job_number(r, lab)
     job_id = str(number)
@@ -34,7 +34,7 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
         now = clock.now(r, lab)
     payload = {"job_id": job_id, "job_type": job_type, "video_id": video_id, "resolutions": resolutions,
                "idempotency_key": idempotency_key, "created_at": round(now, 3), "attempt_count": 0,
-               "duration_s": duration_s}
+               "duration_s": duration_s, **({"input": job_input} if job_input else {})}
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(job(lab, job_id), mapping={
             "id": job_id, "state": "queued", "attempt": 0, "attempt_base": 0, "type": job_type,

@@ -38,6 +38,17 @@ def lab_keys(lab: str, job_id: str, *extra: str) -> list[str]:
             attempts(lab, job_id), *extra]
 
 
+def end_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float, outcome: str) -> bool:
+    """An attempt whose worker is gone (killed, died, stopped with a parked lab) ends there in the job's record:
+    it no longer says `running` once nothing runs it. One that already ended (a success that won the race, a
+    failure) keeps its own outcome. True if this ended it."""
+    raw = r.hget(attempts(lab, job_id), str(attempt))
+    if not raw or json.loads(raw).get("outcome") != "running":
+        return False
+    record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome=outcome)
+    return True
+
+
 def record_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, **fields) -> None:
     """Merge fields into one attempt's record (worker, start, end, outcome, …)."""
     k = attempts(lab, job_id)

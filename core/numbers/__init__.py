@@ -42,6 +42,7 @@ from core.numbers.queueing import (
     erlang_b,
     erlang_c,
     erlang_c_wait,
+    even_jobs_wait,
     jitter_expected_peak,
     jitter_peak_per_bucket,
     jitter_peak_reduction,
@@ -52,7 +53,8 @@ from core.numbers.queueing import (
 __all__ = [
     "BYTES_PER_KB", "BYTES_PER_MB", "DEFAULT_JOB_MIX", "INPUT_SPECS", "SECONDS_PER_DAY", "SPECS_BY_NAME",
     "InputError", "InputSpec", "Inputs", "JobType", "approx_wait", "blended_duration", "ceil_workers",
-    "core_quantities", "erlang_b", "erlang_c", "erlang_c_wait", "finite", "fmt", "inputs_from_mapping",
+    "core_quantities", "erlang_b", "erlang_c", "erlang_c_wait", "even_jobs_wait", "finite", "fmt",
+    "inputs_from_mapping",
     "jitter_expected_peak", "jitter_peak_per_bucket", "jitter_peak_reduction", "littles_law_L", "lookup",
     "spec_values", "workers_for_utilisation",
 ]

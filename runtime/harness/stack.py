@@ -12,6 +12,7 @@ naming this stack's Redis URL or data dir (orphaned work horses, their ffmpeg), 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,8 +30,9 @@ from runtime.harness.client import Api
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
 UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
+             "MAX_CLIENT_LIVE_LABS": "0",
              "RATE_ROOM_LOOKUPS": "0", "RATE_ROOM_SEATS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0",
-             "LAB_JOB_RATE": "0",
+             "LAB_JOB_RATE": "0", "RATE_CHALLENGE_RUNS": "0",
              "WS_PER_CLIENT": "0", "WS_PER_LAB": "0", "CONN_PER_CLIENT": "0", "PARK_AFTER": "0"}
 """A shared stack serves many labs from one address (2,000-job tests, kill storms, benchmarks): every
 per-client and per-lab limit and the machine's worker ceiling are tested on a stack of their own, with
@@ -43,11 +45,13 @@ class Stack:
     root: where VAR_DIR, the server's data and the logs go (default: a fresh directory under var/stacks,
     removed by stop()). env: settings for both processes on top of the defaults (MAX_LABS, limits…).
     logs: write each process's output to root/logs (else it goes to this process's stdout/stderr).
+    roles: the embedded server runs its ACL (runtime/embedded_redis.py ROLES) and each process logs in as its own
+    role: the web as `web`, the supervisor as `pool`, this process (`redis_url`) as `admin`.
     """
 
     def __init__(self, name: str = "stack", root: Path | None = None, redis_url: str | None = None,
                  persist: bool = False, env: dict[str, str] | None = None,
-                 access_log: str = "", logs: bool = False):
+                 access_log: str = "", logs: bool = False, roles: bool = False):
         self.name = name
         self.external_redis = redis_url
         self.persist = persist
@@ -55,6 +59,7 @@ class Stack:
         self.root = Path(root or tempfile.mkdtemp(prefix=f"{name}-", dir=_scratch()))
         self.extra_env = dict(env or {})
         self.access_log = access_log
+        self.passwords = {role: secrets.token_urlsafe(16) for role in embedded_redis.ROLES} if roles else {}
         self.log_dir = self.root / "logs" if logs else None
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +82,11 @@ class Stack:
 
     @property
     def redis_url(self) -> str:
-        return self.external_redis or f"redis://127.0.0.1:{self.redis_port}/0"
+        """This process's URL: the operator's (the admin user, with `roles`)."""
+        if self.external_redis:
+            return self.external_redis
+        login = ("admin", self.passwords["admin"]) if self.passwords else ()
+        return embedded_redis.server_url("127.0.0.1", self.redis_port, *login)
 
     @property
     def url(self) -> str:
@@ -130,7 +139,8 @@ class Stack:
     # --- the Redis-protocol server -----------------------------------------------------------
     def start_redis(self) -> None:
         """Start (or restart: same port, same data dir) the embedded server."""
-        self.server = embedded_redis.start(self.redis_dir, port=self.redis_port or None, persist=self.persist)
+        self.server = embedded_redis.start(self.redis_dir, port=self.redis_port or None, persist=self.persist,
+                                           users=self.passwords)
         self.redis_port = self.server.port
 
     def stop_redis(self) -> None:
@@ -139,12 +149,19 @@ class Stack:
             self.server.stop()
 
     # --- processes ---------------------------------------------------------------------------
-    def spawn(self, argv: list[str], log: str | None = None, **kw) -> subprocess.Popen:
-        """Start a process with this stack's environment (a supervisor, a raw `rq worker --burst`…);
-        stop() reaps it."""
+    def role_url(self, role: str) -> str:
+        """The URL a process of `role` connects with (this process's, without `roles`)."""
+        if self.external_redis or not self.passwords:
+            return self.redis_url
+        return embedded_redis.server_url("127.0.0.1", self.redis_port, role, self.passwords[role])
+
+    def spawn(self, argv: list[str], log: str | None = None, role: str = "admin", **kw) -> subprocess.Popen:
+        """Start a process with this stack's environment (a supervisor, a raw `rq worker --burst`…), logged in
+        as `role`; stop() reaps it."""
         out = open(self.log_dir / f"{log}.log", "ab") if self.log_dir and log else None
         try:
-            p = subprocess.Popen(argv, env=self.env(), cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True,
+            p = subprocess.Popen(argv, env={**self.env(), "REDIS_URL": self.role_url(role)}, cwd=ROOT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                  **({"stdout": out, "stderr": out} if out else {}), **kw)
         finally:
             if out:
@@ -153,7 +170,7 @@ class Stack:
         return p
 
     def start_supervisor(self) -> subprocess.Popen:
-        self.supervisor = self.spawn([sys.executable, "-m", "workers.supervisor"], log="supervisor")
+        self.supervisor = self.spawn([sys.executable, "-m", "workers.supervisor"], log="supervisor", role="pool")
         return self.supervisor
 
     def kill_supervisor(self) -> int:
@@ -166,7 +183,7 @@ class Stack:
     def start_web(self, timeout: float = 60) -> subprocess.Popen:
         wait(lambda: port_free(self.port), 30, f"port {self.port} to be free")
         config = Config(redis_url=self.redis_url, port=self.port, host="127.0.0.1", access_log=self.access_log)
-        self.web = self.spawn(gunicorn_command(config), log="web")
+        self.web = self.spawn(gunicorn_command(config), log="web", role="web")
         wait_healthy(self.url, self.procs, timeout=timeout, master=self.web.pid)  # not a dying predecessor
         return self.web
 

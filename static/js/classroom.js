@@ -187,6 +187,8 @@ async function showScenario({ lab, api }, id) {
   const box = h('div', { class: 'cr-scenario', testid: 'url-scenario', 'data-scenario': sc.id },
     h('p', { class: 'cr-scenario-title' }, h('strong', {}, `Scenario: ${sc.title}. `), sc.summary), run, hint, outcome);
   root.querySelector('[data-role="body"]').prepend(box);
+  // the page is about this one scenario: its question is the only guess box (the chapter's others are folded away)
+  if (sc.button) for (const row of root.querySelectorAll('.lw-pf-row[data-scenario]')) row.hidden = row.dataset.scenario !== sc.button;
 }
 
 async function runScenario(api, labId, sc) {

@@ -35,6 +35,10 @@ async function patch(changes, note) {
 function row(cells, cls) { return h('tr', { class: cls }, cells.map((c, i) => h(i ? 'td' : 'th', i ? {} : { scope: 'row' }, c))); }
 
 function render(d) {
+  // what a guided step waits for before it acts: the strategy the server has, and no tier job left over
+  const panel = $('lab-ch6');
+  panel.dataset.strategy = d.strategy;
+  panel.dataset.idle = ['pro', 'free'].every((t) => !d.running[t] && !d.pending[t]) ? 'yes' : 'no';
   const starved = d.pending.free > 0 && d.running.free === 0 && d.running.pro > 0;
   // a walled-off pro pool sits idle while free jobs queue: the cost of a hard reservation
   const walled = ['split', 'separate'].includes(d.strategy);

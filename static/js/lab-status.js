@@ -315,10 +315,13 @@ function render() {
     setAttr(row, 'data-requests', String(st.requests));
     setAttr(row, 'data-learned', String(st.learned.size));
     setAttr(row, 'data-not-modified', String(st.notModified));
+    setAttr(row, 'data-mean-ms', mean == null ? null : String(Math.round(mean)));
   }
   renderMachine(r);
   refreshServerLoadSoon();
-  setAttr(root, 'data-learned-all', String(METHODS.every((m) => r.stats[m.id].learned.size === r.ids.length)));
+  const all = METHODS.every((m) => r.stats[m.id].learned.size === r.ids.length);
+  setAttr(root, 'data-learned-all', String(all));
+  if (all) setAttr(root, 'data-state', 'done'); // the round is over: every watcher knows (a step reads its rows now)
 }
 
 function renderMachine(r) {

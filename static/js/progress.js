@@ -12,11 +12,14 @@
       try { localStorage.setItem(KEY, JSON.stringify(visited)); } catch (e) { /* private mode */ }
     }
   }
+  var passed; // challenge id → chapter (static/js/challenge.js)
+  try { passed = JSON.parse(localStorage.getItem("awl.challenges") || "{}") || {}; } catch (e) { passed = {}; }
+  var won = Object.keys(passed).map(function (id) { return passed[id]; });
   document.querySelectorAll(".toc-item[data-chapter]").forEach(function (item) {
-    if (visited.indexOf(Number(item.dataset.chapter)) >= 0) {
-      item.classList.add("visited");
-      var link = item.querySelector("a");
-      if (link) { link.setAttribute("aria-description", "already read"); }
-    }
+    var n = Number(item.dataset.chapter), said = [];
+    if (visited.indexOf(n) >= 0) { item.classList.add("visited"); said.push("already read"); }
+    if (won.indexOf(n) >= 0) { item.classList.add("challenge-passed"); said.push("challenge passed"); }
+    var link = item.querySelector("a");
+    if (link && said.length) { link.setAttribute("aria-description", said.join("; ")); }
   });
 })();

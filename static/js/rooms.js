@@ -117,14 +117,17 @@ async function dashboard() {
         ? h('a', { href: watchUrl, title: `Watch ${name}'s lab, read-only (put it on the projector)` }, name) : name;
       tr = h('tr', { 'data-lab': id, testid: `room-row-${id}` }, h('th', { scope: 'row' }, label),
         ...['done', 'redelivered', 'dead', 'lost'].map((k) => h('td', { class: 'num', 'data-count': k }, '–')),
-        h('td', { 'data-role': 'live' }, ''));
+        h('td', { 'data-role': 'passed' }, '–'), h('td', { 'data-role': 'live' }, ''));
       rowFor.set(id, tr);
       rows.append(tr);
     }
     return tr;
   }
 
-  function fill(tr, counts, state) {
+  function fill(tr, counts, state, passed) {
+    const cell = tr.querySelector('[data-role="passed"]');
+    setText(cell, passed && passed.length ? passed.map((c) => `✓ ${c}`).join(', ') : '–');
+    setAttr(cell, 'data-passed', passed && passed.length ? passed.join(' ') : null);
     for (const td of tr.querySelectorAll('[data-count]')) {
       const v = counts ? counts[td.dataset.count] : null;
       setText(td, v == null ? '–' : String(v));
@@ -219,8 +222,8 @@ async function dashboard() {
       setAttr(viewers, 'data-value', String(d.viewers));
       setText(studentsN, String(d.students.length));
       setAttr(studentsN, 'data-value', String(d.students.length));
-      fill(row(d.lab_id, 'Your lab (on the projector)'), d.counts, d.lab_alive ? 'live' : 'expired');
-      for (const s of d.students) fill(row(s.lab_id, s.name, s.watch_url), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away');
+      fill(row(d.lab_id, 'Your lab (on the projector)'), d.counts, d.lab_alive ? 'live' : 'expired', d.passed);
+      for (const s of d.students) fill(row(s.lab_id, s.name, s.watch_url), s.counts, !s.alive ? 'expired' : s.live ? 'live' : 'away', s.passed);
       predictions(d);
       setText(q('dash-status'), '');
       root.dataset.state = 'ready';

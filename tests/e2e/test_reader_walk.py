@@ -1,5 +1,5 @@
 """Issue 27's reader: one tab walks every chapter, a race and back, on a stack started with the
-default limits (4 running labs per client, 10 lab openings a minute, 64 processes, parking after 60 s).
+default limits (4 running labs per client, 20 lab openings a minute, 64 processes, parking after 60 s).
 Every lab goes live and none says "could not start": labs the reader left are parked to make room, and
 the first chapter's lab, opened again, resumes with its history."""
 

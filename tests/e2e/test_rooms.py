@@ -108,6 +108,15 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     teacher.screenshot(path=str(ARTIFACTS / "rooms-presenter.png"))
     student.screenshot(path=str(ARTIFACTS / "rooms-viewer.png"))
 
+    # the presenter link opened in another tab (its own sessionStorage) shows the same lab, not a new idle one
+    # the room never sees (issue 38)
+    tab = watch_errors(teacher.context.new_page())
+    tab.goto(teacher.url)
+    widget_ready(tab)
+    assert tab.locator("#lab-widget").get_attribute("data-lab-id") == lab["id"]
+    expect(tab.get_by_test_id("room-badge")).to_have_attribute("data-role-in-room", "instructor", timeout=10_000)
+    tab.close()
+
     teacher.get_by_test_id("present-toggle").click()
     expect(teacher.locator("html")).not_to_have_class(re.compile(r"\bpresent\b"))
     assert "present=1" not in teacher.url

@@ -69,6 +69,11 @@ def test_a_killed_workers_job_comes_back_after_the_visibility_timeout(api):
     assert expired["data"]["deadline"] == pytest.approx(claimed["t_sim"] + 1200, abs=1)
     assert expired["t_sim"] >= expired["data"]["deadline"] - 1e-3
     assert types(ev, "job.succeeded")[0]["attempt"] == 2
+    # the job's record says what became of the killed attempt (issue 38): it does not stay "running"
+    j = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}", token=lab["token"]).json()
+    assert [a["outcome"] for a in j["attempts"]] == ["killed", "succeeded"], j["attempts"]
+    killed_at = types(ev, "worker.killed")[0]["t_sim"]
+    assert j["attempts"][0]["end"] == pytest.approx(killed_at, abs=1e-3)
 
 
 def test_a_lease_cut_short_comes_back_while_its_worker_still_runs_and_the_guard_keeps_one_result(api):

@@ -47,7 +47,7 @@ def tight(redis_server, tmp_path_factory):
                     "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
                     "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
                     "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "RATE_ROOM_SEATS": str(ROOM_SEATS),
-                    "METRICS_TOKEN": METRICS_TOKEN,
+                    "METRICS_TOKEN": METRICS_TOKEN, "RATE_CHALLENGE_RUNS": "1",
                     "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
                     "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
         yield s
@@ -95,6 +95,15 @@ def test_one_client_gets_429_with_retry_after_past_its_job_budget_and_others_do_
     assert tapi.snapshot(lab)["counts"]["enqueued"] == RATE_JOBS, "a refused call made no job"
     # another client is not held back by the first one's budget
     assert post_from(tight, "127.0.0.3", path, {"sample": "carphone_pristine"}, lab["token"])[0] == 202
+
+
+def test_challenge_runs_are_rate_limited_per_client(tight, tapi):
+    labs = [tapi.lab("ch5", speed=20, workers=0) for _ in range(2)]  # no worker: the runs wait, costing nothing
+    body = {"challenge": "effectively-once", "code": chapters.CHALLENGES["effectively-once"]["starter"]}
+    runs = [post_from(tight, "127.0.0.6", f"/api/labs/{lab['lab_id']}/challenge", body, lab["token"]) for lab in labs]
+    assert runs[0][0] == 202 and runs[1][0] == 429 and runs[1][2]["error"] == "rate_limited", runs
+    # another client is not held back by the first one's budget
+    assert post_from(tight, "127.0.0.7", f"/api/labs/{labs[1]['lab_id']}/challenge", body, labs[1]["token"])[0] == 202
 
 
 def test_worker_kills_are_rate_limited_per_client(tight, tapi):
@@ -199,7 +208,9 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
     assert list(r.scan_iter(match=f"*{lab_id}*")) == []
     assert processes_mentioning(f"lab-{lab_id}") == []
     assert not (tight.var_dir / "labs" / lab_id).exists()
-    assert tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"]).status == 404
+    res = tapi.call("GET", f"/api/labs/{lab_id}", token=lab["token"])  # its page says so in a sentence
+    assert res.status == 404 and res.json()["error"] == "lab_expired", res.body
+    assert "removed after 1 minute without a visit" in res.json()["detail"]
     tapi.created.clear()
 
 
@@ -230,8 +241,8 @@ def test_the_autoscaler_never_grows_a_lab_past_the_machines_worker_ceiling(redis
 
     r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/5", decode_responses=True)
     r.flushdb()  # a database no supervisor watches: nothing else acts on these labs
-    busy = lab_registry.create(r, "ch0", 20, 10, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
-    lab = lab_registry.create(r, "ch2", 20, 10, chapters.settings_for("ch2"))["lab_id"]
+    busy = lab_registry.create(r, "ch0", 20, chapters.settings_for("ch0"))["lab_id"]  # ch0: 1 worker
+    lab = lab_registry.create(r, "ch2", 20, chapters.settings_for("ch2"))["lab_id"]
     settings = lab_registry.update_settings(r, lab, {"workers": 1, "autoscale": True})
     r.hset(key(lab, "states"), "queued", 500)
     assert autoscale.tick(r, lab, 1000.0, settings, machine_max=MAX_WORKERS) == MAX_WORKERS - 1
@@ -246,7 +257,8 @@ def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tap
         tapi.lab("ch0", speed=20, workers=0)
     page.goto(f"{tight.url}/chapters/1")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "error", timeout=30_000)
-    expect(page.locator("#lab-widget")).to_contain_text(f"all {MAX_LABS} labs are in use; try again in a minute")
+    expect(page.locator("#lab-widget")).to_contain_text(
+        f"all {MAX_LABS} labs it may run are in use; try again in a minute")
     expect(page.get_by_role("button", name="Try again")).to_be_visible()
     shot("lab-full")
     page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
@@ -407,14 +419,18 @@ def full_disk(tmp_path):
 
 
 def fill(path: Path) -> None:
-    """Write zeros to `path` until its disk has no byte left."""
+    """Write zeros to `path` until its disk has no byte left: 64 kB writes, then ever smaller ones down to one
+    byte (the few kB a 64 kB write leaves free let the server's small AOF appends through now and then, so it
+    took writes again between refusals)."""
+    written = 0
     with open(path, "wb", buffering=0) as out:
-        try:
-            for _ in range(64 * 16 + 16):  # at most 64 MB and some, in 64 kB writes
-                out.write(bytes(1 << 16))
-            raise AssertionError("the 64 MB disk never filled")
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
+        for size in (1 << 16, 1 << 12, 1 << 8, 1):
+            try:
+                while written < 80 * 1024 * 1024:  # the disk is 64 MB
+                    written += out.write(bytes(size))
+                raise AssertionError("the 64 MB disk never filled")
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
 
 
 def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_says_why(full_disk):
@@ -444,3 +460,31 @@ def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_say
         filler.unlink()
         wait(lambda: sapi.call("GET", "/healthz").json()["writes"] == "ok", 30, "writes to be accepted again")
         assert sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]).status == 202
+
+
+def test_the_pool_waits_through_a_full_disk_says_so_and_carries_on(full_disk, tmp_path):
+    """Before: the first write the supervisor made after the server's disk filled raised MISCONF and the
+    supervisor died (its workers with it). Now it waits, says why in its log, and carries on when space
+    returns: it is the same process, and a job sent then runs to done. The server's data is on the full disk;
+    the logs and VAR_DIR are not."""
+    root = tmp_path / "stack"
+    root.mkdir()
+    (root / "redis").symlink_to(full_disk, target_is_directory=True)
+    with Stack("poolfull", root=root, persist=True, logs=True) as s:
+        sapi = s.api()
+        lab = sapi.lab("ch0", speed=200, workers=1)
+        sapi.workers_ready(lab, 1)
+        supervisor = s.supervisor
+        filler = full_disk / "filler.bin"
+        fill(filler)
+        log = root / "logs" / "supervisor.log"
+        wait(lambda: "the server refuses writes" in log.read_text(), 60, "the supervisor to say writes are refused")
+        assert supervisor.poll() is None, log.read_text()[-2000:]
+        filler.unlink()
+        wait(lambda: "the server writes again" in log.read_text(), 60, "the supervisor to carry on")
+        assert supervisor.poll() is None and s.supervisor is supervisor
+        res = sapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", "duration_s": 10},
+                        lab["token"])
+        assert res.status == 202, res.body
+        sapi.wait_for(lab, lambda snap: snap["counts"]["done"] == 1, 90)
+        assert "Traceback" not in log.read_text()

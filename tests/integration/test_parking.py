@@ -252,6 +252,9 @@ def test_a_job_held_when_its_lab_parks_comes_back_after_the_resume_ack_late(psta
     wait(lambda: not alive(horse) and running_processes(pr, lab["lab_id"]) == 0, 30,
          "the parked lab's worker and work horse to stop")
     assert pr.hget(key(lab["lab_id"], "job", "1"), "state") == "running"  # held, not lost
+    # but its attempt, whose worker was stopped, is over in the record (issue 38): not left "running"
+    first = json.loads(pr.hget(key(lab["lab_id"], "job", "1", "attempts"), "1"))
+    assert first["outcome"].startswith("stopped") and first.get("end") is not None, first
     ws = connect(pstack, lab)
     try:
         done = wait(lambda: pr.hget(key(lab["lab_id"], "job", "1"), "state") == "done" or None, 120,

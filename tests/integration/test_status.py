@@ -157,7 +157,7 @@ def test_one_lab_cannot_hold_more_long_polls_than_its_cap(api):
 def test_the_process_wide_cap_answers_503(redis_server):
     app = create_app(Config(redis_url=redis_server.url, long_poll_max=2, long_poll_per_lab=10, testing=True))
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    lab = registry.create(r, "ch3", 20, 1000, chapters.settings_for("ch3"))
+    lab = registry.create(r, "ch3", 20, chapters.settings_for("ch3"))
     registry.update_settings(r, lab["lab_id"], {"workers": 0})  # a running supervisor must not move the job
     auth = {"Authorization": f"Bearer {lab['token']}"}
     try:
@@ -190,7 +190,7 @@ def test_one_client_cannot_take_every_long_poll_from_a_bystander(redis_server):
     app = create_app(Config(redis_url=redis_server.url, long_poll_max=4, long_poll_per_lab=2,
                             long_poll_per_client=3, testing=True))
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    labs = [registry.create(r, "ch3", 20, 1000, chapters.settings_for("ch3")) for _ in range(3)]
+    labs = [registry.create(r, "ch3", 20, chapters.settings_for("ch3")) for _ in range(3)]
     urls = {}
     try:
         for lab in labs:

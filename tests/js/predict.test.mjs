@@ -152,3 +152,47 @@ test('a scenario run (no events kept) settles only once the counters show an ema
   const suppressed = { ...early, counts: { ...early.counts, emails_suppressed: 1 } };
   assert.deepEqual(measure(spec, suppressed, run), { number: 1, value: 1 });
 });
+
+// ---- issue 38: the guided steps' figures read off the run's events and its moment -------------------------
+
+test('a gap can ask for the same worker: a booted worker\'s own first claim, not another\'s', () => {
+  const spec = { kind: 'number', measure: 'gap:worker.booting:job.claimed:worker_id' };
+  const events = [{ type: 'worker.booting', worker_id: 'w5', t_sim: 100 }, { type: 'job.claimed', worker_id: 'w1', t_sim: 120 }];
+  assert.equal(measure(spec, model([]), { jobs: [], events }), null, 'w5 has claimed nothing yet');
+  events.push({ type: 'job.claimed', worker_id: 'w5', t_sim: 190.4 });
+  assert.deepEqual(measure(spec, model([]), { jobs: [], events }), { number: 90, value: 90 });
+});
+
+test('counts up to the moment: events, distinct workers, the backlog; nothing before the moment', () => {
+  const ev = (type, job, worker, t) => ({ type, job_id: job, worker_id: worker, t_sim: t, data: {} });
+  const events = [ev('job.enqueued', '1', null, 0), ev('job.enqueued', '2', null, 1), ev('job.claimed', '1', 'w1', 2),
+    ev('job.enqueued', '3', null, 3), ev('job.claimed', '2', 'w1', 4), ev('job.claimed', '3', 'w2', 9)];
+  const run = { jobs: [], events };
+  assert.equal(measure({ kind: 'number', measure: 'backlog' }, model([]), run), null, 'no moment yet');
+  run.moment = events[3];
+  assert.deepEqual(measure({ kind: 'number', measure: 'backlog' }, model([]), run), { number: 2, value: 2 });
+  assert.deepEqual(measure({ kind: 'number', measure: 'events:job.claimed' }, model([]), run), { number: 1, value: 1 });
+  run.moment = events[5];
+  assert.deepEqual(measure({ kind: 'number', measure: 'distinct:job.claimed:worker_id' }, model([]), run),
+    { number: 2, value: 2 });
+  assert.deepEqual(measure({ kind: 'number', measure: 'meanwait:3' }, model([]), run), { number: 4, value: 4 });
+  assert.deepEqual(measure({ kind: 'number', measure: 'concurrent:job.enqueued:job.claimed' }, model([]), run),
+    { number: 2, value: 2 }, 'two waiting at once at most');
+  assert.equal(measure({ kind: 'number', measure: 'meanwait:4' }, model([]), run), null, 'three claimed so far');
+});
+
+test('the moment\'s own figure, a spread of N events, a choice read off a count, a panel\'s own row', () => {
+  const moment = { type: 'fairness.started', t_sim: 10, data: { wait: 119.6 } };
+  assert.deepEqual(measure({ kind: 'number', measure: 'moment:wait' }, model([]), { jobs: [], events: [moment], moment }),
+    { number: 120, value: 120 });
+  const back = [5, 9, 61].map((t) => ({ type: 'job.redelivered', t_sim: t }));
+  assert.equal(measure({ kind: 'number', measure: 'spread:job.redelivered:3' }, model([]), { jobs: [], events: back.slice(0, 2) }), null);
+  assert.deepEqual(measure({ kind: 'number', measure: 'spread:job.redelivered:3' }, model([]), { jobs: [], events: back }),
+    { number: 56, value: 56 });
+  const none = { kind: 'choice', measure: 'events:job.redelivered', buckets: { none: [0, 0], some: [1, 99] } };
+  assert.deepEqual(measure(none, model([]), { jobs: [], events: back, moment: back[0] }), { number: 1, value: 'some' });
+  const panel = { kind: 'number', measure: 'panel:ch3-row-long:data-mean-ms' };
+  assert.equal(measure(panel, model([]), { jobs: [], events: [], panel: () => null }), null, 'the round is not over');
+  assert.deepEqual(measure(panel, model([]), { jobs: [], events: [], panel: (id, a) => (id === 'ch3-row-long' && a === 'data-mean-ms' ? 41.7 : null) }),
+    { number: 42, value: 42 });
+});

@@ -82,20 +82,26 @@ def test_try3_check3_enqueue_answers_202_and_the_job_carries_on_in_a_worker(api,
     measured.update(status=res.status, enqueue_ms_on_server=body["enqueue_ms"], job_done_after_s=took)
 
 
-def test_try4_paused_after_the_202_the_job_waits_in_the_queue(api, measured):
+def test_try4_paused_after_the_202_the_job_is_running_not_done(api, measured):
+    """The claims list's row says what a paused lab shows: the idle worker has the job (running), not the queue."""
     lab = api.lab("ch0", speed=JOB_SPEED)
     lid, tok = lab["lab_id"], lab["token"]
     res = api.call("POST", f"/api/labs/{lid}/jobs", {"sample": "bigbuckbunny"}, tok)
     assert res.status == 202
+    claimed = wait_event(api, lab, "job.claimed", timeout=60)[0]
     paused = api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).json()["clock"]
     sim_time_passes(api, JOB_SPEED, 200)  # 200 s on a running clock; this one stands still
     snap = api.snapshot(lab)
     job = api.call("GET", res.json()["status_url"], token=tok).json()
+    enq = events_of(api, lab, "job.enqueued")[0]
     assert snap["clock"]["t"] == pytest.approx(paused["t"])
-    assert job["state"] in ("queued", "running") and not events_of(api, lab, "job.succeeded")
+    assert claimed["t_sim"] - enq["t_sim"] < PRESET["job_duration"] * REL  # picked up at once by the idle worker
+    assert job["state"] == "running" and not events_of(api, lab, "job.succeeded")
+    assert "running" in chapters.BY_ID["ch0.pause"].claim  # the claims list says so too
     api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok)
     wait_event(api, lab, "job.succeeded", timeout=90)
-    measured.update(state_while_paused=job["state"], clock_t=snap["clock"]["t"])
+    measured.update(state_while_paused=job["state"], clock_t=snap["clock"]["t"],
+                    claimed_after_s=round(claimed["t_sim"] - enq["t_sim"], 3))
 
 
 def test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_transcode(api, measured):

@@ -70,10 +70,16 @@ def test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximat
     assert m["arrivals"] == generated and m["completed"] == generated
     wait, erlang, approx = m["queue_wait"], row["mmc_wait_s"], row["approx_wait_s"]
     assert abs(wait - erlang) < abs(wait - approx), (wait, erlang, approx)
+    # and as the page's answer says (issue 38, contradiction 6): equal jobs wait about half Erlang C, nearer the
+    # M/D/c figure than Erlang C's own
+    even = C2["small_pool_even_wait_s"]
+    assert abs(wait - even) < abs(wait - erlang), (wait, even, erlang)
     text = page_text(api, 2)  # the step the page gives: this set-up, this comparison
     assert "Job times: even" in text and f"from the {c}-worker row of the pooling table" in text
+    assert "about half as long as Erlang C" in text and "a little less" not in text
     measured.update(jobs=generated, rate=round(lam, 5), workers=c, rho_model=rho, rho_measured=round(m["rho"], 3),
                     mean_wait_s=round(wait, 1), erlang_c_s=round(erlang, 1), approx_s=round(approx, 1),
+                    even_jobs_model_s=round(even, 1),
                     mean_time_in_system_s=round(m["W_done"], 1), speed=WAIT_SPEED,
                     clock_effective=snap["clock"].get("effective"))
 

@@ -27,6 +27,7 @@ from core.numbers import (
     erlang_b,
     erlang_c,
     erlang_c_wait,
+    even_jobs_wait,
     inputs_from_mapping,
     jitter_peak_per_bucket,
     jitter_peak_reduction,
@@ -626,6 +627,14 @@ def test_one_server_erlang_c_is_the_mm1_queue():
     assert erlang_c_wait(lam, s, 1) == pytest.approx(0.8 * s / (1 - 0.8))
     # the lesson's W/(1−ρ) is exactly the M/M/1 time in system: queue wait + service
     assert approx_wait(s, 0.8) == pytest.approx(erlang_c_wait(lam, s, 1) + s)
+
+
+def test_even_jobs_wait_half_as_long_one_server_exactly_pollaczek_khinchine():
+    """M/D/1 is exact (Pollaczek–Khinchine: half the M/M/1 wait); for the lab's four workers, about half Erlang C."""
+    assert even_jobs_wait(0.8, 1.0, 1) == pytest.approx(erlang_c_wait(0.8, 1.0, 1) / 2)
+    ratio = even_jobs_wait(0.8 * 4 / 30, 30, 4) / erlang_c_wait(0.8 * 4 / 30, 30, 4)
+    assert 0.5 < ratio < 0.55
+    assert math.isinf(even_jobs_wait(1.0, 1.0, 1))
 
 
 def test_erlang_c_wait_falls_as_servers_are_added_and_is_unbounded_when_saturated():

@@ -17,7 +17,14 @@ def test_the_users_file_turns_the_default_user_off_and_stores_no_password():
     assert "w-secret" not in text and "p-secret" not in text
     assert f"#{hashlib.sha256(b'w-secret').hexdigest()}" in lines["web"]
     assert " off " in lines["admin"], "a role without a password must not be able to log in"
-    assert "-@dangerous" in lines["web"] and "-@dangerous" in lines["pool"] and "-@" not in lines["admin"]
+    assert "-@" not in lines["admin"] and "+@all" in lines["admin"]
+    for role in ("web", "pool"):  # an allowlist: nothing but the commands the role sends (issue 39)
+        granted = set(lines[role].split(" -@all ", 1)[1].split())
+        assert all(g.startswith("+") and "@" not in g for g in granted), lines[role]
+        assert {"+get", "+hset", "+evalsha", "+xadd"} <= granted, role
+        for never in ("+flushall", "+flushdb", "+config|set", "+dump", "+restore", "+keys", "+script|flush",
+                      "+function|flush", "+monitor", "+acl|setuser", "+debug", "+shutdown", "+client|kill"):
+            assert never not in granted, f"{role} is granted {never}"
 
 
 def test_a_url_shown_in_a_log_hides_its_password():

@@ -48,3 +48,26 @@ def test_a_scenario_banner_asks_and_only_its_outcome_tells():
     for text in (vt["summary"], vt["hint"]):
         assert "900" not in text and "done once" not in text and "duplicate" not in text
     assert "done once" in vt["outcome"]
+
+
+# the measures predict-model.js knows (its `measure` and `fromEvents`)
+MEASURES = {"attempts", "state", "peak", "counter", "pertick", "count", "gap", "spread", "moment", "events",
+            "distinct", "concurrent", "backlog", "meanwait", "panel"}
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")
+def test_every_step_is_acted_out_and_no_two_steps_share_a_claim_or_a_question(ch):
+    """Issue 38: no step is ask-then-reveal; each sets the lab up, runs, pauses at a moment and measures; and two
+    steps of a chapter never ask one question or prove one claim."""
+    steps = chapters.steps_public()[ch.preset]
+    for n, step in enumerate(steps, 1):
+        assert step.get("do"), f"chapter {ch.number} step {n} only asks and reveals"
+        assert step["predict"]["measure"].split(":")[0] in MEASURES, step["predict"]["measure"]
+        if step["predict"].get("kind") == "choice":
+            values = {v for v, _ in step["predict"]["choices"]}
+            assert values == set(step["predict"]["buckets"]), f"step {n}: every choice is read off the measure"
+    for field in ("claim", "title"):
+        seen = [s[field] for s in steps]
+        assert len(set(seen)) == len(seen), f"chapter {ch.number}: two steps share a {field}: {seen}"
+    questions = [s["predict"]["question"] for s in steps]
+    assert len(set(questions)) == len(questions), f"chapter {ch.number}: two steps ask the same question"

@@ -60,12 +60,26 @@ export class LabRefused extends Error {
 
 /**
  * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
- * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket}. Pure of any
+ * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket, note?} (`note`: why
+ * the tab's lab was replaced, when it expired). Pure of any
  * widget state, so a page can start it before the widget's modules have loaded (boot.js). With `live`, the
  * lab's socket opens as soon as the lab is known (a new lab's: beside the snapshot's fetch) and holds what
  * it brings until the widget attaches (`socket`, see heldSocket); without it `socket` is null.
  */
-export async function openLab({ preset, viewLab, viewToken, speed, storeKey, live = false }) {
+/**
+ * The lab of the room this browser opened as its instructor (rooms.js keeps it in localStorage, which every tab
+ * shares), so a presenter link opened in another tab shows that lab, not a new idle one the room never sees.
+ */
+function roomLab(room) {
+  if (!room) return null;
+  try {
+    const rec = JSON.parse(localStorage.getItem(`awl:room:${room}`) || 'null');
+    const lab = rec && rec.token && rec.lab;
+    return lab && lab.lab_id && lab.token ? { id: lab.lab_id, token: lab.token, view: lab.view_token, ws: lab.ws_url } : null;
+  } catch { return null; }
+}
+
+export async function openLab({ preset, viewLab, viewToken, speed, storeKey, room = null, live = false }) {
   if (viewLab && viewToken) {
     const lab = { id: viewLab, token: viewToken, viewer: true };
     const res = await makeApi(() => lab)('GET', `/api/labs/${viewLab}`);
@@ -74,10 +88,16 @@ export async function openLab({ preset, viewLab, viewToken, speed, storeKey, liv
   }
   let saved = null;
   try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
+  saved = saved || roomLab(room); // a room's presenter link opened in a new tab: the instructor's own lab
   if (saved && saved.id && saved.token) {
     const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
-    if (res.ok) return { lab: saved, snap: res.data, socket: live ? heldSocket(saved) : null };
-    if (![401, 403, 404].includes(res.status)) throw new LabRefused(res);
+    if (res.ok && (!res.data.preset || res.data.preset === preset)) {
+      try { sessionStorage.setItem(storeKey, JSON.stringify(saved)); } catch { /* private mode */ }
+      return { lab: saved, snap: res.data, socket: live ? heldSocket(saved) : null };
+    }
+    if (!res.ok && ![401, 403, 404].includes(res.status)) throw new LabRefused(res);
+    // past its idle TTL: the page says so in words (the server's sentence) over the fresh lab it starts
+    if (res.data && res.data.error === 'lab_expired') return { ...await createLab({ preset, speed, storeKey, live }), note: res.data.detail };
   }
   return createLab({ preset, speed, storeKey, live });
 }
@@ -154,7 +174,7 @@ export async function freeOldest(refusal, how) {
 export function openArgs(root, params) {
   const preset = root.dataset.preset;
   return { preset, viewLab: root.dataset.lab || params.get('lab'), viewToken: root.dataset.view || params.get('view'),
-    speed: Number(params.get('speed')) || null, storeKey: `awl:lab:${preset}` };
+    speed: Number(params.get('speed')) || null, storeKey: `awl:lab:${preset}`, room: params.get('room') };
 }
 
 export function install(W) {
@@ -170,9 +190,10 @@ export function install(W) {
 
   /** This widget's lab (the one boot.js started opening, if it did): sets S.lab, resolves the snapshot. */
   async function open() {
-    const { lab, snap, socket } = await (W.early || openLab(openArgs(root, params)));
+    const { lab, snap, socket, note } = await (W.early || openLab(openArgs(root, params)));
     S.lab = lab;
     held = socket;
+    if (note) W.banner(note);
     return snap;
   }
 

@@ -18,18 +18,14 @@ export function attemptsOf(job) {
  * state and no worker still runs one of them (a duplicate copy can outlive the job's first "done").
  */
 export function measure(spec, S, run) {
-  const [kind, arg, arg2] = String(spec.measure).split(':');
+  const [kind, arg, arg2, arg3] = String(spec.measure).split(':');
   if (run && kind === 'pertick') return perTick(run.events || [], arg); // a schedule's runs: no jobs to wait for
   if (run && kind === 'count') return countOfTick(run.events || [], arg, arg2);
-  if (!run || (!run.jobs.length && kind !== 'gap')) return null; // a gap reads events only (a leader's failover)
-  if (kind === 'gap') { // simulated seconds from the run's first `arg` event to the next `arg2` after it
-    const evs = run.events || [];
-    const a = evs.find((e) => e.type === arg);
-    const b = a && evs.find((e) => e.type === arg2 && e.t_sim >= a.t_sim && e !== a);
-    if (!b) return null;
-    const n = Math.round(b.t_sim - a.t_sim);
-    return { number: n, value: n };
+  if (run && EVENTS_ONLY.has(kind)) { // these read the run's events (and its moment) only, no job's end
+    const n = fromEvents(kind, arg, arg2, run, arg3);
+    return n == null ? null : { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
   }
+  if (!run || !run.jobs.length) return null;
   const jobs = run.jobs.map((id) => S.jobs.get(String(id)) || S.jobs.get(Number(id)));
   if (jobs.some((j) => !j || !TERMINAL.has(j.state))) return null;
   const ids = new Set(run.jobs.map(String));
@@ -52,6 +48,77 @@ export function measure(spec, S, run) {
   const out = { number: n, value: spec.kind === 'choice' ? bucketOf(spec, n) : n };
   if (String(spec.why || '').includes('{guard_that_acted}')) out.guard = guardThatActed(S, run);
   return out;
+}
+
+const EVENTS_ONLY = new Set(['gap', 'spread', 'moment', 'events', 'distinct', 'concurrent', 'backlog', 'meanwait', 'panel']);
+
+/**
+ * A figure read off the run's events (a guided step keeps them, and its moment, on the run):
+ *   gap:A:B[:field]  simulated seconds from the run's first A to the next B after it (with `field`: the
+ *                    next B that shares A's field, such as the same worker_id)
+ *   spread:type:N    simulated seconds from the run's first `type` event to its N-th (a spike is narrow)
+ *   moment:key       the moment's own figure (the wait a job reported when it started)
+ *   events:type      how many `type` events the run had up to its moment
+ *   distinct:type:f  how many different `f` (a worker_id) the run's `type` events had up to its moment
+ *   concurrent:A:B   the most runs at once up to the moment: each A starts one, each B ends one
+ *   backlog          jobs enqueued but not yet claimed, at the moment
+ *   meanwait:N       mean queue wait (enqueued → first claim) of the run's first N jobs claimed
+ *   panel:testid:attr a figure a chapter panel measured itself (run.panel reads it once its round is over)
+ * Null while the figure is not in yet.
+ */
+export function fromEvents(kind, arg, arg2, run, arg3) {
+  const evs = run.events || [];
+  const upto = run.moment ? evs.slice(0, evs.indexOf(run.moment) + 1) : null;
+  const at = (e) => String(e.job_id ?? (e.data || {}).job_id);
+  if (kind === 'gap') {
+    const a = evs.find((e) => e.type === arg);
+    const field = (e) => e[arg3] ?? (e.data || {})[arg3];
+    const b = a && evs.find((e) => e.type === arg2 && e.t_sim >= a.t_sim && e !== a && (!arg3 || field(e) === field(a)));
+    return b ? Math.round(b.t_sim - a.t_sim) : null;
+  }
+  if (kind === 'spread') {
+    const hits = evs.filter((e) => e.type === arg);
+    return hits.length >= Number(arg2) ? Math.round(hits[Number(arg2) - 1].t_sim - hits[0].t_sim) : null;
+  }
+  if (kind === 'moment') {
+    const v = run.moment && Number((run.moment.data || {})[arg] ?? run.moment[arg]);
+    return Number.isFinite(v) ? Math.round(v) : null;
+  }
+  if (kind === 'events') return upto && upto.filter((e) => e.type === arg).length;
+  if (kind === 'distinct') return upto && new Set(upto.filter((e) => e.type === arg).map((e) => e[arg2] ?? (e.data || {})[arg2])).size;
+  if (kind === 'concurrent') {
+    if (!upto) return null;
+    let now = 0, most = 0;
+    for (const e of upto) {
+      if (e.type === arg) most = Math.max(most, ++now);
+      else if (e.type === arg2) now = Math.max(0, now - 1);
+    }
+    return most;
+  }
+  if (kind === 'backlog') {
+    if (!upto) return null;
+    const queued = new Set(upto.filter((e) => e.type === 'job.enqueued').map(at));
+    for (const e of upto) if (e.type === 'job.claimed') queued.delete(at(e));
+    return queued.size;
+  }
+  if (kind === 'meanwait') {
+    const n = Number(arg);
+    const born = new Map(evs.filter((e) => e.type === 'job.enqueued').map((e) => [at(e), e.t_sim]));
+    const waits = [];
+    const seen = new Set();
+    for (const e of evs) {
+      if (e.type !== 'job.claimed' || seen.has(at(e)) || !born.has(at(e))) continue;
+      seen.add(at(e));
+      waits.push(e.t_sim - born.get(at(e)));
+      if (waits.length === n) return Math.round(waits.reduce((x, y) => x + y, 0) / n);
+    }
+    return null;
+  }
+  if (kind === 'panel') {
+    const v = run.panel ? run.panel(arg, arg2) : null;
+    return v == null ? null : Math.round(v);
+  }
+  return null;
 }
 
 /** How far the lab's counter `name` moved since the run began. */

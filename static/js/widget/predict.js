@@ -126,12 +126,12 @@ export function install(W) {
       if (spec.kind === 'choice') {
         inputs = spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
           h('input', { type: 'radio', name: fid, value: v, testid: `predict-choice-${s.id}-${v}` }), ` ${label}`));
-        field = h('fieldset', { class: 'lw-pf-row', 'aria-describedby': `${fid}-err` },
+        field = h('fieldset', { class: 'lw-pf-row', 'data-scenario': s.id, 'aria-describedby': `${fid}-err` },
           h('legend', {}, h('strong', {}, `${s.label}: `), spec.question), h('span', { class: 'lw-pf-choices' }, inputs), err);
       } else {
         inputs = [h('input', { type: 'number', id: fid, testid: `predict-guess-${s.id}`, min: spec.min, max: spec.max, step: 1,
           inputmode: 'numeric', 'aria-describedby': `${fid}-err`, class: 'lw-pf-num' })];
-        field = h('div', { class: 'lw-pf-row' }, h('label', { for: fid }, h('strong', {}, `${s.label}: `), spec.question),
+        field = h('div', { class: 'lw-pf-row', 'data-scenario': s.id }, h('label', { for: fid }, h('strong', {}, `${s.label}: `), spec.question),
           h('span', { class: 'lw-row' }, inputs[0], spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null), err);
       }
       rows.set(s.id, { field, err, spec });
@@ -229,7 +229,7 @@ export function install(W) {
         h('div', {}, h('dt', {}, 'your guess'), h('dd', { testid: 'predict-your' }, shown(p.spec, p.guess))),
         h('div', {}, h('dt', {}, 'the lab measured'), h('dd', { testid: 'predict-measured' }, shown(p.spec, m.value)))),
       h('p', { class: 'lw-predict-verdict', role: 'status' }, h('strong', {}, `${right ? '✓' : p.guess == null ? '·' : '✗'} ${verdict} `),
-        right ? '' : h('span', { testid: 'predict-why' }, `Why: ${why}`)));
+        right || !why ? '' : h('span', { testid: 'predict-why' }, `Why: ${why}`)));
     W.emit('lab:verdict', { id: p.spec.id, scenario: p.scenario, guess: p.guess, measured: m.value, number: m.number, right });
     const token = instructorToken();
     if (token && round && round.prediction.id === p.spec.id && round.measured == null) {

@@ -30,7 +30,7 @@ export function install(W) {
     const c = S.controls;
     if (c.has('idempotent_outputs') || c.has('notify_guard')) {
       tiles.push(['outputs', 'Outputs written', 'files'], ['emails', 'Emails sent', 'completion emails'],
-        ['dupdone', 'Completed twice', 'guard off']);
+        ['dupdone', 'Completed twice', 'copies that ran to the end']);
     }
     if (c.has('retry_policy') || c.has('faults')) {
       tiles.push(['failed', 'Job attempts failed', 'job retries scheduled: 0 · storage calls retried: 0']);
@@ -84,7 +84,10 @@ export function install(W) {
     setReadout('dlq', c.dlq || 0);
     setReadout('outputs', c.outputs_written || 0);
     setReadout('emails', c.emails_sent || 0, null, `${c.emails_suppressed || 0} suppressed as repeats`);
-    setReadout('dupdone', c.duplicate_completions || 0);
+    // its caption names the claim guard as it is set now (a copy only runs to the end while it is off)
+    const guard = (S.settings && S.settings.guard) || 'off';
+    setReadout('dupdone', c.duplicate_completions || 0, null,
+      guard === 'off' ? 'copies run to the end: guard off' : `guard ${guard} on: copies back off`);
     // job retries (a new attempt) and storage calls a part retried inside its attempt, named apart
     setReadout('failed', c.failed || 0, null,
       `job retries scheduled: ${c.retries_scheduled || 0} · storage calls retried: ${c.storage_retries || 0}`);

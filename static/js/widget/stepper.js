@@ -4,9 +4,8 @@
 // whose test proves what it shows. A step sets the lab up with the widget's own scenario buttons and
 // settings, asks its question (predict.js commits the guess and measures the run), acts (a kill or a cut
 // lease when the run's job is claimed), pauses the clock at the moment that matters, points at the element
-// that shows it, and when the run has settled says in one sentence what the lab measured. A step the lab
-// cannot act out asks, then reveals its claim. Each "Try this" item in the prose gets a button that opens
-// the stepper at that step.
+// that shows it, and when the run has settled says in one sentence what the lab measured. Every step acts
+// (tests/unit/test_steps.py). Each "Try this" item in the prose gets a button that opens the stepper at that step.
 //
 // At the pause the card docks: a bar fixed to the bottom of the screen (its title, status, verdict and
 // Continue), with the panel it points at scrolled into the room above it, so the next move is where the
@@ -128,11 +127,13 @@ export function install(W) {
     setText(els.verdict, '');
     // the lab's own status and hint lines speak of the step before: a new step starts with none
     for (const el of root.querySelectorAll('.lw-status, .lw-hint')) if (!el.closest('.la-panel')) setText(el, '');
+    // nor the prediction card's verdict of the step before (this step's comes with its run)
+    const card = root.querySelector('[data-testid="predict"]');
+    if (card && (!S.predict || S.predict.result)) card.hidden = true;
     delete els.verdict.dataset.measured;
     delete els.status.dataset.paused;
     els.says.hidden = true;
     const spec = step.predict || {};
-    const acts = !!(step.do && step.do.length);
     const fid = `${root.id}-step-guess`;
     let field;
     let answer = [];
@@ -151,7 +152,7 @@ export function install(W) {
     const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
       h('div', { class: 'lw-row lw-step-answer' }, ...answer,
         h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
-          acts ? 'Lock in my guess and run' : 'Lock in my guess and reveal')));
+          'Lock in my guess and run')));
     form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
     els.body.replaceChildren(form);
     nav();
@@ -183,14 +184,7 @@ export function install(W) {
       }
     }
     for (const x of form.querySelectorAll('input, button')) x.disabled = true;
-    if (!step.do || !step.do.length) { reveal(step, raw); return; }
     await act(step, guess);
-  }
-
-  function reveal(step, raw) {
-    setText(els.status, raw ? `Your answer: ${raw}.` : 'No answer typed: just reading.');
-    says(`What the lab shows (tested by the conformance suite): ${step.claim_text}.`);
-    nav([rerunButton()]);
   }
 
   function rerunButton() {
@@ -202,6 +196,7 @@ export function install(W) {
     run = { step, p: null, all: [], ids: new Set(), done: new Set(), paused: false, moment: null, after: null,
       jobless: step.do.some((a) => a.click && !a.on) }; // a panel's set-up (a schedule), not a job's act
     const mine = run;
+    els.mount.dataset.runAfter = S.lastId || '0'; // the run watches the events after this one (a test reads the same)
     setText(els.status, 'Setting the lab up as the step says…');
     nav([rerunButton()]);
     // the answer waits for the moment: a DLQ that is full before its replay is not the step's answer yet
@@ -232,7 +227,14 @@ export function install(W) {
         if (jobs == null) return null;
         jobs.forEach((id) => mine.ids.add(String(id)));
       } else if (a.click) {
-        if (!await press(a.click)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+        if (!await operate(a)) { setText(els.status, 'The control this step presses is not on the page.'); return null; }
+      } else if (a.api) { // a set-up the page has no button for (a load left running by the step before)
+        const [method, path, body] = a.api;
+        const res = await W.api(method, W.labPath(path), body);
+        if (!res.ok) { setText(els.status, `Could not set the lab up: ${errorText(res.data, res.status)}`); return null; }
+      } else if (a.wait) { // a panel catching up with that set-up (its own poll): [testid, attribute, value]
+        const [id, attr, value] = a.wait;
+        if (!await control(id, (x) => x.getAttribute(attr) === value)) { setText(els.status, 'The lab did not get ready for this step.'); return null; }
       } else if (a.fault) {
         const res = await W.api('POST', W.labPath('/faults'), a.fault);
         if (!res.ok) { setText(els.status, `Could not start the fault: ${errorText(res.data, res.status)}`); return null; }
@@ -243,12 +245,15 @@ export function install(W) {
       }
       sync();
     }
+    mine.setupId = S.lastId || '0'; // the set-up is done: its moment is an event after this one
+    sync();
     return [...mine.ids];
   }
 
-  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 10 s); null if it never does. */
+  /** The page's own control, once `ready(el)` holds (checked every 100 ms for 60 s: a button may wait for the lab,
+   * as the inline handler's waits for the server's transcode after a 504); null if it never does. */
   async function control(testid, ready) {
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 600; i++) {
       const el = document.querySelector(`[data-testid="${testid}"]`);
       if (el && ready(el)) return el;
       await new Promise((r) => { setTimeout(r, 100); });
@@ -270,6 +275,20 @@ export function install(W) {
     return !!el;
   }
 
+  /** Type into one of the page's own fields (a panel's rate, its job count), as the learner would. */
+  async function fill(testid, value) {
+    const el = await control(testid, (x) => !x.disabled);
+    if (el) { el.value = String(value); el.dispatchEvent(new Event('input', { bubbles: true })); el.dispatchEvent(new Event('change', { bubbles: true })); }
+    return !!el;
+  }
+
+  /** A step's use of the page's controls: its fields filled, its options picked, then its button pressed. */
+  async function operate(a) {
+    const filled = await Promise.all(Object.entries(a.fill || {}).map(([id, v]) => fill(id, v)));
+    const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
+    return filled.every(Boolean) && picked.every(Boolean) && press(a.click);
+  }
+
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
   function onEvent(ev) {
     if (!run) return;
@@ -285,7 +304,7 @@ export function install(W) {
     if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
     for (const [i, a] of run.step.do.entries()) {
       if (!a.on || run.done.has(i)) continue;
-      const ev = mine.find((e) => e.type === a.on);
+      const ev = mine.filter((e) => e.type === a.on)[(a.n || 1) - 1]; // its n-th such event (the first by default)
       if (!ev) continue;
       run.done.add(i);
       run.after = ev;
@@ -295,25 +314,39 @@ export function install(W) {
     const acted = run.step.do.every((a, i) => !a.on || run.done.has(i));
     const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
-    const m = !run.moment && run.step.moment && acted && (anchor || !run.step.moment_after)
-      && mine.slice(mine.indexOf(anchor) + 1).find(
-        (e) => e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v));
+    // never during the set-up: a job left running by the step before (a burst's start) is not this step's moment
+    const m = !run.moment && run.step.moment && acted && run.setupId && (anchor || !run.step.moment_after)
+      && mine.slice(mine.indexOf(anchor) + 1).filter((e) => later(e.id, run.setupId)
+        && e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
     if (m) moment(m);
+  }
+
+  /** Is stream id `a` ("ms-seq") after `b`? */
+  function later(a, b) {
+    const [am, as] = String(a).split('-').map(Number), [bm, bs] = String(b).split('-').map(Number);
+    return am > bm || (am === bm && (as || 0) > (bs || 0));
   }
 
   /** A kill or a cut lease when the step's event comes (its job's claim, its first tenth): the clock holds
    * still while it lands. A control of the page (the DLQ's replay by reason) is used as the learner would, on
    * the running clock. */
   async function trigger(a, ev) {
+    const mine = run;
+    if (a.settings) { // the pool resized, a setting changed, as the learner would mid-run
+      const res = await W.api('PATCH', W.labPath('/settings'), a.settings);
+      if (res.ok) { S.settings = res.data.settings; W.syncControls(); }
+    }
     if (a.click) {
-      const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
-      if (picked.every(Boolean) && await press(a.click)) return;
-      setText(els.status, 'The control this step presses is not on the page.');
+      if (!await operate(a)) setText(els.status, 'The control this step presses is not on the page.');
       return;
     }
-    const mine = run;
+    if (!a.kill && !a.kills && !a.expire) return;
     await W.clockAction({ action: 'pause' });
     if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
+    if (a.kills) { // rapid kills: every worker busy with one of the step's jobs, one after another
+      const busy = [...S.workers.values()].filter((w) => w.state === 'busy' && mine.ids.has(String(w.job_id)));
+      for (const w of busy.slice(0, a.kills)) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(w.id)}/kill`), {});
+    }
     if (a.expire) await W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
     if (run === mine && !mine.moment) await W.clockAction({ action: 'resume' }); // unless its moment came meanwhile
   }
@@ -321,7 +354,12 @@ export function install(W) {
   async function moment(ev) {
     const mine = run;
     mine.moment = ev;
-    if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) S.predict.hold = false; // measured from now
+    els.mount.dataset.momentId = ev.id; // the event it paused at (a test reads the same one back)
+    if (S.predict && S.predict.scenario === `step:${mine.step.claim}`) {
+      S.predict.hold = false; // measured from now
+      S.predict.moment = ev; // a `moment:` measure reads the moment's own figure, `events:` counts up to it
+      S.predict.panel = panelFigure;
+    }
     await W.clockAction({ action: 'pause' });
     if (run !== mine) { await W.clockAction({ action: 'resume' }); return; } // the learner moved on meanwhile
     run.paused = true;
@@ -341,6 +379,16 @@ export function install(W) {
     if (el) bring(el); // once the bar has its words: the room above it is what is left
   }
 
+  /** A figure a chapter panel measured itself (the watchers' rows): its element's attribute, once the panel
+   * has finished its round (its data-state is no longer `watching`); null until then. */
+  function panelFigure(testid, attr) {
+    const el = document.querySelector(`[data-testid="${testid}"]`);
+    const panel = el && el.closest('.la-panel');
+    if (!el || (panel && panel.dataset.state === 'watching')) return null;
+    const v = Number(el.getAttribute(attr));
+    return el.hasAttribute(attr) && Number.isFinite(v) ? v : null;
+  }
+
   function look(testid) {
     unlook();
     const el = testid && (root.querySelector(`[data-testid="${testid}"]`) || document.querySelector(`[data-testid="${testid}"]`));
@@ -352,7 +400,10 @@ export function install(W) {
     els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
     const summary = panel.querySelector(':scope > summary');
-    if (summary) summary.after(els.callout); else panel.prepend(els.callout);
+    // a narrow element (a readout tile) would be stretched by the words: they go above its row instead
+    if (panel.getBoundingClientRect().width < 280 && panel.parentElement) panel.parentElement.before(els.callout);
+    else if (panel.tagName === 'TABLE') panel.before(els.callout); // a table holds rows only
+    else if (summary) summary.after(els.callout); else panel.prepend(els.callout);
     return panel;
   }
 
@@ -368,8 +419,10 @@ export function install(W) {
 
   /** What the learner sees as the element's name: its heading's own words, else its label or first line. */
   function nameOf(el) {
-    const head = el.querySelector('h3, h4');
-    return (head ? head.firstChild.textContent : el.getAttribute('aria-label') || el.textContent).trim().split('\n')[0];
+    const head = el.querySelector('h3, h4, figcaption, caption'); // a panel's heading, a chart's or table's caption
+    const own = () => [...el.childNodes].filter((n) => n !== els.callout).map((n) => n.textContent).join(' ');
+    const name = (head ? head.firstChild.textContent : el.getAttribute('aria-label') || own()).trim().split('\n')[0];
+    return name.length > 60 ? `${name.slice(0, 59)}…` : name; // a list's whole text is not its name
   }
 
   async function resume() {
@@ -388,6 +441,8 @@ export function install(W) {
   /** The verdict is in (predict.js): say what the lab measured, with its own numbers. */
   function settled() {
     const { step, p } = run;
+    // the scenario's hint asked the question this verdict answers: it is not left asking it
+    for (const el of root.querySelectorAll('.lw-hint')) if (!el.closest('.la-panel')) setText(el, '');
     const m = p.result;
     const t = run.moment ? fmtT(run.moment.t_sim) : '–';
     const text = whyText({ why: step.says || '' }, S.settings, m).replace('{moment_t}', t);

@@ -56,13 +56,22 @@ export function install(W) {
     };
     const inlineBtn = h('button', { type: 'button', class: 'lw-btn', testid: 'inline-submit' }, 'Inline handler');
     const queueBtn = h('button', { type: 'button', class: 'lw-btn', testid: 'enqueue-submit' }, 'Enqueue handler');
+    // after a 504 the server transcodes on for nobody, holding the one inline slot: the button waits for it
+    let serverBusy = false;
+    W.root.addEventListener('lab:event', (e) => {
+      if (e.detail.type !== 'inline.finished' || !serverBusy) return;
+      serverBusy = false;
+      inlineBtn.disabled = false;
+      setText(note, `${note.textContent} The server has now finished that transcode.`);
+    });
     inlineBtn.addEventListener('click', async () => {
       inlineBtn.disabled = true;
       setText(rows.inline.val, 'waiting… the request is held while ffmpeg runs (on the lab clock)');
       const t0 = performance.now();
       const res = await W.api('POST', W.labPath('/inline'), { sample: sample.value });
       const ms = Math.round(performance.now() - t0);
-      inlineBtn.disabled = false;
+      serverBusy = res.status === 504;
+      inlineBtn.disabled = serverBusy;
       // The inline request is paced on the lab's clock: its time is simulated seconds, like every
       // duration in the widget; a request silent past the gateway timeout ends in a real 504.
       const d = res.data || {};
@@ -97,7 +106,7 @@ export function install(W) {
       }
       show();
     });
-    return h('div', { class: 'lw-compare', role: 'group', 'aria-labelledby': 'lw-cmp-h' },
+    return h('div', { class: 'lw-compare', role: 'group', 'aria-labelledby': 'lw-cmp-h', testid: 'inline-compare' },
       h('h4', { id: 'lw-cmp-h' }, 'Inline vs enqueue, timed on the lab clock'),
       h('p', { class: 'lw-doc' }, 'Predict both response times first. Uses the sample clip chosen above.'),
       h('div', { class: 'lw-row lw-wrap' }, inlineBtn, queueBtn),

@@ -1,0 +1,105 @@
+"""challenge: what running a learner's handler in the sandbox adds to each attempt (core/challenges/box.py).
+
+The same handler (one ctx call — a log line — then return) run two ways, alternating so a busy moment of the
+shared box falls on both: *sandboxed*, as a work horse runs it (bwrap, setpriv, prlimit, the interpreter's start
+with `-I -S`, the runner, the JSON lines over its pipes, the wait for its exit); and *plain*, its code compiled
+and called in this process with a ctx that answers the same call in memory — a plain attempt's handler step.
+Beside them, the sandboxed start alone: real time to the handler's first message. RATIO = median sandboxed ÷
+median plain, in this run; `added_ms` is the per-attempt overhead the issue bounds at 50 ms.
+
+Then one whole run of chapter 5's reference handler at the lab's default speed (20×): real seconds from the POST
+to the verdict, and from the run's last job event (its last ack or dead letter, `t_real`) to the moment a poll
+every 50 ms first saw the verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import chapters
+from bench.common import Bench, median, report, rnd
+from core.challenges import box
+
+NAME = "challenge"
+RUNS = 40
+CODE = "def handle(ctx):\n    ctx.log('attempt', ctx.job.attempt)\n"
+JOB = {"id": "1", "attempt": 1, "idempotency_key": "k", "input": {}}
+
+
+class _Plain:
+    """The in-process ctx of a plain attempt: the same call, answered in memory."""
+
+    class job:  # noqa: N801 - the attribute a handler reads
+        attempt = 1
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def log(self, *parts) -> None:
+        self.lines.append(" ".join(map(str, parts)))
+
+
+def plain() -> float:
+    t0 = time.perf_counter()
+    scope: dict = {}
+    exec(compile(CODE, "handler.py", "exec"), scope)  # noqa: S102 - the benchmark's own fixed code
+    scope["handle"](_Plain())
+    return time.perf_counter() - t0
+
+
+def sandboxed(first: list[float]) -> float:
+    t0 = time.perf_counter()
+    out = box.HandlerBox(CODE, JOB).run(lambda op, args: None)
+    real = time.perf_counter() - t0
+    if out.kind != "ack":
+        raise RuntimeError(f"the handler did not ack: {out}")
+    first.append(out.start_ms / 1000)
+    return real
+
+
+def whole_run(b: Bench, speed: float = 20.0) -> dict:
+    """The ch5 reference, run end to end on the stack: real seconds to the verdict and the verdict's lag."""
+    lab = b.lab("ch5", speed)
+    b.api.workers_ready(lab, 2)
+    path = f"/api/labs/{lab['lab_id']}/challenge"
+    t0 = time.time()
+    code = chapters.CHALLENGES["effectively-once"]["reference"]
+    b.call("POST", path, {"challenge": "effectively-once", "code": code}, lab["token"])
+    while (verdict := b.call("GET", path, token=lab["token"]))["state"] not in ("checked", "error"):
+        time.sleep(0.05)
+    seen = time.time()
+    events = b.call("GET", f"/api/labs/{lab['lab_id']}/events?after=0", token=lab["token"])["events"]
+    ends = ("job.succeeded", "job.dead_lettered", "job.duplicate_completed")
+    last = max(e["t_real"] for e in events if e["type"] in ends and e.get("job_id") in verdict["jobs"])
+    b.delete_lab(lab)
+    return {"jobs": len(verdict["jobs"]), "passed": verdict.get("passed"), "run_s": rnd(seen - t0, 1),
+            "verdict_lag_s": rnd(seen - last, 2), "speed": speed}
+
+
+def run(b: Bench) -> dict:
+    why = box.confined()
+    if why:
+        raise RuntimeError(f"no sandbox on this host ({why}): challenges are off, nothing to measure")
+    real: dict[str, list[float]] = {"plain": [], "sandboxed": [], "sandboxed, to first message": []}
+    for _ in range(RUNS):
+        real["plain"].append(plain())
+        real["sandboxed"].append(sandboxed(real["sandboxed, to first message"]))
+    rows = [{"what": what, "runs": RUNS, "median_ms": rnd(median(v) * 1000, 2), "min_ms": rnd(min(v) * 1000, 2),
+             "max_ms": rnd(max(v) * 1000, 2)} for what, v in real.items()]
+    by = {row["what"]: row for row in rows}
+    added = rnd(by["sandboxed"]["median_ms"] - by["plain"]["median_ms"], 1)
+    ratio = rnd(by["sandboxed"]["median_ms"] / max(by["plain"]["median_ms"], 1e-3), 0)
+    by["sandboxed"]["added_ms"] = added
+    whole = whole_run(b)
+    return report(
+        NAME, "the sandbox's price per handler attempt",
+        ["what", "runs", "median_ms", "min_ms", "max_ms", "added_ms"], rows,
+        {"label": "sandboxed ÷ plain handler step (median, start to exit)", "value": ratio,
+         "baseline": "the same handler called in process, alternating with it in this run",
+         "also": f"+{added} ms per attempt"},
+        {"runs": RUNS, "limits": asdict(box.LIMITS), "turn_s": box.TURN_S}, notes=[
+            "added_ms = median sandboxed − median plain (real time, one ctx call each)",
+            f"a whole ch5 run ({whole['jobs']} jobs, its faults, the reference handler) at {whole['speed']:g}×: "
+            f"{whole['run_s']} s from POST to verdict, verdict {whole['verdict_lag_s']} s after the last job's event "
+            f"(passed: {whole['passed']})"], extra={"whole_run": whole})
