@@ -13,8 +13,6 @@ from playwright.sync_api import Browser, expect
 import chapters
 from tests.e2e.test_rooms import create_room, saved_lab, widget_ready
 
-pytestmark = pytest.mark.e2e
-
 RUN = 120_000
 FIX = 'if ctx.kv.claim("emailed:" + ctx.job.idempotency_key):'
 

@@ -18,8 +18,6 @@ from core.keys import key
 from core.procs import wait
 from runtime.harness.stack import Stack
 
-pytestmark = pytest.mark.integration
-
 REFUSED = [
     ("CONFIG", "SET", "maxmemory-policy", "allkeys-random"), ("CONFIG", "SET", "maxmemory", "1mb"),
     ("CONFIG", "SET", "appendonly", "no"), ("CONFIG", "SET", "save", ""), ("CONFIG", "SET", "maxclients", "1"),

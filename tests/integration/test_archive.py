@@ -23,7 +23,6 @@ from core.procs import wait
 from runtime.harness.client import Api
 from runtime.harness.stack import Stack
 
-pytestmark = pytest.mark.integration
 DEFAULTS = Config()
 LIVE_CAP = 10
 RATE_LABS = 10  # half the default: the race test reaches it in three races

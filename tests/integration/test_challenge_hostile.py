@@ -19,7 +19,6 @@ import redis
 
 from core import sandbox
 
-pytestmark = pytest.mark.integration
 CHALLENGE = "effectively-once"
 SPEED = 200
 

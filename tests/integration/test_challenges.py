@@ -13,7 +13,6 @@ import pytest
 
 import chapters
 
-pytestmark = pytest.mark.integration
 SPEED = 200
 
 
