@@ -34,7 +34,7 @@ INDEX = os.environ.get("UV_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or "ht
 
 COMMANDS = {
     "run": [["-m", "runtime.launcher"]],
-    "test": [["-m", "ruff", "check", "."], ["-m", "pytest"]],
+    "test": [["-m", "ruff", "check", "."], ["-m", "ruff", "format", "--check", "."], ["-m", "pytest"]],
     "bench": [["-m", "bench"]],
     "chaos": [["-m", "chaos"]],
 }
@@ -91,14 +91,19 @@ def ensure_venv(extras: bool = True) -> None:
     print(f"lab: installing the {'test' if extras else 'runtime'} dependencies …", flush=True)
     reqs = requirements(extras)
     if UV.exists() or fetch_uv():
-        subprocess.run([str(UV), "pip", "install", "-q", "--python", str(PYTHON), "--index-url", INDEX, *reqs],
-                       check=True)
+        subprocess.run(
+            [str(UV), "pip", "install", "-q", "--python", str(PYTHON), "--index-url", INDEX, *reqs], check=True
+        )
     else:
         if not (VENV / "bin" / "pip").exists():
             subprocess.run([str(PYTHON), "-m", "ensurepip", "-q"], check=True)
         subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check", *reqs], check=True)
-    site = subprocess.run([str(PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(site) / "async_work_lab.pth").write_text(f"{ROOT}\n")  # the project's packages, from this checkout
     STAMP.write_text(" ".join(want))
 

@@ -51,8 +51,7 @@ class Assets:
         self.load()
 
     def load(self) -> None:
-        raw = {p.relative_to(self.root).as_posix(): p.read_bytes()
-               for p in sorted(self.root.rglob("*")) if p.is_file()}
+        raw = {p.relative_to(self.root).as_posix(): p.read_bytes() for p in sorted(self.root.rglob("*")) if p.is_file()}
         deps = {path: self._imports(path, body) for path, body in raw.items() if path.endswith(".js")}
         # what a module needs before it runs: a dynamic import() is fetched on first use, so not preloaded
         static = {path: self._imports(path, body, static_only=True) for path, body in raw.items() if path in deps}
@@ -90,8 +89,11 @@ class Assets:
     @staticmethod
     def _imports(path: str, body: bytes, static_only: bool = False) -> list[str]:
         base = path.rpartition("/")[0]
-        return [((base + "/") if base else "") + m.group(2)[2:] for m in _IMPORT.finditer(body.decode("utf-8"))
-                if not (static_only and m.group(1).rstrip("'\" ").endswith("("))]
+        return [
+            ((base + "/") if base else "") + m.group(2)[2:]
+            for m in _IMPORT.finditer(body.decode("utf-8"))
+            if not (static_only and m.group(1).rstrip("'\" ").endswith("("))
+        ]
 
     def _rewrite(self, path: str, body: bytes) -> bytes:
         base = path.rpartition("/")[0]
@@ -101,8 +103,9 @@ class Assets:
             printed = self.url.get(target)
             if printed is None:
                 return m.group(0)
-            rel = printed[len(base) + 1:] if base else printed  # keeps a sub-folder: ./widget/util.<hash>.js
+            rel = printed[len(base) + 1 :] if base else printed  # keeps a sub-folder: ./widget/util.<hash>.js
             return f"{m.group(1)}./{rel}{m.group(3)}"
+
         return _IMPORT.sub(sub, body.decode("utf-8")).encode()
 
     def preloads(self, *modules: str) -> list[str]:
@@ -145,10 +148,15 @@ def init_app(app: Flask) -> None:
 
 def compress(resp: Response) -> Response:
     """gzip a dynamic text response (HTML, JSON) when the client accepts it and it is worth it."""
-    if (resp.direct_passthrough or resp.status_code < 200 or resp.status_code in (204, 304)
-            or "Content-Encoding" in resp.headers or resp.is_streamed
-            or not (resp.mimetype or "").startswith(_COMPRESSIBLE)
-            or "gzip" not in request.headers.get("Accept-Encoding", "")):
+    if (
+        resp.direct_passthrough
+        or resp.status_code < 200
+        or resp.status_code in (204, 304)
+        or "Content-Encoding" in resp.headers
+        or resp.is_streamed
+        or not (resp.mimetype or "").startswith(_COMPRESSIBLE)
+        or "gzip" not in request.headers.get("Accept-Encoding", "")
+    ):
         return resp
     body = resp.get_data()
     if len(body) < MIN_GZIP:

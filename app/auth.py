@@ -44,8 +44,12 @@ def refuse_cross_site() -> None:
     starts, so a change authorised only by the cookie must come from our own origin. A Bearer
     token is never sent by the browser on its own, so it needs no such check."""
     if not same_origin():
-        raise ApiError(403, "cross_site", "a change authorised by the lab cookie must come from this "
-                       "app's own pages (send Authorization: Bearer <token> from other clients)")
+        raise ApiError(
+            403,
+            "cross_site",
+            "a change authorised by the lab cookie must come from this "
+            "app's own pages (send Authorization: Bearer <token> from other clients)",
+        )
 
 
 def refuse_foreign_origin() -> None:
@@ -62,8 +66,11 @@ def authorise(lab_id: str, token: str | None, write: bool) -> tuple[str, float]:
     the lab's owner last called (read with it)."""
     r = get_redis()
     if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
-        why = registry.gone_why(r, lab_id, current_app.config["LAB"].lab_idle_ttl) \
-            if len(lab_id) <= 32 and valid_id(lab_id) else None
+        why = (
+            registry.gone_why(r, lab_id, current_app.config["LAB"].lab_idle_ttl)
+            if len(lab_id) <= 32 and valid_id(lab_id)
+            else None
+        )
         if why:
             raise ApiError(404, "lab_expired", why)
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
@@ -88,6 +95,7 @@ def lab_access(write: bool, resume: bool = True):
     """Decorator for `/api/labs/<lab_id>/…` routes: authorise the request's token, and for a write
     apply the CSRF rule. Any owner call keeps the lab alive and counts as watching it (core/parking.py);
     with `resume`, a parked lab is resumed first (429 if its client's running-lab cap is taken)."""
+
     def deco(fn):
         @wraps(fn)
         def wrapper(lab_id: str, *a, **kw):
@@ -104,5 +112,7 @@ def lab_access(write: bool, resume: bool = True):
             if resume:
                 limits.wake(get_redis(), lab_id)
             return fn(lab_id, *a, **kw)
+
         return wrapper
+
     return deco

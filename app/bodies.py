@@ -86,16 +86,22 @@ class Field:
         if self.kind == "choice":
             return isinstance(value, str) and value in self.choices
         if self.kind == "string":
-            return (isinstance(value, str) and len(value) >= (self.min_length or 0)
-                    and (self.max_length is None or len(value) <= self.max_length)
-                    and (self.pattern is None or re.fullmatch(self.pattern, value) is not None))
+            return (
+                isinstance(value, str)
+                and len(value) >= (self.min_length or 0)
+                and (self.max_length is None or len(value) <= self.max_length)
+                and (self.pattern is None or re.fullmatch(self.pattern, value) is not None)
+            )
         if self.kind == "bool":
             return isinstance(value, bool)
         number = int if self.kind == "int" else (int, float)
         if isinstance(value, bool) or not isinstance(value, number) or value != value:
             return False
-        return ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
-                and (self.above is None or value > self.above))
+        return (
+            (self.min is None or value >= self.min)
+            and (self.max is None or value <= self.max)
+            and (self.above is None or value > self.above)
+        )
 
     def _expected(self) -> str:
         if self.kind == "choice":
@@ -120,9 +126,15 @@ class Field:
             prop = {"description": self.doc} if self.doc else {}
         else:
             prop = {"type": "string" if self.kind == "choice" else _TYPES[self.kind]}
-            for key, value in (("enum", list(self.choices) or None), ("minimum", self.min), ("maximum", self.max),
-                               ("exclusiveMinimum", self.above), ("maxLength", self.max_length),
-                               ("minLength", self.min_length), ("pattern", self.pattern)):
+            for key, value in (
+                ("enum", list(self.choices) or None),
+                ("minimum", self.min),
+                ("maximum", self.max),
+                ("exclusiveMinimum", self.above),
+                ("maxLength", self.max_length),
+                ("minLength", self.min_length),
+                ("pattern", self.pattern),
+            ):
                 if value is not None:
                     prop[key] = value
             if self.doc:
@@ -159,8 +171,9 @@ class Body:
         if self.register:
             BODIES.setdefault(self.endpoint, []).append(self)
 
-    def check(self, body: dict[str, Any], defaults: dict[str, Any] | None = None
-              ) -> tuple[dict[str, Any], dict[str, str], tuple[str, int] | None]:
+    def check(
+        self, body: dict[str, Any], defaults: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, str], tuple[str, int] | None]:
         """(clean values, {field: message}, (error code, status) of the first field that failed)."""
         clean: dict[str, Any] = {}
         errors: dict[str, str] = {}
@@ -234,163 +247,478 @@ _STREAM_ID = r"^\d+(-\d+)?$"
 TIER = Field("tier", "choice", "the customer tier", default="free", choices=fairness.TIERS)
 
 # --- routes: labs, settings, clock --------------------------------------------------------------
-SETTINGS = Body("settings.patch_settings", tuple(Field(s.name, setting=s.name) for s in settings.SCHEMA),
-                error="invalid_settings", unknown="unknown setting")
-NEW_LAB = Body("labs.create_lab", (
-    Field("preset", "choice", "the chapter preset the lab starts from", default=chapters.DEFAULT_PRESET,
-          choices=tuple(chapters.PRESETS), error="invalid_preset"),
-    Field("speed", setting="speed", error="invalid_settings"),  # default: the deployment's SPEED
-))
-BRANCH = Body("labs.create_lab", (
-    Field("branch_of", "string", "branch this lab (send its token or view token): the new lab starts from that "
-          "lab's moment `at_event`", required=True, min_length=1, max_length=32, error="invalid_branch",
-          message="must be the id of the lab to branch from"),
-    Field("at_event", "string", "an event id of `branch_of`; the jobs not yet done then are enqueued again as "
-          "new jobs", required=True, max_length=40, pattern=_STREAM_ID, check=_event_id, error="invalid_at_event",
-          message="must be an event id of the parent lab, like 1700000000000-0"),
-    Field("settings", "object", "settings changed for the branch (on top of the parent's settings at `at_event`)",
-          body=Body("labs.create_lab", SETTINGS.fields, error="invalid_settings", unknown="unknown setting",
-                    register=False), error="invalid_settings", message="settings must be a JSON object"),
-    Field("speed", setting="speed", nullable=True, error="invalid_settings"),
-))
-CLOCK = Body("clock.clock_action", (
-    Field("action", "choice", "pause, resume, or step a paused clock (may be left out when only `speed` "
-          "changes)", choices=("pause", "resume", "step"), nullable=True, error="invalid_action",
-          message="must be pause, resume or step"),
-    Field("seconds", "number", "simulated seconds one step advances a paused clock (up to a simulated day)",
-          default=30.0, min=0.001, max=86400, error="invalid_step"),
-    Field("speed", setting="speed", error="invalid_settings"),
-))
+SETTINGS = Body(
+    "settings.patch_settings",
+    tuple(Field(s.name, setting=s.name) for s in settings.SCHEMA),
+    error="invalid_settings",
+    unknown="unknown setting",
+)
+NEW_LAB = Body(
+    "labs.create_lab",
+    (
+        Field(
+            "preset",
+            "choice",
+            "the chapter preset the lab starts from",
+            default=chapters.DEFAULT_PRESET,
+            choices=tuple(chapters.PRESETS),
+            error="invalid_preset",
+        ),
+        Field("speed", setting="speed", error="invalid_settings"),  # default: the deployment's SPEED
+    ),
+)
+BRANCH = Body(
+    "labs.create_lab",
+    (
+        Field(
+            "branch_of",
+            "string",
+            "branch this lab (send its token or view token): the new lab starts from that lab's moment `at_event`",
+            required=True,
+            min_length=1,
+            max_length=32,
+            error="invalid_branch",
+            message="must be the id of the lab to branch from",
+        ),
+        Field(
+            "at_event",
+            "string",
+            "an event id of `branch_of`; the jobs not yet done then are enqueued again as new jobs",
+            required=True,
+            max_length=40,
+            pattern=_STREAM_ID,
+            check=_event_id,
+            error="invalid_at_event",
+            message="must be an event id of the parent lab, like 1700000000000-0",
+        ),
+        Field(
+            "settings",
+            "object",
+            "settings changed for the branch (on top of the parent's settings at `at_event`)",
+            body=Body(
+                "labs.create_lab", SETTINGS.fields, error="invalid_settings", unknown="unknown setting", register=False
+            ),
+            error="invalid_settings",
+            message="settings must be a JSON object",
+        ),
+        Field("speed", setting="speed", nullable=True, error="invalid_settings"),
+    ),
+)
+CLOCK = Body(
+    "clock.clock_action",
+    (
+        Field(
+            "action",
+            "choice",
+            "pause, resume, or step a paused clock (may be left out when only `speed` changes)",
+            choices=("pause", "resume", "step"),
+            nullable=True,
+            error="invalid_action",
+            message="must be pause, resume or step",
+        ),
+        Field(
+            "seconds",
+            "number",
+            "simulated seconds one step advances a paused clock (up to a simulated day)",
+            default=30.0,
+            min=0.001,
+            max=86400,
+            error="invalid_step",
+        ),
+        Field("speed", setting="speed", error="invalid_settings"),
+    ),
+)
 
 # --- routes: jobs, inline, faults, DLQ ----------------------------------------------------------
-JOB = Body("jobs.create_job", (
-    Field("job_type", "choice", "what the worker makes", default="transcode", choices=producer.JOB_TYPES),
-    Field("sample", "choice", "one of the lab's sample clips (or the poison pill)", default="bigbuckbunny",
-          choices=tuple(SAMPLES)),
-    Field("duration_s", setting="job_duration", doc="simulated duration of this job (default: the lab's "
-          "`job_duration`)"),  # default: the lab's job_duration
-), error="invalid_job")
-INLINE = Body("inline.inline_transcode", (
-    Field("sample", "choice", "a real clip to transcode inside the request", default="bigbuckbunny",
-          choices=tuple(s for s in SAMPLES if s != "poison"), error="unknown_sample"),
-    Field("duration_s", setting="job_duration", doc="simulated duration of the inline job (default: the lab's "
-          "`job_duration`); the request is held that long unless the gateway times out first"),
-), error="invalid_job")
-FAULT = Body("faults.inject_fault", (
-    Field("type", "choice", "the fault", choices=tuple(FAULTS), required=True),
-    Field("duration_s", "number", "simulated seconds the fault lasts (up to a simulated day; the poison pill "
-          "is one job and ignores it)", default=120.0, min=1, max=86400),
-), error="invalid_fault")
-CHALLENGE = Body("challenges.run_challenge", (
-    Field("challenge", "choice", "which challenge (GET /api/challenges lists them)", choices=tuple(chapters.CHALLENGES),
-          required=True, error="unknown_challenge", status=404),
-    Field("code", "string", "the handler: Python defining `handle(ctx)` (core/challenges/runner.py documents ctx)",
-          required=True, max_length=CODE_MAX, error="invalid_code",
-          message=f"must be the handler's Python source, at most {CODE_MAX} characters"),
-))
-REPLAY = Body("dlq.replay_dlq", (
-    Field("reason", "string", "replay only the dead letters with this reason", nullable=True,
-          error="invalid_reason"),
-    Field("rate", "number", "pace the replay at this many jobs per simulated second (left out: all at once)",
-          min=0.001, max=1000, nullable=True, error="invalid_rate",
-          message="must be a number of jobs per simulated second, 0.001–1000 (omit it for an unpaced replay)"),
-))
+JOB = Body(
+    "jobs.create_job",
+    (
+        Field("job_type", "choice", "what the worker makes", default="transcode", choices=producer.JOB_TYPES),
+        Field(
+            "sample",
+            "choice",
+            "one of the lab's sample clips (or the poison pill)",
+            default="bigbuckbunny",
+            choices=tuple(SAMPLES),
+        ),
+        Field(
+            "duration_s",
+            setting="job_duration",
+            doc="simulated duration of this job (default: the lab's `job_duration`)",
+        ),  # default: the lab's job_duration
+    ),
+    error="invalid_job",
+)
+INLINE = Body(
+    "inline.inline_transcode",
+    (
+        Field(
+            "sample",
+            "choice",
+            "a real clip to transcode inside the request",
+            default="bigbuckbunny",
+            choices=tuple(s for s in SAMPLES if s != "poison"),
+            error="unknown_sample",
+        ),
+        Field(
+            "duration_s",
+            setting="job_duration",
+            doc="simulated duration of the inline job (default: the lab's "
+            "`job_duration`); the request is held that long unless the gateway times out first",
+        ),
+    ),
+    error="invalid_job",
+)
+FAULT = Body(
+    "faults.inject_fault",
+    (
+        Field("type", "choice", "the fault", choices=tuple(FAULTS), required=True),
+        Field(
+            "duration_s",
+            "number",
+            "simulated seconds the fault lasts (up to a simulated day; the poison pill is one job and ignores it)",
+            default=120.0,
+            min=1,
+            max=86400,
+        ),
+    ),
+    error="invalid_fault",
+)
+CHALLENGE = Body(
+    "challenges.run_challenge",
+    (
+        Field(
+            "challenge",
+            "choice",
+            "which challenge (GET /api/challenges lists them)",
+            choices=tuple(chapters.CHALLENGES),
+            required=True,
+            error="unknown_challenge",
+            status=404,
+        ),
+        Field(
+            "code",
+            "string",
+            "the handler: Python defining `handle(ctx)` (core/challenges/runner.py documents ctx)",
+            required=True,
+            max_length=CODE_MAX,
+            error="invalid_code",
+            message=f"must be the handler's Python source, at most {CODE_MAX} characters",
+        ),
+    ),
+)
+REPLAY = Body(
+    "dlq.replay_dlq",
+    (
+        Field(
+            "reason", "string", "replay only the dead letters with this reason", nullable=True, error="invalid_reason"
+        ),
+        Field(
+            "rate",
+            "number",
+            "pace the replay at this many jobs per simulated second (left out: all at once)",
+            min=0.001,
+            max=1000,
+            nullable=True,
+            error="invalid_rate",
+            message="must be a number of jobs per simulated second, 0.001–1000 (omit it for an unpaced replay)",
+        ),
+    ),
+)
 
 # --- chapter blueprints ----------------------------------------------------------------------
 MAX_BATCH = 500  # the lesson's burst size is the ceiling for one call
 MAX_POISON = 20  # each costs up to POISON_CRASHES worker restarts: enough for a storm, not a siege
-FAIR_JOBS = Body("fairness.submit_jobs", (
-    TIER,
-    Field("count", "int", "jobs to queue", default=1, min=1, max=MAX_BATCH),
-    Field("customer", "string", "1–16 letters or digits (default: the tier's first customer, p1 or f1)",
-          min_length=1, max_length=16, check=_letters_or_digits, message="must be 1–16 letters or digits"),
-))
-FAIR_NOISY = Body("fairness.noisy_neighbour", (
-    Field("burst", "int", "jobs the noisy free customer drops at once", default=60, min=1, max=MAX_BATCH),
-    Field("others", "int", "quiet free customers who then submit one job each", default=9, min=0, max=50),
-))
-FAIR_POISON = Body("fairness.poison", (
-    TIER, Field("count", "int", "poison jobs to queue", default=3, min=1, max=MAX_POISON),
-))
-FAIR_SPIKE = Body("fairness.spike", (
-    TIER, Field("duration_s", "int", "simulated seconds the tier's arrival rate stays doubled", default=300,
-                min=1, max=7200),
-))
+FAIR_JOBS = Body(
+    "fairness.submit_jobs",
+    (
+        TIER,
+        Field("count", "int", "jobs to queue", default=1, min=1, max=MAX_BATCH),
+        Field(
+            "customer",
+            "string",
+            "1–16 letters or digits (default: the tier's first customer, p1 or f1)",
+            min_length=1,
+            max_length=16,
+            check=_letters_or_digits,
+            message="must be 1–16 letters or digits",
+        ),
+    ),
+)
+FAIR_NOISY = Body(
+    "fairness.noisy_neighbour",
+    (
+        Field("burst", "int", "jobs the noisy free customer drops at once", default=60, min=1, max=MAX_BATCH),
+        Field("others", "int", "quiet free customers who then submit one job each", default=9, min=0, max=50),
+    ),
+)
+FAIR_POISON = Body(
+    "fairness.poison",
+    (
+        TIER,
+        Field("count", "int", "poison jobs to queue", default=3, min=1, max=MAX_POISON),
+    ),
+)
+FAIR_SPIKE = Body(
+    "fairness.spike",
+    (
+        TIER,
+        Field(
+            "duration_s", "int", "simulated seconds the tier's arrival rate stays doubled", default=300, min=1, max=7200
+        ),
+    ),
+)
 
 LOADGEN_ACTIONS = ("start", "stop", "rate", "peak", "unpeak")
 MAX_RATE = 5.0  # simulated jobs/s: ~150 jobs in flight at W = 30 s, the lab's in-flight bound
-LOADGEN = Body("loadgen.control_loadgen", (
-    Field("action", "choice", "start (rate, seed), stop, change the rate, or step to the peak and back",
-          choices=LOADGEN_ACTIONS, required=True, error="invalid_action"),
-    Field("rate", "number", "Poisson arrivals per simulated second (start: default 0.1; rate: required)",
-          above=0, max=MAX_RATE, nullable=True, error="invalid_rate",
-          message=f"must be a number of jobs/s in (0, {MAX_RATE:g}]"),
-    Field("seed", "int", "seed of the arrival draws, so a run can be repeated", default=1, min=0, max=2**31 - 1,
-          error="invalid_seed", message="must be a whole number in [0, 2^31)"),
-    Field("mix", "choice", "job times on start: lesson (the lesson's blend, W = 30 s) or even (every job W)",
-          choices=tuple(loadgen.MIXES), default="lesson", error="invalid_mix"),
-))
-SCHEDULE = Body("schedule.control_schedule", (
-    Field("action", "choice", "kill a replica, take every replica down, make the next run slow, or reset",
-          choices=("kill", "down", "slow", "reset"), required=True, error="invalid_action"),
-    Field("replica", "string", "r1, r2, …, or leader / holder", error="unknown_replica",
-          message="name a replica of this lab (r1, r2, …), leader or holder"),
-    Field("duration_s", "number", "simulated seconds: how long `down` lasts (default 300) or the slow run takes "
-          "(default three task durations)", min=1, max=7200, error="invalid_duration",
-          message="must be simulated seconds in [1, 7200]"),
-))
+LOADGEN = Body(
+    "loadgen.control_loadgen",
+    (
+        Field(
+            "action",
+            "choice",
+            "start (rate, seed), stop, change the rate, or step to the peak and back",
+            choices=LOADGEN_ACTIONS,
+            required=True,
+            error="invalid_action",
+        ),
+        Field(
+            "rate",
+            "number",
+            "Poisson arrivals per simulated second (start: default 0.1; rate: required)",
+            above=0,
+            max=MAX_RATE,
+            nullable=True,
+            error="invalid_rate",
+            message=f"must be a number of jobs/s in (0, {MAX_RATE:g}]",
+        ),
+        Field(
+            "seed",
+            "int",
+            "seed of the arrival draws, so a run can be repeated",
+            default=1,
+            min=0,
+            max=2**31 - 1,
+            error="invalid_seed",
+            message="must be a whole number in [0, 2^31)",
+        ),
+        Field(
+            "mix",
+            "choice",
+            "job times on start: lesson (the lesson's blend, W = 30 s) or even (every job W)",
+            choices=tuple(loadgen.MIXES),
+            default="lesson",
+            error="invalid_mix",
+        ),
+    ),
+)
+SCHEDULE = Body(
+    "schedule.control_schedule",
+    (
+        Field(
+            "action",
+            "choice",
+            "kill a replica, take every replica down, make the next run slow, or reset",
+            choices=("kill", "down", "slow", "reset"),
+            required=True,
+            error="invalid_action",
+        ),
+        Field(
+            "replica",
+            "string",
+            "r1, r2, …, or leader / holder",
+            error="unknown_replica",
+            message="name a replica of this lab (r1, r2, …), leader or holder",
+        ),
+        Field(
+            "duration_s",
+            "number",
+            "simulated seconds: how long `down` lasts (default 300) or the slow run takes "
+            "(default three task durations)",
+            min=1,
+            max=7200,
+            error="invalid_duration",
+            message="must be simulated seconds in [1, 7200]",
+        ),
+    ),
+)
 MAX_FAILS = 10
-WEBHOOK = Body("webhooks.register", (
-    Field("url", "string", "\"builtin\" (the lab's own receiver) or an absolute http(s) URL", required=True,
-          min_length=1, max_length=2000, message="send \"builtin\" or an absolute http(s) URL"),
-    Field("fail_times", "int", "the built-in receiver answers 500 to this many deliveries first", default=0,
-          min=0, max=MAX_FAILS, message=f"must be a whole number 0–{MAX_FAILS}"),
-), error="invalid_webhook")
+WEBHOOK = Body(
+    "webhooks.register",
+    (
+        Field(
+            "url",
+            "string",
+            '"builtin" (the lab\'s own receiver) or an absolute http(s) URL',
+            required=True,
+            min_length=1,
+            max_length=2000,
+            message='send "builtin" or an absolute http(s) URL',
+        ),
+        Field(
+            "fail_times",
+            "int",
+            "the built-in receiver answers 500 to this many deliveries first",
+            default=0,
+            min=0,
+            max=MAX_FAILS,
+            message=f"must be a whole number 0–{MAX_FAILS}",
+        ),
+    ),
+    error="invalid_webhook",
+)
 
 ROOM_CLIENT = r"^[A-Za-z0-9_-]{8,40}$"
-ROOM = Body("rooms.create_room", (
-    Field("scenario", "choice", "start the room from a ready-made scenario", choices=tuple(chapters.SCENARIOS),
-          nullable=True, error="invalid_scenario"),
-    Field("preset", "choice", "the chapter preset of a fresh room lab (without `scenario` or `lab_id`; "
-          f"default {chapters.DEFAULT_PRESET})", choices=tuple(links.room_presets()), error="invalid_preset"),
-    Field("speed", setting="speed", error="invalid_settings"),
-    Field("lab_id", "string", "open the room on this lab of yours (send its token as Bearer)", max_length=32,
-          error="unknown_lab", status=404, message="no such lab"),
-    Field("view_token", "string", "that lab's view token, handed to the students", error="invalid_view_token",
-          message="must be this lab's view token"),
-))
-FOLLOW = Body("rooms.follow_room", (
-    Field("name", "string", "the student's name the instructor sees", default="", max_length=40,
-          error="invalid_name"),
-))
-PRESENCE = Body("rooms.room_presence", (
-    Field("client", "string", "this page's seat (POST /api/rooms/{code}/members)", required=True, pattern=ROOM_CLIENT,
-          error="invalid_client", message="must be 8–40 letters, digits, - or _"),
-    Field("lab_id", "string", "the lab this page shows, if it is the room's or a student's", nullable=True,
-          error="invalid_lab", message="must be a lab id"),
-))
-_ROUND_N = Field("n", "int", "the open question's number (GET /api/rooms/{code}/round)", required=True, min=1,
-                 max=2**31, error="no_round", status=409, message="that question is no longer open; reload the page")
-ROUND = Body("rooms.open_round", (
-    Field("prediction", "string", "one of the prediction questions of the room's chapter (GET /api/meta)",
-          required=True, max_length=64, error="invalid_prediction", message="must be a prediction of this chapter"),
-))
-GUESS = Body("rooms.round_guess", (
-    Field("client", "string", "this page's seat (POST /api/rooms/{code}/members): one guess per seat",
-          required=True, pattern=ROOM_CLIENT,
-          error="invalid_client", message="must be 8–40 letters, digits, - or _"),
-    _ROUND_N,
-    Field("value", "json", "the guess: a whole number in the question's range, or one of its choices",
-          required=True, error="invalid_guess", message="must be a whole number or one of the question's choices"),
-))
-ROUND_RESULT = Body("rooms.round_result", (
-    _ROUND_N,
-    Field("measured", "json", "what the instructor's lab measured: a whole number, or one of the choices",
-          required=True, error="invalid_result", message="must be a whole number or one of the question's choices"),
-    Field("why", "string", "a sentence on why it came out so (shown beside the class's guesses)", default="",
-          max_length=600, error="invalid_result", message="must be text of at most 600 characters"),
-))
-ROOM_RACE = Body("rooms.room_race", (
-    Field("race_id", "string", "a race that is still running (POST /api/races)", required=True,
-          pattern=r"^[A-Za-z0-9_-]{16}$", error="invalid_race", message="must be a race that is still running"),
-))
+ROOM = Body(
+    "rooms.create_room",
+    (
+        Field(
+            "scenario",
+            "choice",
+            "start the room from a ready-made scenario",
+            choices=tuple(chapters.SCENARIOS),
+            nullable=True,
+            error="invalid_scenario",
+        ),
+        Field(
+            "preset",
+            "choice",
+            "the chapter preset of a fresh room lab (without `scenario` or `lab_id`; "
+            f"default {chapters.DEFAULT_PRESET})",
+            choices=tuple(links.room_presets()),
+            error="invalid_preset",
+        ),
+        Field("speed", setting="speed", error="invalid_settings"),
+        Field(
+            "lab_id",
+            "string",
+            "open the room on this lab of yours (send its token as Bearer)",
+            max_length=32,
+            error="unknown_lab",
+            status=404,
+            message="no such lab",
+        ),
+        Field(
+            "view_token",
+            "string",
+            "that lab's view token, handed to the students",
+            error="invalid_view_token",
+            message="must be this lab's view token",
+        ),
+    ),
+)
+FOLLOW = Body(
+    "rooms.follow_room",
+    (
+        Field(
+            "name", "string", "the student's name the instructor sees", default="", max_length=40, error="invalid_name"
+        ),
+    ),
+)
+PRESENCE = Body(
+    "rooms.room_presence",
+    (
+        Field(
+            "client",
+            "string",
+            "this page's seat (POST /api/rooms/{code}/members)",
+            required=True,
+            pattern=ROOM_CLIENT,
+            error="invalid_client",
+            message="must be 8–40 letters, digits, - or _",
+        ),
+        Field(
+            "lab_id",
+            "string",
+            "the lab this page shows, if it is the room's or a student's",
+            nullable=True,
+            error="invalid_lab",
+            message="must be a lab id",
+        ),
+    ),
+)
+_ROUND_N = Field(
+    "n",
+    "int",
+    "the open question's number (GET /api/rooms/{code}/round)",
+    required=True,
+    min=1,
+    max=2**31,
+    error="no_round",
+    status=409,
+    message="that question is no longer open; reload the page",
+)
+ROUND = Body(
+    "rooms.open_round",
+    (
+        Field(
+            "prediction",
+            "string",
+            "one of the prediction questions of the room's chapter (GET /api/meta)",
+            required=True,
+            max_length=64,
+            error="invalid_prediction",
+            message="must be a prediction of this chapter",
+        ),
+    ),
+)
+GUESS = Body(
+    "rooms.round_guess",
+    (
+        Field(
+            "client",
+            "string",
+            "this page's seat (POST /api/rooms/{code}/members): one guess per seat",
+            required=True,
+            pattern=ROOM_CLIENT,
+            error="invalid_client",
+            message="must be 8–40 letters, digits, - or _",
+        ),
+        _ROUND_N,
+        Field(
+            "value",
+            "json",
+            "the guess: a whole number in the question's range, or one of its choices",
+            required=True,
+            error="invalid_guess",
+            message="must be a whole number or one of the question's choices",
+        ),
+    ),
+)
+ROUND_RESULT = Body(
+    "rooms.round_result",
+    (
+        _ROUND_N,
+        Field(
+            "measured",
+            "json",
+            "what the instructor's lab measured: a whole number, or one of the choices",
+            required=True,
+            error="invalid_result",
+            message="must be a whole number or one of the question's choices",
+        ),
+        Field(
+            "why",
+            "string",
+            "a sentence on why it came out so (shown beside the class's guesses)",
+            default="",
+            max_length=600,
+            error="invalid_result",
+            message="must be text of at most 600 characters",
+        ),
+    ),
+)
+ROOM_RACE = Body(
+    "rooms.room_race",
+    (
+        Field(
+            "race_id",
+            "string",
+            "a race that is still running (POST /api/races)",
+            required=True,
+            pattern=r"^[A-Za-z0-9_-]{16}$",
+            error="invalid_race",
+            message="must be a race that is still running",
+        ),
+    ),
+)

@@ -27,10 +27,18 @@ from core.keys import job, key
 
 # the job states a fold of the stream ends in; the first three are "not yet done"
 _UNFINISHED = ("queued", "running", "retrying")
-_MOVES = {"job.enqueued": "queued", "job.claimed": "running", "job.redelivered": "queued",
-          "job.retry_started": "queued", "job.replayed": "queued", "job.retry_scheduled": "retrying",
-          "job.succeeded": "done", "job.duplicate_completed": "done", "job.dead_lettered": "dlq",
-          "job.lost": "lost"}
+_MOVES = {
+    "job.enqueued": "queued",
+    "job.claimed": "running",
+    "job.redelivered": "queued",
+    "job.retry_started": "queued",
+    "job.replayed": "queued",
+    "job.retry_scheduled": "retrying",
+    "job.succeeded": "done",
+    "job.duplicate_completed": "done",
+    "job.dead_lettered": "dlq",
+    "job.lost": "lost",
+}
 
 
 def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
@@ -54,9 +62,14 @@ def moment(r: redis.Redis, lab: str, at_event: str) -> dict[str, Any]:
             if kind == "settings.changed":
                 at_settings.update(data.get("changes") or {})
             elif kind == "job.enqueued":
-                jobs[ev["job_id"]] = {"job_id": ev["job_id"], "state": "queued", "job_type": data.get("job_type"),
-                                      "video_id": data.get("video_id"), "duration_s": data.get("duration_s"),
-                                      "poison": _poison(data.get("poison"))}
+                jobs[ev["job_id"]] = {
+                    "job_id": ev["job_id"],
+                    "state": "queued",
+                    "job_type": data.get("job_type"),
+                    "video_id": data.get("video_id"),
+                    "duration_s": data.get("duration_s"),
+                    "poison": _poison(data.get("poison")),
+                }
             elif kind in _MOVES and ev.get("job_id") in jobs:
                 jobs[ev["job_id"]]["state"] = _MOVES[kind]
             if ev["id"] == at_event:
@@ -83,14 +96,22 @@ def _source(r: redis.Redis, parent: str, branch: str, j: dict[str, Any], var_dir
     payload = json.loads(rec.get("payload", "{}"))
     resolutions = payload.get("resolutions") or ["240p", "144p"]
     src = rec.get("source") or str(media.sample_clip(j["video_id"]) or media.sample_clip())
-    if blobs.is_blob(src) and not blobs.copy(r, parent, branch, src[len(blobs.PREFIX):]):
+    if blobs.is_blob(src) and not blobs.copy(r, parent, branch, src[len(blobs.PREFIX) :]):
         # the parent's upload is gone (the parent ended and was swept): run the sample clip instead
         src = str(media.sample_clip(j["video_id"]) or media.sample_clip())
     return src, resolutions
 
 
-def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: str, changes: dict[str, Any],
-                  speed: float | None, var_dir: Path, lab: str | None = None) -> dict[str, Any]:
+def create_branch(
+    r: redis.Redis,
+    rq_conn: redis.Redis,
+    parent: str,
+    at_event: str,
+    changes: dict[str, Any],
+    speed: float | None,
+    var_dir: Path,
+    lab: str | None = None,
+) -> dict[str, Any]:
     """A new lab from `parent` at `at_event`: that moment's settings + `changes`, its unfinished jobs again
     (`lab`: the id its running-lab slot was reserved under)."""
     m = moment(r, parent, at_event)
@@ -99,10 +120,22 @@ def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: s
         new_settings["speed"] = speed
     preset = r.hget(key(parent, "meta"), "preset") or chapters.DEFAULT_PRESET
     seed = unfinished(m)
-    created = registry.create(r, preset, new_settings["speed"], settings=new_settings, t0=m["t"],
-                          meta={"branch_of": parent, "branch_at": at_event, "branch_t": m["t"], "hold_until_ready": 1,
-                                "branch_changes": json.dumps(changes), "branch_settings": json.dumps(new_settings)},
-                          lab=lab)
+    created = registry.create(
+        r,
+        preset,
+        new_settings["speed"],
+        settings=new_settings,
+        t0=m["t"],
+        meta={
+            "branch_of": parent,
+            "branch_at": at_event,
+            "branch_t": m["t"],
+            "hold_until_ready": 1,
+            "branch_changes": json.dumps(changes),
+            "branch_settings": json.dumps(new_settings),
+        },
+        lab=lab,
+    )
     lab = created["lab_id"]
     # held still until its workers are up (the supervisor resumes it), so a seeded job does not
     # seem to wait in the queue for the seconds worker processes take to start
@@ -114,15 +147,32 @@ def create_branch(r: redis.Redis, rq_conn: redis.Redis, parent: str, at_event: s
         raise
     seeded = []
     for j, (source, resolutions) in zip(seed, sources, strict=True):
-        payload = producer.enqueue_job(r, rq_conn, lab, job_type=j["job_type"] or "transcode",
-                                       video_id=j["video_id"] or "bigbuckbunny", source=source,
-                                       duration_s=j["duration_s"] or new_settings["job_duration"],
-                                       resolutions=resolutions, idempotency_key=None, poison=j["poison"])
+        payload = producer.enqueue_job(
+            r,
+            rq_conn,
+            lab,
+            job_type=j["job_type"] or "transcode",
+            video_id=j["video_id"] or "bigbuckbunny",
+            source=source,
+            duration_s=j["duration_s"] or new_settings["job_duration"],
+            resolutions=resolutions,
+            idempotency_key=None,
+            poison=j["poison"],
+        )
         seeded.append({"job_id": payload["job_id"], "parent_job_id": j["job_id"], "was": j["state"]})
-    stream.emit(r, lab, "lab.branched", m["t"], parent=parent, at_event=at_event, at=m["t"], changes=changes,
-                jobs=len(seeded), seeded=seeded)
-    created["branch"] = {"parent": parent, "at_event": at_event, "at_t": m["t"], "changes": changes,
-                         "seeded": seeded}
+    stream.emit(
+        r,
+        lab,
+        "lab.branched",
+        m["t"],
+        parent=parent,
+        at_event=at_event,
+        at=m["t"],
+        changes=changes,
+        jobs=len(seeded),
+        seeded=seeded,
+    )
+    created["branch"] = {"parent": parent, "at_event": at_event, "at_t": m["t"], "changes": changes, "seeded": seeded}
     return created
 
 
@@ -131,11 +181,16 @@ def info(r: redis.Redis, lab: str) -> dict[str, Any] | None:
     meta = r.hgetall(key(lab, "meta"))
     if not meta.get("branch_of"):
         return None
-    return {"parent": meta["branch_of"], "at_event": meta["branch_at"], "at_t": float(meta["branch_t"]),
-            "changes": json.loads(meta.get("branch_changes") or "{}")}
+    return {
+        "parent": meta["branch_of"],
+        "at_event": meta["branch_at"],
+        "at_t": float(meta["branch_t"]),
+        "changes": json.loads(meta.get("branch_changes") or "{}"),
+    }
 
 
 # --- HTTP ------------------------------------------------------------------------------------
+
 
 def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """POST /api/labs with `branch_of`: the body as `bodies.BRANCH` parsed it; check the parent's
@@ -149,8 +204,12 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         raise ApiError(404, "unknown_lab", f"no lab {parent!r} to branch from")
     token = request_token(parent)
     if not token:
-        raise ApiError(401, "missing_token", "send the parent lab's token: Authorization: Bearer <token>",
-                       {"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "missing_token",
+            "send the parent lab's token: Authorization: Bearer <token>",
+            {"WWW-Authenticate": "Bearer"},
+        )
     if registry.check_token(r, parent, token, allow_view=True) is None:
         raise ApiError(403, "forbidden", "this token does not open the lab to branch from")
     cfg = current_app.config["LAB"]
@@ -161,10 +220,17 @@ def branch_from_request(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         limits.opened(r, [lab])
     except LookupError:
         slots.forget(r, lab)
-        raise ApiError(422, "unknown_event", {"at_event": f"lab {parent} holds no event {at_event} (never "
-                                                         "written, or trimmed from the capped stream)"}) from None
+        raise ApiError(
+            422,
+            "unknown_event",
+            {"at_event": f"lab {parent} holds no event {at_event} (never written, or trimmed from the capped stream)"},
+        ) from None
     except blobs.BlobFull as e:
         slots.forget(r, lab)
-        raise ApiError(507, "server_storage_full", f"copying the parent's uploads into the branch would pass "
-                       f"the {e.scope} storage cap of {e.cap} bytes; try again when other labs have ended") from None
+        raise ApiError(
+            507,
+            "server_storage_full",
+            f"copying the parent's uploads into the branch would pass "
+            f"the {e.scope} storage cap of {e.cap} bytes; try again when other labs have ended",
+        ) from None
     return created, 201

@@ -55,17 +55,31 @@ def init_app(app: Flask) -> None:
         every call says so with 503 and Retry-After, never a 500 — the launcher brings it back."""
         headers = {"Retry-After": str(RETRY_AFTER_S)}
         if not _wants_json():
-            return ("<!doctype html><title>Restarting</title><p>The lab's data store is restarting; "
-                    "this page will work again in a few seconds.</p>", 503, headers)
-        return jsonify(error="unavailable", detail="the lab's data store is restarting; try again in a few "
-                       "seconds"), 503, headers
+            return (
+                "<!doctype html><title>Restarting</title><p>The lab's data store is restarting; "
+                "this page will work again in a few seconds.</p>",
+                503,
+                headers,
+            )
+        return (
+            jsonify(error="unavailable", detail="the lab's data store is restarting; try again in a few seconds"),
+            503,
+            headers,
+        )
 
     @app.errorhandler(redis.exceptions.OutOfMemoryError)
     def store_full(e: Exception):
         """The Redis-protocol server is at its `maxmemory` (noeviction): the write was refused whole (a
         script or MULTI is atomic), so nothing half-done is left; say so, never a 500."""
-        return jsonify(error="server_memory_full", detail="the lab server's memory is full (its maxmemory); "
-                       "nothing was stored. Try again when other labs have ended"), 507, {"Retry-After": "60"}
+        return (
+            jsonify(
+                error="server_memory_full",
+                detail="the lab server's memory is full (its maxmemory); "
+                "nothing was stored. Try again when other labs have ended",
+            ),
+            507,
+            {"Retry-After": "60"},
+        )
 
     @app.errorhandler(OSError)
     def disk_full(e: OSError):
@@ -73,8 +87,15 @@ def init_app(app: Flask) -> None:
         Any other OSError is no answer of ours: it goes on to the ordinary 500."""
         if e.errno not in DISK_FULL:
             raise e
-        return jsonify(error="disk_full", detail=f"this server's disk is full ({e.strerror}): nothing was stored. "
-                       "Try again when space has been freed"), 507, {"Retry-After": str(DISK_FULL_RETRY_S)}
+        return (
+            jsonify(
+                error="disk_full",
+                detail=f"this server's disk is full ({e.strerror}): nothing was stored. "
+                "Try again when space has been freed",
+            ),
+            507,
+            {"Retry-After": str(DISK_FULL_RETRY_S)},
+        )
 
     @app.errorhandler(redis.ResponseError)
     def store_cannot_persist(e: redis.ResponseError):
@@ -82,15 +103,23 @@ def init_app(app: Flask) -> None:
         cause, never a 500. Any other server error goes on to the ordinary 500."""
         if not persist_refused(e):
             raise e
-        return jsonify(error="server_disk_full", detail="the lab server cannot write to its disk (it is full), so "
-                       "it refuses changes: nothing was stored; reading still works. Try again when space has "
-                       "been freed"), 507, {"Retry-After": str(DISK_FULL_RETRY_S)}
+        return (
+            jsonify(
+                error="server_disk_full",
+                detail="the lab server cannot write to its disk (it is full), so "
+                "it refuses changes: nothing was stored; reading still works. Try again when space has "
+                "been freed",
+            ),
+            507,
+            {"Retry-After": str(DISK_FULL_RETRY_S)},
+        )
 
     @app.errorhandler(LabGone)
     def lab_gone(e: Exception):
         """A write for a lab deleted while the request ran (an upload that finished after the delete)."""
-        return jsonify(error="lab_gone", detail="this lab was deleted (or expired) while the request ran; "
-                       "nothing was stored"), 410
+        return jsonify(
+            error="lab_gone", detail="this lab was deleted (or expired) while the request ran; nothing was stored"
+        ), 410
 
     @app.errorhandler(ParseException)
     @app.errorhandler(NoMoreData)

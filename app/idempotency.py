@@ -96,8 +96,12 @@ def begin(r: redis.Redis, lab: str, settings: dict) -> Claim | None:
     if store_down(r, lab, now):
         if settings["dedup_fail_mode"] == "closed":
             stream.emit(r, lab, "idempotency.refused", now)
-            raise ApiError(503, "dedup_store_unavailable", "the idempotency store is down and this lab fails "
-                           "closed: retry later with the same key", {"Retry-After": "1"})
+            raise ApiError(
+                503,
+                "dedup_store_unavailable",
+                "the idempotency store is down and this lab fails closed: retry later with the same key",
+                {"Retry-After": "1"},
+            )
         stream.emit(r, lab, "idempotency.unchecked", now)
         return Claim(r, lab, None, None, now)
     k = key(lab, "idem", hashlib.sha256(idem.encode()).hexdigest())
@@ -120,10 +124,16 @@ def status(r: redis.Redis, lab: str) -> dict:
     """Keys held now and their real memory, beside the model's window and memory cost."""
     held = list(r.scan_iter(match=key(lab, "idem", "*"), count=500))
     m = model()
-    return {"window_s": m["dedup_window_s"], "worst_case_duplicate_gap_s": m["worst_case_duplicate_gap_s"],
-            "fixed_vt_s": m["fixed_vt_s"], "transcode_p99_s": m["transcode_p99_s"],
-            "model_keys_in_window": m["keys_in_window"], "model_key_bytes": m["idempotency_key_bytes"],
-            "model_key_store_mb": m["key_store_mb"], "keys_held": len(held),
-            "keys_held_bytes": sum(int(r.memory_usage(k) or 0) for k in held),
-            "fail_mode": registry.settings(r, lab)["dedup_fail_mode"],
-            "store_down": store_down(r, lab, clock.now(r, lab))}
+    return {
+        "window_s": m["dedup_window_s"],
+        "worst_case_duplicate_gap_s": m["worst_case_duplicate_gap_s"],
+        "fixed_vt_s": m["fixed_vt_s"],
+        "transcode_p99_s": m["transcode_p99_s"],
+        "model_keys_in_window": m["keys_in_window"],
+        "model_key_bytes": m["idempotency_key_bytes"],
+        "model_key_store_mb": m["key_store_mb"],
+        "keys_held": len(held),
+        "keys_held_bytes": sum(int(r.memory_usage(k) or 0) for k in held),
+        "fail_mode": registry.settings(r, lab)["dedup_fail_mode"],
+        "store_down": store_down(r, lab, clock.now(r, lab)),
+    }

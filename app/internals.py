@@ -13,8 +13,13 @@ import redis
 from core import stream
 
 # event type → the outcome an attempt ends with
-_ENDS = {"job.succeeded": "succeeded", "job.failed": "failed", "job.crashed": "crashed",
-         "job.duplicate_completed": "completed again (no CAS guard)", "job.lost": "lost"}
+_ENDS = {
+    "job.succeeded": "succeeded",
+    "job.failed": "failed",
+    "job.crashed": "crashed",
+    "job.duplicate_completed": "completed again (no CAS guard)",
+    "job.lost": "lost",
+}
 
 
 def job_history(r: redis.Redis, lab_id: str, job_id: str) -> dict[str, Any]:
@@ -30,14 +35,29 @@ def job_history(r: redis.Redis, lab_id: str, job_id: str) -> dict[str, Any]:
             if ev.get("job_id") != job_id:
                 continue
             _fold(ev, attempts, cas, retries, outputs)
-    return {"attempts": [attempts[n] for n in sorted(attempts)], "cas_refused": cas,
-            "retry_delays": retries, "output_files": outputs}
+    return {
+        "attempts": [attempts[n] for n in sorted(attempts)],
+        "cas_refused": cas,
+        "retry_delays": retries,
+        "output_files": outputs,
+    }
 
 
 def _attempt(attempts: dict[int, dict[str, Any]], n: int) -> dict[str, Any]:
     # the fence IS the attempt number: a transition carrying an older one is refused
-    return attempts.setdefault(n, {"attempt": n, "fence": n, "worker": None, "start": None, "end": None,
-                                   "outcome": None, "lease_deadline": None, "error": None})
+    return attempts.setdefault(
+        n,
+        {
+            "attempt": n,
+            "fence": n,
+            "worker": None,
+            "start": None,
+            "end": None,
+            "outcome": None,
+            "lease_deadline": None,
+            "error": None,
+        },
+    )
 
 
 def _fold(ev: dict, attempts: dict, cas: list, retries: list, outputs: list) -> None:
@@ -46,13 +66,25 @@ def _fold(ev: dict, attempts: dict, cas: list, retries: list, outputs: list) -> 
     if kind == "job.duplicate_blocked":
         cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "reason": data.get("reason")})
         if n is not None and n not in attempts:  # a receive that backed off (claim guard): it never ran
-            attempts[n] = {**_attempt({}, n), "worker": ev.get("worker_id"), "start": t, "end": t,
-                           "outcome": "backed off: the record was already running"}
+            attempts[n] = {
+                **_attempt({}, n),
+                "worker": ev.get("worker_id"),
+                "start": t,
+                "end": t,
+                "outcome": "backed off: the record was already running",
+            }
             return
     elif kind == "job.claim_refused":  # a late delivery: its claim (→ running) found the job moved on
-        cas.append({"t": t, "attempt": n, "worker": ev.get("worker_id"), "found": data.get("state"),
-                    "reason": f"{data.get('state')} → running refused (the job is at attempt "
-                              f"{data.get('current_attempt')})"})
+        cas.append(
+            {
+                "t": t,
+                "attempt": n,
+                "worker": ev.get("worker_id"),
+                "found": data.get("state"),
+                "reason": f"{data.get('state')} → running refused (the job is at attempt "
+                f"{data.get('current_attempt')})",
+            }
+        )
         return
     elif kind == "job.retry_scheduled":
         retries.append({"t": t, "attempt": n, "delay": data.get("delay"), "due": data.get("due")})

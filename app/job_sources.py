@@ -26,8 +26,11 @@ def source_from_upload(lab_id: str) -> tuple[str, str]:
     if not head:
         raise ApiError(422, "empty_file", {"file": "the file is empty"})
     if media.sniff(head) is None:
-        raise ApiError(415, "not_a_video", {"file": "the file's bytes are not an MP4, WebM or AVI "
-                                                    "container (the filename is not trusted)"})
+        raise ApiError(
+            415,
+            "not_a_video",
+            {"file": "the file's bytes are not an MP4, WebM or AVI container (the filename is not trusted)"},
+        )
     video_id = uuid.uuid4().hex[:12]
     name = f"uploads/{video_id}.bin"
     path = cfg.var_dir / "tmp" / f"upload-{lab_id}-{video_id}.bin"
@@ -60,14 +63,25 @@ def source_from_upload(lab_id: str) -> tuple[str, str]:
 
 def _storage_full(e: blobs.BlobFull) -> ApiError:
     if e.scope == "lab":
-        return ApiError(413, "lab_storage_full", f"this lab's files may take {e.cap} bytes and this upload "
-                        "would pass that; reset the lab to start afresh")
+        return ApiError(
+            413,
+            "lab_storage_full",
+            f"this lab's files may take {e.cap} bytes and this upload would pass that; reset the lab to start afresh",
+        )
     if e.scope == "client":
-        return ApiError(507, "client_storage_full", f"the labs one client opens may hold {e.cap} bytes of "
-                        "uploads and outputs together, and yours would pass that; delete a lab you no longer "
-                        "need (other clients are not held back)")
-    return ApiError(507, "server_storage_full", f"the server holds at most {e.cap} bytes of uploads and "
-                    "outputs for all labs together; try again when other labs have ended")
+        return ApiError(
+            507,
+            "client_storage_full",
+            f"the labs one client opens may hold {e.cap} bytes of "
+            "uploads and outputs together, and yours would pass that; delete a lab you no longer "
+            "need (other clients are not held back)",
+        )
+    return ApiError(
+        507,
+        "server_storage_full",
+        f"the server holds at most {e.cap} bytes of uploads and "
+        "outputs for all labs together; try again when other labs have ended",
+    )
 
 
 def source_from_sample(lab_id: str, sample: str) -> tuple[str, str]:

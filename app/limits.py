@@ -19,9 +19,13 @@ from app.errors import ApiError
 from core import parking, registry, slots
 from core.keys import key
 
-RATES = {"jobs": ("rate_jobs", "job creations"), "kills": ("rate_kills", "worker kills and lease expiries"),
-         "labs": ("rate_labs", "new labs and rooms"), "seats": ("rate_room_seats", "room seats"),
-         "challenges": ("rate_challenge_runs", "challenge runs")}
+RATES = {
+    "jobs": ("rate_jobs", "job creations"),
+    "kills": ("rate_kills", "worker kills and lease expiries"),
+    "labs": ("rate_labs", "new labs and rooms"),
+    "seats": ("rate_room_seats", "room seats"),
+    "challenges": ("rate_challenge_runs", "challenge runs"),
+}
 LAB_RATES = {"batch": ("lab_batch_jobs", "batch jobs"), "late": ("lab_late_deliveries", "late deliveries")}
 
 
@@ -38,8 +42,9 @@ def too_many(error: str, detail: str, retry_after: float) -> ApiError:
 
 def labs_full(max_labs: int) -> ApiError:
     """The one answer every way of opening or resuming a lab gives when the machine runs all it may."""
-    return too_many("labs_full", f"this machine is full: all {max_labs} labs it may run are in use; try again in "
-                    "a minute", 60)
+    return too_many(
+        "labs_full", f"this machine is full: all {max_labs} labs it may run are in use; try again in a minute", 60
+    )
 
 
 def spend(r: redis.Redis, name: str, client: str, limit: int, window: int, now: float, n: int = 1) -> float | None:
@@ -62,8 +67,11 @@ def check_rate(r: redis.Redis, name: str, n: int = 1) -> None:
     limit = getattr(cfg, attr)
     wait = spend(r, name, client(), limit, cfg.rate_window, time.time(), n)
     if wait is not None:
-        raise too_many("rate_limited", f"at most {limit} {what} per {cfg.rate_window} s from one client; "
-                       f"try again in {math.ceil(wait)} s", wait)
+        raise too_many(
+            "rate_limited",
+            f"at most {limit} {what} per {cfg.rate_window} s from one client; try again in {math.ceil(wait)} s",
+            wait,
+        )
 
 
 def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
@@ -73,31 +81,44 @@ def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomie
     if e.kind == "labs":
         return labs_full(cfg.max_labs)
     if e.kind == "live":
-        return too_many("client_labs_kept", f"one client may keep {cfg.max_client_live_labs} labs at once, parked "
-                        f"ones included, and you keep {e.running}: close one (or wait for one to expire), then "
-                        "open this lab", 60)
+        return too_many(
+            "client_labs_kept",
+            f"one client may keep {cfg.max_client_live_labs} labs at once, parked "
+            f"ones included, and you keep {e.running}: close one (or wait for one to expire), then "
+            "open this lab",
+            60,
+        )
     if e.kind == "client":
         cap = cfg.max_client_labs
-        running = [{"lab_id": x.lab, "since": x.since, "processes": x.processes}
-                   for x in parking.running_of(r, who)]
-        err = too_many("client_labs_full", f"one client may run {cap} labs at once and a page is open on each of "
-                       "yours: park or close one, then open this lab", 60)
+        running = [{"lab_id": x.lab, "since": x.since, "processes": x.processes} for x in parking.running_of(r, who)]
+        err = too_many(
+            "client_labs_full",
+            f"one client may run {cap} labs at once and a page is open on each of "
+            "yours: park or close one, then open this lab",
+            60,
+        )
         err.extra = {"running": running}
         return err
-    return too_many("workers_full", f"{whose} runs at most {e.ceiling} workers (scheduler replicas count as "
-                    f"workers) and {e.in_use} are in use by other labs; ask for at most {max(0, e.ceiling - e.in_use)} "
-                    "or try again in a minute", 60)
+    return too_many(
+        "workers_full",
+        f"{whose} runs at most {e.ceiling} workers (scheduler replicas count as "
+        f"workers) and {e.in_use} are in use by other labs; ask for at most {max(0, e.ceiling - e.in_use)} "
+        "or try again in a minute",
+        60,
+    )
 
 
-def reserve(r: redis.Redis, want: list[tuple[str, int]], who: str | None = None,
-            whose: str = "the roomiest pool host") -> None:
+def reserve(
+    r: redis.Redis, want: list[tuple[str, int]], who: str | None = None, whose: str = "the roomiest pool host"
+) -> None:
     """Take the running-lab slots and processes of `want` (lab, processes) for `who` (this client), in one
     atomic step (core/slots.py), parking the client's own unwatched labs first if it is at its cap."""
     cfg = current_app.config["LAB"]
     who = who or client()
     try:
-        parking.reserve(r, want, who, cfg.max_client_labs, cfg.max_workers, max_labs=cfg.max_labs,
-                        live_cap=cfg.max_client_live_labs)
+        parking.reserve(
+            r, want, who, cfg.max_client_labs, cfg.max_workers, max_labs=cfg.max_labs, live_cap=cfg.max_client_live_labs
+        )
     except slots.Refused as e:
         raise refused(r, e, who, whose) from None
 
@@ -159,8 +180,12 @@ def check_lab_rate(r: redis.Redis, lab: str, name: str, n: int = 1) -> None:
     if used > limit:
         r.decrby(k, n)  # a refused call spends nothing
         wait = (slot + 1) * cfg.rate_window - now
-        raise too_many("lab_rate_limited", f"one lab may ask for at most {limit} {what} per {cfg.rate_window} s "
-                       f"({used - n} used); try again in {math.ceil(wait)} s", wait)
+        raise too_many(
+            "lab_rate_limited",
+            f"one lab may ask for at most {limit} {what} per {cfg.rate_window} s "
+            f"({used - n} used); try again in {math.ceil(wait)} s",
+            wait,
+        )
 
 
 def check_room_lookup(r: redis.Redis) -> None:
@@ -173,8 +198,12 @@ def check_room_lookup(r: redis.Redis) -> None:
     slot = int(now // cfg.rate_window)
     if int(r.get(f"ratelimit:roommiss:{client()}:{slot}") or 0) >= cfg.rate_room_lookups:
         wait = (slot + 1) * cfg.rate_window - now
-        raise too_many("rate_limited", f"too many unknown room codes from one client (at most "
-                       f"{cfg.rate_room_lookups} per {cfg.rate_window} s); try again in {math.ceil(wait)} s", wait)
+        raise too_many(
+            "rate_limited",
+            f"too many unknown room codes from one client (at most "
+            f"{cfg.rate_room_lookups} per {cfg.rate_window} s); try again in {math.ceil(wait)} s",
+            wait,
+        )
 
 
 def room_miss(r: redis.Redis) -> None:

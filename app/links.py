@@ -61,8 +61,13 @@ def settings_for(scenario_id: str) -> dict[str, Any]:
 def public(scenario_id: str) -> dict[str, Any]:
     """A scenario as the API and pages show it, with its link."""
     sc = chapters.SCENARIOS[scenario_id]
-    return {"id": scenario_id, **sc, "url": url_for(scenario_id), "short_url": f"/s/{scenario_id}",
-            "chapter_url": chapter_path(sc["preset"])}
+    return {
+        "id": scenario_id,
+        **sc,
+        "url": url_for(scenario_id),
+        "short_url": f"/s/{scenario_id}",
+        "chapter_url": chapter_path(sc["preset"]),
+    }
 
 
 def all_public() -> list[dict[str, Any]]:
@@ -75,9 +80,15 @@ def race_public(race_id: str) -> dict[str, Any]:
     A race (`RACES` in its chapter home, gathered by `chapters`) sends one input through two to four labs that
     differ in one setting (`vary`)."""
     rc = chapters.RACES[race_id]
-    return {"id": race_id, "title": rc["title"], "preset": rc["preset"], "summary": rc["summary"],
-            "vary": rc["vary"], "variants": [v["label"] for v in rc["variants"]],
-            "chapter_url": chapter_path(rc["preset"])}
+    return {
+        "id": race_id,
+        "title": rc["title"],
+        "preset": rc["preset"],
+        "summary": rc["summary"],
+        "vary": rc["vary"],
+        "variants": [v["label"] for v in rc["variants"]],
+        "chapter_url": chapter_path(rc["preset"]),
+    }
 
 
 def races_for(preset: str) -> list[dict[str, Any]]:

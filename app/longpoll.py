@@ -35,7 +35,6 @@ _held: Counter[str] = Counter()  # lab, or "client:" + address → long-polls he
 _held_lock = threading.Lock()
 
 
-
 def etag_of(body: dict) -> str:
     """A strong validator of exactly this body: equal bodies, equal tags, so unchanged polls get 304."""
     return '"' + hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16] + '"'
@@ -50,15 +49,27 @@ def long_poll_slot(lab_id: str) -> Iterator[None]:
     who = f"client:{limits.client()}"
     with _held_lock:
         if _held[lab_id] >= cfg.long_poll_per_lab:
-            raise ApiError(429, "long_poll_limit", f"this lab already holds {cfg.long_poll_per_lab} long-polls; "
-                           "poll without ?wait for now", {"Retry-After": "2"})
+            raise ApiError(
+                429,
+                "long_poll_limit",
+                f"this lab already holds {cfg.long_poll_per_lab} long-polls; poll without ?wait for now",
+                {"Retry-After": "2"},
+            )
         if cfg.long_poll_per_client > 0 and _held[who] >= cfg.long_poll_per_client:
-            raise ApiError(429, "long_poll_client_limit", f"one client may hold {cfg.long_poll_per_client} long-polls "
-                           "at once across its labs, and you hold them all; poll without ?wait for now",
-                           {"Retry-After": "2"})
+            raise ApiError(
+                429,
+                "long_poll_client_limit",
+                f"one client may hold {cfg.long_poll_per_client} long-polls "
+                "at once across its labs, and you hold them all; poll without ?wait for now",
+                {"Retry-After": "2"},
+            )
         if _held[""] >= cfg.long_poll_max:
-            raise ApiError(503, "long_poll_capacity", f"this server already holds {cfg.long_poll_max} long-polls; "
-                           "poll without ?wait for now", {"Retry-After": "2"})
+            raise ApiError(
+                503,
+                "long_poll_capacity",
+                f"this server already holds {cfg.long_poll_max} long-polls; poll without ?wait for now",
+                {"Retry-After": "2"},
+            )
         held = ("", lab_id, who)
         for k in held:
             _held[k] += 1
@@ -83,8 +94,14 @@ def parse_wait(raw: str | None) -> float:
     return min(MAX_WAIT_S, wait)
 
 
-def hold_until_changed(r: redis.Redis, lab_id: str, job_ids: set[str], client_tag: str | None, wait_s: float,
-                       view: Callable[[], tuple[Any, str]]) -> tuple[Any, str, bool]:
+def hold_until_changed(
+    r: redis.Redis,
+    lab_id: str,
+    job_ids: set[str],
+    client_tag: str | None,
+    wait_s: float,
+    view: Callable[[], tuple[Any, str]],
+) -> tuple[Any, str, bool]:
     """Return (view, tag, held) as soon as `view()`'s tag differs from `client_tag`, or when `wait_s` runs out.
 
     The hold re-reads only when an event names one of `job_ids`. The stream position is taken
@@ -103,8 +120,12 @@ def hold_until_changed(r: redis.Redis, lab_id: str, job_ids: set[str], client_ta
             try:
                 reply = r.xread({events: last}, count=500, block=max(1, int(min(left, BLOCK_CHUNK_S) * 1000)))
             except redis.RedisError as e:
-                raise ApiError(503, "status_store_unavailable", f"the event stream did not answer ({e}); "
-                               "ask again", {"Retry-After": "1"}) from None
+                raise ApiError(
+                    503,
+                    "status_store_unavailable",
+                    f"the event stream did not answer ({e}); ask again",
+                    {"Retry-After": "1"},
+                ) from None
             if not reply:
                 continue
             entries = reply[0][1]

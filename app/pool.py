@@ -37,8 +37,11 @@ def ask_pool(r: redis.Redis, command: dict, wait_s: float = WAIT_S) -> dict:
             sent_to = holder
         answer = r.blpop(reply, timeout=POLL_S)
     if answer is None:
-        raise ApiError(503, "pool_unavailable", "no pool host answered for this lab" if sent_to is None
-                       else f"pool host {sent_to} did not answer")
+        raise ApiError(
+            503,
+            "pool_unavailable",
+            "no pool host answered for this lab" if sent_to is None else f"pool host {sent_to} did not answer",
+        )
     result = json.loads(answer[1])
     if not result.get("ok"):
         raise ApiError(409, "cannot_kill", result.get("error"))

@@ -28,5 +28,6 @@ class RedactingLogger(Logger):
 
     def atoms(self, resp, req, environ, request_time):
         atoms = super().atoms(resp, req, environ, request_time)
-        return {k: (REDACTED if SECRET_ATOM.search(k) else redact(v)) if isinstance(v, str) else v
-                for k, v in atoms.items()}
+        return {
+            k: (REDACTED if SECRET_ATOM.search(k) else redact(v)) if isinstance(v, str) else v for k, v in atoms.items()
+        }

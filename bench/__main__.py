@@ -14,8 +14,20 @@ import traceback
 from bench.common import OUT, Bench
 from bench.common import stack as bench_stack
 
-BENCHMARKS = ("throughput", "redelivery", "latency", "transcode", "page", "littles", "schedule", "fairness",
-              "status", "cost", "sandbox", "challenge")
+BENCHMARKS = (
+    "throughput",
+    "redelivery",
+    "latency",
+    "transcode",
+    "page",
+    "littles",
+    "schedule",
+    "fairness",
+    "status",
+    "cost",
+    "sandbox",
+    "challenge",
+)
 ON_DEMAND = ("classroom", "parked")  # minutes each (multi-host stacks; 18 labs run to the end): run only when named
 
 
@@ -35,8 +47,11 @@ def main(argv: list[str]) -> int:
     failed: list[str] = []
     try:
         stack.start()
-        print(f"bench: stack up in {stack.started_s:.1f} s (valkey {stack.redis_url}, web {stack.url}, "
-              "gevent web worker)", flush=True)
+        print(
+            f"bench: stack up in {stack.started_s:.1f} s (valkey {stack.redis_url}, web {stack.url}, "
+            "gevent web worker)",
+            flush=True,
+        )
         for name in names:
             module = importlib.import_module(f"bench.{name}")
             b = Bench(stack)
@@ -51,12 +66,14 @@ def main(argv: list[str]) -> int:
             print(f"  ({name}: {time.monotonic() - t:.1f} s)", flush=True)
             if not stack.alive():
                 print("bench: a stack process died; stopping", file=sys.stderr)
-                failed.extend(n for n in names[names.index(name) + 1:])
+                failed.extend(n for n in names[names.index(name) + 1 :])
                 break
     finally:
         stack.stop()
-    print(f"\nbench: {len(names) - len(failed)}/{len(names)} ok in {time.monotonic() - t0:.0f} s; "
-          f"JSON in {OUT}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(
+        f"\nbench: {len(names) - len(failed)}/{len(names)} ok in {time.monotonic() - t0:.0f} s; "
+        f"JSON in {OUT}" + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

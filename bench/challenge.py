@@ -73,8 +73,13 @@ def whole_run(b: Bench, speed: float = 20.0) -> dict:
     ends = ("job.succeeded", "job.dead_lettered", "job.duplicate_completed")
     last = max(e["t_real"] for e in events if e["type"] in ends and e.get("job_id") in verdict["jobs"])
     b.delete_lab(lab)
-    return {"jobs": len(verdict["jobs"]), "passed": verdict.get("passed"), "run_s": rnd(seen - t0, 1),
-            "verdict_lag_s": rnd(seen - last, 2), "speed": speed}
+    return {
+        "jobs": len(verdict["jobs"]),
+        "passed": verdict.get("passed"),
+        "run_s": rnd(seen - t0, 1),
+        "verdict_lag_s": rnd(seen - last, 2),
+        "speed": speed,
+    }
 
 
 def run(b: Bench) -> dict:
@@ -85,21 +90,38 @@ def run(b: Bench) -> dict:
     for _ in range(RUNS):
         real["plain"].append(plain())
         real["sandboxed"].append(sandboxed(real["sandboxed, to first message"]))
-    rows = [{"what": what, "runs": RUNS, "median_ms": rnd(median(v) * 1000, 2), "min_ms": rnd(min(v) * 1000, 2),
-             "max_ms": rnd(max(v) * 1000, 2)} for what, v in real.items()]
+    rows = [
+        {
+            "what": what,
+            "runs": RUNS,
+            "median_ms": rnd(median(v) * 1000, 2),
+            "min_ms": rnd(min(v) * 1000, 2),
+            "max_ms": rnd(max(v) * 1000, 2),
+        }
+        for what, v in real.items()
+    ]
     by = {row["what"]: row for row in rows}
     added = rnd(by["sandboxed"]["median_ms"] - by["plain"]["median_ms"], 1)
     ratio = rnd(by["sandboxed"]["median_ms"] / max(by["plain"]["median_ms"], 1e-3), 0)
     by["sandboxed"]["added_ms"] = added
     whole = whole_run(b)
     return report(
-        NAME, "the sandbox's price per handler attempt",
-        ["what", "runs", "median_ms", "min_ms", "max_ms", "added_ms"], rows,
-        {"label": "sandboxed ÷ plain handler step (median, start to exit)", "value": ratio,
-         "baseline": "the same handler called in process, alternating with it in this run",
-         "also": f"+{added} ms per attempt"},
-        {"runs": RUNS, "limits": asdict(box.LIMITS), "turn_s": box.TURN_S}, notes=[
+        NAME,
+        "the sandbox's price per handler attempt",
+        ["what", "runs", "median_ms", "min_ms", "max_ms", "added_ms"],
+        rows,
+        {
+            "label": "sandboxed ÷ plain handler step (median, start to exit)",
+            "value": ratio,
+            "baseline": "the same handler called in process, alternating with it in this run",
+            "also": f"+{added} ms per attempt",
+        },
+        {"runs": RUNS, "limits": asdict(box.LIMITS), "turn_s": box.TURN_S},
+        notes=[
             "added_ms = median sandboxed − median plain (real time, one ctx call each)",
             f"a whole ch5 run ({whole['jobs']} jobs, its faults, the reference handler) at {whole['speed']:g}×: "
             f"{whole['run_s']} s from POST to verdict, verdict {whole['verdict_lag_s']} s after the last job's event "
-            f"(passed: {whole['passed']})"], extra={"whole_run": whole})
+            f"(passed: {whole['passed']})",
+        ],
+        extra={"whole_run": whole},
+    )

@@ -124,11 +124,26 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool)
     with kind("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
         stack.wait_hosts()
         api, r = drill_client(stack), stack.redis_client()
-        opened = [api.lab("ch1", speed=SPEED, workers=3, heartbeat=True, vt_seconds=60, heartbeat_interval=10,
-                          heartbeat_extend=30, max_attempts=20, respawn_delay=20) for _ in range(labs)]
+        opened = [
+            api.lab(
+                "ch1",
+                speed=SPEED,
+                workers=3,
+                heartbeat=True,
+                vt_seconds=60,
+                heartbeat_interval=10,
+                heartbeat_extend=30,
+                max_attempts=20,
+                respawn_delay=20,
+            )
+            for _ in range(labs)
+        ]
         for lab in opened:
-            wait(lambda lab=lab: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "idle"]) >= 3,
-                 120, "workers to start")
+            wait(
+                lambda lab=lab: len([w for w in api.snapshot(lab)["workers"] if w["state"] == "idle"]) >= 3,
+                120,
+                "workers to start",
+            )
         # live events only: a tail from 0 would time the replay of start-up events as delivery lag
         tails = [WsTail(stack, lab, f"t{i}", after=api.snapshot(lab)["last_event_id"]) for i, lab in enumerate(opened)]
         for t in tails:
@@ -146,8 +161,12 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool)
                 lab = rng.choice(opened)
                 busy = [w for w in api.snapshot(lab)["workers"] if w["state"] == "busy"]
                 if busy:
-                    kills += api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{busy[0]['id']}/kill", {},
-                                      lab["token"]).status == 200
+                    kills += (
+                        api.call(
+                            "POST", f"/api/labs/{lab['lab_id']}/workers/{busy[0]['id']}/kill", {}, lab["token"]
+                        ).status
+                        == 200
+                    )
             time.sleep(0.5)
         sim = [api.snapshot(lab)["clock"]["t_raw"] - s0 for lab, s0 in zip(opened, sim0, strict=True)]
         elapsed = time.time() - t0
@@ -171,22 +190,32 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool)
                 if e["type"] == "job.succeeded" and (e["job_id"], e["attempt"]) in claimed:
                     took = e["t_sim"] - claimed[(e["job_id"], e["attempt"])]
                     overrun.append(100 * (took / dur[e["job_id"]] - 1))
-        row = {"hosts": hosts, "labs": labs, "host_cpus": stack.host_cpus or f"unlimited ({stack.host_cpus_why})",
-               "kills": kills, "redeliveries": len(late),
-               "late_p99_ms": rnd(pct(late, 99), 0) if late else 0,
-               "overrun_p50_pct": rnd(pct(overrun, 50), 1) if overrun else None,
-               "overrun_p99_pct": rnd(pct(overrun, 99), 1) if overrun else None,
-               "event_p99_ms": rnd(pct(lags, 99) * 1000, 0) if lags else None,
-               "clock_lag_max_pct": rnd(max(clock_lag), 1), "clock_lag_p50_pct": rnd(pct(clock_lag, 50), 1),
-               "cpu_per_lab": rnd(sum(used.values()) / elapsed / labs, 2),
-               "host_cores": [rnd(used[h] / elapsed, 2) for h in sorted(stack.hosts)],
-               "throttled_pct": [rnd(100 * n / periods, 0) if periods else None
-                                 for periods, n in (thr[h] for h in sorted(stack.hosts))],
-               "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
-               "server_ops_s": rnd(ops, 0), "ops_per_lab_s": rnd(ops / labs, 0),
-               "server_cpu_pct": rnd(100 * srv, 1), "server_ms_per_lab_s": rnd(1000 * srv / labs, 2),
-               "server_cores": rnd(srv, 3), "web_cores": rnd(web, 3),
-               "load1": rnd(os.getloadavg()[0], 1)}
+        row = {
+            "hosts": hosts,
+            "labs": labs,
+            "host_cpus": stack.host_cpus or f"unlimited ({stack.host_cpus_why})",
+            "kills": kills,
+            "redeliveries": len(late),
+            "late_p99_ms": rnd(pct(late, 99), 0) if late else 0,
+            "overrun_p50_pct": rnd(pct(overrun, 50), 1) if overrun else None,
+            "overrun_p99_pct": rnd(pct(overrun, 99), 1) if overrun else None,
+            "event_p99_ms": rnd(pct(lags, 99) * 1000, 0) if lags else None,
+            "clock_lag_max_pct": rnd(max(clock_lag), 1),
+            "clock_lag_p50_pct": rnd(pct(clock_lag, 50), 1),
+            "cpu_per_lab": rnd(sum(used.values()) / elapsed / labs, 2),
+            "host_cores": [rnd(used[h] / elapsed, 2) for h in sorted(stack.hosts)],
+            "throttled_pct": [
+                rnd(100 * n / periods, 0) if periods else None for periods, n in (thr[h] for h in sorted(stack.hosts))
+            ],
+            "rss_mb_per_lab": rnd(rss / 1024 / labs, 0),
+            "server_ops_s": rnd(ops, 0),
+            "ops_per_lab_s": rnd(ops / labs, 0),
+            "server_cpu_pct": rnd(100 * srv, 1),
+            "server_ms_per_lab_s": rnd(1000 * srv / labs, 2),
+            "server_cores": rnd(srv, 3),
+            "web_cores": rnd(web, 3),
+            "load1": rnd(os.getloadavg()[0], 1),
+        }
         print(f"  {row}", flush=True)
         return row
 
@@ -201,8 +230,9 @@ def run(b=None) -> dict:
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
     host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
     why = netns.unavailable()
-    network = "namespaces (server, web, each pool host its own address; ACL passwords)" if not why else \
-        f"loopback ({why})"
+    network = (
+        "namespaces (server, web, each pool host its own address; ACL passwords)" if not why else f"loopback ({why})"
+    )
     print(f"classroom: parts on {network}", flush=True)
     # the floor: one lab alone on a host with the whole box. Its clock already runs a little under the asked
     # speed — every hand-off, heartbeat and redelivery is real work the honest clock waits for — so the
@@ -226,25 +256,60 @@ def run(b=None) -> dict:
             n += h
     budget = rows[0]["host_cpus"] if rows else host_cpus  # as applied: cores, or "unlimited (why)"
     line = verdict(rows, budget_all)
-    doc = report("classroom", "follow-along labs per pool host within the budgets",
-                  ["hosts", "labs", "kills", "redeliveries", "late_p99_ms", "overrun_p50_pct", "overrun_p99_pct",
-                   "clock_lag_p50_pct", "clock_lag_max_pct",
-                   "event_p99_ms", "cpu_per_lab", "host_cores", "throttled_pct", "rss_mb_per_lab", "server_ops_s",
-                   "ops_per_lab_s", "server_cpu_pct", "server_ms_per_lab_s", "web_cores", "load1", "ok"],
-                  [{**floor, "hosts": "floor"}, *rows],
-                  {"label": "labs within budget, by hosts", "value": capacity, "baseline": "1 host",
-                   "also": server_projection(rows)},
-                  {"budget": budget_all, "seconds": seconds, "max_labs": max_labs, "host_cpus": budget,
-                   "floor_clock_lag_pct": floor["clock_lag_max_pct"], "network": network},
-                  notes=[f"parts on {network}", f"floor (first row): one lab alone, its host the whole box: clock lag "
-                         f"{floor['clock_lag_max_pct']} % — the budget is that + {CLOCK_LAG_PP} points",
-                         f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
-                         "host_cores: cores each host used, throttled_pct: share of 100 ms periods its quota "
-                         "throttled it",
-                         "each step its own stack; other load on the box moves the figures (see load1)",
-                         "server CPU per lab includes the fixed cost of hosts and web (heartbeats, leases, "
-                         "pub/sub) shared over N labs, and this driver's snapshot poll (one per lab per 0.5 s)"],
-                 extra={"verdict": line})
+    doc = report(
+        "classroom",
+        "follow-along labs per pool host within the budgets",
+        [
+            "hosts",
+            "labs",
+            "kills",
+            "redeliveries",
+            "late_p99_ms",
+            "overrun_p50_pct",
+            "overrun_p99_pct",
+            "clock_lag_p50_pct",
+            "clock_lag_max_pct",
+            "event_p99_ms",
+            "cpu_per_lab",
+            "host_cores",
+            "throttled_pct",
+            "rss_mb_per_lab",
+            "server_ops_s",
+            "ops_per_lab_s",
+            "server_cpu_pct",
+            "server_ms_per_lab_s",
+            "web_cores",
+            "load1",
+            "ok",
+        ],
+        [{**floor, "hosts": "floor"}, *rows],
+        {
+            "label": "labs within budget, by hosts",
+            "value": capacity,
+            "baseline": "1 host",
+            "also": server_projection(rows),
+        },
+        {
+            "budget": budget_all,
+            "seconds": seconds,
+            "max_labs": max_labs,
+            "host_cpus": budget,
+            "floor_clock_lag_pct": floor["clock_lag_max_pct"],
+            "network": network,
+        },
+        notes=[
+            f"parts on {network}",
+            f"floor (first row): one lab alone, its host the whole box: clock lag "
+            f"{floor['clock_lag_max_pct']} % — the budget is that + {CLOCK_LAG_PP} points",
+            f"each pool host's CPU budget (cgroup v1 quota over its process tree): {budget}; "
+            "host_cores: cores each host used, throttled_pct: share of 100 ms periods its quota "
+            "throttled it",
+            "each step its own stack; other load on the box moves the figures (see load1)",
+            "server CPU per lab includes the fixed cost of hosts and web (heartbeats, leases, "
+            "pub/sub) shared over N labs, and this driver's snapshot poll (one per lab per 0.5 s)",
+        ],
+        extra={"verdict": line},
+    )
     print(line, flush=True)
     return doc
 
@@ -268,26 +333,39 @@ def verdict(rows: list[dict], budget: dict) -> str:
     best = max(held, key=lambda r: r["labs"] / cores_taken(r), default=None)
     got = 2 * best["labs"] / cores_taken(best) if best else 0.0
     top = max(rows, key=lambda r: r["labs"])
-    cost = {"host tree": top["cpu_per_lab"], "server": top["server_cores"] / top["labs"],
-            "web": top["web_cores"] / top["labs"]}
+    cost = {
+        "host tree": top["cpu_per_lab"],
+        "server": top["server_cores"] / top["labs"],
+        "web": top["web_cores"] / top["labs"],
+    }
     per_lab = sum(cost.values())
-    parts = [f"VERDICT (goal ≥ {GOAL_PER_2_CORES} busy labs per 2 cores within the budgets): "
-             + ("MET" if got >= GOAL_PER_2_CORES else "NOT MET")]
+    parts = [
+        f"VERDICT (goal ≥ {GOAL_PER_2_CORES} busy labs per 2 cores within the budgets): "
+        + ("MET" if got >= GOAL_PER_2_CORES else "NOT MET")
+    ]
     if best:
-        had = (f"{best['hosts']} host(s) × {best['host_cpus']} cores (+ server {best['server_cores']:.2f}, "
-               f"web {best['web_cores']:.2f} cores; {2 * best['labs'] / (best['hosts'] * best['host_cpus']):.1f} "
-               "per 2 cores of pool host alone)" if isinstance(best["host_cpus"], (int, float))
-               else f"{best['hosts']} host(s) unlimited, the whole box's {cores_taken(best):g} cores")
+        had = (
+            f"{best['hosts']} host(s) × {best['host_cpus']} cores (+ server {best['server_cores']:.2f}, "
+            f"web {best['web_cores']:.2f} cores; {2 * best['labs'] / (best['hosts'] * best['host_cpus']):.1f} "
+            "per 2 cores of pool host alone)"
+            if isinstance(best["host_cpus"], (int, float))
+            else f"{best['hosts']} host(s) unlimited, the whole box's {cores_taken(best):g} cores"
+        )
         parts.append(f"held {best['labs']} labs on {had} = {got:.1f} per 2 cores (load {best['load1']})")
     else:
         parts.append("no step held")
-    parts.append(f"a busy lab costs {per_lab:.2f} cores (" + ", ".join(f"{k} {v:.3f}" for k, v in cost.items())
-                 + f", at {top['labs']} labs) → CPU alone allows {2 / per_lab if per_lab else 0:.1f} per 2 cores")
+    parts.append(
+        f"a busy lab costs {per_lab:.2f} cores ("
+        + ", ".join(f"{k} {v:.3f}" for k, v in cost.items())
+        + f", at {top['labs']} labs) → CPU alone allows {2 / per_lab if per_lab else 0:.1f} per 2 cores"
+    )
     failed = next((r for r in rows if not r["ok"]), None)
     if failed:
         broke = [f"{k} {failed[k]} > {v}" for k, v in budget.items() if failed[k] is None or failed[k] > v]
-        parts.append(f"first over budget: {failed['labs']} labs on {failed['hosts']} host(s): {', '.join(broke)} "
-                     f"(load {failed['load1']}, throttled {failed['throttled_pct']} % of periods)")
+        parts.append(
+            f"first over budget: {failed['labs']} labs on {failed['hosts']} host(s): {', '.join(broke)} "
+            f"(load {failed['load1']}, throttled {failed['throttled_pct']} % of periods)"
+        )
     return "; ".join(parts)
 
 
@@ -300,6 +378,8 @@ def server_projection(rows: list[dict]) -> str:
     per_core = [1000 / r["server_ms_per_lab_s"] for r in rows if r["server_ms_per_lab_s"]]
     if not top["server_ms_per_lab_s"] or not per_core:
         return "server CPU too small to measure"
-    return (f"one server core ≈ {1000 / top['server_ms_per_lab_s']:.0f} busy labs "
-            f"({top['server_ms_per_lab_s']:g} ms server CPU and {top['ops_per_lab_s']:g} commands per lab-second "
-            f"at {top['labs']} labs on {top['hosts']} host(s); {min(per_core):.0f}–{max(per_core):.0f} over all steps)")
+    return (
+        f"one server core ≈ {1000 / top['server_ms_per_lab_s']:.0f} busy labs "
+        f"({top['server_ms_per_lab_s']:g} ms server CPU and {top['ops_per_lab_s']:g} commands per lab-second "
+        f"at {top['labs']} labs on {top['hosts']} host(s); {min(per_core):.0f}–{max(per_core):.0f} over all steps)"
+    )

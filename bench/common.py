@@ -36,6 +36,7 @@ LOAD: dict[str, float] = {}  # 1-minute load average when the current benchmark 
 
 # --- statistics (percentiles: runtime/harness/stats.py) ------------------------------------------
 
+
 def median(values: Iterable[float]) -> float:
     return pct(values, 50)
 
@@ -45,6 +46,7 @@ def rnd(x: float, nd: int = 2) -> float | None:
 
 
 # --- processes --------------------------------------------------------------------------------
+
 
 def rusage_cpu_s(ru) -> float:
     return ru.ru_utime + ru.ru_stime
@@ -69,8 +71,15 @@ class Bench:
         LOAD["start"] = round(os.getloadavg()[0], 2)
 
     # HTTP (the shared client; `call` answers the JSON or raises runtime.harness.client.HttpError) ----------------
-    def call(self, method: str, path: str, body: Any = None, token: str | None = None,
-             expect: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 30) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        expect: tuple[int, ...] = (200, 201, 202, 204),
+        timeout: float = 30,
+    ) -> Any:
         return self.api.ok(method, path, body, token, expect=expect, timeout=timeout)
 
     def lab(self, preset: str, speed: float, **settings) -> dict:
@@ -101,8 +110,7 @@ class Bench:
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> None:
         """n workers registered with RQ (so a timed run does not measure start-up)."""
-        wait(lambda: self.r.scard(f"rq:workers:lab-{lab['lab_id']}") >= n, timeout,
-             f"{n} workers did not register")
+        wait(lambda: self.r.scard(f"rq:workers:lab-{lab['lab_id']}") >= n, timeout, f"{n} workers did not register")
 
     def events(self, lab: dict) -> list[dict]:
         return stream.read_after(self.r, lab["lab_id"], "0", count=100_000)
@@ -111,8 +119,7 @@ class Bench:
         top = self.r.xrevrange(key(lab["lab_id"], "events"), count=1)
         return top[0][0] if top else "0-0"
 
-    def wait_event(self, lab: dict, after: str, pred: Callable[[dict], bool],
-                   timeout: float) -> tuple[dict, str]:
+    def wait_event(self, lab: dict, after: str, pred: Callable[[dict], bool], timeout: float) -> tuple[dict, str]:
         """Block on the lab's stream (XREAD) until an event after `after` satisfies pred."""
         k = key(lab["lab_id"], "events")
         deadline = time.monotonic() + timeout
@@ -134,6 +141,7 @@ class Bench:
 
 # --- the report --------------------------------------------------------------------------------
 
+
 def fmt(v: Any) -> str:
     if v is None:
         return "—"
@@ -150,13 +158,20 @@ def table(columns: list[str], rows: list[dict]) -> str:
     line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
     for row in cells:
-        out.append("  ".join(v.rjust(w) if i else v.ljust(w)
-                             for i, (v, w) in enumerate(zip(row, widths, strict=True))))
+        out.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths, strict=True))))
     return "\n".join(out)
 
 
-def report(name: str, title: str, columns: list[str], rows: list[dict], ratio: dict,
-           params: dict, notes: list[str] | None = None, extra: dict | None = None) -> dict:
+def report(
+    name: str,
+    title: str,
+    columns: list[str],
+    rows: list[dict],
+    ratio: dict,
+    params: dict,
+    notes: list[str] | None = None,
+    extra: dict | None = None,
+) -> dict:
     """Print the table and the RATIO line; write var/bench/NAME.json; return the document."""
     print(f"\n== {name}: {title}")
     print(table(columns, rows))
@@ -168,10 +183,20 @@ def report(name: str, title: str, columns: list[str], rows: list[dict], ratio: d
     for n in notes or ():
         print(f"  · {n}")
     doc = {
-        "name": name, "title": title, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "loadavg_1m_start": LOAD.get("start"), "loadavg_1m_end": load_end},
-        "params": params, "columns": columns, "rows": rows, "ratio": ratio, "notes": notes or [],
+        "name": name,
+        "title": title,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_1m_start": LOAD.get("start"),
+            "loadavg_1m_end": load_end,
+        },
+        "params": params,
+        "columns": columns,
+        "rows": rows,
+        "ratio": ratio,
+        "notes": notes or [],
         **(extra or {}),
     }
     OUT.mkdir(parents=True, exist_ok=True)

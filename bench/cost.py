@@ -34,10 +34,14 @@ SETTLE_S = 3.0  # real seconds after the labs are up before a window opens (work
 GOAL = {"idle_cmds_s": 5.0, "idle_cpu_pct": 0.3, "busy_cmds_s": 80.0, "busy_labs_per_core": 300}
 TOP = 8  # commands listed per row
 BUSY = (  # (row, heartbeat settings): the lesson's beat, then one six times as often
-    ("busy lab (3 in flight, 20×, the lesson's heartbeat: every 60 s, +180 s)",
-     {"vt_seconds": 180, "heartbeat_interval": 60, "heartbeat_extend": 180}),
-    ("busy lab (3 in flight, 20×, heartbeat every 10 s, +30 s)",
-     {"vt_seconds": 60, "heartbeat_interval": 10, "heartbeat_extend": 30}),
+    (
+        "busy lab (3 in flight, 20×, the lesson's heartbeat: every 60 s, +180 s)",
+        {"vt_seconds": 180, "heartbeat_interval": 60, "heartbeat_extend": 180},
+    ),
+    (
+        "busy lab (3 in flight, 20×, heartbeat every 10 s, +30 s)",
+        {"vt_seconds": 60, "heartbeat_interval": 10, "heartbeat_extend": 30},
+    ),
 )
 
 
@@ -62,17 +66,23 @@ def window(b: Bench, seconds: float, during=None) -> dict:
     calls1, total1, cpu1, srv1 = _counters(b)
     elapsed = time.time() - t0
     by_cmd = {c: (n - calls0.get(c, 0)) / elapsed for c, n in calls1.items() if n > calls0.get(c, 0)}
-    return {"cmds_s": (total1 - total0) / elapsed, "by_cmd": by_cmd, "cpu_pct": 100 * (cpu1 - cpu0) / elapsed,
-            "server_ms_s": 1000 * (srv1 - srv0) / elapsed}
+    return {
+        "cmds_s": (total1 - total0) / elapsed,
+        "by_cmd": by_cmd,
+        "cpu_pct": 100 * (cpu1 - cpu0) / elapsed,
+        "server_ms_s": 1000 * (srv1 - srv0) / elapsed,
+    }
 
 
 def per_lab(w: dict, floor: dict, labs: int) -> dict:
     by_cmd = {c: (n - floor["by_cmd"].get(c, 0)) / labs for c, n in w["by_cmd"].items()}
     top = sorted(((c, n) for c, n in by_cmd.items() if n >= 0.05), key=lambda x: -x[1])[:TOP]
-    return {"cmds_s": rnd((w["cmds_s"] - floor["cmds_s"]) / labs, 1),
-            "cpu_pct": rnd((w["cpu_pct"] - floor["cpu_pct"]) / labs, 2),
-            "server_ms_per_lab_s": rnd((w["server_ms_s"] - floor["server_ms_s"]) / labs, 2),
-            "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top)}
+    return {
+        "cmds_s": rnd((w["cmds_s"] - floor["cmds_s"]) / labs, 1),
+        "cpu_pct": rnd((w["cpu_pct"] - floor["cpu_pct"]) / labs, 2),
+        "server_ms_per_lab_s": rnd((w["server_ms_s"] - floor["server_ms_s"]) / labs, 2),
+        "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top),
+    }
 
 
 def busy_window(b: Bench, beat: dict) -> dict:
@@ -106,30 +116,54 @@ def run(b: Bench) -> dict:
         b.delete_lab(lab)
     busy_ws = [(row, busy_window(b, beat)) for row, beat in BUSY]
     top = sorted(floor["by_cmd"].items(), key=lambda x: -x[1])[:TOP]
-    rows = [{"row": "floor (no lab)", "labs": 0, "cmds_s": rnd(floor["cmds_s"], 1), "cpu_pct": rnd(floor["cpu_pct"], 2),
-             "server_ms_per_lab_s": rnd(floor["server_ms_s"], 2), "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top)},
-            {"row": "idle lab", "labs": IDLE_LABS, **per_lab(idle_w, floor, IDLE_LABS),
-             "goal": f"≤ {GOAL['idle_cmds_s']:g} cmds/s, ≤ {GOAL['idle_cpu_pct']:g} %"}]
+    rows = [
+        {
+            "row": "floor (no lab)",
+            "labs": 0,
+            "cmds_s": rnd(floor["cmds_s"], 1),
+            "cpu_pct": rnd(floor["cpu_pct"], 2),
+            "server_ms_per_lab_s": rnd(floor["server_ms_s"], 2),
+            "by_cmd": ", ".join(f"{c} {n:.1f}" for c, n in top),
+        },
+        {
+            "row": "idle lab",
+            "labs": IDLE_LABS,
+            **per_lab(idle_w, floor, IDLE_LABS),
+            "goal": f"≤ {GOAL['idle_cmds_s']:g} cmds/s, ≤ {GOAL['idle_cpu_pct']:g} %",
+        },
+    ]
     ok = rows[1]["cmds_s"] <= GOAL["idle_cmds_s"] and rows[1]["cpu_pct"] <= GOAL["idle_cpu_pct"]
     for row, w in busy_ws:
-        busy = {"row": row, "labs": 1, **per_lab(w, floor, 1),
-                "goal": f"≤ {GOAL['busy_cmds_s']:g} cmds/s, ≥ {GOAL['busy_labs_per_core']:g} per server core"}
+        busy = {
+            "row": row,
+            "labs": 1,
+            **per_lab(w, floor, 1),
+            "goal": f"≤ {GOAL['busy_cmds_s']:g} cmds/s, ≥ {GOAL['busy_labs_per_core']:g} per server core",
+        }
         ms = busy["server_ms_per_lab_s"]
         per_core = 1000 / ms if ms and ms > 0 else None
         busy["labs_per_server_core"] = rnd(per_core, 0)
-        busy["met"] = (busy["cmds_s"] <= GOAL["busy_cmds_s"] and per_core is not None
-                       and per_core >= GOAL["busy_labs_per_core"])
+        busy["met"] = (
+            busy["cmds_s"] <= GOAL["busy_cmds_s"] and per_core is not None and per_core >= GOAL["busy_labs_per_core"]
+        )
         ok = ok and busy["met"]
         rows.append(busy)
-    return report(NAME, "server commands/s, server CPU and supervisor CPU per lab, idle and busy",
-                  ["row", "labs", "cmds_s", "cpu_pct", "server_ms_per_lab_s", "labs_per_server_core", "goal", "met",
-                   "by_cmd"], rows,
-                  {"label": "busy-lab commands/s over the goal (the lesson's heartbeat)",
-                   "value": rnd(rows[2]["cmds_s"] / GOAL["busy_cmds_s"], 2),
-                   "baseline": f"goal {GOAL['busy_cmds_s']:g} commands/s", "also": "all goals met" if ok else
-                   "a goal is not met"},
-                  {"seconds": SECONDS, "idle_labs": IDLE_LABS, "goal": GOAL},
-                  notes=["cmds_s, cpu_pct and server_ms_per_lab_s per lab: the window's minus the floor's, over its "
-                         "labs; cpu_pct is the supervisor process alone (% of one core); server_ms_per_lab_s is the "
-                         "server process's own CPU (ms per lab-second, the kernel's CPU clock of the process) and "
-                         "labs_per_server_core 1000 / that (the server is single-threaded)"])
+    return report(
+        NAME,
+        "server commands/s, server CPU and supervisor CPU per lab, idle and busy",
+        ["row", "labs", "cmds_s", "cpu_pct", "server_ms_per_lab_s", "labs_per_server_core", "goal", "met", "by_cmd"],
+        rows,
+        {
+            "label": "busy-lab commands/s over the goal (the lesson's heartbeat)",
+            "value": rnd(rows[2]["cmds_s"] / GOAL["busy_cmds_s"], 2),
+            "baseline": f"goal {GOAL['busy_cmds_s']:g} commands/s",
+            "also": "all goals met" if ok else "a goal is not met",
+        },
+        {"seconds": SECONDS, "idle_labs": IDLE_LABS, "goal": GOAL},
+        notes=[
+            "cmds_s, cpu_pct and server_ms_per_lab_s per lab: the window's minus the floor's, over its "
+            "labs; cpu_pct is the supervisor process alone (% of one core); server_ms_per_lab_s is the "
+            "server process's own CPU (ms per lab-second, the kernel's CPU clock of the process) and "
+            "labs_per_server_core 1000 / that (the server is single-threaded)"
+        ],
+    )

@@ -45,8 +45,14 @@ BURST = 60
 POISON = 3  # free poison jobs in the storm
 RESTART_S = 120.0  # simulated seconds a crashed worker takes to come back in the storm (a container restart)
 SEED = 6
-BASE = {"workers": WORKERS, "fair_job_s": JOB_S, "pro_workers": 1, "pro_weight": 0.7, "aging_s": 300.0,
-        "respawn_delay": 1.0}
+BASE = {
+    "workers": WORKERS,
+    "fair_job_s": JOB_S,
+    "pro_workers": 1,
+    "pro_weight": 0.7,
+    "aging_s": 300.0,
+    "respawn_delay": 1.0,
+}
 
 
 class Run(NamedTuple):
@@ -54,8 +60,12 @@ class Run(NamedTuple):
     summary: dict  # GET /fairness after the last job finished (worker-seconds used and paid, requeues)
 
 
-def schedule(seed: int, horizon: float, rates: dict[str, float], boost: tuple[str, float, float, float] | None = None,
-             ) -> list[tuple[float, str, str]]:
+def schedule(
+    seed: int,
+    horizon: float,
+    rates: dict[str, float],
+    boost: tuple[str, float, float, float] | None = None,
+) -> list[tuple[float, str, str]]:
     """Seeded Poisson arrivals (t, tier, customer) per tier; `boost` = (tier, factor, from, to)."""
     rng = random.Random(seed)
     out = []
@@ -70,8 +80,9 @@ def schedule(seed: int, horizon: float, rates: dict[str, float], boost: tuple[st
     return sorted(out)
 
 
-def replay(b: Bench, strategy: str, arrivals: list[tuple[float, str, str]], poison_at: tuple[float, ...] = (),
-           **settings) -> Run:
+def replay(
+    b: Bench, strategy: str, arrivals: list[tuple[float, str, str]], poison_at: tuple[float, ...] = (), **settings
+) -> Run:
     """Submit each arrival through the API when the lab clock reaches it, and a free poison job at each
     of `poison_at`; return what was measured once every job finished and every poison job was dead-lettered."""
     lab = b.lab("ch6", SPEED, **{**BASE, "fairness": strategy, **settings})
@@ -95,8 +106,12 @@ def finish(b: Bench, lab: dict, total: int, dead: int = 0) -> Run:
     def count(name: str) -> int:
         return sum(int(b.r.hget(f"lab:{lid}:fair:meta", f"{name}_{t}") or 0) for t in fairness.TIERS)
 
-    wait(lambda: count("done") >= total and count("dead") >= dead,
-         timeout=900, what=f"{total} tier jobs did not finish", every=0.2)
+    wait(
+        lambda: count("done") >= total and count("dead") >= dead,
+        timeout=900,
+        what=f"{total} tier jobs did not finish",
+        every=0.2,
+    )
     run = Run(fairness.waits(b.r, lid), b.call("GET", f"/api/labs/{lid}/fairness", token=lab["token"]))
     b.delete_lab(lab)
     print(f"  fairness: {run.summary['strategy']}: {total} jobs done at lab t={run.summary['now']:.0f} s", flush=True)
@@ -105,8 +120,14 @@ def finish(b: Bench, lab: dict, total: int, dead: int = 0) -> Run:
 
 def tier_stats(rows: list[dict], tier: str) -> dict:
     xs = [w["wait"] for w in rows if w["tier"] == tier]
-    return {"n": len(xs), "mean": statistics.fmean(xs) if xs else None, "p50": pct(xs, 50), "p95": pct(xs, 95),
-            "p99": pct(xs, 99), "max": max(xs) if xs else None}
+    return {
+        "n": len(xs),
+        "mean": statistics.fmean(xs) if xs else None,
+        "p50": pct(xs, 50),
+        "p95": pct(xs, 95),
+        "p99": pct(xs, 99),
+        "max": max(xs) if xs else None,
+    }
 
 
 def priority_waits(lam_pro: float, lam_free: float, service: float) -> dict[str, float]:
@@ -124,8 +145,10 @@ def model_means(strategy: str, lam_pro: float, lam_free: float, service: float) 
     if strategy == "shared":
         out = {"pro": shared, "free": shared}
     elif strategy in ("split", "separate"):
-        out = {"pro": numbers.erlang_c_wait(lam_pro, service, BASE["pro_workers"]),
-               "free": numbers.erlang_c_wait(lam_free, service, WORKERS - BASE["pro_workers"])}
+        out = {
+            "pro": numbers.erlang_c_wait(lam_pro, service, BASE["pro_workers"]),
+            "free": numbers.erlang_c_wait(lam_free, service, WORKERS - BASE["pro_workers"]),
+        }
     elif strategy == "strict" and (lam_pro + lam_free) * service < WORKERS:
         out = priority_waits(lam_pro, lam_free, service)
     else:
@@ -141,13 +164,20 @@ def effective_service(run: Run) -> float:
     return (starts[-1] - starts[0]) * WORKERS / (len(starts) - WORKERS)
 
 
-def row(scenario: str, strategy: str, run: Run, models: tuple[dict, dict] | None = None,
-        shared: dict | None = None) -> dict:
+def row(
+    scenario: str, strategy: str, run: Run, models: tuple[dict, dict] | None = None, shared: dict | None = None
+) -> dict:
     out = {"scenario": scenario, "strategy": strategy}
     for tier in ("pro", "free"):
         st = tier_stats(run.waits, tier)
-        out |= {f"{tier}_n": st["n"], f"{tier}_p50": rnd(st["p50"], 1), f"{tier}_p95": rnd(st["p95"], 1),
-                f"{tier}_p99": rnd(st["p99"], 1), f"{tier}_max": rnd(st["max"], 1), f"{tier}_mean": rnd(st["mean"], 1)}
+        out |= {
+            f"{tier}_n": st["n"],
+            f"{tier}_p50": rnd(st["p50"], 1),
+            f"{tier}_p95": rnd(st["p95"], 1),
+            f"{tier}_p99": rnd(st["p99"], 1),
+            f"{tier}_max": rnd(st["max"], 1),
+            f"{tier}_mean": rnd(st["mean"], 1),
+        }
         if models is not None:
             out[f"{tier}_model_mean"] = rnd(models[0][tier], 1)  # at the nominal 30 s
             out[f"{tier}_model_eff"] = rnd(models[1][tier], 1)  # at the measured service time
@@ -167,9 +197,17 @@ def run(b: Bench) -> dict:
         s_eff = effective_service(measured) if strategy == "shared" else s_eff
         quiet = [w["wait"] for w in measured.waits if w["customer"] != "f0"]
         burst = [w["wait"] for w in measured.waits if w["customer"] == "f0"]
-        noisy.append({"strategy": strategy, "quiet_n": len(quiet), "quiet_p50": rnd(pct(quiet, 50), 1),
-                      "quiet_max": rnd(max(quiet), 1), "burst_n": len(burst), "burst_p50": rnd(pct(burst, 50), 1),
-                      "burst_max": rnd(max(burst), 1)})
+        noisy.append(
+            {
+                "strategy": strategy,
+                "quiet_n": len(quiet),
+                "quiet_p50": rnd(pct(quiet, 50), 1),
+                "quiet_max": rnd(max(quiet), 1),
+                "burst_n": len(burst),
+                "burst_p50": rnd(pct(burst, 50), 1),
+                "burst_max": rnd(max(burst), 1),
+            }
+        )
 
     lam = RHO * WORKERS / JOB_S
     lam_pro, lam_free = lam * PRO_SHARE, lam * (1 - PRO_SHARE)
@@ -211,34 +249,81 @@ def run(b: Bench) -> dict:
     aged = by[("pro overload", "aging")]["free_max"]
     rr_gain = noisy[0]["quiet_max"] / noisy[1]["quiet_max"] if noisy[1]["quiet_max"] else None
     blast = {st: by[("free poison storm", st)]["pro_p95_vs_shared"] for st in ("split", "separate")}
-    columns = ["scenario", "strategy", "pro_n", "pro_p50", "pro_p95", "pro_p99", "pro_mean", "pro_model_mean",
-               "pro_model_eff", "pro_p95_vs_shared", "free_n", "free_p50", "free_p95", "free_p99", "free_max",
-               "free_mean", "free_model_mean", "free_model_eff", "free_p95_vs_shared", "pro_used_ws", "pro_paid_ws",
-               "free_used_ws", "free_paid_ws", "requeued", "crashes"]
+    columns = [
+        "scenario",
+        "strategy",
+        "pro_n",
+        "pro_p50",
+        "pro_p95",
+        "pro_p99",
+        "pro_mean",
+        "pro_model_mean",
+        "pro_model_eff",
+        "pro_p95_vs_shared",
+        "free_n",
+        "free_p50",
+        "free_p95",
+        "free_p99",
+        "free_max",
+        "free_mean",
+        "free_model_mean",
+        "free_model_eff",
+        "free_p95_vs_shared",
+        "pro_used_ws",
+        "pro_paid_ws",
+        "free_used_ws",
+        "free_paid_ws",
+        "requeued",
+        "crashes",
+    ]
     return report(
-        NAME, "per-tier queue wait (simulated s) by fairness strategy, real workers", columns, out,
-        {"label": "pro p95 wait, hard split ÷ shared FIFO (steady, same schedule)", "value": split_ratio,
-         "baseline": "shared FIFO measured in the same run",
-         "also": f"pro overload: free max wait strict {starve} s vs aging(300 s) {aged} s; noisy neighbour: "
-                 f"quiet customers' max wait FIFO ÷ round robin = {rnd(rr_gain, 2)}; free poison storm: pro p95 "
-                 f"÷ the same strategy's steady p95 = {blast['split']} (hard split) vs {blast['separate']} "
-                 "(separate fleets)"},
-        {"speed": SPEED, "workers": WORKERS, "job_s": JOB_S, "rho": RHO, "pro_share": PRO_SHARE,
-         "steady_s": STEADY_S, "overload_s": OVERLOAD_S, "overload_pro_rho": OVERLOAD_PRO_RHO, "burst": BURST,
-         "seed": SEED, "poison": POISON, "restart_s": RESTART_S, **BASE},
-        notes=[f"noisy neighbour (burst of {BURST} from f0, one job each from f1–f9):",
-               *(f"  {n['strategy']}: quiet p50 {n['quiet_p50']} s, max {n['quiet_max']} s; burst p50 "
-                 f"{n['burst_p50']} s, max {n['burst_max']} s" for n in noisy),
-               f"effective service time measured from the FIFO burst: {s_eff:.1f} s a job (30 s on the lab clock "
-               f"+ the real hand-off at {SPEED:.0f}×), so the set ρ = {RHO} is really ρ = {RHO * s_eff / JOB_S:.2f}",
-               "model_mean: M/M/c mean wait (Erlang C; non-preemptive priority for strict) at the nominal 30 s; "
-               "model_eff: the same at the measured service time (— = saturated or no closed form). Service is "
-               "near-constant, so M/D/c (about half of M/M/c) is the closer shape: read the model as a ceiling",
-               "paid worker-s: a walled-off pool is paid whole; a shared pool's bill is split by use",
-               f"free poison storm: {POISON} free jobs at t≈{STEADY_S / 3:.0f} s that each take their worker down "
-               f"{fairness.POISON_CRASHES} times ({RESTART_S:.0f} s to come back) before they are dead-lettered; "
-               "its *_vs_shared columns compare with the same strategy's steady row"],
-        extra={"noisy_neighbour": noisy, "effective_service_s": rnd(s_eff, 2)})
+        NAME,
+        "per-tier queue wait (simulated s) by fairness strategy, real workers",
+        columns,
+        out,
+        {
+            "label": "pro p95 wait, hard split ÷ shared FIFO (steady, same schedule)",
+            "value": split_ratio,
+            "baseline": "shared FIFO measured in the same run",
+            "also": f"pro overload: free max wait strict {starve} s vs aging(300 s) {aged} s; noisy neighbour: "
+            f"quiet customers' max wait FIFO ÷ round robin = {rnd(rr_gain, 2)}; free poison storm: pro p95 "
+            f"÷ the same strategy's steady p95 = {blast['split']} (hard split) vs {blast['separate']} "
+            "(separate fleets)",
+        },
+        {
+            "speed": SPEED,
+            "workers": WORKERS,
+            "job_s": JOB_S,
+            "rho": RHO,
+            "pro_share": PRO_SHARE,
+            "steady_s": STEADY_S,
+            "overload_s": OVERLOAD_S,
+            "overload_pro_rho": OVERLOAD_PRO_RHO,
+            "burst": BURST,
+            "seed": SEED,
+            "poison": POISON,
+            "restart_s": RESTART_S,
+            **BASE,
+        },
+        notes=[
+            f"noisy neighbour (burst of {BURST} from f0, one job each from f1–f9):",
+            *(
+                f"  {n['strategy']}: quiet p50 {n['quiet_p50']} s, max {n['quiet_max']} s; burst p50 "
+                f"{n['burst_p50']} s, max {n['burst_max']} s"
+                for n in noisy
+            ),
+            f"effective service time measured from the FIFO burst: {s_eff:.1f} s a job (30 s on the lab clock "
+            f"+ the real hand-off at {SPEED:.0f}×), so the set ρ = {RHO} is really ρ = {RHO * s_eff / JOB_S:.2f}",
+            "model_mean: M/M/c mean wait (Erlang C; non-preemptive priority for strict) at the nominal 30 s; "
+            "model_eff: the same at the measured service time (— = saturated or no closed form). Service is "
+            "near-constant, so M/D/c (about half of M/M/c) is the closer shape: read the model as a ceiling",
+            "paid worker-s: a walled-off pool is paid whole; a shared pool's bill is split by use",
+            f"free poison storm: {POISON} free jobs at t≈{STEADY_S / 3:.0f} s that each take their worker down "
+            f"{fairness.POISON_CRASHES} times ({RESTART_S:.0f} s to come back) before they are dead-lettered; "
+            "its *_vs_shared columns compare with the same strategy's steady row",
+        ],
+        extra={"noisy_neighbour": noisy, "effective_service_s": rnd(s_eff, 2)},
+    )
 
 
 def noisy_neighbour(b: Bench, strategy: str) -> Run:

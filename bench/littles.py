@@ -53,8 +53,7 @@ def sample_rate(b: Bench, lam: float, seed: int) -> dict:
     in_sys, waits = [], []
     for i in ids:
         created = float(b.r.hget(job(lid, i), "created_at"))
-        atts = sorted((json.loads(a) for a in b.r.hvals(job(lid, i) + ":attempts")),
-                      key=lambda a: a["attempt"])
+        atts = sorted((json.loads(a) for a in b.r.hvals(job(lid, i) + ":attempts")), key=lambda a: a["attempt"])
         end = next(a["end"] for a in atts if a["outcome"] == "succeeded")
         in_sys.append(end - created)
         waits.append(atts[0]["start"] - created)
@@ -65,28 +64,62 @@ def sample_rate(b: Bench, lam: float, seed: int) -> dict:
     model = loadgen.model(lam, WORKERS)
     counts = b.counts(lab)
     b.delete_lab(lab)
-    return {"lambda_set": lam, "arrivals": n, "lambda_measured": rnd(lam_m, 4), "L_sampled": rnd(L, 2),
-            "W_measured_s": rnd(W, 1), "lambda_x_W": rnd(lam_m * W, 2), "L_over_lambdaW": rnd(L / (lam_m * W), 3),
-            "busy_period_s": rnd(span, 0), "L_busy_period": rnd(L_full, 2), "lambda_busy_x_W": rnd(lam_full * W, 2),
-            "L_over_lambdaW_busy": rnd(L_full / (lam_full * W), 3),
-            "queue_wait_s": rnd(statistics.fmean(waits), 1), "model_L": rnd(model["L"], 2),
-            "model_rho": rnd(model["rho"], 3), "model_mmc_wait_s": rnd(model["mmc_wait"], 1),
-            "redelivered": counts.get("redelivered", 0)}
+    return {
+        "lambda_set": lam,
+        "arrivals": n,
+        "lambda_measured": rnd(lam_m, 4),
+        "L_sampled": rnd(L, 2),
+        "W_measured_s": rnd(W, 1),
+        "lambda_x_W": rnd(lam_m * W, 2),
+        "L_over_lambdaW": rnd(L / (lam_m * W), 3),
+        "busy_period_s": rnd(span, 0),
+        "L_busy_period": rnd(L_full, 2),
+        "lambda_busy_x_W": rnd(lam_full * W, 2),
+        "L_over_lambdaW_busy": rnd(L_full / (lam_full * W), 3),
+        "queue_wait_s": rnd(statistics.fmean(waits), 1),
+        "model_L": rnd(model["L"], 2),
+        "model_rho": rnd(model["rho"], 3),
+        "model_mmc_wait_s": rnd(model["mmc_wait"], 1),
+        "redelivered": counts.get("redelivered", 0),
+    }
 
 
 def run(b: Bench) -> dict:
     rows = [sample_rate(b, lam, seed=1) for lam in RATES]
     worst = max(rows, key=lambda r: abs(1 - r["L_over_lambdaW_busy"]))
     return report(
-        NAME, "Little's law on real workers: sampled L vs measured λ × W",
-        ["lambda_set", "arrivals", "lambda_measured", "L_sampled", "W_measured_s", "lambda_x_W", "L_over_lambdaW",
-         "busy_period_s", "L_busy_period", "lambda_busy_x_W", "L_over_lambdaW_busy", "queue_wait_s", "model_L",
-         "model_rho", "model_mmc_wait_s", "redelivered"],
-        rows, {"label": "L ÷ λW over the busy period, worst rate", "value": worst["L_over_lambdaW_busy"],
-               "baseline": "1 (Little's law)"},
+        NAME,
+        "Little's law on real workers: sampled L vs measured λ × W",
+        [
+            "lambda_set",
+            "arrivals",
+            "lambda_measured",
+            "L_sampled",
+            "W_measured_s",
+            "lambda_x_W",
+            "L_over_lambdaW",
+            "busy_period_s",
+            "L_busy_period",
+            "lambda_busy_x_W",
+            "L_over_lambdaW_busy",
+            "queue_wait_s",
+            "model_L",
+            "model_rho",
+            "model_mmc_wait_s",
+            "redelivered",
+        ],
+        rows,
+        {
+            "label": "L ÷ λW over the busy period, worst rate",
+            "value": worst["L_over_lambdaW_busy"],
+            "baseline": "1 (Little's law)",
+        },
         {"rates": RATES, "workers": WORKERS, "speed": SPEED, "gen_s": GEN_S, "sample_s": SAMPLE_S, "seed": 1},
-        notes=["L_sampled / lambda_measured cover only the generation window, so jobs that arrive near its end "
-               "count fully in W but only partly in L (L ÷ λW < 1); the busy-period columns sample the gauge "
-               "until the last job is done, where Little's law must hold",
-               "W includes the real floor of each job (fork + ffmpeg on the smallest clip), so measured W can "
-               "exceed the mix's 30 s; the model column is the numbers model for the set λ"])
+        notes=[
+            "L_sampled / lambda_measured cover only the generation window, so jobs that arrive near its end "
+            "count fully in W but only partly in L (L ÷ λW < 1); the busy-period columns sample the gauge "
+            "until the last job is done, where Little's law must hold",
+            "W includes the real floor of each job (fork + ffmpeg on the smallest clip), so measured W can "
+            "exceed the mix's 30 s; the model column is the numbers model for the set λ",
+        ],
+    )

@@ -93,39 +93,72 @@ def run(b: Bench) -> dict:
                 ctx.close()
                 floor = floor_s(b, preset)
                 first_s = nav["first"] / 1000
-                rows.append({
-                    "chapter": n, "preset": preset, "requests": len(sizes),
-                    "kb": rnd(sum(s["responseBodySize"] + s["responseHeadersSize"] for s in sizes) / 1024, 1),
-                    "cold_kb": rnd(cold["total"] / 1024, 1), "fcp_ms": rnd(cold["fcp"], 0),
-                    "fcp_floor_ms": rnd(fcp_base, 0), "fcp_vs_floor": rnd(cold["fcp"] / fcp_base, 2),
-                    "warm_kb": rnd(warm["total"] / 1024, 1), "warm_requests": warm["fetched"],
-                    "warm_floor_kb": rnd(warm["doc"] / 1024, 1),
-                    "dcl_ms": rnd(nav["dcl"], 0), "load_ms": rnd(nav["load"], 0),
-                    "first_event_ms": rnd(nav["first"], 0), "floor_ms": rnd(floor * 1000, 0),
-                    "vs_floor": rnd(first_s / floor, 2),
-                })
-                print(f"  chapter {n}: cold {rows[-1]['cold_kb']} kB, FCP {rows[-1]['fcp_ms']} ms "
-                      f"(floor {rows[-1]['fcp_floor_ms']}), first event {rows[-1]['first_event_ms']} ms "
-                      f"(floor {rows[-1]['floor_ms']} ms), warm reload {rows[-1]['warm_kb']} kB", flush=True)
+                rows.append(
+                    {
+                        "chapter": n,
+                        "preset": preset,
+                        "requests": len(sizes),
+                        "kb": rnd(sum(s["responseBodySize"] + s["responseHeadersSize"] for s in sizes) / 1024, 1),
+                        "cold_kb": rnd(cold["total"] / 1024, 1),
+                        "fcp_ms": rnd(cold["fcp"], 0),
+                        "fcp_floor_ms": rnd(fcp_base, 0),
+                        "fcp_vs_floor": rnd(cold["fcp"] / fcp_base, 2),
+                        "warm_kb": rnd(warm["total"] / 1024, 1),
+                        "warm_requests": warm["fetched"],
+                        "warm_floor_kb": rnd(warm["doc"] / 1024, 1),
+                        "dcl_ms": rnd(nav["dcl"], 0),
+                        "load_ms": rnd(nav["load"], 0),
+                        "first_event_ms": rnd(nav["first"], 0),
+                        "floor_ms": rnd(floor * 1000, 0),
+                        "vs_floor": rnd(first_s / floor, 2),
+                    }
+                )
+                print(
+                    f"  chapter {n}: cold {rows[-1]['cold_kb']} kB, FCP {rows[-1]['fcp_ms']} ms "
+                    f"(floor {rows[-1]['fcp_floor_ms']}), first event {rows[-1]['first_event_ms']} ms "
+                    f"(floor {rows[-1]['floor_ms']} ms), warm reload {rows[-1]['warm_kb']} kB",
+                    flush=True,
+                )
         finally:
             browser.close()
     ratio = median([r["vs_floor"] for r in rows])
     return report(
-        NAME, "chapter page bytes and time to the first live event (Chromium) vs API + XREAD",
-        ["chapter", "preset", "requests", "cold_kb", "fcp_ms", "fcp_vs_floor", "first_event_ms", "floor_ms",
-         "vs_floor", "warm_kb", "warm_floor_kb", "warm_requests"],
+        NAME,
+        "chapter page bytes and time to the first live event (Chromium) vs API + XREAD",
+        [
+            "chapter",
+            "preset",
+            "requests",
+            "cold_kb",
+            "fcp_ms",
+            "fcp_vs_floor",
+            "first_event_ms",
+            "floor_ms",
+            "vs_floor",
+            "warm_kb",
+            "warm_floor_kb",
+            "warm_requests",
+        ],
         rows,
-        {"label": "time to first live event in Chromium ÷ POST /api/labs → first XREAD event",
-         "value": ratio, "baseline": "the same preset's lab created over HTTP from Python, first event read "
-                                     "from the stream with XREAD BLOCK, in the same run",
-         "cold_kb_median": median([r["cold_kb"] for r in rows]), "cold_kb_max": max(r["cold_kb"] for r in rows),
-         "fcp_ms_median": median([r["fcp_ms"] for r in rows]), "fcp_floor_ms": rnd(fcp_base, 0),
-         "first_event_ms_median": median([r["first_event_ms"] for r in rows]),
-         "warm_kb_max": max(r["warm_kb"] for r in rows),
-         "goals": "cold ≤ 150 kB, FCP ≤ 250 ms, first event ≤ 400 ms (issue 28), warm reload ≤ 30 kB"},
+        {
+            "label": "time to first live event in Chromium ÷ POST /api/labs → first XREAD event",
+            "value": ratio,
+            "baseline": "the same preset's lab created over HTTP from Python, first event read "
+            "from the stream with XREAD BLOCK, in the same run",
+            "cold_kb_median": median([r["cold_kb"] for r in rows]),
+            "cold_kb_max": max(r["cold_kb"] for r in rows),
+            "fcp_ms_median": median([r["fcp_ms"] for r in rows]),
+            "fcp_floor_ms": rnd(fcp_base, 0),
+            "first_event_ms_median": median([r["first_event_ms"] for r in rows]),
+            "warm_kb_max": max(r["warm_kb"] for r in rows),
+            "goals": "cold ≤ 150 kB, FCP ≤ 250 ms, first event ≤ 400 ms (issue 28), warm reload ≤ 30 kB",
+        },
         {"chapters": list(CHAPTERS), "speed_floor": 20},
-        ["cold_kb/warm_kb = navigation + resource transferSize (compressed, as sent; 0 for a cache hit); "
-         "warm = reload in the same context; warm_floor_kb = the HTML document alone",
-         "kb = headers + body as Playwright reports them (uncompressed body sizes), cold context",
-         "first_event_ms is from navigation start: HTML, CSS, JS, /api/meta, POST /api/labs, the WebSocket "
-         "and the first event the lab's workers emit"])
+        [
+            "cold_kb/warm_kb = navigation + resource transferSize (compressed, as sent; 0 for a cache hit); "
+            "warm = reload in the same context; warm_floor_kb = the HTML document alone",
+            "kb = headers + body as Playwright reports them (uncompressed body sizes), cold context",
+            "first_event_ms is from navigation start: HTML, CSS, JS, /api/meta, POST /api/labs, the WebSocket "
+            "and the first event the lab's workers emit",
+        ],
+    )

@@ -39,6 +39,7 @@ def one_lab(b: Bench, preset: str) -> dict:
     def ended() -> int:
         c = b.call("GET", f"/api/labs/{lab_id}", token=lab["token"])["counts"]
         return c["done"] + c["dlq"]
+
     deadline = time.monotonic() + ENDED_WAIT_S  # a student may leave before the last job ends, as here
     while ended() < JOBS and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -50,10 +51,16 @@ def one_lab(b: Bench, preset: str) -> dict:
     t = time.perf_counter()
     b.call("GET", f"/api/labs/{lab_id}", token=lab["token"])  # its page opens again: unfold + resume
     reopen_ms = (time.perf_counter() - t) * 1000
-    row = {"preset": preset, "lab": lab_id, "ended": ended(), "unfolded_kb": rnd(unfolded / 1024, 1),
-           "folded_kb": rnd(folded / 1024, 1),
-           "ratio": rnd(unfolded / folded, 1), "blobs_kb": rnd(blobs.usage(b.r, lab_id) / 1024, 1),
-           "reopen_ms": rnd(reopen_ms, 0)}
+    row = {
+        "preset": preset,
+        "lab": lab_id,
+        "ended": ended(),
+        "unfolded_kb": rnd(unfolded / 1024, 1),
+        "folded_kb": rnd(folded / 1024, 1),
+        "ratio": rnd(unfolded / folded, 1),
+        "blobs_kb": rnd(blobs.usage(b.r, lab_id) / 1024, 1),
+        "reopen_ms": rnd(reopen_ms, 0),
+    }
     b.delete_lab(lab)
     return row
 
@@ -61,24 +68,35 @@ def one_lab(b: Bench, preset: str) -> dict:
 def run(b: Bench) -> dict:
     rows = [one_lab(b, preset) for _ in range(ROUNDS) for preset in PRESETS]
     cfg = Config()
-    stat = {col: (pct([r[col] for r in rows], 50), pct([r[col] for r in rows], 95))
-            for col in ("unfolded_kb", "folded_kb", "blobs_kb", "reopen_ms")}
+    stat = {
+        col: (pct([r[col] for r in rows], 50), pct([r[col] for r in rows], 95))
+        for col in ("unfolded_kb", "folded_kb", "blobs_kb", "reopen_ms")
+    }
     records = cfg.redis_maxmemory - cfg.max_blob_bytes  # what the server keeps beside the blobs
     unfolded_n = cfg.parked_memory / (stat["unfolded_kb"][0] * 1024)
     folded_n = (records - cfg.parked_memory) / (stat["folded_kb"][0] * 1024)
     by_blobs = cfg.max_blob_bytes / (stat["blobs_kb"][0] * 1024) if stat["blobs_kb"][0] else float("inf")
     summary = {"preset": "median / p95", **{col: f"{rnd(m, 1)} / {rnd(p, 1)}" for col, (m, p) in stat.items()}}
     held = int(min(unfolded_n + folded_n, by_blobs))
-    notes = [f"a default server ({records // MIB} MiB for records, PARKED_MEMORY {cfg.parked_memory // MIB} MiB "
-             f"unfolded) holds ≈ {int(unfolded_n)} unfolded + {int(folded_n)} folded parked labs by their records, "
-             f"and ≈ {int(by_blobs)} by their outputs (MAX_BLOB_BYTES {cfg.max_blob_bytes // MIB} MiB): {held} in all",
-             f"{JOBS} jobs of the carphone sample per lab, {ROUNDS} labs per preset; reopen_ms is GET of the snapshot "
-             "(unfold, take the slot again, run the clock), the bench stack's load included"]
-    return report(NAME, "bytes a parked lab holds, unfolded and folded, and how many a default server holds",
-                  ["preset", "ended", "unfolded_kb", "folded_kb", "ratio", "blobs_kb", "reopen_ms"], rows + [summary],
-                  {"label": "folded / unfolded bytes (median)",
-                   "value": rnd(stat["folded_kb"][0] / stat["unfolded_kb"][0], 3),
-                   "baseline": "the same labs unfolded, measured in the same run",
-                   "also": f"≈ {held} parked labs on a default server"},
-                  {"rounds": ROUNDS, "jobs": JOBS}, notes=notes,
-                  extra={"median_p95": stat, "parked_labs_held": held})
+    notes = [
+        f"a default server ({records // MIB} MiB for records, PARKED_MEMORY {cfg.parked_memory // MIB} MiB "
+        f"unfolded) holds ≈ {int(unfolded_n)} unfolded + {int(folded_n)} folded parked labs by their records, "
+        f"and ≈ {int(by_blobs)} by their outputs (MAX_BLOB_BYTES {cfg.max_blob_bytes // MIB} MiB): {held} in all",
+        f"{JOBS} jobs of the carphone sample per lab, {ROUNDS} labs per preset; reopen_ms is GET of the snapshot "
+        "(unfold, take the slot again, run the clock), the bench stack's load included",
+    ]
+    return report(
+        NAME,
+        "bytes a parked lab holds, unfolded and folded, and how many a default server holds",
+        ["preset", "ended", "unfolded_kb", "folded_kb", "ratio", "blobs_kb", "reopen_ms"],
+        rows + [summary],
+        {
+            "label": "folded / unfolded bytes (median)",
+            "value": rnd(stat["folded_kb"][0] / stat["unfolded_kb"][0], 3),
+            "baseline": "the same labs unfolded, measured in the same run",
+            "also": f"≈ {held} parked labs on a default server",
+        },
+        {"rounds": ROUNDS, "jobs": JOBS},
+        notes=notes,
+        extra={"median_p95": stat, "parked_labs_held": held},
+    )

@@ -21,8 +21,15 @@ TICKS = 12
 SLOW_TICKS = (2, 8)  # ticks after the count starts whose run takes SLOW_S
 SLOW_S = 100.0
 KILL_TICK = 5
-BASE = {"scheduler_replicas": REPLICAS, "cron_interval": 60, "cron_task_s": 45, "respawn_delay": 600,
-        "cron_shard": True, "shard_buckets": 12, "cron_users": 120}
+BASE = {
+    "scheduler_replicas": REPLICAS,
+    "cron_interval": 60,
+    "cron_task_s": 45,
+    "respawn_delay": 600,
+    "cron_shard": True,
+    "shard_buckets": 12,
+    "cron_users": 120,
+}
 SCENARIOS = (
     ("no lock", {"cron_strategy": "none"}, None),
     ("SET NX EX lock, TTL 120 s", {"cron_strategy": "lock", "cron_lock_ttl": 120}, "holder"),
@@ -43,8 +50,9 @@ def control(b: Bench, lab: dict, **body) -> dict:
 def run_scenario(b: Bench, label: str, settings: dict, kill: str | None, faults: bool) -> dict:
     lab = b.lab("ch7", SPEED, **BASE, **settings)
     deadline = time.monotonic() + 60
-    while not (len((rep := schedule(b, lab))["replicas"]) == REPLICAS
-               and all(x["state"] == "running" for x in rep["replicas"])):
+    while not (
+        len((rep := schedule(b, lab))["replicas"]) == REPLICAS and all(x["state"] == "running" for x in rep["replicas"])
+    ):
         if time.monotonic() > deadline:
             raise TimeoutError("replicas did not start")
         time.sleep(0.1)
@@ -64,15 +72,24 @@ def run_scenario(b: Bench, label: str, settings: dict, kill: str | None, faults:
     runs = [t["runs"] for t in ticks]
     evs = b.events(lab)
     b.delete_lab(lab)
-    return {"strategy": label, "faults": "slow runs + kill" if faults else "none", "ticks": len(ticks),
-            "runs": sum(runs), "runs_per_tick": rnd(sum(runs) / len(ticks), 3),
-            "min_runs": min(runs), "max_runs": max(runs), "ticks_over_1": sum(n > 1 for n in runs),
-            "missed_ticks": sum(n == 0 for n in runs), "overlaps": sum(t["overlaps"] for t in ticks),
-            "catch_ups": sum(t["catch_up"] for t in ticks), "emails": rep["totals"]["emails"],
-            "max_emails_per_user": rep["totals"]["max_emails_per_user"],
-            "releases_refused": sum(e["type"] == "cron.release_refused" for e in evs),
-            "leader_elections": sum(e["type"] == "leader.elected" for e in evs),
-            "model_runs_per_tick": REPLICAS if settings["cron_strategy"] == "none" else 1}
+    return {
+        "strategy": label,
+        "faults": "slow runs + kill" if faults else "none",
+        "ticks": len(ticks),
+        "runs": sum(runs),
+        "runs_per_tick": rnd(sum(runs) / len(ticks), 3),
+        "min_runs": min(runs),
+        "max_runs": max(runs),
+        "ticks_over_1": sum(n > 1 for n in runs),
+        "missed_ticks": sum(n == 0 for n in runs),
+        "overlaps": sum(t["overlaps"] for t in ticks),
+        "catch_ups": sum(t["catch_up"] for t in ticks),
+        "emails": rep["totals"]["emails"],
+        "max_emails_per_user": rep["totals"]["max_emails_per_user"],
+        "releases_refused": sum(e["type"] == "cron.release_refused" for e in evs),
+        "leader_elections": sum(e["type"] == "leader.elected" for e in evs),
+        "model_runs_per_tick": REPLICAS if settings["cron_strategy"] == "none" else 1,
+    }
 
 
 def run(b: Bench) -> dict:
@@ -80,16 +97,47 @@ def run(b: Bench) -> dict:
     clean = [r for r in rows if r["faults"] == "none"]
     locked = [r for r in clean if r["strategy"] != "no lock"]
     return report(
-        NAME, "Runs per tick for each run-once strategy (4 real scheduler replicas)",
-        ["strategy", "faults", "ticks", "runs", "runs_per_tick", "min_runs", "max_runs", "ticks_over_1", "missed_ticks",
-         "overlaps", "catch_ups", "emails", "max_emails_per_user", "releases_refused", "leader_elections",
-         "model_runs_per_tick"],
-        rows, {"label": "runs per tick, no lock ÷ best lock", "value": rnd(
-            clean[0]["runs_per_tick"] / min(r["runs_per_tick"] for r in locked), 2), "baseline": f"{REPLICAS} (model)"},
-        {"replicas": REPLICAS, "speed": SPEED, "ticks": TICKS, "interval_s": 60, "task_s": 45,
-         "slow_ticks": SLOW_TICKS, "slow_s": SLOW_S, "kill_tick": KILL_TICK},
-        notes=["slow runs take 100 s: past the next tick (60 s) and past a 30 s TTL, inside 120 s; the short TTL "
-               "lets the next tick's replica in while the slow run still runs (an overlap), the others skip that "
-               "tick and the run after catches it up",
-               "the kill is a SIGKILL of the lock holder or leader: no finally block, so its lock or lease stays "
-               "until it expires; missed ticks while it does are caught up by the next run"])
+        NAME,
+        "Runs per tick for each run-once strategy (4 real scheduler replicas)",
+        [
+            "strategy",
+            "faults",
+            "ticks",
+            "runs",
+            "runs_per_tick",
+            "min_runs",
+            "max_runs",
+            "ticks_over_1",
+            "missed_ticks",
+            "overlaps",
+            "catch_ups",
+            "emails",
+            "max_emails_per_user",
+            "releases_refused",
+            "leader_elections",
+            "model_runs_per_tick",
+        ],
+        rows,
+        {
+            "label": "runs per tick, no lock ÷ best lock",
+            "value": rnd(clean[0]["runs_per_tick"] / min(r["runs_per_tick"] for r in locked), 2),
+            "baseline": f"{REPLICAS} (model)",
+        },
+        {
+            "replicas": REPLICAS,
+            "speed": SPEED,
+            "ticks": TICKS,
+            "interval_s": 60,
+            "task_s": 45,
+            "slow_ticks": SLOW_TICKS,
+            "slow_s": SLOW_S,
+            "kill_tick": KILL_TICK,
+        },
+        notes=[
+            "slow runs take 100 s: past the next tick (60 s) and past a 30 s TTL, inside 120 s; the short TTL "
+            "lets the next tick's replica in while the slow run still runs (an overlap), the others skip that "
+            "tick and the run after catches it up",
+            "the kill is a SIGKILL of the lock holder or leader: no finally block, so its lock or lease stays "
+            "until it expires; missed ticks while it does are caught up by the next run",
+        ],
+    )

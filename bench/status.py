@@ -44,8 +44,10 @@ def run(b: Bench) -> dict:
             page = browser.new_page()
             page.goto(f"{b.stack.url}/chapters/3?speed={SPEED}")
             page.wait_for_selector('#ch3-lab[data-state="ready"]', timeout=60_000)
-            page.wait_for_function("() => document.querySelector('[data-role=\"hook-state\"]').textContent"
-                                   ".startsWith('registered')", timeout=30_000)
+            page.wait_for_function(
+                "() => document.querySelector('[data-role=\"hook-state\"]').textContent.startsWith('registered')",
+                timeout=30_000,
+            )
             page.fill("#ch3-jobs", str(JOBS))
             page.fill("#ch3-interval", str(INTERVAL_S))
             page.click('[data-role="start"]')
@@ -61,25 +63,51 @@ def run(b: Bench) -> dict:
     for m in METHODS:
         s = seen[m]
         server = load["clients"].get(m, {})
-        rows.append({"method": m, "requests": num(s["requests"]) if m != "ws" else 0,
-                     "not_modified": num(s["not_modified"]), "bytes": num(s["bytes"]),
-                     "per_job": num(s["per_job"]), "mean_delay_ms": num(s["mean_ms"]),
-                     "worst_delay_ms": num(s["worst_ms"]), "learned": s["learned"],
-                     "server_requests": server.get("requests"), "server_304": server.get("not_modified"),
-                     "server_body_bytes": server.get("bytes")})
+        rows.append(
+            {
+                "method": m,
+                "requests": num(s["requests"]) if m != "ws" else 0,
+                "not_modified": num(s["not_modified"]),
+                "bytes": num(s["bytes"]),
+                "per_job": num(s["per_job"]),
+                "mean_delay_ms": num(s["mean_ms"]),
+                "worst_delay_ms": num(s["worst_ms"]),
+                "learned": s["learned"],
+                "server_requests": server.get("requests"),
+                "server_304": server.get("not_modified"),
+                "server_body_bytes": server.get("bytes"),
+            }
+        )
         print(f"  {m}: {s}", flush=True)
     poll = rows[0]
     model = w / INTERVAL_S if w else None
     return report(
-        NAME, f"{JOBS} jobs watched five ways in Chromium at {SPEED}x, polling every {INTERVAL_S:g} s",
-        ["method", "requests", "not_modified", "bytes", "per_job", "mean_delay_ms", "worst_delay_ms", "learned",
-         "server_requests", "server_304", "server_body_bytes"],
+        NAME,
+        f"{JOBS} jobs watched five ways in Chromium at {SPEED}x, polling every {INTERVAL_S:g} s",
+        [
+            "method",
+            "requests",
+            "not_modified",
+            "bytes",
+            "per_job",
+            "mean_delay_ms",
+            "worst_delay_ms",
+            "learned",
+            "server_requests",
+            "server_304",
+            "server_body_bytes",
+        ],
         rows,
-        {"label": "plain-polling requests per job ÷ the model's W/P",
-         "value": rnd(poll["per_job"] / model, 2) if model else None,
-         "baseline": f"W = {w} s measured from the job events (upload → done), P = {INTERVAL_S:g} s"},
+        {
+            "label": "plain-polling requests per job ÷ the model's W/P",
+            "value": rnd(poll["per_job"] / model, 2) if model else None,
+            "baseline": f"W = {w} s measured from the job events (upload → done), P = {INTERVAL_S:g} s",
+        },
         {"jobs": JOBS, "speed": SPEED, "interval_s": INTERVAL_S, "w_s": w},
-        ["bytes = response headers as fetch exposes them + bodies (WebSocket: event JSON; webhook: bodies)",
-         "delays are from each job's completion event (server t_real) to the client knowing, on the server's "
-         "clock (the page aligns its clock from the quickest status answer); webhook delays are the receiver's",
-         "the long-poll is one held request for all the page's jobs (a browser has six connections per host)"])
+        [
+            "bytes = response headers as fetch exposes them + bodies (WebSocket: event JSON; webhook: bodies)",
+            "delays are from each job's completion event (server t_real) to the client knowing, on the server's "
+            "clock (the page aligns its clock from the quickest status answer); webhook delays are the receiver's",
+            "the long-poll is one held request for all the page's jobs (a browser has six connections per host)",
+        ],
+    )

@@ -45,9 +45,11 @@ def cost(jobs: int, worker_cpu: float, infra0: dict, infra1: dict) -> dict:
     """CPU ms per job: the worker processes (with their horses and ffmpeg), the server, and the
     supervisor + web process. Unlike jobs/s, CPU per job is barely moved by other load on the box."""
     d = {k: infra1[k] - infra0[k] for k in infra0}
-    return {"worker_cpu_ms_per_job": rnd(worker_cpu / jobs * 1000, 1),
-            "valkey_cpu_ms_per_job": rnd(d["valkey"] / jobs * 1000, 1),
-            "sup_web_cpu_ms_per_job": rnd((d["supervisor"] + d["web"]) / jobs * 1000, 1)}
+    return {
+        "worker_cpu_ms_per_job": rnd(worker_cpu / jobs * 1000, 1),
+        "valkey_cpu_ms_per_job": rnd(d["valkey"] / jobs * 1000, 1),
+        "sup_web_cpu_ms_per_job": rnd((d["supervisor"] + d["web"]) / jobs * 1000, 1),
+    }
 
 
 def lab_rate(b: Bench, n: int, jobs: int) -> dict:
@@ -65,6 +67,7 @@ def lab_rate(b: Bench, n: int, jobs: int) -> dict:
         def settled() -> bool:
             s = b.states(lab)
             return s.get("done", 0) + s.get("dlq", 0) + s.get("lost", 0) >= jobs
+
         wait(settled, 120, f"lab with {n} workers did not finish {jobs} jobs", every=0.05)
         wait(lambda: all(w.get("state") == "idle" for w in b.worker_rows(lab)), 10, "workers stayed busy")
         time.sleep(0.2)  # the last horses are reaped, so their CPU is in the workers' cutime
@@ -77,13 +80,20 @@ def lab_rate(b: Bench, n: int, jobs: int) -> dict:
     ends = [e["t_real"] for e in evs if e["type"] == "job.succeeded"]
     span = max(ends) - min(starts)
     done = states.get("done", 0)
-    return {"pipeline": "lab (thumbnail, 1 s @1000×)", "workers": n, "jobs": jobs, "done": done,
-            "span_s": rnd(span, 3), "jobs_per_s": rnd(done / span, 2),
-            "ms_per_job_per_worker": rnd(span / done * n * 1000, 1),
-            **cost(jobs, cpu1 - cpu0, infra0, infra1),
-            "enqueue_s": rnd(enqueue_s, 3), "failed": counts.get("failed", 0),
-            "redelivered": counts.get("redelivered", 0),
-            "events_per_job": rnd(len(evs) / jobs, 1)}
+    return {
+        "pipeline": "lab (thumbnail, 1 s @1000×)",
+        "workers": n,
+        "jobs": jobs,
+        "done": done,
+        "span_s": rnd(span, 3),
+        "jobs_per_s": rnd(done / span, 2),
+        "ms_per_job_per_worker": rnd(span / done * n * 1000, 1),
+        **cost(jobs, cpu1 - cpu0, infra0, infra1),
+        "enqueue_s": rnd(enqueue_s, 3),
+        "failed": counts.get("failed", 0),
+        "redelivered": counts.get("redelivered", 0),
+        "events_per_job": rnd(len(evs) / jobs, 1),
+    }
 
 
 def reap(p, timeout: float):
@@ -102,13 +112,29 @@ def reap(p, timeout: float):
 def rq_rate(b: Bench, n: int, label: str, func: str, arg_list: list[tuple]) -> dict:
     qname = f"bench-{label.replace(' ', '-')}-{n}-{time.time_ns() % 10**9}"
     q = Queue(qname, connection=b.rb)
-    jobs = q.enqueue_many([Queue.prepare_data(func, args=a, timeout=60, result_ttl=600, failure_ttl=600)
-                           for a in arg_list])
+    jobs = q.enqueue_many(
+        [Queue.prepare_data(func, args=a, timeout=60, result_ttl=600, failure_ttl=600) for a in arg_list]
+    )
     t0 = time.time()
     infra0 = b.stack.infra_cpu_s()
-    procs = [b.stack.spawn([RQ_BIN, "worker", "--burst", "--url", b.stack.redis_url, "--quiet",
-                            "--logging_level", "WARNING", "--name", f"{qname}-{i}", qname])
-             for i in range(n)]
+    procs = [
+        b.stack.spawn(
+            [
+                RQ_BIN,
+                "worker",
+                "--burst",
+                "--url",
+                b.stack.redis_url,
+                "--quiet",
+                "--logging_level",
+                "WARNING",
+                "--name",
+                f"{qname}-{i}",
+                qname,
+            ]
+        )
+        for i in range(n)
+    ]
     worker_cpu = sum(rusage_cpu_s(reap(p, 180)) for p in procs)
     infra1 = b.stack.infra_cpu_s()
     wall = time.time() - t0
@@ -119,11 +145,18 @@ def rq_rate(b: Bench, n: int, label: str, func: str, arg_list: list[tuple]) -> d
     if not finished:
         raise RuntimeError(f"raw RQ {label}: no job finished")
     span = (max(j.ended_at for j in finished) - min(j.started_at for j in finished)).total_seconds()
-    return {"pipeline": f"raw rq {label}", "workers": n, "jobs": len(arg_list), "done": len(finished),
-            "span_s": rnd(span, 3), "jobs_per_s": rnd(len(finished) / span, 2),
-            "ms_per_job_per_worker": rnd(span / len(finished) * n * 1000, 1),
-            **cost(len(arg_list), max(0.0, worker_cpu - n * (startup or 0.0)), infra0, infra1),
-            "wall_s_incl_startup": rnd(wall, 2), "failed": len(fetched) - len(finished)}
+    return {
+        "pipeline": f"raw rq {label}",
+        "workers": n,
+        "jobs": len(arg_list),
+        "done": len(finished),
+        "span_s": rnd(span, 3),
+        "jobs_per_s": rnd(len(finished) / span, 2),
+        "ms_per_job_per_worker": rnd(span / len(finished) * n * 1000, 1),
+        **cost(len(arg_list), max(0.0, worker_cpu - n * (startup or 0.0)), infra0, infra1),
+        "wall_s_incl_startup": rnd(wall, 2),
+        "failed": len(fetched) - len(finished),
+    }
 
 
 STARTUP_CPU_S: dict[str, float] = {}
@@ -137,8 +170,9 @@ def startup_cpu(b: Bench) -> float:
     for _ in range(6):
         if len(runs) == 3:
             break
-        p = b.stack.spawn([RQ_BIN, "worker", "--burst", "--url", b.stack.redis_url, "--quiet", "--logging_level",
-                           "WARNING", qname])
+        p = b.stack.spawn(
+            [RQ_BIN, "worker", "--burst", "--url", b.stack.redis_url, "--quiet", "--logging_level", "WARNING", qname]
+        )
         try:
             runs.append(rusage_cpu_s(reap(p, 10)))
         except TimeoutError:
@@ -161,11 +195,17 @@ def run(b: Bench) -> dict:
         got = []
         for n in WORKER_COUNTS:
             got.append(rq_rate(b, n, "noop", "bench.jobs.noop", [()] * NOOP_JOBS))
-            got.append(rq_rate(b, n, "noop + import workers.tasks", "bench.jobs.import_tasks",
-                               [()] * DIAG_JOBS))
+            got.append(rq_rate(b, n, "noop + import workers.tasks", "bench.jobs.import_tasks", [()] * DIAG_JOBS))
             got.append(rq_rate(b, n, "noop + media.ffmpeg()", "bench.jobs.resolve_ffmpeg", [()] * DIAG_JOBS))
-            got.append(rq_rate(b, n, "ffmpeg thumbnail", "core.media.thumbnail",
-                               [(clip, thumbs / f"r{rnd_no}-n{n}-{i}.jpg") for i in range(FFMPEG_JOBS)]))
+            got.append(
+                rq_rate(
+                    b,
+                    n,
+                    "ffmpeg thumbnail",
+                    "core.media.thumbnail",
+                    [(clip, thumbs / f"r{rnd_no}-n{n}-{i}.jpg") for i in range(FFMPEG_JOBS)],
+                )
+            )
             got.append(lab_rate(b, n, LAB_JOBS))
         for r in got:
             r["round"] = rnd_no + 1
@@ -200,16 +240,42 @@ def run(b: Bench) -> dict:
         f"{ROUNDS} interleaved rounds per row (all rounds in the JSON)",
     ]
     return report(
-        NAME, "short jobs/s: lab vs raw RQ (no-op) vs raw RQ (same ffmpeg thumbnail)",
-        ["pipeline", "workers", "done", "jobs_per_s", "ms_per_job_per_worker", "vs_rq_noop", "vs_rq_ffmpeg",
-         "worker_cpu_ms_per_job", "cpu_overhead_ms", "valkey_cpu_ms_per_job", "sup_web_cpu_ms_per_job"],
+        NAME,
+        "short jobs/s: lab vs raw RQ (no-op) vs raw RQ (same ffmpeg thumbnail)",
+        [
+            "pipeline",
+            "workers",
+            "done",
+            "jobs_per_s",
+            "ms_per_job_per_worker",
+            "vs_rq_noop",
+            "vs_rq_ffmpeg",
+            "worker_cpu_ms_per_job",
+            "cpu_overhead_ms",
+            "valkey_cpu_ms_per_job",
+            "sup_web_cpu_ms_per_job",
+        ],
         rows,
-        {"label": f"lab jobs/s ÷ raw-RQ ffmpeg jobs/s at {top} workers", "value": lab_top["vs_rq_ffmpeg"],
-         "baseline": "raw rq worker --burst running core.media.thumbnail, same server, same N",
-         "vs_rq_noop": lab_top["vs_rq_noop"], "cpu_vs_rq_ffmpeg": lab_top["cpu_vs_rq_ffmpeg"],
-         "also": f"worker CPU per job ÷ raw-RQ ffmpeg's: {lab_top['cpu_vs_rq_ffmpeg']}; "
-                 f"jobs/s ÷ raw-RQ no-op's: {lab_top['vs_rq_noop']}"},
-        {"worker_counts": WORKER_COUNTS, "lab_jobs": LAB_JOBS, "ffmpeg_jobs": FFMPEG_JOBS,
-         "noop_jobs": NOOP_JOBS, "diag_jobs": DIAG_JOBS, "rounds": ROUNDS, "speed": SPEED,
-         "job": {"job_type": "thumbnail", "duration_s": 1}, "clip": str(clip)},
-        notes, {"rounds": rounds})
+        {
+            "label": f"lab jobs/s ÷ raw-RQ ffmpeg jobs/s at {top} workers",
+            "value": lab_top["vs_rq_ffmpeg"],
+            "baseline": "raw rq worker --burst running core.media.thumbnail, same server, same N",
+            "vs_rq_noop": lab_top["vs_rq_noop"],
+            "cpu_vs_rq_ffmpeg": lab_top["cpu_vs_rq_ffmpeg"],
+            "also": f"worker CPU per job ÷ raw-RQ ffmpeg's: {lab_top['cpu_vs_rq_ffmpeg']}; "
+            f"jobs/s ÷ raw-RQ no-op's: {lab_top['vs_rq_noop']}",
+        },
+        {
+            "worker_counts": WORKER_COUNTS,
+            "lab_jobs": LAB_JOBS,
+            "ffmpeg_jobs": FFMPEG_JOBS,
+            "noop_jobs": NOOP_JOBS,
+            "diag_jobs": DIAG_JOBS,
+            "rounds": ROUNDS,
+            "speed": SPEED,
+            "job": {"job_type": "thumbnail", "duration_s": 1},
+            "clip": str(clip),
+        },
+        notes,
+        {"rounds": rounds},
+    )

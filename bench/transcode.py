@@ -43,18 +43,32 @@ def ffmpeg_floor(tmp) -> tuple[list[dict], float]:
             if p.wait(120) != 0:
                 raise RuntimeError(f"ffmpeg {rend} failed: {p.stderr.read().decode()[:200]}")
             times.append(time.monotonic() - t0)
-        rows.append({"what": f"ffmpeg {rend} alone", "runs": REPEATS, "median_ms": rnd(median(times) * 1000, 0),
-                     "min_ms": rnd(min(times) * 1000, 0), "max_ms": rnd(max(times) * 1000, 0)})
+        rows.append(
+            {
+                "what": f"ffmpeg {rend} alone",
+                "runs": REPEATS,
+                "median_ms": rnd(median(times) * 1000, 0),
+                "min_ms": rnd(min(times) * 1000, 0),
+                "max_ms": rnd(max(times) * 1000, 0),
+            }
+        )
     for i in range(REPEATS):
         t0 = time.monotonic()
-        procs = [media.start_transcode(clip, tmp / f"both-{rend}-{i}.mp4", media.RENDITIONS[rend])
-                 for rend in RENDITIONS]
+        procs = [
+            media.start_transcode(clip, tmp / f"both-{rend}-{i}.mp4", media.RENDITIONS[rend]) for rend in RENDITIONS
+        ]
         if any(p.wait(120) != 0 for p in procs):
             raise RuntimeError("ffmpeg failed while running both renditions")
         both.append(time.monotonic() - t0)
-    rows.append({"what": f"ffmpeg {' + '.join(RENDITIONS)} in parallel (as a job)", "runs": REPEATS,
-                 "median_ms": rnd(median(both) * 1000, 0), "min_ms": rnd(min(both) * 1000, 0),
-                 "max_ms": rnd(max(both) * 1000, 0)})
+    rows.append(
+        {
+            "what": f"ffmpeg {' + '.join(RENDITIONS)} in parallel (as a job)",
+            "runs": REPEATS,
+            "median_ms": rnd(median(both) * 1000, 0),
+            "min_ms": rnd(min(both) * 1000, 0),
+            "max_ms": rnd(max(both) * 1000, 0),
+        }
+    )
     shutil.rmtree(tmp, ignore_errors=True)
     return rows, median(both)
 
@@ -90,10 +104,19 @@ def bare_cpu(tmp: Path) -> list[dict]:
             raise RuntimeError("ffmpeg failed")
         two.append(_children_cpu() - c)
     shutil.rmtree(tmp, ignore_errors=True)
-    for what, xs in ((f"bare ffmpeg, {' + '.join(RENDITIONS)} from one decode (the job's encode)", one),
-                     ("bare ffmpeg, one process per rendition", two)):
-        rows.append({"what": what, "runs": REPEATS, "cpu_s_per_job": rnd(median(xs), 3),
-                     "min_cpu_s": rnd(min(xs), 3), "max_cpu_s": rnd(max(xs), 3)})
+    for what, xs in (
+        (f"bare ffmpeg, {' + '.join(RENDITIONS)} from one decode (the job's encode)", one),
+        ("bare ffmpeg, one process per rendition", two),
+    ):
+        rows.append(
+            {
+                "what": what,
+                "runs": REPEATS,
+                "cpu_s_per_job": rnd(median(xs), 3),
+                "min_cpu_s": rnd(min(xs), 3),
+                "max_cpu_s": rnd(max(xs), 3),
+            }
+        )
     return rows
 
 
@@ -111,13 +134,19 @@ def lab_cpu(b: Bench) -> dict:
         c0 = _tree_cpu(pid)
         for _ in range(CPU_JOBS):
             b.enqueue(lab, job)
-        wait(lambda: b.states(lab).get("done", 0) >= 1 + CPU_JOBS, 30 + CPU_JOBS * (duration / speed + 10),
-             "transcodes did not finish")
+        wait(
+            lambda: b.states(lab).get("done", 0) >= 1 + CPU_JOBS,
+            30 + CPU_JOBS * (duration / speed + 10),
+            "transcodes did not finish",
+        )
         cpu = (_tree_cpu(pid) - c0) / CPU_JOBS
     finally:
         b.delete_lab(lab)
-    return {"what": f"lab job D={duration:g} s @{speed:g}× (worker + horse + ffmpeg)", "runs": CPU_JOBS,
-            "cpu_s_per_job": rnd(cpu, 3)}
+    return {
+        "what": f"lab job D={duration:g} s @{speed:g}× (worker + horse + ffmpeg)",
+        "runs": CPU_JOBS,
+        "cpu_s_per_job": rnd(cpu, 3),
+    }
 
 
 def paced(b: Bench, speed: float, duration: float) -> tuple[dict, list[dict]]:
@@ -125,8 +154,11 @@ def paced(b: Bench, speed: float, duration: float) -> tuple[dict, list[dict]]:
     try:
         b.workers_ready(lab, 1)
         ids = [b.enqueue(lab, {"job_type": "transcode", "duration_s": duration}) for _ in range(JOBS)]
-        wait(lambda: b.states(lab).get("done", 0) + b.states(lab).get("dlq", 0) >= JOBS,
-             30 + JOBS * (duration / speed + 5), f"{JOBS} transcodes did not finish at speed {speed}")
+        wait(
+            lambda: b.states(lab).get("done", 0) + b.states(lab).get("dlq", 0) >= JOBS,
+            30 + JOBS * (duration / speed + 5),
+            f"{JOBS} transcodes did not finish at speed {speed}",
+        )
         evs = b.events(lab)
         jobs = [b.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{j}", token=lab["token"]) for j in ids]
     finally:
@@ -138,19 +170,32 @@ def paced(b: Bench, speed: float, duration: float) -> tuple[dict, list[dict]]:
         if done is None:
             continue
         sim = done["t_sim"] - claimed["t_sim"]
-        per.append({"job_id": j, "sim_s": round(sim, 3), "drift_sim_s": round(sim - duration, 3),
-                    "drift_real_ms": round((sim - duration) / speed * 1000, 1),
-                    "real_s": round(done["t_real"] - claimed["t_real"], 4)})
+        per.append(
+            {
+                "job_id": j,
+                "sim_s": round(sim, 3),
+                "drift_sim_s": round(sim - duration, 3),
+                "drift_real_ms": round((sim - duration) / speed * 1000, 1),
+                "real_s": round(done["t_real"] - claimed["t_real"], 4),
+            }
+        )
     outputs_ok = all(set(x["outputs"]) == set(RENDITIONS) for x in jobs if x["state"] == "done")
     drift_sim = [p["drift_sim_s"] for p in per]
     drift_ms = [p["drift_real_ms"] for p in per]
     real = [p["real_s"] for p in per]
-    row = {"what": f"paced job D={duration:g} s @{speed:g}×", "speed": speed, "duration_s": duration,
-           "target_real_s": round(duration / speed, 3), "runs": len(per),
-           "drift_sim_p50": rnd(median(drift_sim), 2), "drift_sim_max": rnd(max(drift_sim, default=float("nan")), 2),
-           "drift_real_ms_p50": rnd(median(drift_ms), 1), "drift_real_ms_max": rnd(pct(drift_ms, 100), 1),
-           "median_ms": rnd(median(real) * 1000, 0),
-           "outputs_ok": outputs_ok}
+    row = {
+        "what": f"paced job D={duration:g} s @{speed:g}×",
+        "speed": speed,
+        "duration_s": duration,
+        "target_real_s": round(duration / speed, 3),
+        "runs": len(per),
+        "drift_sim_p50": rnd(median(drift_sim), 2),
+        "drift_sim_max": rnd(max(drift_sim, default=float("nan")), 2),
+        "drift_real_ms_p50": rnd(median(drift_ms), 1),
+        "drift_real_ms_max": rnd(pct(drift_ms, 100), 1),
+        "median_ms": rnd(median(real) * 1000, 0),
+        "outputs_ok": outputs_ok,
+    }
     return row, per
 
 
@@ -173,23 +218,42 @@ def run(b: Bench) -> dict:
     exact = [r for r in rows if r.get("target_real_s") and r["target_real_s"] >= floor_s]
     worst = max(exact, key=lambda r: abs((r["vs_expected"] or 1) - 1))
     size, seconds, _audio = media.SAMPLE_RECIPES[media.sample_clip().stem]
-    notes = [f"clip {media.sample_clip().name}: {size}, {seconds:g} s (made by ffmpeg, media.SAMPLE_RECIPES); "
-             "libx264 veryfast crf 28 + aac (media.start_transcode)",
-             "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop wakes at the attempt's "
-             "end (its barrier holds the clock there) and the moment ffmpeg exits (tasks.sleep_until)",
-             f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)",
-             "cpu_s_per_job: CPU-seconds (user + system) from /proc; vs_bare = lab job ÷ bare ffmpeg of the "
-             "job's encode (one decode, both renditions); the rest is the worker's own pacing and bookkeeping"]
+    notes = [
+        f"clip {media.sample_clip().name}: {size}, {seconds:g} s (made by ffmpeg, media.SAMPLE_RECIPES); "
+        "libx264 veryfast crf 28 + aac (media.start_transcode)",
+        "drift = job.succeeded t_sim − job.claimed t_sim − D; the pacing loop wakes at the attempt's "
+        "end (its barrier holds the clock there) and the moment ffmpeg exits (tasks.sleep_until)",
+        f"vs_expected = real attempt time ÷ max(D/speed, {floor_s * 1000:.0f} ms ffmpeg floor)",
+        "cpu_s_per_job: CPU-seconds (user + system) from /proc; vs_bare = lab job ÷ bare ffmpeg of the "
+        "job's encode (one decode, both renditions); the rest is the worker's own pacing and bookkeeping",
+    ]
     if not all(r.get("outputs_ok", True) for r in rows):
         notes.append("MISSING outputs on a done job")
     return report(
-        NAME, "real ffmpeg per rendition; paced-job drift from simulated duration",
-        ["what", "runs", "median_ms", "min_ms", "target_real_s", "drift_sim_p50", "drift_sim_max",
-         "drift_real_ms_p50", "drift_real_ms_max", "vs_expected", "cpu_s_per_job", "vs_bare"],
+        NAME,
+        "real ffmpeg per rendition; paced-job drift from simulated duration",
+        [
+            "what",
+            "runs",
+            "median_ms",
+            "min_ms",
+            "target_real_s",
+            "drift_sim_p50",
+            "drift_sim_max",
+            "drift_real_ms_p50",
+            "drift_real_ms_max",
+            "vs_expected",
+            "cpu_s_per_job",
+            "vs_bare",
+        ],
         rows,
-        {"label": f"real attempt ÷ D/speed, worst paced case above the floor ({worst['what']})",
-         "value": worst["vs_expected"],
-         "baseline": f"D/speed, the simulated duration in real time (ffmpeg floor {floor_s * 1000:.0f} ms "
-                     "measured in this run)"},
+        {
+            "label": f"real attempt ÷ D/speed, worst paced case above the floor ({worst['what']})",
+            "value": worst["vs_expected"],
+            "baseline": f"D/speed, the simulated duration in real time (ffmpeg floor {floor_s * 1000:.0f} ms "
+            "measured in this run)",
+        },
         {"renditions": RENDITIONS, "repeats": REPEATS, "jobs_per_case": JOBS, "cases": CASES},
-        notes, {"jobs": raw, "floor_passes": {"before": before, "after": after}})
+        notes,
+        {"jobs": raw, "floor_passes": {"before": before, "after": after}},
+    )

@@ -6,5 +6,15 @@ its invariant, prints PASS/FAIL with its counts, writes `var/chaos/NAME.json` an
 started. The runner exits non-zero if any drill fails.
 """
 
-DRILLS = ("kill_storm", "redis_restart", "web_restart", "supervisor_killed", "slow_consumer", "dequeue_crash",
-          "self_heal", "flood", "pool_host_killed", "conn_flood")
+DRILLS = (
+    "kill_storm",
+    "redis_restart",
+    "web_restart",
+    "supervisor_killed",
+    "slow_consumer",
+    "dequeue_crash",
+    "self_heal",
+    "flood",
+    "pool_host_killed",
+    "conn_flood",
+)

@@ -34,8 +34,14 @@ def run_one(name: str) -> Result:
 def table(results: list[Result]) -> str:
     rows = [("drill", "result", "time", "counts")]
     for r in results:
-        rows.append((r.name, "PASS" if r.ok else "FAIL", f"{r.seconds:.0f} s",
-                     " ".join(f"{k}={v}" for k, v in r.counts.items())))
+        rows.append(
+            (
+                r.name,
+                "PASS" if r.ok else "FAIL",
+                f"{r.seconds:.0f} s",
+                " ".join(f"{k}={v}" for k, v in r.counts.items()),
+            )
+        )
     w = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}" for a, b, c, d in rows]
     lines.insert(1, "-" * min(120, max(len(x) for x in lines)))
@@ -58,15 +64,18 @@ def main(argv: list[str]) -> int:
         results.append(res)
     print(f"\n{table(results)}")
     failed = [r.name for r in results if not r.ok]
-    print(f"\nchaos: {len(results) - len(failed)}/{len(results)} drills passed in {time.monotonic() - t0:.0f} s; "
-          f"JSON in {OUT}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(
+        f"\nchaos: {len(results) - len(failed)}/{len(results)} drills passed in {time.monotonic() - t0:.0f} s; "
+        f"JSON in {OUT}" + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
     path = OUT / "summary.json"
     try:
         summary = json.loads(path.read_text())
     except (OSError, ValueError):
         summary = {}
-    summary.update({r.name: {"ok": r.ok, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "counts": r.counts}
-                    for r in results})
+    summary.update(
+        {r.name: {"ok": r.ok, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "counts": r.counts} for r in results}
+    )
     path.write_text(json.dumps(summary, indent=2) + "\n")
     return 1 if failed else 0
 

@@ -26,6 +26,7 @@ OUT = ROOT / "var" / "chaos"
 
 # --- the broker's keys ---------------------------------------------------------------------------
 
+
 def workers_registered(r: redis.Redis, lab: dict) -> int:
     return r.scard(f"rq:workers:lab-{lab['lab_id']}")
 
@@ -40,6 +41,7 @@ def job_states(r: redis.Redis, lab: dict) -> dict[str, str]:
 
 
 # --- results ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Result:
@@ -63,10 +65,18 @@ class Result:
         return cond
 
     def to_json(self) -> dict:
-        return {"name": self.name, "ok": self.ok, "invariant": self.invariant, "counts": self.counts,
-                "violations": self.violations, "notes": self.notes, "seconds": round(self.seconds, 1),
-                "details": self.details, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "host": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "invariant": self.invariant,
+            "counts": self.counts,
+            "violations": self.violations,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 1),
+            "details": self.details,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)},
+        }
 
     def write(self, out: Path = OUT) -> Path:
         out.mkdir(parents=True, exist_ok=True)
@@ -76,8 +86,10 @@ class Result:
 
     def summary(self) -> str:
         counts = " ".join(f"{k}={v}" for k, v in self.counts.items())
-        lines = [f"{'PASS' if self.ok else 'FAIL'} {self.name} ({self.seconds:.0f} s): {counts}",
-                 f"     invariant: {self.invariant}"]
+        lines = [
+            f"{'PASS' if self.ok else 'FAIL'} {self.name} ({self.seconds:.0f} s): {counts}",
+            f"     invariant: {self.invariant}",
+        ]
         lines += [f"     VIOLATED: {v}" for v in self.violations]
         lines += [f"     note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -90,9 +102,15 @@ def post_mortem(r: redis.Redis, lab_id: str, job_ids: list[str], limit: int = 5)
     for j in job_ids[:limit]:
         rec = r.hgetall(key(lab_id, "job", j))
         rec.pop("payload", None)
-        out[j] = {"job": rec, "attempts": r.hgetall(key(lab_id, "job", j, "attempts")),
-                  "events": [f"{e['id']} {e['type']} a{e.get('attempt')} {e.get('worker_id') or ''} {e['data']}"
-                             for e in events if e.get("job_id") == j]}
+        out[j] = {
+            "job": rec,
+            "attempts": r.hgetall(key(lab_id, "job", j, "attempts")),
+            "events": [
+                f"{e['id']} {e['type']} a{e.get('attempt')} {e.get('worker_id') or ''} {e['data']}"
+                for e in events
+                if e.get("job_id") == j
+            ],
+        }
     q = f"lab-{lab_id}"
     rq_jobs = {}
     for jid in r.lrange(f"rq:queue:{q}", 0, -1):

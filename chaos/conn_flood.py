@@ -37,10 +37,12 @@ from runtime.harness.stack import UNLIMITED, Stack
 from runtime.harness.stats import pct
 
 NAME = "conn_flood"
-INVARIANT = ("one client holding its maximum of WebSockets (a view token) or of slow-header connections, or a "
-             "room filling its lab, at the default limits: /healthz, a chapter page and the owner's snapshot from "
-             "another address all answer, p99 ≤ 200 ms; sockets past a cap are closed with 4429, slow headers are "
-             "cut (past CONN_PER_CLIENT at once, the rest at HEADER_TIMEOUT), held sockets stay open")
+INVARIANT = (
+    "one client holding its maximum of WebSockets (a view token) or of slow-header connections, or a "
+    "room filling its lab, at the default limits: /healthz, a chapter page and the owner's snapshot from "
+    "another address all answer, p99 ≤ 200 ms; sockets past a cap are closed with 4429, slow headers are "
+    "cut (past CONN_PER_CLIENT at once, the rest at HEADER_TIMEOUT), held sockets stay open"
+)
 DEFAULTS = Config()
 LIMITS = {k: str(getattr(DEFAULTS, k.lower())) for k in UNLIMITED}
 """The limits the harness turns off, at their defaults; the header and body timeouts are defaults already."""
@@ -53,11 +55,15 @@ HEADERS = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slowloris\r\
 
 # --- the probes --------------------------------------------------------------------------------------
 
+
 def measure(api: Api, lab: dict, seconds: float, every: float = 0.05) -> dict[str, dict]:
     """Time /healthz, a chapter page and the owner's snapshot in turn for `seconds`: probe → {ms, failed}.
     A failure is any answer but 200, a refused or cut connection, or no answer within PROBE_TIMEOUT_S."""
-    probes = {"healthz": ("/healthz", None), "chapter": ("/chapters/1", None),
-              "owner": (f"/api/labs/{lab['lab_id']}", lab["token"])}
+    probes = {
+        "healthz": ("/healthz", None),
+        "chapter": ("/chapters/1", None),
+        "owner": (f"/api/labs/{lab['lab_id']}", lab["token"]),
+    }
     out: dict[str, dict] = {name: {"ms": [], "failed": []} for name in probes}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -74,11 +80,17 @@ def measure(api: Api, lab: dict, seconds: float, every: float = 0.05) -> dict[st
 def figures(samples: dict) -> dict:
     """One probe's samples as n, p50, p99 and max in ms, and its failures."""
     ms = samples["ms"]
-    return {"n": len(ms), "p50_ms": round(pct(ms, 50), 1), "p99_ms": round(pct(ms, 99), 1),
-            "max_ms": round(max(ms, default=math.nan), 1), "failed": len(samples["failed"])}
+    return {
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 1),
+        "p99_ms": round(pct(ms, 99), 1),
+        "max_ms": round(max(ms, default=math.nan), 1),
+        "failed": len(samples["failed"]),
+    }
 
 
 # --- WebSockets --------------------------------------------------------------------------------------
+
 
 def open_socket(url: str, server: tuple[str, int], source: str) -> tuple[websocket.WebSocket | None, int | None, str]:
     """Open one WebSocket from `source`: (the socket, None, "") if the server keeps it, else (None, the close
@@ -159,6 +171,7 @@ def flood_sockets(stack: Stack, lab: dict, sources: dict[str, int]) -> tuple[Hol
 
 # --- slowloris ---------------------------------------------------------------------------------------
 
+
 class Slowloris(threading.Thread):
     """`conns` connections from ATTACKER, each sending HEADERS a byte every `drip_s` (never the blank line); a
     connection the server cuts is opened again after `reopen_s`. `lifetimes`: how long each cut one lived."""
@@ -215,7 +228,7 @@ class Slowloris(threading.Thread):
                 for s, state in list(live.items()):
                     if state[1] <= now:
                         try:
-                            s.send(HEADERS[state[2]:state[2] + 1])
+                            s.send(HEADERS[state[2] : state[2] + 1])
                         except OSError:
                             cut(s, now)
                             continue
@@ -236,8 +249,18 @@ class Slowloris(threading.Thread):
 
 # --- the drill ---------------------------------------------------------------------------------------
 
-def hold_sockets(res: Result, phase: str, stack: Stack, lab: dict, sources: dict[str, int], cap: str, probe: Api,
-                 quiet: dict[str, dict], hold_s: float) -> None:
+
+def hold_sockets(
+    res: Result,
+    phase: str,
+    stack: Stack,
+    lab: dict,
+    sources: dict[str, int],
+    cap: str,
+    probe: Api,
+    quiet: dict[str, dict],
+    hold_s: float,
+) -> None:
     """Open sources' sockets on `lab` and probe for `hold_s` while holding the ones kept; check that `cap` kept
     exactly its number, closed the rest with 4429 and its reason, and did not cut a kept one meanwhile."""
     total, limit = sum(sources.values()), getattr(DEFAULTS, cap.lower())
@@ -248,13 +271,24 @@ def hold_sockets(res: Result, phase: str, stack: Stack, lab: dict, sources: dict
         holder.close()
     res.counts.update({f"{phase}_kept": c["kept"], f"{phase}_4429": c[cap], f"{phase}_cut": holder.cut})
     res.check(c["kept"] == min(total, limit), f"{phase}: {c['kept']} sockets kept, not {min(total, limit)} ({cap})")
-    res.check(c[cap] == total - c["kept"],
-              f"{phase}: of {total - c['kept']} past {cap} only {c[cap]} were closed with 4429 for it ({c})")
+    res.check(
+        c[cap] == total - c["kept"],
+        f"{phase}: of {total - c['kept']} past {cap} only {c[cap]} were closed with 4429 for it ({c})",
+    )
     res.check(holder.cut == 0, f"{phase}: the server closed {holder.cut} of the sockets it kept")
 
 
-def hold_slowloris(res: Result, phase: str, stack: Stack, conns: int, drip_s: float, probe: Api, lab: dict,
-                   quiet: dict[str, dict], hold_s: float) -> None:
+def hold_slowloris(
+    res: Result,
+    phase: str,
+    stack: Stack,
+    conns: int,
+    drip_s: float,
+    probe: Api,
+    lab: dict,
+    quiet: dict[str, dict],
+    hold_s: float,
+) -> None:
     """Keep `conns` slow connections open from one address and probe for `hold_s` (at least HEADER_TIMEOUT +
     GRACE_S, so the cuts are seen); check that the ones past CONN_PER_CLIENT were cut at accept and every other
     one at the header timeout."""
@@ -271,13 +305,23 @@ def hold_slowloris(res: Result, phase: str, stack: Stack, conns: int, drip_s: fl
     at_accept = [t for t in attack.lifetimes if t < timeout / 2]
     at_timeout = [t for t in attack.lifetimes if t >= timeout / 2]
     late = max([*at_timeout, attack.oldest_s])
-    res.counts.update({f"{phase}_opened": attack.opened, f"{phase}_cut_at_accept": len(at_accept),
-                       f"{phase}_cut_at_timeout": len(at_timeout), f"{phase}_longest_s": round(late, 1)})
+    res.counts.update(
+        {
+            f"{phase}_opened": attack.opened,
+            f"{phase}_cut_at_accept": len(at_accept),
+            f"{phase}_cut_at_timeout": len(at_timeout),
+            f"{phase}_longest_s": round(late, 1),
+        }
+    )
     res.details.setdefault("slowloris", {})[phase] = {
-        "connect_failed": attack.refused, "timeout_cut_p50_s": round(pct(at_timeout, 50), 2),
-        "oldest_open_at_stop_s": round(attack.oldest_s, 2)}
-    res.check(bool(at_accept) == (conns > cap),
-              f"{phase}: {len(at_accept)} connections cut at accept with CONN_PER_CLIENT {cap}")
+        "connect_failed": attack.refused,
+        "timeout_cut_p50_s": round(pct(at_timeout, 50), 2),
+        "oldest_open_at_stop_s": round(attack.oldest_s, 2),
+    }
+    res.check(
+        bool(at_accept) == (conns > cap),
+        f"{phase}: {len(at_accept)} connections cut at accept with CONN_PER_CLIENT {cap}",
+    )
     res.check(bool(at_timeout), f"{phase}: no slow connection was cut at the header timeout")
     res.check(late <= timeout + GRACE_S, f"{phase}: a slow connection lived {late:.1f} s (HEADER_TIMEOUT {timeout} s)")
 
@@ -293,11 +337,16 @@ def judge(res: Result, phase: str, probes: dict[str, dict], quiet: dict[str, dic
             base = figures(quiet[name])["p99_ms"]
             f["p99_vs_quiet"] = round(f["p99_ms"] / base, 1) if base else None
         res.details["latency"][phase][name] = {**f, "failures": samples["failed"][:5]}
-        res.notes.append(f"{phase:<14} {name:<8} p50 {f['p50_ms']:6.1f}  p99 {f['p99_ms']:6.1f}  max "
-                         f"{f['max_ms']:6.1f} ms" + (f"  (p99 ×{f['p99_vs_quiet']} quiet)" if quiet else "")
-                         + f"  {f['failed']} failed of {f['n']}, load {load}")
-        res.check(f["n"] > 0 and not f["failed"], f"{phase}: {f['failed']} of {f['n']} {name} probes failed "
-                                                  f"({samples['failed'][:3]})")
+        res.notes.append(
+            f"{phase:<14} {name:<8} p50 {f['p50_ms']:6.1f}  p99 {f['p99_ms']:6.1f}  max "
+            f"{f['max_ms']:6.1f} ms"
+            + (f"  (p99 ×{f['p99_vs_quiet']} quiet)" if quiet else "")
+            + f"  {f['failed']} failed of {f['n']}, load {load}"
+        )
+        res.check(
+            f["n"] > 0 and not f["failed"],
+            f"{phase}: {f['failed']} of {f['n']} {name} probes failed ({samples['failed'][:3]})",
+        )
         if quiet:
             res.check(f["p99_ms"] <= P99_MS, f"{phase}: {name} p99 {f['p99_ms']} ms > {P99_MS:.0f} ms")
     worst = max(figures(s)["p99_ms"] for s in probes.values())
@@ -305,8 +354,14 @@ def judge(res: Result, phase: str, probes: dict[str, dict], quiet: dict[str, dic
     res.counts[f"{phase}_failed"] = sum(len(s["failed"]) for s in probes.values())
 
 
-def run(sockets: int = 300, slowloris: tuple[int, ...] = (260, 600), room: int = 450, hold_s: float = 20.0,
-        baseline_s: float = 10.0, drip_s: float = 2.0) -> Result:
+def run(
+    sockets: int = 300,
+    slowloris: tuple[int, ...] = (260, 600),
+    room: int = 450,
+    hold_s: float = 20.0,
+    baseline_s: float = 10.0,
+    drip_s: float = 2.0,
+) -> Result:
     """Each attack in turn against one stack at the default limits, probed from another address for `hold_s`
     once it is in place (a slowloris phase for at least HEADER_TIMEOUT + GRACE_S, so its cuts are seen)."""
     res = Result(NAME, INVARIANT)
@@ -320,16 +375,20 @@ def run(sockets: int = 300, slowloris: tuple[int, ...] = (260, 600), room: int =
         judge(res, "quiet", quiet, None)
 
         if sockets:
-            hold_sockets(res, f"sockets{sockets}", stack, lab, {ATTACKER: sockets}, "WS_PER_CLIENT", probe, quiet,
-                         hold_s)
+            hold_sockets(
+                res, f"sockets{sockets}", stack, lab, {ATTACKER: sockets}, "WS_PER_CLIENT", probe, quiet, hold_s
+            )
         for n in slowloris:
             hold_slowloris(res, f"slowloris{n}", stack, n, drip_s, probe, lab, quiet, hold_s)
         if room:  # each address under its own cap, so only the lab's refuses
             students = math.ceil(room / (DEFAULTS.ws_per_client - 1))
             sources = {f"127.0.1.{i + 1}": room // students + (i < room % students) for i in range(students)}
-            hold_sockets(res, f"room{room}", stack, api.lab("ch1", workers=0), sources, "WS_PER_LAB", probe, quiet,
-                         hold_s)
-        res.details["limits"] = {k: getattr(DEFAULTS, k.lower()) for k in (
-            "WS_PER_CLIENT", "WS_PER_LAB", "CONN_PER_CLIENT", "HEADER_TIMEOUT", "BODY_TIMEOUT")}
+            hold_sockets(
+                res, f"room{room}", stack, api.lab("ch1", workers=0), sources, "WS_PER_LAB", probe, quiet, hold_s
+            )
+        res.details["limits"] = {
+            k: getattr(DEFAULTS, k.lower())
+            for k in ("WS_PER_CLIENT", "WS_PER_LAB", "CONN_PER_CLIENT", "HEADER_TIMEOUT", "BODY_TIMEOUT")
+        }
     res.seconds = time.monotonic() - t0
     return res

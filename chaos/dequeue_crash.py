@@ -21,19 +21,21 @@ from core.procs import tcp_ports, wait
 from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "dequeue_crash"
-INVARIANT = ("a job whose RQ message was received by a worker that died before claiming it is still "
-             "delivered again and ends done (at-least-once covers the hand-off, not only the lease)")
+INVARIANT = (
+    "a job whose RQ message was received by a worker that died before claiming it is still "
+    "delivered again and ends done (at-least-once covers the hand-off, not only the lease)"
+)
 
 
 def blocked_in_blmove(r, pid: int) -> bool:
     """The server lists one of this process's connections as blocked in BLMOVE (matched by client port)."""
     ports = tcp_ports(pid)
-    return any(c.get("cmd") == "blmove" and int(c.get("addr", ":0").rsplit(":", 1)[1]) in ports
-               for c in r.client_list())
+    return any(
+        c.get("cmd") == "blmove" and int(c.get("addr", ":0").rsplit(":", 1)[1]) in ports for c in r.client_list()
+    )
 
 
-def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_vts: float = 40,
-        root=None) -> Result:
+def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_vts: float = 40, root=None) -> Result:
     """The replacement worker must then run the job to done, so its lease has to outlive a beat even
     on a loaded box: a beat every quarter of the timeout, and a timeout of seconds, not a blink, in
     real time (600 sim s at 200× is 3 real s; the default 60 s beat extending by 60 s would leave no
@@ -42,8 +44,17 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_
     t0 = time.monotonic()
     with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
         api, r = drill_client(stack), stack.redis_client()
-        lab = api.lab("ch8", speed=speed, workers=1, heartbeat=True, vt_seconds=vt, heartbeat_extend=vt,
-                      heartbeat_interval=vt / 4, job_duration=60, respawn_delay=10)
+        lab = api.lab(
+            "ch8",
+            speed=speed,
+            workers=1,
+            heartbeat=True,
+            vt_seconds=vt,
+            heartbeat_extend=vt,
+            heartbeat_interval=vt / 4,
+            job_duration=60,
+            respawn_delay=10,
+        )
         lab_id, q = lab["lab_id"], f"rq:queue:lab-{lab['lab_id']}"
         wait(lambda: workers_registered(r, lab) >= 1, 60, "the worker to register")
         w = api.snapshot(lab)["workers"][0]
@@ -68,23 +79,39 @@ def run(redis_url: str | None = None, speed: float = 200, vt: float = 600, wait_
             except ProcessLookupError:
                 pass
         # a new worker comes up; give the job many visibility timeouts to come back
-        wait(lambda: any(x["state"] == "idle" and x.get("pid") and int(x["pid"]) != pid
-                         for x in api.snapshot(lab)["workers"]), 60, "the replacement worker")
+        wait(
+            lambda: any(
+                x["state"] == "idle" and x.get("pid") and int(x["pid"]) != pid for x in api.snapshot(lab)["workers"]
+            ),
+            60,
+            "the replacement worker",
+        )
         budget = wait_vts * vt / speed
         try:
-            api.wait_for(lab, lambda s: s["counts"]["done"] >= 1, budget, f"job {job_id} to be done "
-                         f"({wait_vts:g} visibility timeouts of {vt:g} sim s)")
+            api.wait_for(
+                lab,
+                lambda s: s["counts"]["done"] >= 1,
+                budget,
+                f"job {job_id} to be done ({wait_vts:g} visibility timeouts of {vt:g} sim s)",
+            )
         except TimeoutError as e:
-            res.violations.append(f"{e}: the message went to a worker that died before the claim and was not "
-                                  f"sent again (core/broker/handoff.py); the job is "
-                                  f"{r.hget(key(lab_id, 'job', job_id), 'state')!r}")
+            res.violations.append(
+                f"{e}: the message went to a worker that died before the claim and was not "
+                f"sent again (core/broker/handoff.py); the job is "
+                f"{r.hget(key(lab_id, 'job', job_id), 'state')!r}"
+            )
         snap = api.snapshot(lab)
-        res.counts = {"state_at_kill": state_at_kill, "final_state": r.hget(key(lab_id, "job", job_id), "state"),
-                      "attempt": r.hget(key(lab_id, "job", job_id), "attempt"),
-                      "redelivered": snap["counts"]["redelivered"],
-                      "resent": snap["counts"].get("resent", 0), "lost": snap["counts"]["lost"],
-                      "rq_queue_len": r.llen(q),
-                      "rq_intermediate_len": r.llen(f"{q}:intermediate"), "waited_sim_s": round(budget * speed)}
+        res.counts = {
+            "state_at_kill": state_at_kill,
+            "final_state": r.hget(key(lab_id, "job", job_id), "state"),
+            "attempt": r.hget(key(lab_id, "job", job_id), "attempt"),
+            "redelivered": snap["counts"]["redelivered"],
+            "resent": snap["counts"].get("resent", 0),
+            "lost": snap["counts"]["lost"],
+            "rq_queue_len": r.llen(q),
+            "rq_intermediate_len": r.llen(f"{q}:intermediate"),
+            "waited_sim_s": round(budget * speed),
+        }
         res.details = {"rq_intermediate": in_flight}
         if not res.ok:
             res.details["post_mortem"] = post_mortem(r, lab_id, [job_id])

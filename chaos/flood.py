@@ -28,12 +28,19 @@ from runtime.harness.stack import Stack
 NAME = "flood"
 INVARIANT = "with one lab flooding at its limits, a learner's lab keeps ≥ 80 % of its quiet-box throughput"
 DEFAULTS = Config()
-LIMITS = {"RATE_LABS": str(DEFAULTS.rate_labs), "MAX_CLIENT_LABS": str(DEFAULTS.max_client_labs),
-          "LAB_BATCH_JOBS": str(DEFAULTS.lab_batch_jobs), "LAB_LATE_DELIVERIES": str(DEFAULTS.lab_late_deliveries),
-          "LAB_JOB_RATE": str(DEFAULTS.lab_job_rate), "MAX_WORKERS": str(DEFAULTS.max_workers)}
+LIMITS = {
+    "RATE_LABS": str(DEFAULTS.rate_labs),
+    "MAX_CLIENT_LABS": str(DEFAULTS.max_client_labs),
+    "LAB_BATCH_JOBS": str(DEFAULTS.lab_batch_jobs),
+    "LAB_LATE_DELIVERIES": str(DEFAULTS.lab_late_deliveries),
+    "LAB_JOB_RATE": str(DEFAULTS.lab_job_rate),
+    "MAX_WORKERS": str(DEFAULTS.max_workers),
+}
 
-QUIET = {"learner": ({"preset": "ch8", "speed": DEFAULTS.speed, "workers": 3, "job_duration": 120}, 6),
-         "saturating": ({"preset": "ch8", "speed": 100, "workers": 2, "job_duration": 30, "vt_seconds": 600}, 4)}
+QUIET = {
+    "learner": ({"preset": "ch8", "speed": DEFAULTS.speed, "workers": 3, "job_duration": 120}, 6),
+    "saturating": ({"preset": "ch8", "speed": 100, "workers": 2, "job_duration": 30, "vt_seconds": 600}, 4),
+}
 """name → (the lab's settings, jobs kept queued or running)."""
 
 
@@ -83,33 +90,45 @@ def run(seconds: float = 40.0) -> Result:
             lab_path = f"/api/labs/{flood['lab_id']}"
             api.call("POST", f"{lab_path}/loadgen", {"action": "start", "rate": 5}, flood["token"])
             while not stop.is_set():
-                for path, body in ((f"{lab_path}/fairness/jobs", {"tier": "free", "count": 500}),
-                                   (f"{lab_path}/fairness/noisy-neighbour", {"burst": 500, "others": 50}),
-                                   (f"{lab_path}/jobs/1/late-delivery", {}),
-                                   ("/api/labs", {"preset": "ch8"})):
+                for path, body in (
+                    (f"{lab_path}/fairness/jobs", {"tier": "free", "count": 500}),
+                    (f"{lab_path}/fairness/noisy-neighbour", {"burst": 500, "others": 50}),
+                    (f"{lab_path}/jobs/1/late-delivery", {}),
+                    ("/api/labs", {"preset": "ch8"}),
+                ):
                     reply = api.call("POST", path, body, flood["token"] if "late" in path or "fair" in path else None)
                     if reply.status == 429:
                         refused[path.rsplit("/", 1)[-1]] = refused.get(path.rsplit("/", 1)[-1], 0) + 1
                     elif reply.status == 201 and path == "/api/labs":
                         pass  # counted against the client's concurrency limit; left to its idle expiry
                 time.sleep(0.05)
+
         flooder = threading.Thread(target=flood_it, daemon=True)
         flooder.start()
         time.sleep(5)
-        beside = {name: throughput(api, lab, seconds, QUIET[name][1], clocks.setdefault(f"{name}_beside", {}))
-                  for name, lab in labs.items()}
+        beside = {
+            name: throughput(api, lab, seconds, QUIET[name][1], clocks.setdefault(f"{name}_beside", {}))
+            for name, lab in labs.items()
+        }
         stop.set()
         flooder.join(10)
         ratio = {name: beside[name] / alone[name] if alone[name] else 0.0 for name in labs}
-        res.check(ratio["learner"] >= 0.8,
-                  f"the learner's lab kept {ratio['learner']:.0%} of its quiet-box throughput (< 80 %)")
+        res.check(
+            ratio["learner"] >= 0.8,
+            f"the learner's lab kept {ratio['learner']:.0%} of its quiet-box throughput (< 80 %)",
+        )
         res.check(bool(refused), "the flood was never refused: no per-lab or per-client limit held")
         snap = api.snapshot(flood)
-        res.counts = {**{f"{name}_{k}": round(v[name], 3) for name in labs
-                         for k, v in (("alone_jobs_per_s", alone), ("beside_flood_jobs_per_s", beside),
-                                      ("ratio", ratio))},
-                      **{f"{k}_clock_x": round(v["rate"], 1) for k, v in clocks.items()},
-                      "flood_done": snap["counts"]["done"], **{f"refused_{k}": v for k, v in refused.items()}}
+        res.counts = {
+            **{
+                f"{name}_{k}": round(v[name], 3)
+                for name in labs
+                for k, v in (("alone_jobs_per_s", alone), ("beside_flood_jobs_per_s", beside), ("ratio", ratio))
+            },
+            **{f"{k}_clock_x": round(v["rate"], 1) for k, v in clocks.items()},
+            "flood_done": snap["counts"]["done"],
+            **{f"refused_{k}": v for k, v in refused.items()},
+        }
         r.close()
     res.seconds = time.monotonic() - t0
     return res

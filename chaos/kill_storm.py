@@ -18,24 +18,49 @@ from core.procs import processes_matching, wait
 from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "kill_storm"
-INVARIANT = ("no job lost: every accepted job ends done or in the DLQ with a reason; every done job has "
-             "exactly one success, its renditions on disk and each one decodes as a valid video; no job "
-             "gets two completion emails")
+INVARIANT = (
+    "no job lost: every accepted job ends done or in the DLQ with a reason; every done job has "
+    "exactly one success, its renditions on disk and each one decodes as a valid video; no job "
+    "gets two completion emails"
+)
 SAMPLES = ("bigbuckbunny", "bikes")
 RENDITIONS = ("240p", "144p")
 
 
-def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: float = 200,
-        duration: float = 300, extend: float = 1200, every: float = 0.3, storm_s: float = 25.0, max_kills: int = 60,
-        settle_s: float = 120.0, seed: int | None = None, root=None) -> Result:
+def run(
+    redis_url: str | None = None,
+    jobs: int = 30,
+    workers: int = 4,
+    speed: float = 200,
+    duration: float = 300,
+    extend: float = 1200,
+    every: float = 0.3,
+    storm_s: float = 25.0,
+    max_kills: int = 60,
+    settle_s: float = 120.0,
+    seed: int | None = None,
+    root=None,
+) -> Result:
     res = Result(NAME, INVARIANT)
     rng = random.Random(seed)
     t0 = time.monotonic()
     with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
         api, r = drill_client(stack), stack.redis_client()
-        lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, ack_mode="late",
-                      job_duration=duration, heartbeat_interval=60, heartbeat_extend=extend, vt_seconds=extend,
-                      respawn_delay=20, max_attempts=8, retry_base=5, retry_cap=30)
+        lab = api.lab(
+            "ch8",
+            speed=speed,
+            workers=workers,
+            heartbeat=True,
+            ack_mode="late",
+            job_duration=duration,
+            heartbeat_interval=60,
+            heartbeat_extend=extend,
+            vt_seconds=extend,
+            respawn_delay=20,
+            max_attempts=8,
+            retry_base=5,
+            retry_cap=30,
+        )
         lab_id = lab["lab_id"]
         wait(lambda: workers_registered(r, lab) >= workers, 60, f"{workers} workers to register")
 
@@ -76,15 +101,24 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
 
         # settle: nothing running, queued or retrying; every job in a final state
         try:
-            snap = api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] + s["counts"]["lost"]
-                                >= len(accepted) and s["counts"]["running"] == 0 and s["counts"]["queued"] == 0,
-                                settle_s, "the lab to settle")
+            snap = api.wait_for(
+                lab,
+                lambda s: (
+                    s["counts"]["done"] + s["counts"]["dlq"] + s["counts"]["lost"] >= len(accepted)
+                    and s["counts"]["running"] == 0
+                    and s["counts"]["queued"] == 0
+                ),
+                settle_s,
+                "the lab to settle",
+            )
         except TimeoutError as e:
             res.violations.append(str(e))
             snap = api.snapshot(lab)
 
-        dlq = {d["job_id"]: d for d in (api.call("GET", f"/api/labs/{lab_id}/dlq", token=lab["token"])
-                                        .data or {}).get("dead_letters", [])}
+        dlq = {
+            d["job_id"]: d
+            for d in (api.call("GET", f"/api/labs/{lab_id}/dlq", token=lab["token"]).data or {}).get("dead_letters", [])
+        }
         events = api.events(lab)
         succeeded = Counter(e["job_id"] for e in events if e["type"] == "job.succeeded")
         emails = Counter(e["job_id"] for e in events if e["type"] == "email.sent")
@@ -110,8 +144,12 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
             for rend in RENDITIONS:
                 probed += 1
                 try:  # outputs are blobs in the server (core/blobs.py): fetch one, probe it locally
-                    path = blobs.save(r, lab_id, f"transcoded/{job_id}/{rend}.mp4",
-                                      stack.var_dir / "probe" / lab_id / job_id / f"{rend}.mp4")
+                    path = blobs.save(
+                        r,
+                        lab_id,
+                        f"transcoded/{job_id}/{rend}.mp4",
+                        stack.var_dir / "probe" / lab_id / job_id / f"{rend}.mp4",
+                    )
                     media.probe(path)
                 except (media.InvalidMedia, FileNotFoundError, OSError) as e:
                     bad_files += 1
@@ -121,31 +159,49 @@ def run(redis_url: str | None = None, jobs: int = 30, workers: int = 4, speed: f
         c = snap["counts"]
         res.check(c["lost"] == 0, f"{c['lost']} job(s) counted lost")
         res.check(sum(kills.values()) > 0, "the storm killed no busy worker: nothing was tested")
-        res.check(states["done"] + states["dlq"] == len(accepted),
-                  f"final states {dict(states)} do not cover the {len(accepted)} accepted jobs")
+        res.check(
+            states["done"] + states["dlq"] == len(accepted),
+            f"final states {dict(states)} do not cover the {len(accepted)} accepted jobs",
+        )
         expired = [(e["job_id"], int(e.get("attempt") or 0)) for e in events if e["type"] == "lease.expired"]
         spurious = [x for x in expired if x not in killed_attempts]
         stale_tmp = len(list(outdir.glob("*/.tmp-*")))
         no_email = sum(1 for j in accepted if succeeded[j] and not emails[j])
-        res.counts = {"jobs": len(accepted), "refused": refused, "kills": sum(kills.values()),
-                      "kill_409": kill_errors.get(409, 0), "redelivered": c["redelivered"],
-                      "spurious_redeliveries": len(spurious), "done": states["done"],
-                      "dlq": states["dlq"], "lost": c["lost"], "dup_blocked": c["duplicates_blocked"],
-                      "files_probed": probed, "bad_files": bad_files}
-        res.details = {"kills_per_worker": dict(kills), "kill_errors": dict(kill_errors),
-                       "dlq_reasons": {k: v["reason"] for k, v in dlq.items()},
-                       "attempts_per_job": dict(Counter(str(e["attempt"]) for e in events
-                                                        if e["type"] == "job.succeeded")),
-                       "orphan_ffmpeg_after_kill": len(orphan_ffmpeg), "stale_tmp_files": stale_tmp,
-                       "done_without_email": no_email}
+        res.counts = {
+            "jobs": len(accepted),
+            "refused": refused,
+            "kills": sum(kills.values()),
+            "kill_409": kill_errors.get(409, 0),
+            "redelivered": c["redelivered"],
+            "spurious_redeliveries": len(spurious),
+            "done": states["done"],
+            "dlq": states["dlq"],
+            "lost": c["lost"],
+            "dup_blocked": c["duplicates_blocked"],
+            "files_probed": probed,
+            "bad_files": bad_files,
+        }
+        res.details = {
+            "kills_per_worker": dict(kills),
+            "kill_errors": dict(kill_errors),
+            "dlq_reasons": {k: v["reason"] for k, v in dlq.items()},
+            "attempts_per_job": dict(Counter(str(e["attempt"]) for e in events if e["type"] == "job.succeeded")),
+            "orphan_ffmpeg_after_kill": len(orphan_ffmpeg),
+            "stale_tmp_files": stale_tmp,
+            "done_without_email": no_email,
+        }
         if spurious:
-            res.notes.append(f"{len(spurious)} lease(s) of attempts that were never killed expired: the worker "
-                             f"stops heart-beating while it waits for ffmpeg after the paced duration "
-                             f"(workers/tasks.py do_work), so a transcode slower than that loses its lease")
+            res.notes.append(
+                f"{len(spurious)} lease(s) of attempts that were never killed expired: the worker "
+                f"stops heart-beating while it waits for ffmpeg after the paced duration "
+                f"(workers/tasks.py do_work), so a transcode slower than that loses its lease"
+            )
         if orphan_ffmpeg:
-            res.notes.append(f"{len(orphan_ffmpeg)} ffmpeg process(es) of a killed attempt were still running "
-                             f"right after its kill (the supervisor SIGKILLs worker and horse, not the horse's "
-                             f"process group); they finish writing a temp file nobody renames")
+            res.notes.append(
+                f"{len(orphan_ffmpeg)} ffmpeg process(es) of a killed attempt were still running "
+                f"right after its kill (the supervisor SIGKILLs worker and horse, not the horse's "
+                f"process group); they finish writing a temp file nobody renames"
+            )
         if stale_tmp:
             res.notes.append(f"{stale_tmp} temp file(s) of killed attempts remain under transcoded/ until teardown")
         if no_email:

@@ -19,9 +19,11 @@ from core.procs import wait
 from runtime.harness.drill import drill_client, drill_stack
 
 NAME = "redis_restart"
-INVARIANT = ("every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "
-             "the same port and data dir) is still there after the restart and ends done; the lab, its token "
-             "and its counters survive; supervisor and web reconnect on their own")
+INVARIANT = (
+    "every job accepted with 202 (before, during or after a SIGTERM stop + restart of the server on "
+    "the same port and data dir) is still there after the restart and ends done; the lab, its token "
+    "and its counters survive; supervisor and web reconnect on their own"
+)
 
 
 def stuck_reason(r, lab_id: str, job_id: str) -> str | None:
@@ -37,13 +39,23 @@ def stuck_reason(r, lab_id: str, job_id: str) -> str | None:
         return None
     taken = [m for m in r.lrange(f"{q}:intermediate", 0, -1) if m.startswith(prefix)]
     statuses = {m: r.hget(f"rq:job:{m}", "status") for m in r.scan_iter(match=f"rq:job:{prefix}*")}
-    return (f"stuck in 'queued' (attempt {rec.get('attempt')}) with no lease, no pending dispatch and no message in "
-            f"the RQ queue: a worker took the message (RQ intermediate queue {taken}, RQ job statuses {statuses}) "
-            f"and died or failed before leases.claim; nothing will ever deliver it again (see dequeue_crash)")
+    return (
+        f"stuck in 'queued' (attempt {rec.get('attempt')}) with no lease, no pending dispatch and no message in "
+        f"the RQ queue: a worker took the message (RQ intermediate queue {taken}, RQ job statuses {statuses}) "
+        f"and died or failed before leases.claim; nothing will ever deliver it again (see dequeue_crash)"
+    )
 
 
-def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, duration: float = 400,
-        down_s: float = 2.0, backlog: bool = True, root=None) -> Result:
+def run(
+    before: int = 8,
+    after: int = 4,
+    workers: int = 3,
+    speed: float = 200,
+    duration: float = 400,
+    down_s: float = 2.0,
+    backlog: bool = True,
+    root=None,
+) -> Result:
     """backlog=False stops the server only once every job is claimed (RQ's queue empty), which keeps
     out of the hand-off window that dequeue_crash exposes; the drill's default stops it with a backlog."""
     res = Result(NAME, INVARIANT)
@@ -51,9 +63,18 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
     with drill_stack(NAME, persist=True, root=root) as stack:
         api = drill_client(stack)
         r = stack.redis_client()
-        lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, job_duration=duration,
-                      heartbeat_interval=60, heartbeat_extend=1200, vt_seconds=1200, respawn_delay=10,
-                      max_attempts=10)
+        lab = api.lab(
+            "ch8",
+            speed=speed,
+            workers=workers,
+            heartbeat=True,
+            job_duration=duration,
+            heartbeat_interval=60,
+            heartbeat_extend=1200,
+            vt_seconds=1200,
+            respawn_delay=10,
+            max_attempts=10,
+        )
         lab_id = lab["lab_id"]
         wait(lambda: workers_registered(r, lab) >= workers, 60, f"{workers} workers to register")
         accepted: dict[str, str] = {}  # idempotency key → job id
@@ -106,13 +127,19 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
         r = stack.redis_client()
         first = {k: v for k, v in accepted.items() if k.startswith("before-")}
         present = {k: v for k, v in first.items() if r.exists(key(lab_id, "job", v))}
-        res.check(len(present) == len(first), f"jobs accepted before the outage missing after it: "
-                                              f"{sorted(set(first) - set(present))}")
+        res.check(
+            len(present) == len(first),
+            f"jobs accepted before the outage missing after it: {sorted(set(first) - set(present))}",
+        )
         reply = api.call("GET", f"/api/labs/{lab_id}", token=lab["token"])
         res.check(reply.status == 200, f"the lab's token no longer opens it → {reply.status}")
         try:
-            snap = api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] >= len(accepted)
-                                and s["counts"]["running"] == 0, 120, "every accepted job to finish")
+            snap = api.wait_for(
+                lab,
+                lambda s: s["counts"]["done"] + s["counts"]["dlq"] >= len(accepted) and s["counts"]["running"] == 0,
+                120,
+                "every accepted job to finish",
+            )
         except TimeoutError as e:
             res.violations.append(str(e))
             snap = api.snapshot(lab)
@@ -125,27 +152,47 @@ def run(before: int = 8, after: int = 4, workers: int = 3, speed: float = 200, d
             if why:
                 res.violations.append(f"job {j}: {why}")
         total_jobs = r.zcard(key(lab_id, "jobs"))
-        res.check(total_jobs == len(ids), f"the lab holds {total_jobs} jobs but {len(ids)} were accepted "
-                                          f"(a refused POST created a job, or one vanished)")
+        res.check(
+            total_jobs == len(ids),
+            f"the lab holds {total_jobs} jobs but {len(ids)} were accepted "
+            f"(a refused POST created a job, or one vanished)",
+        )
         c = snap["counts"]
         res.check(c["enqueued"] >= snap_before["counts"]["enqueued"], "the enqueued counter went backwards")
         res.check(c["lost"] == 0, f"{c['lost']} job(s) counted lost")
-        res.counts = {"accepted": len(ids), "before": len(first), "during_tries": sum(during.values()),
-                      "after": len(accepted) - len(first), "down_s": round(up_at - down_at, 1),
-                      "done": states["done"], "redelivered": c["redelivered"], "failed": c["failed"],
-                      "lost": c["lost"]}
-        res.details = {"backlog": backlog, "statuses_during_outage": dict(during), "statuses": dict(statuses),
-                       "running_at_stop": snap_before["counts"]["running"],
-                       "done_at_stop": snap_before["counts"]["done"], "final_states": dict(states)}
+        res.counts = {
+            "accepted": len(ids),
+            "before": len(first),
+            "during_tries": sum(during.values()),
+            "after": len(accepted) - len(first),
+            "down_s": round(up_at - down_at, 1),
+            "done": states["done"],
+            "redelivered": c["redelivered"],
+            "failed": c["failed"],
+            "lost": c["lost"],
+        }
+        res.details = {
+            "backlog": backlog,
+            "statuses_during_outage": dict(during),
+            "statuses": dict(statuses),
+            "running_at_stop": snap_before["counts"]["running"],
+            "done_at_stop": snap_before["counts"]["done"],
+            "final_states": dict(states),
+        }
         bad = {s: n for s, n in during.items() if s not in (503,)}
         if bad:
-            res.notes.append(f"POSTs during the outage answered {dict(during)} (a 503 with a JSON error would "
-                             f"tell a client to retry; 0 = connection error, 500 = unhandled)")
-        res.notes.append("stop = SIGTERM (clean: the AOF is fsynced on shutdown); with appendfsync everysec a "
-                         "SIGKILL could lose up to ~1 s of acknowledged writes")
+            res.notes.append(
+                f"POSTs during the outage answered {dict(during)} (a 503 with a JSON error would "
+                f"tell a client to retry; 0 = connection error, 500 = unhandled)"
+            )
+        res.notes.append(
+            "stop = SIGTERM (clean: the AOF is fsynced on shutdown); with appendfsync everysec a "
+            "SIGKILL could lose up to ~1 s of acknowledged writes"
+        )
         if not res.ok:
-            res.details["post_mortem"] = post_mortem(r, lab_id, [j for j in ids if r.hget(
-                key(lab_id, "job", j), "state") != "done"])
+            res.details["post_mortem"] = post_mortem(
+                r, lab_id, [j for j in ids if r.hget(key(lab_id, "job", j), "state") != "done"]
+            )
         api.delete(lab)
         r.close()
     res.seconds = time.monotonic() - t0

@@ -28,16 +28,19 @@ from runtime.harness.client import Api
 from runtime.harness.stack import UNLIMITED, _scratch
 
 NAME = "self_heal"
-INVARIANT = ("SIGKILL of the Redis-protocol server, the supervisor and gunicorn, one at a time under load: the "
-             "launcher restarts each, no API call answers 500 (503 + Retry-After while the server is down), "
-             "and every accepted job ends done")
+INVARIANT = (
+    "SIGKILL of the Redis-protocol server, the supervisor and gunicorn, one at a time under load: the "
+    "launcher restarts each, no API call answers 500 (503 + Retry-After while the server is down), "
+    "and every accepted job ends done"
+)
 
 
-def http(url: str, method: str, body: object = None, token: str | None = None,
-         timeout: float = 30) -> tuple[int, bytes, dict]:
+def http(
+    url: str, method: str, body: object = None, token: str | None = None, timeout: float = 30
+) -> tuple[int, bytes, dict]:
     """One call through the shared client; a refused or cut connection (a process being restarted) is 0."""
     base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-    reply = Api(base, offline_ok=True).call(method, url[len(base):], body, token, timeout=timeout)
+    reply = Api(base, offline_ok=True).call(method, url[len(base) :], body, token, timeout=timeout)
     return reply.status, reply.body, reply.headers
 
 
@@ -55,8 +58,13 @@ class Load(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                status, raw, headers = http(f"{self.url}/api/labs/{self.lab['lab_id']}/jobs", "POST",
-                                            {"sample": "carphone_pristine"}, self.lab["token"], timeout=10)
+                status, raw, headers = http(
+                    f"{self.url}/api/labs/{self.lab['lab_id']}/jobs",
+                    "POST",
+                    {"sample": "carphone_pristine"},
+                    self.lab["token"],
+                    timeout=10,
+                )
             except OSError:
                 status, raw, headers = 0, b"", {}
             self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -66,8 +74,9 @@ class Load(threading.Thread):
                 self.no_retry_after += 1
             # a read too: the snapshot must also say 503, not 500, while the server is down
             try:
-                s2, _, h2 = http(f"{self.url}/api/labs/{self.lab['lab_id']}", "GET", None, self.lab["token"],
-                                 timeout=10)
+                s2, _, h2 = http(
+                    f"{self.url}/api/labs/{self.lab['lab_id']}", "GET", None, self.lab["token"], timeout=10
+                )
             except OSError:
                 s2, h2 = 0, {}
             self.statuses[s2] = self.statuses.get(s2, 0) + 1
@@ -98,12 +107,22 @@ def run(speed: float = 200, workers: int = 3) -> Result:
     root = Path(tempfile.mkdtemp(prefix="chaos-self-heal-", dir=_scratch()))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(PORT=str(port), VAR_DIR=str(root / "var"), HOST="127.0.0.1",
-               **UNLIMITED,
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(
+        PORT=str(port),
+        VAR_DIR=str(root / "var"),
+        HOST="127.0.0.1",
+        **UNLIMITED,
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     log = open(root / "launcher.log", "w")
-    launcher = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "runtime.launcher"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     load = None
     status_file = root / "var" / "launcher.json"
@@ -111,9 +130,19 @@ def run(speed: float = 200, workers: int = 3) -> Result:
         wait(lambda: healthy(url) and status_file.exists(), 120, "the launcher's stack to come up")
         status, raw, _ = http(url + "/api/labs", "POST", {"preset": "ch8", "speed": speed})
         lab = json.loads(raw)
-        http(f"{url}/api/labs/{lab['lab_id']}/settings", "PATCH",
-             {"workers": workers, "heartbeat": True, "job_duration": 60, "max_attempts": 20, "respawn_delay": 10,
-              "vt_seconds": 120}, lab["token"])
+        http(
+            f"{url}/api/labs/{lab['lab_id']}/settings",
+            "PATCH",
+            {
+                "workers": workers,
+                "heartbeat": True,
+                "job_duration": 60,
+                "max_attempts": 20,
+                "respawn_delay": 10,
+                "vt_seconds": 120,
+            },
+            lab["token"],
+        )
         load = Load(url, lab)
         load.start()
         time.sleep(3)
@@ -133,23 +162,35 @@ def run(speed: float = 200, workers: int = 3) -> Result:
                     pass
             wait(lambda t=targets: not any(alive(p) for p in t), 20, f"{victim} to die")
             try:
-                wait(lambda v=victim, old=pid: json.loads(status_file.read_text()).get(v) not in (None, old), 90,
-                     f"the launcher to restart {victim}", every=0.1)
+                wait(
+                    lambda v=victim, old=pid: json.loads(status_file.read_text()).get(v) not in (None, old),
+                    90,
+                    f"the launcher to restart {victim}",
+                    every=0.1,
+                )
                 restarted = time.monotonic() - killed_at
                 wait(lambda: healthy(url), 90, f"/healthz after killing {victim}", every=0.1)
                 health = time.monotonic() - killed_at
                 probe = None
                 while probe is None:
-                    s, raw, _ = http(f"{url}/api/labs/{lab['lab_id']}/jobs", "POST", {"sample": "carphone_pristine"},
-                                     lab["token"], timeout=10)
+                    s, raw, _ = http(
+                        f"{url}/api/labs/{lab['lab_id']}/jobs",
+                        "POST",
+                        {"sample": "carphone_pristine"},
+                        lab["token"],
+                        timeout=10,
+                    )
                     if s == 202:
                         probe = json.loads(raw)["job_id"]
                         load.accepted.append(probe)
                     else:
                         time.sleep(0.1)
                 wait(lambda j=probe: job_state(url, lab, j) == "done", 120, f"a job after killing {victim}", every=0.1)
-                recovery[victim] = {"restarted_s": round(restarted, 2), "healthz_s": round(health, 2),
-                                    "job_done_s": round(time.monotonic() - killed_at, 2)}
+                recovery[victim] = {
+                    "restarted_s": round(restarted, 2),
+                    "healthz_s": round(health, 2),
+                    "job_done_s": round(time.monotonic() - killed_at, 2),
+                }
             except TimeoutError as e:
                 res.violations.append(f"{victim}: {e}")
             time.sleep(3)  # a little steady load between kills
@@ -170,10 +211,14 @@ def run(speed: float = 200, workers: int = 3) -> Result:
         res.details["recovery"] = recovery
         res.details["statuses"] = {str(k): v for k, v in sorted(load.statuses.items())}
         res.details["launcher_log"] = [ln for ln in text.splitlines() if "restart" in ln][:20]
-        res.counts = {"accepted": len(load.accepted), "lost": len(pending), "http_500": load.statuses.get(500, 0),
-                      "http_503": load.statuses.get(503, 0),
-                      **{f"{v}_recover_s": r["job_done_s"] for v, r in recovery.items()},
-                      **{f"{v}_healthz_s": r["healthz_s"] for v, r in recovery.items()}}
+        res.counts = {
+            "accepted": len(load.accepted),
+            "lost": len(pending),
+            "http_500": load.statuses.get(500, 0),
+            "http_503": load.statuses.get(503, 0),
+            **{f"{v}_recover_s": r["job_done_s"] for v, r in recovery.items()},
+            **{f"{v}_healthz_s": r["healthz_s"] for v, r in recovery.items()},
+        }
     finally:
         if load:
             load.stop.set()

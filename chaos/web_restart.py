@@ -17,8 +17,10 @@ from core.procs import wait
 from runtime.harness.drill import WsTail, drill_client, drill_stack, id_key
 
 NAME = "web_restart"
-INVARIANT = ("every WebSocket client that reconnects with after=<last id> across web restarts (SIGTERM and "
-             "SIGKILL, same port) ends with exactly the stream's ids (GET …/events): no gap, no repeat, in order")
+INVARIANT = (
+    "every WebSocket client that reconnects with after=<last id> across web restarts (SIGTERM and "
+    "SIGKILL, same port) ends with exactly the stream's ids (GET …/events): no gap, no repeat, in order"
+)
 
 
 def settled_ids(api, r, lab: dict, still_s: float = 1.0, timeout: float = 30) -> list[str]:
@@ -37,14 +39,29 @@ def settled_ids(api, r, lab: dict, still_s: float = 1.0, timeout: float = 30) ->
     raise TimeoutError(f"the lab's stream did not go quiet within {timeout:.0f} s")
 
 
-def run(redis_url: str | None = None, clients: int = 8, jobs_per_phase: int = 3, workers: int = 3,
-        speed: float = 200, duration: float = 600, root=None) -> Result:
+def run(
+    redis_url: str | None = None,
+    clients: int = 8,
+    jobs_per_phase: int = 3,
+    workers: int = 3,
+    speed: float = 200,
+    duration: float = 600,
+    root=None,
+) -> Result:
     res = Result(NAME, INVARIANT)
     t0 = time.monotonic()
     with drill_stack(NAME, redis_url=redis_url, root=root) as stack:
         api, r = drill_client(stack), stack.redis_client()
-        lab = api.lab("ch8", speed=speed, workers=workers, heartbeat=True, job_duration=duration,
-                      heartbeat_interval=30, heartbeat_extend=1200, vt_seconds=1200)
+        lab = api.lab(
+            "ch8",
+            speed=speed,
+            workers=workers,
+            heartbeat=True,
+            job_duration=duration,
+            heartbeat_interval=30,
+            heartbeat_extend=1200,
+            vt_seconds=1200,
+        )
         wait(lambda: workers_registered(r, lab) >= workers, 60, f"{workers} workers to register")
         tails = [WsTail(stack, lab, f"client-{i}") for i in range(clients)]
         for t in tails:
@@ -77,8 +94,12 @@ def run(redis_url: str | None = None, clients: int = 8, jobs_per_phase: int = 3,
             except TimeoutError as e:
                 res.violations.append(f"{e}: connections {[t.connections for t in tails]}")
         try:
-            api.wait_for(lab, lambda s: s["counts"]["done"] >= accepted and not s["counts"]["running"], 120,
-                         "every job to finish")
+            api.wait_for(
+                lab,
+                lambda s: s["counts"]["done"] >= accepted and not s["counts"]["running"],
+                120,
+                "every job to finish",
+            )
         except TimeoutError as e:
             res.violations.append(str(e))
         try:
@@ -104,15 +125,24 @@ def run(redis_url: str | None = None, clients: int = 8, jobs_per_phase: int = 3,
             if extra:  # ids the stream got after `truth` was read name their type
                 res.notes.append(f"client {i}: unknown ids {[(x, later.get(x, '?')) for x in extra[:5]]}")
             order = got == sorted(got, key=id_key)
-            res.violations.append(f"client {i}: {len(got)} ids vs {len(truth)} in the stream "
-                                  f"(repeats {dup}, gaps {len(missing)} e.g. {missing[:3]}, unknown {len(extra)}, "
-                                  f"in order {order})")
-        res.check(all(t.connections >= 3 for t in tails),
-                  f"not every client lived through both restarts: connections {[t.connections for t in tails]}")
-        res.counts = {"clients": clients, "restarts": len(restarts), "events": len(truth), "jobs": accepted,
-                      "exact_clients": sum(t.ids == truth for t in tails),
-                      "reconnects": sum(t.connections - 1 for t in tails),
-                      "connect_refused": sum(t.connect_failures for t in tails)}
+            res.violations.append(
+                f"client {i}: {len(got)} ids vs {len(truth)} in the stream "
+                f"(repeats {dup}, gaps {len(missing)} e.g. {missing[:3]}, unknown {len(extra)}, "
+                f"in order {order})"
+            )
+        res.check(
+            all(t.connections >= 3 for t in tails),
+            f"not every client lived through both restarts: connections {[t.connections for t in tails]}",
+        )
+        res.counts = {
+            "clients": clients,
+            "restarts": len(restarts),
+            "events": len(truth),
+            "jobs": accepted,
+            "exact_clients": sum(t.ids == truth for t in tails),
+            "reconnects": sum(t.connections - 1 for t in tails),
+            "connect_refused": sum(t.connect_failures for t in tails),
+        }
         res.details = {"restarts": restarts, "connections": [t.connections for t in tails]}
         api.delete(lab)
         r.close()

@@ -96,8 +96,9 @@ def to_json(inputs: Inputs | None = None) -> dict[str, Any]:
 
 def chart_series(inputs: Inputs, fig: dict[str, dict[str, Any]]) -> ChartSeries:
     """Every chapter's chart data for `inputs` and their figures (`derive(inputs)`), by chart name."""
-    return ChartSeries({name: build(inputs, fig) for _, home in HOMES
-                        for name, build in getattr(home, "CHARTS", {}).items()})
+    return ChartSeries(
+        {name: build(inputs, fig) for _, home in HOMES for name, build in getattr(home, "CHARTS", {}).items()}
+    )
 
 
 def all_chapters() -> tuple[Chapter, ...]:
@@ -126,6 +127,28 @@ def steps_public() -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-__all__ = ["BUTTONS", "BY_ID", "CHAPTERS", "CLAIMS", "DEFAULT_PRESET", "HOMES", "PANEL", "PRESETS", "RACES",
-           "SCENARIOS", "STEPS", "Chapter", "all_chapters", "chart_series", "derive", "find", "lab_facts",
-           "parse_front_matter", "render_body", "scrollable_tables", "settings_for", "steps_public", "to_json"]
+__all__ = [
+    "BUTTONS",
+    "BY_ID",
+    "CHAPTERS",
+    "CLAIMS",
+    "DEFAULT_PRESET",
+    "HOMES",
+    "PANEL",
+    "PRESETS",
+    "RACES",
+    "SCENARIOS",
+    "STEPS",
+    "Chapter",
+    "all_chapters",
+    "chart_series",
+    "derive",
+    "find",
+    "lab_facts",
+    "parse_front_matter",
+    "render_body",
+    "scrollable_tables",
+    "settings_for",
+    "steps_public",
+    "to_json",
+]

@@ -88,14 +88,15 @@ def scrollable_tables(html: str) -> str:
     """Each table in its own horizontally scrolling box, so a wide table scrolls by itself on a phone
     instead of the whole page. The box is a labelled, focusable region: a keyboard can scroll it too.
     Code blocks (which scroll on a phone) take focus for the same reason."""
+
     def wrap(m: re.Match) -> str:
         table = m.group(0)
         cap = re.search(r"<caption\b[^>]*>(.*?)</caption>", table, re.S)
         heads = re.findall(r"<th\b[^>]*>(.*?)</th>", table, re.S)[:3]
         text = " ".join(unescape(_TAGS.sub("", cap.group(1) if cap else ", ".join(heads))).split())
         label = f"Table: {text}"[:120] if text else "Table"
-        return (f'<div class="table-scroll" role="region" tabindex="0" aria-label="{escape(label)}">'
-                f"{table}</div>")
+        return f'<div class="table-scroll" role="region" tabindex="0" aria-label="{escape(label)}">{table}</div>'
+
     # a code block scrolls sideways on a phone too: it takes focus, so a keyboard can scroll it
     return _TABLE.sub(wrap, html).replace("<pre>", '<pre tabindex="0">')
 

@@ -41,8 +41,10 @@ def archive_key(lab: str) -> str:
 @contextmanager
 def _bytes_client(r: redis.Redis) -> Iterator[redis.Redis]:
     """A client of `r`'s server that never decodes (RQ's job hashes hold pickles), closed after use."""
-    pool = redis.ConnectionPool(connection_class=r.connection_pool.connection_class,
-                                **{**r.connection_pool.connection_kwargs, "decode_responses": False})
+    pool = redis.ConnectionPool(
+        connection_class=r.connection_pool.connection_class,
+        **{**r.connection_pool.connection_kwargs, "decode_responses": False},
+    )
     try:
         yield redis.Redis(connection_pool=pool)
     finally:
@@ -55,7 +57,7 @@ def foldable(r: redis.Redis, lab: str) -> list[str]:
     for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*"):
         found.update(k if isinstance(k, str) else k.decode() for k in r.scan_iter(match=pattern, count=1000))
     prefix = f"lab:{lab}:"
-    return sorted(k for k in found if not (k.startswith(prefix) and k[len(prefix):].split(":", 1)[0] in STAYS))
+    return sorted(k for k in found if not (k.startswith(prefix) and k[len(prefix) :].split(":", 1)[0] in STAYS))
 
 
 def measure(r: redis.Redis, lab: str) -> int:
@@ -117,9 +119,12 @@ def _dump(raw: redis.Redis, keys: list[str]) -> dict[str, Any]:
             item = [[_text(m), float(sc)] for m, sc in v]
         else:  # stream: its entries with their ids, and what XSETID needs to keep its history's shape
             info = next(values)
-            item = {"entries": [[_text(i), {_text(f): _text(x) for f, x in fields.items()}] for i, fields in v],
-                    "last": _text(info["last-generated-id"]), "added": int(info.get("entries-added", len(v))),
-                    "deleted": _text(info.get("max-deleted-entry-id", b"0-0"))}
+            item = {
+                "entries": [[_text(i), {_text(f): _text(x) for f, x in fields.items()}] for i, fields in v],
+                "last": _text(info["last-generated-id"]),
+                "added": int(info.get("entries-added", len(v))),
+                "deleted": _text(info.get("max-deleted-entry-id", b"0-0")),
+            }
         out[k] = {"type": kind, "ttl": int(ttl), "value": item}
     return out
 
@@ -143,8 +148,7 @@ def _load(pipe: redis.client.Pipeline, keys: dict[str, Any]) -> None:
             for entry_id, fields in v["entries"]:
                 pipe.xadd(k, {_bytes(f): _bytes(x) for f, x in fields.items()}, id=entry_id)
             if v["entries"]:
-                pipe.execute_command("XSETID", k, v["last"], "ENTRIESADDED", v["added"], "MAXDELETEDID",
-                                     v["deleted"])
+                pipe.execute_command("XSETID", k, v["last"], "ENTRIESADDED", v["added"], "MAXDELETEDID", v["deleted"])
         if rec["ttl"] > 0:
             pipe.pexpire(k, rec["ttl"])
 
@@ -245,5 +249,9 @@ def stats(r: redis.Redis) -> dict[str, int]:
         for lab in archived:
             pipe.strlen(archive_key(lab))
         folded = sum(int(n or 0) for n in pipe.execute())
-    return {"parked": int(r.scard(PARKED)), "archived": len(archived), "archived_bytes": folded,
-            "parked_bytes": sum(int(v) for v in r.hvals(PARKED_BYTES))}
+    return {
+        "parked": int(r.scard(PARKED)),
+        "archived": len(archived),
+        "archived_bytes": folded,
+        "parked_bytes": sum(int(v) for v in r.hvals(PARKED_BYTES)),
+    }

@@ -164,8 +164,11 @@ def put_many(r: redis.Redis, lab: str, blobs: dict[str, bytes], append: bool = F
     args = [lab, lab_cap, server_cap, client_cap if who else -1, "append" if append else "set"]
     for name, data in blobs.items():
         args += [name, data]
-    res = _PUT_SCRIPT(keys=[_index(lab), _used(lab), TOTAL, LABS, who or TOTAL,
-                            *(blob_key(lab, name) for name in blobs)], args=args, client=r)
+    res = _PUT_SCRIPT(
+        keys=[_index(lab), _used(lab), TOTAL, LABS, who or TOTAL, *(blob_key(lab, name) for name in blobs)],
+        args=args,
+        client=r,
+    )
     if res == -3:
         raise LabGone(lab)
     if res == -1:
@@ -204,8 +207,9 @@ def names(r: redis.Redis, lab: str, prefix: str = "") -> dict[str, int]:
 
 
 def _str_map(m: dict) -> dict[str, str]:
-    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in m.items()}
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in m.items()
+    }
 
 
 def usage(r: redis.Redis, lab: str) -> int:
@@ -294,7 +298,7 @@ def local_path(r: redis.Redis, lab: str, source: str, var_dir: Path) -> Path:
     """
     if not is_blob(source):
         return Path(source)
-    name = source[len(PREFIX):]
+    name = source[len(PREFIX) :]
     path = cache_path(var_dir, lab, name)
     if path.is_file():
         return path

@@ -71,10 +71,17 @@ def reading(state: dict, real: float) -> dict:
     speed = float(state.get("speed", 20))
     t = _now(state, real)
     barrier = state.get("barrier")
-    return {"t": round(t, 3), "t_raw": t, "speed": speed, "paused": state.get("paused") == "1",
-            "asked": speed, "effective": float(state.get("effective", speed)),
-            "slowed": state.get("slowed") == "1", "slowed_reason": state.get("slowed_reason", ""),
-            "waiting_on_real_work": barrier not in (None, "") and t >= float(barrier)}
+    return {
+        "t": round(t, 3),
+        "t_raw": t,
+        "speed": speed,
+        "paused": state.get("paused") == "1",
+        "asked": speed,
+        "effective": float(state.get("effective", speed)),
+        "slowed": state.get("slowed") == "1",
+        "slowed_reason": state.get("slowed_reason", ""),
+        "waiting_on_real_work": barrier not in (None, "") and t >= float(barrier),
+    }
 
 
 def lapse(state: dict, at: float, margin: float) -> float:
@@ -91,8 +98,7 @@ def now(r: redis.Redis, lab: str) -> float:
 
 def start(r: redis.Redis, lab: str, speed: float, t0: float = 0.0) -> None:
     """Start at t0 (0, or the parent's moment for a branch, so two runs share one time axis)."""
-    r.hset(key(lab, "clock"), mapping={"base_sim": t0, "base_real": time.time(), "speed": speed,
-                                       "paused": 0})
+    r.hset(key(lab, "clock"), mapping={"base_sim": t0, "base_real": time.time(), "speed": speed, "paused": 0})
 
 
 def _watched(r: redis.Redis, keys: list[str], step):
@@ -121,6 +127,7 @@ def _rebase(r: redis.Redis, lab: str, **changes) -> float:
         pipe.multi()
         pipe.hset(k, mapping={"base_sim": t, "base_real": real, **{n: v for n, v in changes.items() if n != "advance"}})
         return t
+
     return _watched(r, [k], step)
 
 
@@ -156,9 +163,14 @@ def park(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None
         real = time.time()
         t = _now(state, real)
         pipe.multi()
-        pipe.hset(k, mapping={"parked": "held"} if state.get("paused") == "1" else
-                  {"base_sim": t, "base_real": real, "paused": 1, "parked": "1"})
+        pipe.hset(
+            k,
+            mapping={"parked": "held"}
+            if state.get("paused") == "1"
+            else {"base_sim": t, "base_real": real, "paused": 1, "parked": "1"},
+        )
         return t, state
+
     done = _watched(r, [k, parked_set], step)
     if done is None:
         return None
@@ -190,6 +202,7 @@ def unpark(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | No
         if state.get("parked") == "1":
             pipe.hset(k, mapping={"base_sim": t, "base_real": real, "paused": 0})
         return t, state
+
     done = _watched(r, [k, parked_set], step)
     if done is None:
         return None
@@ -219,12 +232,17 @@ def link(r: redis.Redis, labs: list[str]) -> None:
     speed change of one lane is made in all."""
     for lab in labs:
         others = [o for o in labs if o != lab]
-        r.hset(key(lab, "clock"), mapping={
-            "peers": json.dumps(others),
-            "peer_keys": json.dumps([[key(o, "clock"), _barriers(o)] for o in others])})
+        r.hset(
+            key(lab, "clock"),
+            mapping={
+                "peers": json.dumps(others),
+                "peer_keys": json.dumps([[key(o, "clock"), _barriers(o)] for o in others]),
+            },
+        )
 
 
 # --- barriers: the clock waits for real work ------------------------------------------------
+
 
 def state_channel(lab: str) -> str:
     """The pub/sub channel on which a barrier's move publishes the clock hash as it left it (JSON): the hash's
@@ -357,23 +375,29 @@ end
 """
 # The arguments as `barrier` above takes them (`also`: '?holder' lifts that one if it holds, else the lowest of its
 # kind, the holders named with the same prefix up to the first ':').
-_BARRIER_LUA = BARRIER_FN + """
+_BARRIER_LUA = (
+    BARRIER_FN
+    + """
 local clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3]
 local op, holder, at, real_now, alive_until, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local also = ARGV[7]
 return barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
 """
+)
 _scripts: dict[int, Script] = {}
 
 
-def barrier_call(lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL,
-                 refresh: bool = True, also_lift: str = "") -> tuple[list[str], list[str]]:
+def barrier_call(
+    lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL, refresh: bool = True, also_lift: str = ""
+) -> tuple[list[str], list[str]]:
     """The KEYS and ARGV of one barrier change (as `_BARRIER_LUA` takes them, and as a script embedding
     BARRIER_FN passes them on); `also_lift`: another holder's barrier lifted in the same step (or `either`'s
     choice of one)."""
     real = time.time()
-    return ([key(lab, "clock"), _barriers(lab), _alive(lab)],
-            [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0", also_lift])
+    return (
+        [key(lab, "clock"), _barriers(lab), _alive(lab)],
+        [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0", also_lift],
+    )
 
 
 def apply(r: redis.Redis, call: tuple[list[str], list[str]]) -> int:
@@ -384,8 +408,15 @@ def apply(r: redis.Redis, call: tuple[list[str], list[str]]) -> int:
     return int(_scripts[id(r)](keys=keys, args=args))
 
 
-def hold(r: redis.Redis, lab: str, holder: str, at: float, ttl: float = BARRIER_TTL, refresh: bool = True,
-         also_lift: str = "") -> None:
+def hold(
+    r: redis.Redis,
+    lab: str,
+    holder: str,
+    at: float,
+    ttl: float = BARRIER_TTL,
+    refresh: bool = True,
+    also_lift: str = "",
+) -> None:
     """Simulated time may not pass `at` until `holder` lifts (or moves) this barrier, or stops
     refreshing it for `ttl` real seconds (`refresh=False`: a holder that moves its barrier often keeps the
     stamp of its last refresh, which it renews itself at least every `ttl` / 2). `also_lift`: another

@@ -44,7 +44,6 @@ class Claim:
         return f"tests/lesson/test_ch{self.chapter}.py::{self.test}" if self.test else ""
 
 
-
 def by_test(claims: Iterable[Claim]) -> dict[str, list[Claim]]:
     """Claims proven by each test node id (one test may prove a try-this step and a question)."""
     out: dict[str, list[Claim]] = {}
@@ -78,12 +77,17 @@ def summary(claims: Iterable[Claim]) -> dict[int, dict[str, int]]:
 
 
 def markdown(claims: tuple[Claim, ...]) -> str:
-    lines = ["# Lesson conformance", "",
-             "Every claim a chapter makes that the lab can act out, the section that makes it, and the test",
-             "in `tests/lesson/` that proves it. Generated from the chapters' CLAIMS (`python -m chapters`);",
-             "what the lab measured at the last run is on the `/lesson` page (read from",
-             "`test-artifacts/lesson.json`, written by the suite).", "",
-             "| claim | chapter · section | status | test |", "|---|---|---|---|"]
+    lines = [
+        "# Lesson conformance",
+        "",
+        "Every claim a chapter makes that the lab can act out, the section that makes it, and the test",
+        "in `tests/lesson/` that proves it. Generated from the chapters' CLAIMS (`python -m chapters`);",
+        "what the lab measured at the last run is on the `/lesson` page (read from",
+        "`test-artifacts/lesson.json`, written by the suite).",
+        "",
+        "| claim | chapter · section | status | test |",
+        "|---|---|---|---|",
+    ]
     for c in claims:
         test = f"`{c.nodeid}`" if c.nodeid else (c.why or "—")
         lines.append(f"| {c.claim} | {c.chapter} · {c.section} | {c.status} | {test} |")

@@ -30,14 +30,18 @@ FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi"
 # several labs, so ffmpeg's default of a thread per core (and x264's lookahead threads) only
 # oversubscribes the cores; single-threaded, each encode costs its CPU and nothing more.
 THREADS = ["-threads", str(os.environ.get("FFMPEG_THREADS", "1")), "-filter_threads", "1"]
-SAFE_INPUT = ["-protocol_whitelist", "file", "-format_whitelist", FORMATS,
-              "-max_pixels", str(LIMITS.max_video_pixels)]
+SAFE_INPUT = ["-protocol_whitelist", "file", "-format_whitelist", FORMATS, "-max_pixels", str(LIMITS.max_video_pixels)]
 # The sandbox of every run, from measured need (bench sandbox; a 5 s 720p clip, a 1.7 MB 10 s 640×360 upload,
 # a 2 s 4K upload): peak 1.12 GB of address space (glibc's per-thread arenas; 139 MB resident at most), 16
 # threads (the probe's decoder), 6 open files, 2.0 CPU-s. Limits: CPU as long as the real-time limit (a run is
 # killed then anyway), 3 GiB of address space, 64 tasks, twice the `-fs` cap per file, 64 open files.
-SANDBOX = sandbox.Limits(cpu_s=max(1, math.ceil(LIMITS.ffmpeg_timeout)), memory_bytes=3 << 30, tasks=64,
-                         file_bytes=2 * LIMITS.max_output_bytes, open_files=64)
+SANDBOX = sandbox.Limits(
+    cpu_s=max(1, math.ceil(LIMITS.ffmpeg_timeout)),
+    memory_bytes=3 << 30,
+    tasks=64,
+    file_bytes=2 * LIMITS.max_output_bytes,
+    open_files=64,
+)
 
 
 @lru_cache(maxsize=1)
@@ -66,9 +70,10 @@ SAMPLE_RECIPES: dict[str, tuple[str, float, str]] = {
     "carphone_pristine": ("176x144", 1.5, "noise"),
 }
 SAMPLE_DIR = ROOT / "var" / "samples"
-_AUDIO = {"tone": (["-f", "lavfi", "-i", "sine=frequency=440:duration={s}"], ["-c:a", "aac", "-b:a", "64k"]),
-          "noise": (["-f", "lavfi", "-i", "anoisesrc=d={s}:c=white:r=96000:a=0.5:seed=1"],
-                    ["-ac", "2", "-c:a", "alac"])}
+_AUDIO = {
+    "tone": (["-f", "lavfi", "-i", "sine=frequency=440:duration={s}"], ["-c:a", "aac", "-b:a", "64k"]),
+    "noise": (["-f", "lavfi", "-i", "anoisesrc=d={s}:c=white:r=96000:a=0.5:seed=1"], ["-ac", "2", "-c:a", "alac"]),
+}
 
 
 def sample_clip(name: str = "bigbuckbunny") -> Path | None:
@@ -93,10 +98,33 @@ def make_clip(path: Path, size: str, seconds: float, audio: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.mp4")
     source, codec = _AUDIO[audio]
     try:
-        _run(["-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc2=duration={seconds}:size={size}:rate=25",
-              *(arg.format(s=seconds) for arg in source),
-              "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", "1", "-pix_fmt", "yuv420p",
-              *codec, "-shortest", str(tmp)], [], path.parent).run(check=True, timeout=60)
+        _run(
+            [
+                "-v",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+                f"testsrc2=duration={seconds}:size={size}:rate=25",
+                *(arg.format(s=seconds) for arg in source),
+                "-c:v",
+                "libx264",
+                "-preset",
+                "veryfast",
+                "-crf",
+                "23",
+                "-threads",
+                "1",
+                "-pix_fmt",
+                "yuv420p",
+                *codec,
+                "-shortest",
+                str(tmp),
+            ],
+            [],
+            path.parent,
+        ).run(check=True, timeout=60)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -109,16 +137,18 @@ class InvalidMedia(ValueError):
 
 def _reason(stderr: str, path: Path) -> str:
     """ffmpeg's most telling error line, without its `[demuxer @ 0x…]` prefix or our file path."""
-    lines = [re.sub(r"\[[^\]]* @ 0x[0-9a-f]+\] ", "", ln).replace(str(path), path.name)
-             for ln in stderr.strip().splitlines()]
+    lines = [
+        re.sub(r"\[[^\]]* @ 0x[0-9a-f]+\] ", "", ln).replace(str(path), path.name) for ln in stderr.strip().splitlines()
+    ]
     telling = [ln for ln in lines if not ln.startswith(("Error opening input", "Error opening output"))]
     return ((telling or lines or ["not a decodable video"])[0])[:160]
 
 
 def _decode_check(path: Path, extra: list[str], timeout: float) -> None:
     try:
-        proc = _run(["-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra, "-f", "null", "-"],
-                    [path], None).run(capture_output=True, text=True, timeout=timeout)
+        proc = _run(
+            ["-v", "error", "-xerror", *SAFE_INPUT, "-i", str(path), *extra, "-f", "null", "-"], [path], None
+        ).run(capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise InvalidMedia(f"decoding took longer than {timeout:g} s") from None
     if proc.returncode != 0:
@@ -141,11 +171,44 @@ def start_transcode(src: Path, dst: Path, height: int) -> subprocess.Popen:
     """Start a real libx264 transcode to `dst` (an .mp4 temp path); the caller paces and waits."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     return _run(
-        ["-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src), "-t", "8",
-         "-fs", str(LIMITS.max_output_bytes),
-         "-vf", f"scale=-2:{height}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "28", *THREADS,
-         "-pix_fmt", "yuv420p", "-c:a", "aac", "-ac", "2", "-b:a", "64k",
-         "-movflags", "+faststart", "-f", "mp4", str(dst)], [src], dst.parent,
+        [
+            "-v",
+            "error",
+            "-y",
+            *SAFE_INPUT,
+            "-threads",
+            "1",
+            "-i",
+            str(src),
+            "-t",
+            "8",
+            "-fs",
+            str(LIMITS.max_output_bytes),
+            "-vf",
+            f"scale=-2:{height}",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-crf",
+            "28",
+            *THREADS,
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-ac",
+            "2",
+            "-b:a",
+            "64k",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+            str(dst),
+        ],
+        [src],
+        dst.parent,
     ).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # dies with the horse
 
 
@@ -158,25 +221,86 @@ def start_transcodes(src: Path, outputs: list[tuple[Path, int]]) -> subprocess.P
     (out_dir,) = {dst.parent for dst, _h in outputs}
     out_dir.mkdir(parents=True, exist_ok=True)
     n = len(outputs)
-    graph = f"[0:v]split={n}" + "".join(f"[s{i}]" for i in range(n)) + ";" + ";".join(
-        f"[s{i}]scale=-2:{h}[v{i}]" for i, (_dst, h) in enumerate(outputs))
-    args = ["-v", "error", "-y", *SAFE_INPUT, "-threads", "1", "-i", str(src),
-            "-filter_complex", graph, "-filter_complex_threads", "1"]
+    graph = (
+        f"[0:v]split={n}"
+        + "".join(f"[s{i}]" for i in range(n))
+        + ";"
+        + ";".join(f"[s{i}]scale=-2:{h}[v{i}]" for i, (_dst, h) in enumerate(outputs))
+    )
+    args = [
+        "-v",
+        "error",
+        "-y",
+        *SAFE_INPUT,
+        "-threads",
+        "1",
+        "-i",
+        str(src),
+        "-filter_complex",
+        graph,
+        "-filter_complex_threads",
+        "1",
+    ]
     for i, (dst, _h) in enumerate(outputs):
-        args += ["-map", f"[v{i}]", "-map", "0:a?", "-t", "8", "-fs", str(LIMITS.max_output_bytes), "-c:v", "libx264",
-                 "-preset", "veryfast", "-crf", "28", "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac",
-                 "-ac", "2", "-b:a", "64k", "-movflags", "+faststart", "-f", "mp4", str(dst)]
-    return _run(args, [src], out_dir).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE)
+        args += [
+            "-map",
+            f"[v{i}]",
+            "-map",
+            "0:a?",
+            "-t",
+            "8",
+            "-fs",
+            str(LIMITS.max_output_bytes),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-crf",
+            "28",
+            "-threads",
+            "1",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-ac",
+            "2",
+            "-b:a",
+            "64k",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+            str(dst),
+        ]
+    return _run(args, [src], out_dir).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def start_thumbnail(src: Path, dst: Path) -> subprocess.Popen:
     """A 144p JPEG of the first frame, running: a thumbnail attempt paces its job while it works
     (workers/tasks.py), so the lab's clock moves on meanwhile instead of waiting at the claim."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    return _run(["-v", "error", "-y", "-threads", "1", *SAFE_INPUT, "-i", str(src),
-                 "-frames:v", "1", "-vf", "scale=-2:144", "-f", "image2", str(dst)], [src], dst.parent,
-                ).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return _run(
+        [
+            "-v",
+            "error",
+            "-y",
+            "-threads",
+            "1",
+            *SAFE_INPUT,
+            "-i",
+            str(src),
+            "-frames:v",
+            "1",
+            "-vf",
+            "scale=-2:144",
+            "-f",
+            "image2",
+            str(dst),
+        ],
+        [src],
+        dst.parent,
+    ).popen(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def thumbnail(src: Path, dst: Path) -> None:
@@ -194,12 +318,16 @@ def thumbnail(src: Path, dst: Path) -> None:
 
 def duration_of(path: Path) -> float:
     """Decoded duration in seconds (from ffmpeg's own progress output: no ffprobe in the wheel)."""
-    proc = _run(["-v", "error", *SAFE_INPUT, "-i", str(path), "-f", "null", "-progress", "pipe:1", "-"],
-                [path], None).run(capture_output=True, text=True, timeout=60)
+    proc = _run(
+        ["-v", "error", *SAFE_INPUT, "-i", str(path), "-f", "null", "-progress", "pipe:1", "-"], [path], None
+    ).run(capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise InvalidMedia(proc.stderr.strip()[:160])
-    us = [int(line.split("=")[1]) for line in proc.stdout.splitlines()
-          if line.startswith("out_time_us=") and line.split("=")[1].isdigit()]
+    us = [
+        int(line.split("=")[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith("out_time_us=") and line.split("=")[1].isdigit()
+    ]
     return (max(us) if us else 0) / 1e6
 
 

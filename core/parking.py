@@ -107,8 +107,9 @@ def park(r: redis.Redis, lab: str, why: str) -> bool:
     return True
 
 
-def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S,
-           max_labs: int = 0) -> bool:
+def resume(
+    r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S, max_labs: int = 0
+) -> bool:
     """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
     if the lab's client is at its cap with every other lab watched `patience` s on), then it leaves the
     parked set and its clock runs, in one step (clock.unpark)."""
@@ -116,8 +117,15 @@ def resume(r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience
         return False
     client = r.hget(key(lab, "meta"), "client") or "unknown"
     archive.restore(r, lab)  # an archived lab's history is unfolded before anything reads it
-    reserve(r, [(lab, registry.processes_of(registry.settings(r, lab)))], client, client_cap, web_ceiling, patience,
-            max_labs)
+    reserve(
+        r,
+        [(lab, registry.processes_of(registry.settings(r, lab)))],
+        client,
+        client_cap,
+        web_ceiling,
+        patience,
+        max_labs,
+    )
     unparked = clock.unpark(r, lab, PARKED)  # out of the set and the clock running again: one step
     if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
@@ -140,8 +148,16 @@ def park_idle(r: redis.Redis, park_after: float) -> list[str]:
     return [lab for lab, gone in idle if park(r, lab, IDLE_WHY.format(idle=round(gone)))]
 
 
-def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int,
-            patience: float = NAVIGATION_S, max_labs: int = 0, live_cap: int = 0) -> None:
+def reserve(
+    r: redis.Redis,
+    want: list[tuple[str, int]],
+    client: str,
+    client_cap: int,
+    web_ceiling: int,
+    patience: float = NAVIGATION_S,
+    max_labs: int = 0,
+    live_cap: int = 0,
+) -> None:
     """slots.reserve, but a reader at the cap is never stopped by their own forgotten labs: park the
     client's running labs that no page watches (oldest first) and try again. A page that just replaced
     another may still find the old one's socket open for a moment, so before refusing it waits up to

@@ -70,8 +70,9 @@ def started_at(pid: int) -> float:
     f = _stat(pid)
     if not f:
         return 0.0
-    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                if line.startswith("btime "))
+    boot = next(
+        int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+    )
     return boot + int(f[19]) / _TICK
 
 

@@ -34,8 +34,15 @@ def new_id() -> str:
     return secrets.token_hex(5)
 
 
-def create(r: redis.Redis, preset: str, speed: float, settings: LabSettings,
-           t0: float = 0.0, meta: dict[str, Any] | None = None, lab: str | None = None) -> dict[str, Any]:
+def create(
+    r: redis.Redis,
+    preset: str,
+    speed: float,
+    settings: LabSettings,
+    t0: float = 0.0,
+    meta: dict[str, Any] | None = None,
+    lab: str | None = None,
+) -> dict[str, Any]:
     """Register a lab; the supervisor sees it in `labs` and starts its workers.
 
     A branch (app/branch_seed.py) passes its own settings, a clock starting at the parent's moment and
@@ -47,10 +54,18 @@ def create(r: redis.Redis, preset: str, speed: float, settings: LabSettings,
     settings = settings.copy()
     settings["speed"] = speed
     with r.pipeline(transaction=True) as pipe:
-        pipe.hset(key(lab, "meta"), mapping={
-            "preset": preset, "created": time.time(), "last_active": time.time(),
-            "token": _hash(token), "view_token": _hash(view_token), "seq": 0, **(meta or {}),
-        })
+        pipe.hset(
+            key(lab, "meta"),
+            mapping={
+                "preset": preset,
+                "created": time.time(),
+                "last_active": time.time(),
+                "token": _hash(token),
+                "view_token": _hash(view_token),
+                "seq": 0,
+                **(meta or {}),
+            },
+        )
         pipe.set(key(lab, "settings"), json.dumps(settings))
         pipe.sadd(LABS, lab)
         pipe.execute()
@@ -106,8 +121,11 @@ def update_settings(r: redis.Redis, lab: str, changes: dict[str, Any]) -> LabSet
     with r.pipeline(transaction=True) as pipe:
         pipe.set(key(lab, "settings"), json.dumps(current))
         # a new retry base or cap moves the retry histogram's bar: the event carries the new one
-        bar = ({"retry_bucket_s": retry_bucket_s(current["retry_base"], current["retry_cap"])}
-               if {"retry_base", "retry_cap"} & changes.keys() else {})
+        bar = (
+            {"retry_bucket_s": retry_bucket_s(current["retry_base"], current["retry_cap"])}
+            if {"retry_base", "retry_cap"} & changes.keys()
+            else {}
+        )
         stream.append(pipe, lab, "settings.changed", clock.now(r, lab), changes=changes, **bar)
         pipe.execute()
     if "speed" in changes:
@@ -172,8 +190,7 @@ def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict, deadline: flo
         if f in out:
             out[f] = float(out[f])
     # the broker's message, kept apart from the record: visibility and receive count
-    out["message"] = {"state": m.get("state", "deleted"), "receives": int(m.get("receives", 0)),
-                      "deadline": deadline}
+    out["message"] = {"state": m.get("state", "deleted"), "receives": int(m.get("receives", 0)), "deadline": deadline}
     if out["message"]["state"] == "inflight" and deadline is not None:
         out["lease_deadline"] = deadline
     return out
@@ -190,7 +207,7 @@ def read_jobs(r: redis.Redis, lab: str, ids: list[str]) -> list[dict]:
 
 def _fold_jobs(ids: list[str], raw: list) -> list[dict]:
     """The jobs from the replies of `_queue_job_reads` for each id in turn (gone ones left out)."""
-    return [j for j in (_fold_job(i, *raw[JOB_READS * n:JOB_READS * (n + 1)]) for n, i in enumerate(ids)) if j]
+    return [j for j in (_fold_job(i, *raw[JOB_READS * n : JOB_READS * (n + 1)]) for n, i in enumerate(ids)) if j]
 
 
 def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
@@ -231,26 +248,27 @@ def counts_of(r: redis.Redis, lab_ids: list[str]) -> dict[str, dict[str, int] | 
             pipe.hgetall(key(lab, "states"))
             pipe.hgetall(key(lab, "counts"))
         raw = pipe.execute()
-    return {lab: _fold_counts(raw[3 * i + 1], raw[3 * i + 2]) if raw[3 * i] else None
-            for i, lab in enumerate(lab_ids)}
+    return {lab: _fold_counts(raw[3 * i + 1], raw[3 * i + 2]) if raw[3 * i] else None for i, lab in enumerate(lab_ids)}
 
 
 def _fold_counts(state_rows: dict[str, str], counter_rows: dict[str, str]) -> dict[str, int]:
     states = {k: int(v) for k, v in state_rows.items()}
     counters = {k: int(v) for k, v in counter_rows.items()}
     out = {name: counters.get(name, 0) for name in COUNTERS}
-    out.update({
-        "queued": states.get("queued", 0) + states.get("retrying", 0),
-        "running": states.get("running", 0),
-        "retrying": states.get("retrying", 0),
-        "done": states.get("done", 0),
-        "dlq": states.get("dlq", 0),
-        "lost": states.get("lost", 0),
-        "failed": counters.get("failed", 0),
-        "redelivered": counters.get("redelivered", 0),
-        "duplicates_blocked": counters.get("duplicates_blocked", 0),
-        stream.STORAGE_RETRIES: counters.get(stream.STORAGE_RETRIES, 0),
-    })
+    out.update(
+        {
+            "queued": states.get("queued", 0) + states.get("retrying", 0),
+            "running": states.get("running", 0),
+            "retrying": states.get("retrying", 0),
+            "done": states.get("done", 0),
+            "dlq": states.get("dlq", 0),
+            "lost": states.get("lost", 0),
+            "failed": counters.get("failed", 0),
+            "redelivered": counters.get("redelivered", 0),
+            "duplicates_blocked": counters.get("duplicates_blocked", 0),
+            stream.STORAGE_RETRIES: counters.get(stream.STORAGE_RETRIES, 0),
+        }
+    )
     return out
 
 
@@ -269,7 +287,7 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         pipe.hgetall(key(lab, "breaker"))
         pipe.xrevrange(key(lab, "events"), count=PROGRESS_LOOKBACK)
         raw = pipe.execute()
-    state_rows, counter_rows, worker_rows, faults, breaker, recent = raw[JOB_READS * len(ids):]
+    state_rows, counter_rows, worker_rows, faults, breaker, recent = raw[JOB_READS * len(ids) :]
     jobs = _fold_jobs(ids, raw)
     s = settings(r, lab)
     return {
@@ -322,8 +340,10 @@ def gone_why(r: redis.Redis, lab: str, idle_ttl: float) -> str | None:
     if r.zscore(EXPIRED, lab) is None:
         return None
     minutes = max(1, round(idle_ttl / 60))
-    return (f"This lab was removed after {minutes} minute{'s' if minutes != 1 else ''} without a visit, and its "
-            "history with it. A fresh lab starts in its place.")
+    return (
+        f"This lab was removed after {minutes} minute{'s' if minutes != 1 else ''} without a visit, and its "
+        "history with it. A fresh lab starts in its place."
+    )
 
 
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
@@ -334,19 +354,28 @@ def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:
     archive.forget(r, lab)
     blobs.forget_lab(r, lab)  # its uploads and outputs (swept below with every lab:{id}: key)
     # media:valid:<path> remembers which uploads passed the decode check; their paths name the lab.
-    for pattern in (f"lab:{lab}:*", f"rq:*{queue_name(lab)}*", f"rq:job:{lab}-*",
-                    f"media:valid:{lab_dir(var_dir, lab)}/*"):
+    for pattern in (
+        f"lab:{lab}:*",
+        f"rq:*{queue_name(lab)}*",
+        f"rq:job:{lab}-*",
+        f"media:valid:{lab_dir(var_dir, lab)}/*",
+    ):
         batch = list(r.scan_iter(match=pattern, count=500))
         for i in range(0, len(batch), 500):
-            r.delete(*batch[i:i + 500])
+            r.delete(*batch[i : i + 500])
     shutil.rmtree(lab_dir(var_dir, lab), ignore_errors=True)
+
 
 def status_body(j: dict, lab_id: str) -> dict[str, Any]:
     """What a client needs to know, and nothing that changes while nothing happens (no lease deadline)."""
     done = j["state"] == "done"
-    return {"job_id": j["id"], "status": j["state"], "attempt_count": j["attempt"],
-            "result_urls": j["outputs"] if done else None,
-            "status_url": f"/api/labs/{lab_id}/jobs/{j['id']}/status"}
+    return {
+        "job_id": j["id"],
+        "status": j["state"],
+        "attempt_count": j["attempt"],
+        "result_urls": j["outputs"] if done else None,
+        "status_url": f"/api/labs/{lab_id}/jobs/{j['id']}/status",
+    }
 
 
 def processes_of(lab_settings: Mapping[str, Any]) -> int:

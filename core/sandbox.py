@@ -130,8 +130,9 @@ def _uid() -> int | None:
     return SANDBOX_UID_BASE + os.getpid() if os.geteuid() == 0 else None
 
 
-def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int,
-             scratch: tuple[str, int] | None = None) -> list[str]:
+def _confine(
+    argv: list[str], read: list[Path], write: Path | None, tasks: int, scratch: tuple[str, int] | None = None
+) -> list[str]:
     uid = _uid()
     read = [p for p in read if not any(p.is_relative_to(top) for top in SYSTEM)]  # already there
     args = [_bwrap(), "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", PATH]
@@ -139,10 +140,31 @@ def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int,
         args += ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         inner = []
     else:  # all but the user namespace; setpriv needs these three to become `uid` and drop them with the rest
-        args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                 "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        inner = [_tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs", "--"]
+        args += [
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SETPCAP",
+        ]
+        inner = [
+            _tool("setpriv"),
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
     args += [*_system(), "--proc", "/proc", "--dev", "/dev", *_dirs([*read, *([write] if write else [])])]
     if write is not None:  # first: a read path inside it is bound read-only over it
         args += ["--bind", str(write), str(write)]
@@ -153,8 +175,9 @@ def _confine(argv: list[str], read: list[Path], write: Path | None, tasks: int,
     return [*args, "--chdir", "/", "--", *inner, _tool("prlimit"), f"--nproc={tasks}", "--", *argv]
 
 
-def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits,
-              scratch: str | None = None) -> Sandboxed:
+def sandboxed(
+    argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits, scratch: str | None = None
+) -> Sandboxed:
     """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
     binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write, and
     `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it."""
@@ -163,8 +186,9 @@ def sandboxed(argv: list[str], *, read: Iterable[Path], write: Path | None, limi
     preexec = partial(_limit, limits)
     why = unavailable()
     if why:
-        log.error("UNSANDBOXED: %s runs with a clean environment and rlimits only, no namespaces: %s",
-                  Path(argv[0]).name, why)
+        log.error(
+            "UNSANDBOXED: %s runs with a clean environment and rlimits only, no namespaces: %s", Path(argv[0]).name, why
+        )
         return Sandboxed(list(argv), preexec, confined=False)
     uid = _uid()
     if write is not None and uid is not None:

@@ -24,6 +24,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Point:
     """One datum: `x` (a number, or a category name for bars), `y` (None = unbounded), a label."""
+
     x: Any
     y: float | None
     label: str = ""
@@ -33,6 +34,7 @@ class Point:
 class Series:
     """A named run of points. `style` (solid/dashed/dotted/hatched/outline) and `marker`
     (circle/square/cross/check/none) are the non-colour signals; `tone` picks the colour."""
+
     key: str
     label: str
     points: tuple[Point, ...]
@@ -44,6 +46,7 @@ class Series:
 @dataclass(frozen=True)
 class Span:
     """A stretch of time in one lane: [start, end), drawn solid, hatched or as a dashed outline."""
+
     start: float
     end: float
     label: str = ""
@@ -63,6 +66,7 @@ class Lane:
 @dataclass(frozen=True)
 class Panel:
     """A group of lanes under one heading (the lock chart's two ticks); one per chart otherwise."""
+
     label: str
     lanes: tuple[Lane, ...]
     marks: tuple[Mark, ...] = ()
@@ -71,6 +75,7 @@ class Panel:
 @dataclass(frozen=True)
 class Mark:
     """A vertical rule at `x` (or a shaded band from `x` to `end`) with a label."""
+
     x: float
     label: str
     end: float | None = None
@@ -115,6 +120,8 @@ def fmt(x: float | None) -> str:
 
 def g(x: float) -> str:
     return f"{x:,.0f}" if x == round(x) else f"{x:g}"
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -130,8 +130,15 @@ class Entry:
     since: float
 
 
-def reserve(r: redis.Redis, want: list[tuple[str, int]], client: str, client_cap: int, web_ceiling: int,
-            max_labs: int = 0, live_cap: int = 0) -> None:
+def reserve(
+    r: redis.Redis,
+    want: list[tuple[str, int]],
+    client: str,
+    client_cap: int,
+    web_ceiling: int,
+    max_labs: int = 0,
+    live_cap: int = 0,
+) -> None:
     """Reserve a running-lab slot and its processes for each (lab, processes), all or none; a lab that
     already holds a slot is resized in place (its client and host kept). `client_cap`: labs the client may
     run; `web_ceiling`: processes while no pool host is live; `max_labs`: labs running on the deployment;

@@ -47,8 +47,14 @@ class JobRef(TypedDict):
     attempt: int
 
 
-def encode(type_: str, t_sim: float, job_id: str | None = None, worker_id: str | None = None,
-           attempt: int | None = None, **data: Any) -> str:
+def encode(
+    type_: str,
+    t_sim: float,
+    job_id: str | None = None,
+    worker_id: str | None = None,
+    attempt: int | None = None,
+    **data: Any,
+) -> str:
     """An event as the JSON docs/design.md fixes; its id is the stream id assigned on append."""
     if type_ not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type_}")
@@ -85,8 +91,7 @@ def counter(type_: str) -> str:
     return EVENT_TYPES[type_][0] or ""
 
 
-def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_sim: float,
-           **fields: Any) -> None:
+def append(pipe: redis.client.Pipeline | redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
     """Queue one unconditional event (and its counter) on a pipeline or client."""
     stream = key(lab, "events")
     pipe.xadd(stream, {"e": encode(type_, t_sim, **fields)}, maxlen=MAXLEN, approximate=True)
@@ -101,7 +106,11 @@ STORAGE_RETRIES = "storage_retries"
 
 # ARGV: per event, the encoded event and its counter ('' for none).
 # Each counter is bumped once, by how many of the events it counts.
-_EMIT = Script(None, (LUA_EMIT + """
+_EMIT = Script(
+    None,
+    (
+        LUA_EMIT
+        + """
 local events, counts = KEYS[1], KEYS[2]
 local bumps = {}
 for i = 1, #ARGV, 2 do
@@ -109,7 +118,9 @@ for i = 1, #ARGV, 2 do
   if ARGV[i + 1] ~= '' then bumps[ARGV[i + 1]] = (bumps[ARGV[i + 1]] or 0) + 1 end
 end
 for c, n in pairs(bumps) do redis.call('HINCRBY', counts, c, n) end
-""").encode())  # EVALSHA on any client
+"""
+    ).encode(),
+)  # EVALSHA on any client
 
 
 def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> None:
@@ -117,8 +128,9 @@ def emit(r: redis.Redis, lab: str, type_: str, t_sim: float, **fields: Any) -> N
     emit_all(r, lab, [(type_, t_sim, fields)])
 
 
-def emit_all(r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]],
-             bumps: dict[str, int] | None = None) -> None:
+def emit_all(
+    r: redis.Redis, lab: str, events: list[tuple[str, float, dict[str, Any]]], bumps: dict[str, int] | None = None
+) -> None:
     """Append events (type, simulated time, fields) in one step, and bump the counters in `bumps` (ones no event
     type owns, e.g. STORAGE_RETRIES) by as much. One uncounted event is one XADD (readers block on the stream
     itself: app/routes/ws.py's hub, app/longpoll.py); anything else is one script: the appends and one HINCRBY

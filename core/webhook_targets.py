@@ -32,21 +32,27 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str
     return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp), "webhook-signature": f"v1,{digest}"}
 
 
-NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in (
-    # What `is_global` misses in Python 3.11, from the IANA IPv4/IPv6 special-purpose address registries:
-    "100.64.0.0/10",  # shared address space (carrier-grade NAT): another customer's network, not the internet
-    "192.0.0.0/24",  # IETF protocol assignments (3.11 knows only parts of it)
-    "192.88.99.0/24",  # 6to4 relay anycast (deprecated)
-    "224.0.0.0/4", "ff00::/8",  # multicast: `is_global` says yes to 224.0.0.1
-    "64:ff9b::/96", "64:ff9b:1::/48",  # NAT64: an IPv4 address (127.0.0.1 too) inside an IPv6 one
-    "2002::/16",  # 6to4: likewise
-    "2001::/32",  # Teredo: likewise
-    "2001:2::/48",  # benchmarking
-    "2001:db8::/32", "3fff::/20",  # documentation
-    "5f00::/16",  # segment routing (SRv6) SIDs
-    "fec0::/10",  # site-local (deprecated, still routed inside some networks)
-    "::/96",  # IPv4-compatible (deprecated): an IPv4 address inside an IPv6 one
-))
+NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        # What `is_global` misses in Python 3.11, from the IANA IPv4/IPv6 special-purpose address registries:
+        "100.64.0.0/10",  # shared address space (carrier-grade NAT): another customer's network, not the internet
+        "192.0.0.0/24",  # IETF protocol assignments (3.11 knows only parts of it)
+        "192.88.99.0/24",  # 6to4 relay anycast (deprecated)
+        "224.0.0.0/4",
+        "ff00::/8",  # multicast: `is_global` says yes to 224.0.0.1
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",  # NAT64: an IPv4 address (127.0.0.1 too) inside an IPv6 one
+        "2002::/16",  # 6to4: likewise
+        "2001::/32",  # Teredo: likewise
+        "2001:2::/48",  # benchmarking
+        "2001:db8::/32",
+        "3fff::/20",  # documentation
+        "5f00::/16",  # segment routing (SRv6) SIDs
+        "fec0::/10",  # site-local (deprecated, still routed inside some networks)
+        "::/96",  # IPv4-compatible (deprecated): an IPv4 address inside an IPv6 one
+    )
+)
 """Ranges refused although Python 3.11's `is_global` calls them global (see `blocked`)."""
 
 

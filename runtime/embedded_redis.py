@@ -47,19 +47,98 @@ def server_binary() -> str:
 # pool reads the server's configuration and rewrites its AOF (workers/reconcile.py). Neither may change the
 # configuration (the server starts with the keyspace notifications the pool needs: NOTIFY_KEYSPACE_EVENTS),
 # flush, DUMP/RESTORE, KEYS, MONITOR, DEBUG, SAVE, SHUTDOWN, or manage users, clients or replication.
-CONNECTION = ("auth", "hello", "ping", "echo", "select", "quit", "reset", "client|setinfo", "client|setname",
-              "client|getname", "client|id", "client|info")
-COORDINATION = ("multi", "exec", "discard", "watch", "unwatch", "eval", "evalsha", "script|load", "script|exists",
-                "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "publish")
+CONNECTION = (
+    "auth",
+    "hello",
+    "ping",
+    "echo",
+    "select",
+    "quit",
+    "reset",
+    "client|setinfo",
+    "client|setname",
+    "client|getname",
+    "client|id",
+    "client|info",
+)
+COORDINATION = (
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "eval",
+    "evalsha",
+    "script|load",
+    "script|exists",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "publish",
+)
 DATA = (
-    "append", "decrby", "del", "exists", "expire", "get", "getdel", "incrby", "mget", "persist", "pexpire", "pttl",
-    "set", "strlen", "type", "scan", "info", "memory|usage",
-    "hdel", "hexists", "hget", "hgetall", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hset", "hsetnx",
+    "append",
+    "decrby",
+    "del",
+    "exists",
+    "expire",
+    "get",
+    "getdel",
+    "incrby",
+    "mget",
+    "persist",
+    "pexpire",
+    "pttl",
+    "set",
+    "strlen",
+    "type",
+    "scan",
+    "info",
+    "memory|usage",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hincrbyfloat",
+    "hkeys",
+    "hlen",
+    "hmget",
+    "hset",
+    "hsetnx",
     "hvals",
-    "blmove", "blpop", "lindex", "lpop", "lpos", "lpush", "lrange", "lrem", "ltrim", "rpush",
-    "sadd", "scard", "sismember", "smembers", "srem",
-    "zadd", "zcard", "zcount", "zincrby", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zrevrange", "zscore",
-    "xadd", "xinfo|stream", "xrange", "xread", "xrevrange", "xsetid",
+    "blmove",
+    "blpop",
+    "lindex",
+    "lpop",
+    "lpos",
+    "lpush",
+    "lrange",
+    "lrem",
+    "ltrim",
+    "rpush",
+    "sadd",
+    "scard",
+    "sismember",
+    "smembers",
+    "srem",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zincrby",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zrevrange",
+    "zscore",
+    "xadd",
+    "xinfo|stream",
+    "xrange",
+    "xread",
+    "xrevrange",
+    "xsetid",
 )
 POOL_ONLY = ("config|get", "bgrewriteaof")
 
@@ -131,8 +210,14 @@ class EmbeddedRedis:
                 self.process.wait()
 
 
-def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemory: int | None = None,
-          bind: str = "127.0.0.1", users: dict[str, str] | None = None) -> EmbeddedRedis:
+def start(
+    data_dir: Path,
+    port: int | None = None,
+    persist: bool = True,
+    maxmemory: int | None = None,
+    bind: str = "127.0.0.1",
+    users: dict[str, str] | None = None,
+) -> EmbeddedRedis:
     """Launch valkey-server listening on `bind` only and wait until it answers PING.
 
     users: role → password (core.config's REDIS_*_PASSWORD). Any password set turns the ACL on (acl_file):
@@ -157,20 +242,34 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
         acl = ["--aclfile", str(path)]
     args = [
         server_binary(),
-        "--bind", bind,
-        "--port", str(port),
-        "--dir", str(data_dir),
-        "--save", "",
-        "--appendonly", "yes" if persist else "no",
-        "--appendfsync", "everysec",
-        "--maxmemory", str(maxmemory),
-        "--maxmemory-policy", "noeviction",
-        "--auto-aof-rewrite-percentage", "100",
-        "--auto-aof-rewrite-min-size", str(AOF_REWRITE_MIN),
-        "--notify-keyspace-events", NOTIFY_KEYSPACE_EVENTS,
-        "--protected-mode", "yes",
-        "--loglevel", "warning",
-        "--logfile", str(data_dir / "server.log"),
+        "--bind",
+        bind,
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if persist else "no",
+        "--appendfsync",
+        "everysec",
+        "--maxmemory",
+        str(maxmemory),
+        "--maxmemory-policy",
+        "noeviction",
+        "--auto-aof-rewrite-percentage",
+        "100",
+        "--auto-aof-rewrite-min-size",
+        str(AOF_REWRITE_MIN),
+        "--notify-keyspace-events",
+        NOTIFY_KEYSPACE_EVENTS,
+        "--protected-mode",
+        "yes",
+        "--loglevel",
+        "warning",
+        "--logfile",
+        str(data_dir / "server.log"),
         *acl,
     ]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -188,8 +287,11 @@ def start(data_dir: Path, port: int | None = None, persist: bool = True, maxmemo
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            log = (data_dir / "server.log").read_text(errors="replace")[-2000:] if (
-                data_dir / "server.log").exists() else ""
+            log = (
+                (data_dir / "server.log").read_text(errors="replace")[-2000:]
+                if (data_dir / "server.log").exists()
+                else ""
+            )
             raise RuntimeError(f"valkey-server did not start on port {port}: {log}")
         time.sleep(0.05)
     client.close()

@@ -28,11 +28,25 @@ def gunicorn_command(config: Config) -> list[str]:
     """One gevent worker: a greenlet per connection, no thread per socket. See runtime/web_worker.py for
     the per-client bounds."""
     return [
-        sys.executable, "-m", "runtime.gunicorn_main", "app:create_app()",  # gunicorn, ssl patched first
-        "-k", WORKER_CLASS, "--worker-connections", "8192", "-w", "1",
-        "-b", f"{config.host}:{config.port}", "--no-control-socket",
-        "--log-level", "warning", "--graceful-timeout", "5",
-        "--logger-class", "app.redact.RedactingLogger",  # tokens never reach a log
+        sys.executable,
+        "-m",
+        "runtime.gunicorn_main",
+        "app:create_app()",  # gunicorn, ssl patched first
+        "-k",
+        WORKER_CLASS,
+        "--worker-connections",
+        "8192",
+        "-w",
+        "1",
+        "-b",
+        f"{config.host}:{config.port}",
+        "--no-control-socket",
+        "--log-level",
+        "warning",
+        "--graceful-timeout",
+        "5",
+        "--logger-class",
+        "app.redact.RedactingLogger",  # tokens never reach a log
         *(["--access-logfile", config.access_log] if config.access_log else []),
     ]
 
@@ -144,26 +158,42 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.from_env()
     users = {"web": config.web_password, "pool": config.pool_password, "admin": config.admin_password}
     if config.server_bind not in LOOPBACK and not any(users.values()) and role in ("all", "server"):
-        print(f"lab: the server would listen on {config.server_bind} with no password; set REDIS_WEB_PASSWORD, "
-              "REDIS_POOL_PASSWORD and REDIS_ADMIN_PASSWORD", file=sys.stderr)
+        print(
+            f"lab: the server would listen on {config.server_bind} with no password; set REDIS_WEB_PASSWORD, "
+            "REDIS_POOL_PASSWORD and REDIS_ADMIN_PASSWORD",
+            file=sys.stderr,
+        )
         return 2
     if role in ("all", "web") and port_taken(config.host, config.port):
-        print(f"lab: port {config.port} on {config.host} is already in use by another process; stop it, "
-              f"or start on another port (PORT={config.port + 1} python3 lab.py)", file=sys.stderr)
+        print(
+            f"lab: port {config.port} on {config.host} is already in use by another process; stop it, "
+            f"or start on another port (PORT={config.port + 1} python3 lab.py)",
+            file=sys.stderr,
+        )
         return 1
     server = None
     urls = {"web": config.redis_url, "pool": config.redis_url}
     if role == "server" or (role == "all" and not os.environ.get("REDIS_URL")):
-        server = embedded_redis.start(config.var_dir / "redis", port=config.server_port or None,
-                                      maxmemory=config.redis_maxmemory, bind=config.server_bind, users=users)
+        server = embedded_redis.start(
+            config.var_dir / "redis",
+            port=config.server_port or None,
+            maxmemory=config.redis_maxmemory,
+            bind=config.server_bind,
+            users=users,
+        )
         urls = {r: server.role_url(r) for r in urls}
         config.redis_url = server.url
-        print(f"lab: embedded Redis-protocol server (valkey) on {embedded_redis.shown(server.url)}"
-              + (f", ACL users {', '.join(r for r, pw in users.items() if pw)}" if server.users else ""), flush=True)
+        print(
+            f"lab: embedded Redis-protocol server (valkey) on {embedded_redis.shown(server.url)}"
+            + (f", ACL users {', '.join(r for r, pw in users.items() if pw)}" if server.users else ""),
+            flush=True,
+        )
     commands: dict[str, tuple[list[str], dict[str, str]]] = {}
     if role in ("all", "pool"):  # each process with its own role's URL (its own ACL user)
-        commands["supervisor"] = ([sys.executable, "-m", "workers.supervisor"],
-                                  dict(os.environ, REDIS_URL=urls["pool"]))
+        commands["supervisor"] = (
+            [sys.executable, "-m", "workers.supervisor"],
+            dict(os.environ, REDIS_URL=urls["pool"]),
+        )
     if role in ("all", "web"):
         commands["web"] = (gunicorn_command(config), dict(os.environ, REDIS_URL=urls["web"]))
     procs: dict[str, subprocess.Popen] = {}
@@ -176,10 +206,16 @@ def main(argv: list[str] | None = None) -> int:
         stopping = True
 
     def status() -> None:
-        write_status(config, {"launcher": os.getpid(), "url": embedded_redis.shown(config.redis_url),
-                              "redis": server.process.pid if server and server.process.poll() is None else None,
-                              **{n: p.pid if p.poll() is None else None for n, p in procs.items()},
-                              "restarts": {n: b.restarts for n, b in backoff.items()}})
+        write_status(
+            config,
+            {
+                "launcher": os.getpid(),
+                "url": embedded_redis.shown(config.redis_url),
+                "redis": server.process.pid if server and server.process.poll() is None else None,
+                **{n: p.pid if p.poll() is None else None for n, p in procs.items()},
+                "restarts": {n: b.restarts for n, b in backoff.items()},
+            },
+        )
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -188,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             procs[name] = subprocess.Popen(cmd, env=env)
         status()
         if role == "pool":
-            print(f"lab: pool host running against {embedded_redis.shown(config.redis_url)} (Ctrl-C stops it)",
-                  flush=True)
+            print(
+                f"lab: pool host running against {embedded_redis.shown(config.redis_url)} (Ctrl-C stops it)", flush=True
+            )
         elif role == "server":
             print("lab: server running (Ctrl-C stops it)", flush=True)
         else:
@@ -206,14 +243,18 @@ def main(argv: list[str] | None = None) -> int:
             changed = False
             if server and server.process.poll() is not None and "redis" not in due:
                 wait = backoff["redis"].next()
-                log(f"the Redis-protocol server exited (code {server.process.returncode}); restarting it on "
-                    f"the same port and data in {wait:.1f} s (restart {backoff['redis'].restarts})")
+                log(
+                    f"the Redis-protocol server exited (code {server.process.returncode}); restarting it on "
+                    f"the same port and data in {wait:.1f} s (restart {backoff['redis'].restarts})"
+                )
                 due["redis"] = time.monotonic() + wait
             for name, p in procs.items():
                 if p.poll() is not None and name not in due:
                     wait = backoff[name].next()
-                    log(f"{name} exited (code {p.returncode}); restarting it in {wait:.1f} s "
-                        f"(restart {backoff[name].restarts})")
+                    log(
+                        f"{name} exited (code {p.returncode}); restarting it in {wait:.1f} s "
+                        f"(restart {backoff[name].restarts})"
+                    )
                     due[name] = time.monotonic() + wait
             for name, at in list(due.items()):
                 if time.monotonic() < at or stopping:
@@ -221,9 +262,13 @@ def main(argv: list[str] | None = None) -> int:
                 del due[name]
                 try:
                     if name == "redis":
-                        server = embedded_redis.start(server.data_dir, port=server.port,
-                                                      maxmemory=config.redis_maxmemory, bind=server.bind,
-                                                      users=server.users)
+                        server = embedded_redis.start(
+                            server.data_dir,
+                            port=server.port,
+                            maxmemory=config.redis_maxmemory,
+                            bind=server.bind,
+                            users=server.users,
+                        )
                     else:
                         procs[name] = subprocess.Popen(commands[name][0], env=commands[name][1])
                 except (OSError, RuntimeError) as e:

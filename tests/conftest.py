@@ -64,15 +64,17 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     spread evenly among them (Chromium is the heaviest part: three at once would take both cores)."""
     unit = [i for i in items if i.get_closest_marker("unit")]
     rest = [i for i in items if not i.get_closest_marker("unit")]
-    grouped = sorted((i for i in rest if i.get_closest_marker("xdist_group")),
-                     key=lambda i: i.get_closest_marker("xdist_group").args[0] != "drills")
+    grouped = sorted(
+        (i for i in rest if i.get_closest_marker("xdist_group")),
+        key=lambda i: i.get_closest_marker("xdist_group").args[0] != "drills",
+    )
     free = [i for i in rest if not i.get_closest_marker("xdist_group")]
     browser = [i for i in free if "page" in i.fixturenames]
     other = [i for i in free if "page" not in i.fixturenames]
     spread: list[pytest.Item] = []
     for n, item in enumerate(other, 1):
         spread.append(item)
-        spread.extend(browser[len(browser) * (n - 1) // len(other):len(browser) * n // len(other)])
+        spread.extend(browser[len(browser) * (n - 1) // len(other) : len(browser) * n // len(other)])
     return unit + grouped + (spread if other else browser)
 
 
@@ -81,8 +83,11 @@ def redis_server(tmp_path_factory):
     """The session's server; with COMMAND_LOG=<file>, every command each role sends it is recorded there
     (runtime/harness/command_log.py: what the ACL allowlists are written from)."""
     server = embedded_redis.start(tmp_path_factory.mktemp("redis"), persist=False)
-    log = CommandLog(server.url, server.port, Path(os.environ["COMMAND_LOG"])).start() \
-        if os.environ.get("COMMAND_LOG") else None
+    log = (
+        CommandLog(server.url, server.port, Path(os.environ["COMMAND_LOG"])).start()
+        if os.environ.get("COMMAND_LOG")
+        else None
+    )
     yield server
     if log:
         log.stop()
@@ -106,9 +111,17 @@ def stack(redis_server, tmp_path_factory):
     # tests that drive one part (a pass, a barrier, a blob) write a lab's keys by hand, a lab not in `labs`:
     # the pool's reconcile would sweep it as an orphan mid-test, so here it runs once a day, never in a session
     # (test_lifecycle's own stack runs it every 3 s and tests the sweep)
-    with Stack("tests", root=tmp_path_factory.mktemp("stack"), redis_url=redis_server.url,
-               env={"MAX_LABS": "200", "RECONCILE_S": "86400", "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
-                    "WEBHOOK_TEST_ALLOWLIST": f"http://127.0.0.1:{hook_port}/"}) as s:
+    with Stack(
+        "tests",
+        root=tmp_path_factory.mktemp("stack"),
+        redis_url=redis_server.url,
+        env={
+            "MAX_LABS": "200",
+            "RECONCILE_S": "86400",
+            "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+            "WEBHOOK_TEST_ALLOWLIST": f"http://127.0.0.1:{hook_port}/",
+        },
+    ) as s:
         yield s
 
 
@@ -134,4 +147,5 @@ def shot(page, request):
         path = ARTIFACTS / f"{request.node.name}-{label}.png"
         page.screenshot(path=str(path), full_page=True)
         return path
+
     return take

@@ -16,8 +16,10 @@ def commands_run(r, **match: str | set[str]) -> int:
     """Commands the server has run so far for the connections whose `CLIENT LIST` fields match (`id="7"`,
     `name="x"`, or a set: `addr={...}`): its own per-client count, `tot-cmds`, where MULTI and EXEC count, and
     each command of a pipeline."""
+
     def picked(c: dict) -> bool:
         return all(c.get(f) in v if isinstance(v, set) else c.get(f) == v for f, v in match.items())
+
     return sum(int(c["tot-cmds"]) for c in r.client_list() if picked(c))
 
 
@@ -73,8 +75,10 @@ def wait_sched(api, lab: dict, predicate: Callable[[dict], bool], timeout: float
     while not predicate(rep):
         if time.monotonic() > deadline:
             last = [(e["t_sim"], e["type"], e["data"]) for e in api.events(lab)[-12:]]
-            raise AssertionError(f"condition not met: totals={rep['totals']} ticks={rep['ticks'][-5:]} "
-                                 f"replicas={rep['replicas']} last events={last}")
+            raise AssertionError(
+                f"condition not met: totals={rep['totals']} ticks={rep['ticks'][-5:]} "
+                f"replicas={rep['replicas']} last events={last}"
+            )
         time.sleep(0.1)
         rep = sched(api, lab)
     return rep
@@ -88,8 +92,12 @@ def sim_time_passes(api, speed: float, sim_s: float, timeout: float = 60) -> Non
     witness = api.lab("ch0", speed=speed, workers=0)
     try:
         start = api.snapshot(witness)["clock"]["t"]
-        api.wait_for(witness, lambda s: s["clock"]["t"] >= start + sim_s, timeout=timeout,
-                     what=f"a witness lab's clock to run {sim_s:g} simulated s at {speed:g}×")
+        api.wait_for(
+            witness,
+            lambda s: s["clock"]["t"] >= start + sim_s,
+            timeout=timeout,
+            what=f"a witness lab's clock to run {sim_s:g} simulated s at {speed:g}×",
+        )
     finally:
         api.delete(witness)
 
@@ -107,8 +115,9 @@ def long_polls_held(api, lab: dict, n: int, timeout: float = 20, polls: Sequence
         time.sleep(0.05)
 
 
-def ws_until(ws, done: Callable[[list[dict]], bool], timeout: float = 60,
-             what: str = "the awaited event") -> list[dict]:
+def ws_until(
+    ws, done: Callable[[list[dict]], bool], timeout: float = 60, what: str = "the awaited event"
+) -> list[dict]:
     """The events a WebSocket pushes, read until done(events) holds, within one deadline for the whole read
     (each recv also gives up when the socket's own timeout passes)."""
     import json

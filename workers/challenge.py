@@ -41,8 +41,19 @@ class Crash(Exception):
 class Attempt:
     """One attempt of the challenge's handler: what its ctx calls may touch."""
 
-    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-                 start: float, rng, watch: tasks.Watch, row: dict):
+    def __init__(
+        self,
+        r: redis.Redis,
+        lab: str,
+        job_id: str,
+        attempt: int,
+        rec: dict,
+        settings: dict,
+        start: float,
+        rng,
+        watch: tasks.Watch,
+        row: dict,
+    ):
         self.r, self.lab, self.job_id, self.attempt, self.rec = r, lab, job_id, attempt, rec
         self.settings, self.start, self.rng, self.watch, self.row = settings, start, rng, watch, row
         self.payload = json.loads(rec["payload"])
@@ -51,9 +62,16 @@ class Attempt:
         self.outputs: dict[str, str] = {}
 
     def run(self) -> Outcome:
-        job = {"id": self.job_id, "attempt": self.attempt, "idempotency_key": self.payload.get("idempotency_key"),
-               "input": {"video_id": self.payload.get("video_id"), "duration_s": self.payload.get("duration_s"),
-                         **(self.payload.get("input") or {})}}
+        job = {
+            "id": self.job_id,
+            "attempt": self.attempt,
+            "idempotency_key": self.payload.get("idempotency_key"),
+            "input": {
+                "video_id": self.payload.get("video_id"),
+                "duration_s": self.payload.get("duration_s"),
+                **(self.payload.get("input") or {}),
+            },
+        }
         try:
             return HandlerBox(self.row["code"], job).run(self.serve)
         finally:
@@ -64,8 +82,16 @@ class Attempt:
         return self.watch.now()
 
     def emit(self, type_: str, **data: Any) -> None:
-        stream.emit(self.r, self.lab, type_, self.now(), job_id=self.job_id, worker_id=tasks.worker_id(),
-                    attempt=self.attempt, **data)
+        stream.emit(
+            self.r,
+            self.lab,
+            type_,
+            self.now(),
+            job_id=self.job_id,
+            worker_id=tasks.worker_id(),
+            attempt=self.attempt,
+            **data,
+        )
 
     # --- the fault plan -------------------------------------------------------------------------
     def strike(self, op: str, when: str, args: dict) -> None:
@@ -102,8 +128,19 @@ class Attempt:
         began = self.now()
         duration = float(self.payload["duration_s"]) / of
         if part < of:  # a share of the job's time: the clock paces it; the last part runs ffmpeg and makes the file
-            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [], self.rng,
-                       self.watch, plans=NO_UPLOAD)
+            tasks.pace(
+                self.r,
+                self.lab,
+                self.job_id,
+                self.attempt,
+                self.settings,
+                began,
+                duration,
+                [],
+                self.rng,
+                self.watch,
+                plans=NO_UPLOAD,
+            )
             self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of)
             return {"media": None, "rendition": rendition, "part": part, "of": of}
         var_dir = Config.from_env().var_dir
@@ -117,8 +154,19 @@ class Attempt:
         tmp.parent.mkdir(parents=True, exist_ok=True)
         proc = media.start_transcodes(src, [(tmp, media.RENDITIONS[rendition])])
         try:
-            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, began, duration, [proc], self.rng,
-                       self.watch, plans=NO_UPLOAD)
+            tasks.pace(
+                self.r,
+                self.lab,
+                self.job_id,
+                self.attempt,
+                self.settings,
+                began,
+                duration,
+                [proc],
+                self.rng,
+                self.watch,
+                plans=NO_UPLOAD,
+            )
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise CtxRefused("ffmpeg failed on this clip")
         finally:
@@ -127,8 +175,9 @@ class Attempt:
                 proc.wait()
         handle = f"media-{len(self.files) + 1}"
         self.files[handle] = tmp
-        self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of,
-                  bytes=tmp.stat().st_size)
+        self.emit(
+            "handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of, bytes=tmp.stat().st_size
+        )
         return {"media": handle, "rendition": rendition, "part": part, "of": of, "bytes": tmp.stat().st_size}
 
     def _body(self, name: Any, data: Any) -> bytes:
@@ -154,8 +203,15 @@ class Attempt:
         now = self.now()
         down = float(self.watch.faults().get("storage_outage_until") or -1) > now
         self.r.hincrby(key(self.lab, "storage"), "calls", 1)
-        self.emit("storage.called", part=1, **{"try": 1}, ok=not down, due=round(now, 3), policy="handler",
-                  outcome="storage down" if down else "ok")
+        self.emit(
+            "storage.called",
+            part=1,
+            **{"try": 1},
+            ok=not down,
+            due=round(now, 3),
+            policy="handler",
+            outcome="storage down" if down else "ok",
+        )
         if down:
             raise CtxRefused("storage unavailable (outage fault)", "StorageDown")
         return self._publish(name, body)
@@ -164,16 +220,34 @@ class Attempt:
         """A multipart upload: one storage call per part, in parallel, each retried after a failed call on the
         handler's own delays (`plans`, per part). The parts stream while the clock paces them, as an attempt's
         upload does (tasks.UploadParts); a part whose plan runs out raises StorageDown in the handler."""
-        if not isinstance(plans, list) or not 1 <= len(plans) <= PARTS_MAX or not all(
-                isinstance(p, list) and len(p) <= TRIES_MAX and all(
-                    isinstance(d, int | float) and not isinstance(d, bool) and 0 <= d <= 86400 for d in p)
-                for p in plans):
-            raise CtxRefused(f"an upload has 1–{PARTS_MAX} parts, each at most {TRIES_MAX} retry delays of "
-                             "0–86400 simulated seconds")
+        if (
+            not isinstance(plans, list)
+            or not 1 <= len(plans) <= PARTS_MAX
+            or not all(
+                isinstance(p, list)
+                and len(p) <= TRIES_MAX
+                and all(isinstance(d, int | float) and not isinstance(d, bool) and 0 <= d <= 86400 for d in p)
+                for p in plans
+            )
+        ):
+            raise CtxRefused(
+                f"an upload has 1–{PARTS_MAX} parts, each at most {TRIES_MAX} retry delays of 0–86400 simulated seconds"
+            )
         body = self._body(name, data)
         try:
-            tasks.pace(self.r, self.lab, self.job_id, self.attempt, self.settings, self.now(), 0.0, [], self.rng,
-                       self.watch, plans=[[float(d) for d in p] for p in plans])
+            tasks.pace(
+                self.r,
+                self.lab,
+                self.job_id,
+                self.attempt,
+                self.settings,
+                self.now(),
+                0.0,
+                [],
+                self.rng,
+                self.watch,
+                plans=[[float(d) for d in p] for p in plans],
+            )
         except StorageDown as e:
             raise CtxRefused(str(e), "StorageDown") from None
         return self._publish(name, body)
@@ -184,8 +258,15 @@ class Attempt:
         return self.r.strlen(blobs.blob_key(self.lab, runs.blob_name(name))) or None
 
     def op_email_send(self, subject: str) -> None:
-        tasks.notify(self.r, self.lab, self.job_id, self.attempt, {**self.settings, "notify_guard": False},
-                     self.now(), subject=str(subject)[:120])
+        tasks.notify(
+            self.r,
+            self.lab,
+            self.job_id,
+            self.attempt,
+            {**self.settings, "notify_guard": False},
+            self.now(),
+            subject=str(subject)[:120],
+        )
 
     def op_kv_get(self, key: str) -> str | None:
         return runs.kv(self.r, self.lab, "get", _key(key))
@@ -212,8 +293,9 @@ class Attempt:
     def op_lease_extend(self, seconds: float) -> bool:
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 86400:
             raise CtxRefused("lease.extend takes simulated seconds in (0, 86400]")
-        return leases.extend_lease(self.r, self.lab, self.job_id, self.attempt, tasks.worker_id(), self.now(),
-                                   float(seconds))
+        return leases.extend_lease(
+            self.r, self.lab, self.job_id, self.attempt, tasks.worker_id(), self.now(), float(seconds)
+        )
 
 
 def _key(k: Any) -> str:
@@ -229,8 +311,8 @@ def _text(v: Any) -> str | None:
 
 
 def _fits(fn, args: dict) -> bool:
-    names = fn.__code__.co_varnames[1:fn.__code__.co_argcount]
-    required = names[:len(names) - len(fn.__defaults__ or ())]
+    names = fn.__code__.co_varnames[1 : fn.__code__.co_argcount]
+    required = names[: len(names) - len(fn.__defaults__ or ())]
     return set(args) <= set(names) and set(required) <= set(args)
 
 

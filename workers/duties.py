@@ -69,12 +69,22 @@ class Duties:
             reads = [(e.name, e.read(pipe, lab)) for e in ENGINES if e.name not in pool.quiet]
             raw, clock_hash, hold, alive, barriers, *rest = pipe.execute()
         real = time.time()
-        heads, rest = rest[:len(HEADS)], rest[len(HEADS):]
+        heads, rest = rest[: len(HEADS)], rest[len(HEADS) :]
         pool.heads.update(zip(HEADS, heads, strict=True))
         pool.heads["clock"] = clock_hash  # also what the lab's deadline is computed from (wait.refresh_deadlines)
         workers, faults, states, *gauges = rest
-        seen = Seen(registry.parse_settings(raw), clock_hash, clock.reading(clock_hash, real), hold, alive, barriers,
-                    workers, faults, states, here=set(pool.slots))
+        seen = Seen(
+            registry.parse_settings(raw),
+            clock_hash,
+            clock.reading(clock_hash, real),
+            hold,
+            alive,
+            barriers,
+            workers,
+            faults,
+            states,
+            here=set(pool.slots),
+        )
         for name, n in reads:
             seen.gauges[name], gauges = gauges[:n], gauges[n:]
         return seen
@@ -205,12 +215,12 @@ class Duties:
         k = key(pool.lab, "clock")
         if not state["slowed"] and achieved < clock.SLOWED_BELOW * asked:
             busy = os.getloadavg()[0] > (os.cpu_count() or 1)
-            reason = ("the machine is busy" if busy else
-                      "real work (ffmpeg, storage calls) cannot keep up at this speed")
+            reason = "the machine is busy" if busy else "real work (ffmpeg, storage calls) cannot keep up at this speed"
             running = round(achieved, 1 if achieved < 10 else 0)
             self.r.hset(k, mapping={"slowed": 1, "effective": running, "slowed_reason": reason})
-            stream.emit(self.r, pool.lab, "clock.slowed", state["t"], asked=round(asked, 1), running=running,
-                        reason=reason)
+            stream.emit(
+                self.r, pool.lab, "clock.slowed", state["t"], asked=round(asked, 1), running=running, reason=reason
+            )
         elif state["slowed"] and achieved >= 0.97 * asked:
             self.r.hset(k, mapping={"slowed": 0, "effective": asked, "slowed_reason": ""})
             stream.emit(self.r, pool.lab, "clock.caught_up", state["t"], asked=round(asked, 1))
@@ -230,5 +240,3 @@ class Duties:
 
 
 HEADS = ("leases", "scheduled", "dispatch", "handoffs")  # the sorted sets whose first member a pass reads
-
-

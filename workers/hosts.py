@@ -130,11 +130,21 @@ class HostAgent:
         except OSError:
             cpu = 0.0
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.hset(host_key(self.id), mapping={
-                "id": self.id, "pid": os.getpid(), "hostname": socket.gethostname(),
-                "max_workers": self.max_workers, "workers": workers, "labs": labs,
-                "cpu": round(cpu, 3), "started": self.started, "beat": time.time(),
-                "leaving": int(self.leaving)})
+            pipe.hset(
+                host_key(self.id),
+                mapping={
+                    "id": self.id,
+                    "pid": os.getpid(),
+                    "hostname": socket.gethostname(),
+                    "max_workers": self.max_workers,
+                    "workers": workers,
+                    "labs": labs,
+                    "cpu": round(cpu, 3),
+                    "started": self.started,
+                    "beat": time.time(),
+                    "leaving": int(self.leaving),
+                },
+            )
             pipe.pexpire(host_key(self.id), self.lease_ms)
             pipe.sadd(HOSTS, self.id)
             pipe.execute()
@@ -154,8 +164,18 @@ class HostAgent:
 
     def place(self, lab: str, demand: int) -> str | None:
         """Give an unowned lab to the least-loaded live host with room (maybe another host); its id."""
-        res = self.r.eval(_PLACE, 3, owner(lab), HOSTS, slots.LEDGER, max(0, int(demand)), self.lease_ms,
-                          "pool:host:", CPU_WEIGHT, lab)
+        res = self.r.eval(
+            _PLACE,
+            3,
+            owner(lab),
+            HOSTS,
+            slots.LEDGER,
+            max(0, int(demand)),
+            self.lease_ms,
+            "pool:host:",
+            CPU_WEIGHT,
+            lab,
+        )
         return res.decode() if isinstance(res, bytes) else res
 
     def renew(self, labs: list[str]) -> dict[str, str | None]:
@@ -214,8 +234,14 @@ class HostAgent:
         self.r.hdel(key(lab, "meta"), "handover_from")
         now = clock.now(self.r, lab)
         if prev and prev != self.id:
-            stream.emit(self.r, lab, "pool.handover" if handed == prev else "pool.host_silent", now,
-                        host=self.id, from_host=prev)
+            stream.emit(
+                self.r,
+                lab,
+                "pool.handover" if handed == prev else "pool.host_silent",
+                now,
+                host=self.id,
+                from_host=prev,
+            )
         elif not prev:
             stream.emit(self.r, lab, "pool.placed", now, host=self.id)
         self.sweep_departed(lab, here)

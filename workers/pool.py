@@ -38,9 +38,21 @@ RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
 def worker_argv(name: str, queues: list[str]) -> list[str]:
     """`rq worker`'s arguments for one of a lab's workers (after RQ_BIN; the server comes in RQ_REDIS_URL)."""
-    return ["worker", "--name", name, "--quiet", "--worker-class", "workers.rqworker.LabWorker",
-            "--connection-class", "workers.rqworker.LabRedis", "--logging_level", "WARNING", "--worker-ttl", "60",
-            *queues]
+    return [
+        "worker",
+        "--name",
+        name,
+        "--quiet",
+        "--worker-class",
+        "workers.rqworker.LabWorker",
+        "--connection-class",
+        "workers.rqworker.LabRedis",
+        "--logging_level",
+        "WARNING",
+        "--worker-ttl",
+        "60",
+        *queues,
+    ]
 
 
 def start_holder(slot_id: str) -> str:
@@ -113,12 +125,20 @@ class Keeper:
         pool.nice = nice
         argv = worker_argv(name, [*queues, queue_name(pool.lab)])
         slot.proc = self.spares.take(argv, {"LAB_WORKER_ID": slot.id}, nice) or subprocess.Popen(
-            [RQ_BIN, *argv], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice))
+            [RQ_BIN, *argv], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)
+        )
         slot.state = "idle"
         slot.quiet_since = None
         self.write_row(pool, slot, job_id=None, fleet=slot.fleet)
-        stream.emit(self.r, pool.lab, "worker.started", clock.now(self.r, pool.lab), worker_id=slot.id,
-                    pid=slot.proc.pid, fleet=slot.fleet or "")
+        stream.emit(
+            self.r,
+            pool.lab,
+            "worker.started",
+            clock.now(self.r, pool.lab),
+            worker_id=slot.id,
+            pid=slot.proc.pid,
+            fleet=slot.fleet or "",
+        )
         self.release_start(pool, slot)
 
     def hold_start(self, pool: LabPool, slot: Slot) -> None:
@@ -144,9 +164,15 @@ class Keeper:
     def write_row(self, pool: LabPool, slot: Slot, **extra) -> None:
         raw = self.r.hget(key(pool.lab, "workers"), slot.id)
         row = json.loads(raw) if raw else {"id": slot.id}
-        row.update({"id": slot.id, "state": slot.state, "host": self.host_id,
-                    "pid": slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None},
-                   **extra)
+        row.update(
+            {
+                "id": slot.id,
+                "state": slot.state,
+                "host": self.host_id,
+                "pid": slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None,
+            },
+            **extra,
+        )
         self.r.hset(key(pool.lab, "workers"), slot.id, json.dumps(row))
 
     def row(self, pool: LabPool, slot: Slot) -> dict:
@@ -173,8 +199,7 @@ class Keeper:
         lab = pool.lab
         now = clock.now(self.r, lab)
         settings = registry.settings(self.r, lab)
-        stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid,
-                    job_id=row.get("job_id"))
+        stream.emit(self.r, lab, event, now, worker_id=slot.id, pid=slot.proc.pid, job_id=row.get("job_id"))
         if row.get("job_id") and row.get("attempt"):
             # the clock never waits for the dead: its attempt's barrier, and its hand-off's if it was killed
             # between saying busy and taking that barrier
@@ -182,8 +207,14 @@ class Keeper:
             clock.lift(self.r, lab, handoff.transit_holder(row["job_id"], int(row["attempt"])))
             # Ack early: the message was deleted on claim, so no lease will bring it back.
             reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), slot.id, now)
-            end_attempt(self.r, lab, row["job_id"], int(row["attempt"]), now,
-                        "killed" if event == "worker.killed" else "worker died")
+            end_attempt(
+                self.r,
+                lab,
+                row["job_id"],
+                int(row["attempt"]),
+                now,
+                "killed" if event == "worker.killed" else "worker died",
+            )
         self.sweep_tmp(lab, f"{registry.TMP_PREFIX}{slot.id}-*")  # its killed attempt's partial outputs
         slot.state = "dead"
         slot.respawn_at = now + float(settings["respawn_delay"])  # on the lab's clock, as every delay
@@ -211,8 +242,16 @@ class Keeper:
         nice = lab_nice(self.config, settings)
         if pool.nice is not None and nice != pool.nice:
             pool.nice = nice
-            renice([p for s in pool.slots.values() if s.proc and s.proc.poll() is None
-                    for p in (s.proc.pid, self.row(pool, s).get("horse_pid")) if p], nice)
+            renice(
+                [
+                    p
+                    for s in pool.slots.values()
+                    if s.proc and s.proc.poll() is None
+                    for p in (s.proc.pid, self.row(pool, s).get("horse_pid"))
+                    if p
+                ],
+                nice,
+            )
             self.fleet.renice(pool.lab, nice)
         while len(live) < want:
             # numbered per lab in the server, so a lab that moves never reuses a departed host's ids
@@ -238,8 +277,7 @@ class Keeper:
                 slot.proc.terminate()  # RQ warm shutdown: finish the current job, take no more
                 slot.state = "draining"
                 self.write_row(pool, slot)
-                stream.emit(self.r, pool.lab, "worker.draining", clock.now(self.r, pool.lab),
-                            worker_id=slot.id)
+                stream.emit(self.r, pool.lab, "worker.draining", clock.now(self.r, pool.lab), worker_id=slot.id)
             else:
                 slot.state = "draining"
         for slot in list(pool.slots.values()):
@@ -249,13 +287,23 @@ class Keeper:
         """A worker whose fleet changed (full separation switched on or off, or the pro share moved)
         listens to the wrong queues: stop it warm (its job finishes) and start it again on the right ones."""
         for slot in pool.slots.values():
-            if slot.state in ("idle", "busy") and slot.proc is not None and slot.proc.poll() is None \
-                    and (fleet := self.fleet_of(pool, slot, settings)) != slot.fleet:
+            if (
+                slot.state in ("idle", "busy")
+                and slot.proc is not None
+                and slot.proc.poll() is None
+                and (fleet := self.fleet_of(pool, slot, settings)) != slot.fleet
+            ):
                 slot.proc.terminate()
                 slot.state = "rewiring"
                 self.write_row(pool, slot)
-                stream.emit(self.r, pool.lab, "worker.rewiring", clock.now(self.r, pool.lab), worker_id=slot.id,
-                            fleet=f"{fleet} only" if fleet else "every tier")
+                stream.emit(
+                    self.r,
+                    pool.lab,
+                    "worker.rewiring",
+                    clock.now(self.r, pool.lab),
+                    worker_id=slot.id,
+                    fleet=f"{fleet} only" if fleet else "every tier",
+                )
 
     def hurry_warm_stop(self, pool: LabPool, slot: Slot) -> None:
         """Kill a warm-stopped (rewiring or draining) worker that holds no job yet has not exited.
@@ -290,8 +338,7 @@ class Keeper:
                 self.release_start(pool, slot)  # a dead or booting worker scaled in waits for nothing
                 del pool.slots[slot.id]
                 self.r.hdel(key(pool.lab, "workers"), slot.id)
-                stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
-                            worker_id=slot.id)
+                stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab), worker_id=slot.id)
             return
         if slot.held_until is not None and time.time() > slot.held_until - REAPER_BARRIER_S / 2:
             self.hold_start(pool, slot)  # still waiting to start (the clock was paused or slow): kept
@@ -303,8 +350,7 @@ class Keeper:
             if slot.state == "dead" and clock.now(self.r, pool.lab) >= slot.respawn_at:
                 slot.state = "respawning"
                 self.write_row(pool, slot)
-                stream.emit(self.r, pool.lab, "worker.respawning", clock.now(self.r, pool.lab),
-                            worker_id=slot.id)
+                stream.emit(self.r, pool.lab, "worker.respawning", clock.now(self.r, pool.lab), worker_id=slot.id)
             elif slot.state == "respawning":
                 self.spawn(pool, slot)
             return

@@ -24,8 +24,9 @@ def lab_env(config: Config, **extra: str) -> dict[str, str]:
     """The environment of an rq worker (or a spare that becomes one) and its horses: the server's URL, which may
     hold the pool role's password, goes here (REDIS_URL for our code, RQ_REDIS_URL for `rq worker`) and never on
     the command line, which other users of the machine can read in `ps`."""
-    return dict(os.environ, REDIS_URL=config.redis_url, RQ_REDIS_URL=config.redis_url, VAR_DIR=str(config.var_dir),
-                **extra)
+    return dict(
+        os.environ, REDIS_URL=config.redis_url, RQ_REDIS_URL=config.redis_url, VAR_DIR=str(config.var_dir), **extra
+    )
 
 
 def start_lab_process(nice: int) -> None:

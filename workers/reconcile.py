@@ -129,8 +129,9 @@ class Reconciler:
                 return 0
             size = int(persistence.get("aof_current_size", 0))
             live = int(self.r.info("memory").get("used_memory_dataset", 0))
-            floor = int(self.r.config_get("auto-aof-rewrite-min-size").get("auto-aof-rewrite-min-size")
-                        or AOF_REWRITE_MIN)
+            floor = int(
+                self.r.config_get("auto-aof-rewrite-min-size").get("auto-aof-rewrite-min-size") or AOF_REWRITE_MIN
+            )
             if size <= AOF_MAX_RATIO * live + floor:
                 return 0
             self.r.bgrewriteaof()

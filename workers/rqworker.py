@@ -78,8 +78,13 @@ class LabWorker(Worker):
         """A job as the lab's producers enqueue it (core/broker/reaper.py, workers/engines/fairness.py):
         no result kept (`result_ttl=0`), no repeats, no group, no rate limit, no success callback. Nothing in
         the lab enqueues with `depends_on`, so no job has dependents."""
-        return (job.result_ttl == 0 and not job.repeats_left and not job.group_id and not job.has_rate_limit
-                and job.success_callback is None)
+        return (
+            job.result_ttl == 0
+            and not job.repeats_left
+            and not job.group_id
+            and not job.has_rate_limit
+            and job.success_callback is None
+        )
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         """In the horse, before a job runs, RQ beats the worker's key (3 commands), writes the job's heartbeat,
@@ -94,8 +99,7 @@ class LabWorker(Worker):
             job.prepare_for_execution(self.name, pipeline=pipe)
             pipe.persist(job.key)
             if remove_from_intermediate_queue:
-                pipe.lrem(self.queue_class(job.origin, connection=self.connection).intermediate_queue_key, 1,
-                          job.id)
+                pipe.lrem(self.queue_class(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
             pipe.execute()
 
     def handle_execution_ended(self, job: Job, queue, heartbeat_ttl: int) -> None:
@@ -122,8 +126,14 @@ class LabWorker(Worker):
             # registry and in the worker's): the job's executions go with the job's keys, in one DEL
             pipe.zrem(started_job_registry.key, execution.composite_key)
             pipe.srem(execution.worker_executions_key, execution.composite_key)
-            pipe.delete(execution.key, job.execution_registry.key, job.key, job.dependents_key, job.dependencies_key,
-                        Result.get_key(job.id))
+            pipe.delete(
+                execution.key,
+                job.execution_registry.key,
+                job.key,
+                job.dependents_key,
+                job.dependencies_key,
+                Result.get_key(job.id),
+            )
             pipe.execute()
         self.executions.pop(execution.id, None)
         job._status = JobStatus.FINISHED

@@ -80,9 +80,25 @@ class Spares:
         nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while running() and len(self.ready) < self.config.spare_workers:
             token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)
-            self.ready.append((subprocess.Popen(
-                [sys.executable, "-m", "workers.spare", "--server", server_tag(self.config.redis_url), "--token",
-                 token], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)), token))
+            self.ready.append(
+                (
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "workers.spare",
+                            "--server",
+                            server_tag(self.config.redis_url),
+                            "--token",
+                            token,
+                        ],
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        preexec_fn=lambda: start_lab_process(nice),
+                    ),
+                    token,
+                )
+            )
 
     def due_at(self) -> float:
         """Real time the host next starts spares (inf: it has all it keeps)."""

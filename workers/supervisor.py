@@ -100,9 +100,14 @@ class Supervisor:
                 if time.time() - last_expiry > 5:
                     self.expire_idle()
                     last_expiry = time.time()
-                wake = min([next_host, last_expiry + 5,
-                            *(min(p.due_at, p.deadline, p.reaper_due, p.sample_at) for p in self.pools.values()),
-                            self.spares.due_at()])
+                wake = min(
+                    [
+                        next_host,
+                        last_expiry + 5,
+                        *(min(p.due_at, p.deadline, p.reaper_due, p.sample_at) for p in self.pools.values()),
+                        self.spares.due_at(),
+                    ]
+                )
                 changed = waker.wait(wake - time.time() + 0.0002)
                 commands = self.host.commands in changed
                 if LABS in changed or PARKED in changed:
@@ -115,8 +120,10 @@ class Supervisor:
                     raise
                 if not refused_since:  # its disk is full: every write is refused until space returns
                     refused_since = time.time()
-                    say("the server refuses writes: it cannot write its data to disk (MISCONF, disk full). The pool "
-                        "waits and carries on when space returns; nothing stored is lost, workers keep their jobs")
+                    say(
+                        "the server refuses writes: it cannot write its data to disk (MISCONF, disk full). The pool "
+                        "waits and carries on when space returns; nothing stored is lost, workers keep their jobs"
+                    )
                 time.sleep(DISK_WAIT_S)
             except redis.ConnectionError:
                 outage = True
@@ -148,8 +155,9 @@ class Supervisor:
         """The host's part, once a heartbeat or when the set of labs changes: ownership, labs gone or moved."""
         live = self.r.smembers(LABS)
         parked = parking.parked(self.r)  # parked labs run no process on any host and hold no lease
-        self.mine = mine = self.host.ownership(live - parked, self.pools,
-                                               {lab: pool.settings for lab, pool in self.pools.items()})
+        self.mine = mine = self.host.ownership(
+            live - parked, self.pools, {lab: pool.settings for lab, pool in self.pools.items()}
+        )
         for lab in list(self.pools):
             if lab not in live:  # deleted through the API: stop its workers, then sweep what they left
                 stop_pool(self.pools.pop(lab))
@@ -161,8 +169,10 @@ class Supervisor:
             if lab not in self.pools:
                 pool = self.pools[lab] = LabPool(lab)  # its first pass is due at once
                 self.host.adopt(lab, pool.slots)
-        self.host.report_running(sum(1 for pool in self.pools.values() for s in pool.slots.values()
-                                     if s.proc and s.proc.poll() is None) + self.fleet.running())
+        self.host.report_running(
+            sum(1 for pool in self.pools.values() for s in pool.slots.values() if s.proc and s.proc.poll() is None)
+            + self.fleet.running()
+        )
 
     def lab_pass(self, pool: LabPool) -> None:
         """Everything one lab needs now: its processes, its replicas, its broker duties; then when it is
@@ -226,11 +236,16 @@ class Supervisor:
                     row = self.keeper.row(pool, slot)
                     if row.get("host") == self.host.id:
                         if row.get("job_id") and row.get("attempt"):  # killed mid-job: as any crash
-                            reaper.mark_lost(self.r, pool.lab, row["job_id"], int(row["attempt"]), slot.id,
-                                             clock.now(self.r, pool.lab))
+                            reaper.mark_lost(
+                                self.r,
+                                pool.lab,
+                                row["job_id"],
+                                int(row["attempt"]),
+                                slot.id,
+                                clock.now(self.r, pool.lab),
+                            )
                         self.r.hdel(key(pool.lab, "workers"), slot.id)
-                        stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab),
-                                    worker_id=slot.id)
+                        stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab), worker_id=slot.id)
                 self.keeper.drop_cache(pool.lab)
             self.host.deregister()
         except redis.RedisError:

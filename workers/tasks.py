@@ -98,8 +98,9 @@ def report_progress(r: redis.Redis, lab: str, job_id: str, attempt: int, pct: in
     stream.append(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
 
 
-def output_paths(var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int,
-                 idempotent: bool, ext: str = "mp4") -> tuple[Path, Path]:
+def output_paths(
+    var_dir: Path, lab: str, job_id: str, rendition: str, attempt: int, idempotent: bool, ext: str = "mp4"
+) -> tuple[Path, Path]:
     """(temp, final). Deterministic final path when guarded; per-attempt names when not."""
     base = lab_dir(var_dir, lab) / "transcoded" / job_id
     name = f"{rendition}.{ext}" if idempotent else f"{rendition}-{worker_id()}-a{attempt}.{ext}"
@@ -156,8 +157,17 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         else:
             outputs = do_work(r, lab, job_id, attempt, rec, settings, now, rng, watch)
         end = watch.now()
-        res = leases.complete(r, lab, job_id, attempt, wid, end, settings["guard"],
-                              {**record, "end": round(end, 3), "outcome": "succeeded"}, outputs)
+        res = leases.complete(
+            r,
+            lab,
+            job_id,
+            attempt,
+            wid,
+            end,
+            settings["guard"],
+            {**record, "end": round(end, 3), "outcome": "succeeded"},
+            outputs,
+        )
         if res == leases.REFUSED_WRITE:
             record_attempt(r, lab, job_id, attempt, end=round(end, 3), outcome="refused (no longer the holder)")
         elif runs.is_challenge_job(rec):
@@ -173,8 +183,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
             retry.breaker_record(r, lab, end, settings, ok=False)
         attempts_used = int(rec.get("attempt", 1)) - int(rec.get("attempt_base", 0))
         first = float(rec.get("created_at", end))
-        retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first,
-                           record, rng)
+        retry.fail_attempt(r, lab, job_id, attempt, wid, end, settings, e, attempts_used, first, record, rng)
     finally:
         # the next delivery's barrier goes where the clock is now: a hold never takes the clock back (clock.py),
         # so the attempt's first moment places it at the present without another read of the clock; the
@@ -195,8 +204,19 @@ def crash(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float, holde
     os._exit(70)
 
 
-def challenge_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-                      start: float, rng, watch: Watch, row: dict, holder: str) -> dict | None:
+def challenge_attempt(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    attempt: int,
+    rec: dict,
+    settings: dict,
+    start: float,
+    rng,
+    watch: Watch,
+    row: dict,
+    holder: str,
+) -> dict | None:
     """The attempt as the learner's handler runs it (workers/challenge.py): the outputs to ack with, or None when
     it backed off (its message stays in flight). A handler that raised fails the attempt (the retry policy
     decides); one that broke a limit ends the run and its job goes to the DLQ."""
@@ -218,8 +238,9 @@ def challenge_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: 
         return None
     if out.kind == "killed" or not within:
         why = out.why if out.kind == "killed" else f"the run used its {budget:g} CPU seconds"
-        stream.emit(r, lab, "handler.stopped", watch.now(), job_id=job_id, worker_id=worker_id(), attempt=attempt,
-                    why=why)
+        stream.emit(
+            r, lab, "handler.stopped", watch.now(), job_id=job_id, worker_id=worker_id(), attempt=attempt, why=why
+        )
         runs.end(r, lab, f"job {job_id}, attempt {attempt}: {why}")
         raise NonRetryable(f"handler stopped: {why}")
     if out.kind == "raised":
@@ -231,8 +252,9 @@ class HandlerError(Exception):
     """The learner's handler raised: a failed attempt, as any job's exception is."""
 
 
-def do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-            start: float, rng, watch: Watch) -> dict:
+def do_work(
+    r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict, start: float, rng, watch: Watch
+) -> dict:
     """Real ffmpeg, paced so the attempt lasts its simulated duration; returns rendition → URL.
 
     An attempt that fails leaves no partial `.tmp-*` output behind (a crashed one's are swept by the
@@ -251,8 +273,9 @@ def drop_temps(lab: str, job_id: str, attempt: int) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict,
-             start: float, rng, watch: Watch) -> dict:
+def _do_work(
+    r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, settings: dict, start: float, rng, watch: Watch
+) -> dict:
     var_dir = Config.from_env().var_dir
     payload = json.loads(rec["payload"])
     src = source_file(r, lab, rec["source"], var_dir)
@@ -262,8 +285,7 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     videos = []  # (temp path, height) of every rendition, encoded from ONE decode of the source
     procs = []  # (ffmpeg running, the renditions it makes): the attempt is paced while they work
     for rend in renditions:
-        tmp, _final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
-                                   "jpg" if rend == "thumb" else "mp4")
+        tmp, _final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent, "jpg" if rend == "thumb" else "mp4")
         if rend == "thumb":
             procs.append((media.start_thumbnail(src, tmp), "thumb"))
         else:
@@ -271,8 +293,7 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     if videos:
         procs.append((media.start_transcodes(src, videos), ", ".join(r for r in renditions if r != "thumb")))
     try:
-        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [p for p, _ in procs], rng,
-             watch)
+        pace(r, lab, job_id, attempt, settings, start, float(payload["duration_s"]), [p for p, _ in procs], rng, watch)
         for proc, made in procs:
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise RuntimeError(f"ffmpeg failed on {made}: {proc.stderr.read().decode()[:200]}")
@@ -292,13 +313,18 @@ def _do_work(r: redis.Redis, lab: str, job_id: str, attempt: int, rec: dict, set
     store_outputs(r, lab, settings, done_at, watch.faults())
     files, outputs = {}, {}  # blob name → temp file; rendition → URL
     for rend in renditions:
-        tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent,
-                                  "jpg" if rend == "thumb" else "mp4")
+        tmp, final = output_paths(var_dir, lab, job_id, rend, attempt, idempotent, "jpg" if rend == "thumb" else "mp4")
         files[f"transcoded/{job_id}/{final.name}"] = tmp
         outputs[rend] = f"/api/labs/{lab}/jobs/{job_id}/outputs/{final.name}"
     publish(r, lab, files, idempotent)
-    stream.emit_all(r, lab, [("output.written", done_at, {"job_id": job_id, "worker_id": worker_id(),
-                                                          "attempt": attempt, "path": name}) for name in files])
+    stream.emit_all(
+        r,
+        lab,
+        [
+            ("output.written", done_at, {"job_id": job_id, "worker_id": worker_id(), "attempt": attempt, "path": name})
+            for name in files
+        ],
+    )
     return outputs
 
 
@@ -352,8 +378,19 @@ def probe_once(r: redis.Redis, src: Path) -> None:
     r.set(k, 1, ex=3600)
 
 
-def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float,
-         duration: float, procs: list, rng, watch: Watch, plans: list[list[float]] | None = None) -> None:
+def pace(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    attempt: int,
+    settings: dict,
+    start: float,
+    duration: float,
+    procs: list,
+    rng,
+    watch: Watch,
+    plans: list[list[float]] | None = None,
+) -> None:
     """Hold the attempt until `duration` simulated seconds have passed and ffmpeg has finished,
     heart-beating and streaming its upload parts to storage all the while.
 
@@ -395,8 +432,12 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         # the clock waits at the attempt's end until ffmpeg is done; past its end, an attempt still waiting
         # on a storage retry holds the clock at that retry instead
         real_work = any(p.poll() is None for p in procs)
-        nxt = min(end_at if now < end_at - 1e-6 or real_work else math.inf, timeout_at, parts.next_due(),
-                  last_beat + settings["heartbeat_interval"] if settings["heartbeat"] else math.inf)
+        nxt = min(
+            end_at if now < end_at - 1e-6 or real_work else math.inf,
+            timeout_at,
+            parts.next_due(),
+            last_beat + settings["heartbeat_interval"] if settings["heartbeat"] else math.inf,
+        )
         change = None  # the barrier moves with the heartbeat, in its round trip, when there is one
         stamp = time.monotonic() - fresh_at > REFRESH_S  # the barrier's real-time expiry is due a new stamp
         if nxt == math.inf:
@@ -418,8 +459,10 @@ def pace(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, st
         # only when something is due
         step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
         if state["speed"] > 0 and not state["paused"]:
-            wait = min((nxt - now) / state["speed"],
-                       max((step - now) / state["speed"], shown_at + PROGRESS_GAP_S - time.monotonic()))
+            wait = min(
+                (nxt - now) / state["speed"],
+                max((step - now) / state["speed"], shown_at + PROGRESS_GAP_S - time.monotonic()),
+            )
         else:
             wait = watch.longest
         watch.wait(min(watch.longest, max(0.002, wait)), procs if real_work else [])
@@ -452,8 +495,9 @@ class Watch:
             # on a connection of its own, not one of `r`'s: closed with the watch, it would otherwise be the next
             # one `r` hands out, and connect again (a handshake per job)
             pool = r.connection_pool
-            self.ps = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class,
-                                                                       **pool.connection_kwargs)).pubsub()
+            self.ps = redis.Redis(
+                connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+            ).pubsub()
             self.ps.subscribe(*self.channels, self.published)
             for _ in range(len(self.channels) + 1):  # every subscription confirmed before anything is read
                 while (msg := self.ps.get_message(timeout=SUBSCRIBE_CONFIRM_S)) is None or msg["type"] != "subscribe":
@@ -558,13 +602,24 @@ class UploadParts:
     its own retry function computed in the sandbox): a part then gives up when its plan runs out.
     """
 
-    def __init__(self, r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, start: float, rng,
-                 plans: list[list[float]] | None = None):
+    def __init__(
+        self,
+        r: redis.Redis,
+        lab: str,
+        job_id: str,
+        attempt: int,
+        settings: dict,
+        start: float,
+        rng,
+        plans: list[list[float]] | None = None,
+    ):
         self.r, self.lab, self.job_id, self.attempt, self.s, self.rng = r, lab, job_id, attempt, settings, rng
         # per part: ok = streaming since `since`; due = when its next call is made (None = none pending)
         count = len(plans) if plans is not None else int(settings.get("upload_parts", 1))
-        self.parts = [{"ok": False, "since": start, "due": start, "tries": 0,
-                       "plan": plans[i] if plans is not None else None} for i in range(count)]
+        self.parts = [
+            {"ok": False, "since": start, "due": start, "tries": 0, "plan": plans[i] if plans is not None else None}
+            for i in range(count)
+        ]
 
     def next_due(self) -> float:
         return min((p["due"] for p in self.parts if p["due"] is not None), default=math.inf)
@@ -581,8 +636,9 @@ class UploadParts:
                 raise StorageDown(f"storage unavailable ({why}) after {p['tries']} calls", at=at)
             p["due"] = at + delay
             return delay
-        delay = retry.retry_delay(self.s["retry_policy"], p["tries"], self.s["retry_base"], self.s["retry_cap"],
-                                  self.rng)
+        delay = retry.retry_delay(
+            self.s["retry_policy"], p["tries"], self.s["retry_base"], self.s["retry_cap"], self.rng
+        )
         if delay is None or p["tries"] >= self.s["max_attempts"]:
             raise StorageDown(f"storage unavailable ({why}) after {p['tries']} calls", at=at)
         p["due"] = at + delay
@@ -602,8 +658,9 @@ class UploadParts:
         # calls in flight when the outage began fail at its first instant, all together
         in_flight = [p for p in self.parts if p["ok"] and p["since"] <= down_from <= now]
         if in_flight:
-            events.append(("storage.failed", down_from, {"parts": len(in_flight), "t": round(down_from, 3),
-                                                           "delays": []}))
+            events.append(
+                ("storage.failed", down_from, {"parts": len(in_flight), "t": round(down_from, 3), "delays": []})
+            )
             for p in in_flight:
                 events[-1][2]["delays"].append(round(self._schedule(p, down_from, "outage"), 3))
         for i, p in enumerate(self.parts):
@@ -620,9 +677,20 @@ class UploadParts:
             down = down_from <= at < down_until
             self.r.hincrby(key(self.lab, "storage"), "calls", 1)  # the call itself: one round trip to storage
             retry.breaker_record(self.r, self.lab, at, self.s, ok=not down)
-            events.append(("storage.called", at, {
-                "part": i + 1, "try": try_no, "ok": not down, "due": round(p["due"], 3),
-                "policy": self.s["retry_policy"], "outcome": "storage down" if down else "ok"}))
+            events.append(
+                (
+                    "storage.called",
+                    at,
+                    {
+                        "part": i + 1,
+                        "try": try_no,
+                        "ok": not down,
+                        "due": round(p["due"], 3),
+                        "policy": self.s["retry_policy"],
+                        "outcome": "storage down" if down else "ok",
+                    },
+                )
+            )
             if down:
                 self._schedule(p, at, "outage")
             else:
@@ -633,8 +701,12 @@ class UploadParts:
             return
         common = {"job_id": self.job_id, "worker_id": worker_id(), "attempt": self.attempt}
         retried = sum(1 for type_, _t, data in events if type_ == "storage.called" and data["try"] > 1)
-        stream.emit_all(self.r, self.lab, [(type_, t, {**common, **data}) for type_, t, data in events],
-                        {stream.STORAGE_RETRIES: retried} if retried else None)
+        stream.emit_all(
+            self.r,
+            self.lab,
+            [(type_, t, {**common, **data}) for type_, t, data in events],
+            {stream.STORAGE_RETRIES: retried} if retried else None,
+        )
         events.clear()
 
 
@@ -647,19 +719,32 @@ def store_outputs(r: redis.Redis, lab: str, settings: dict, now: float, faults: 
     retry.breaker_record(r, lab, now, settings, ok=True)
 
 
-def notify(r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float,
-           subject: str | None = None) -> None:
+def notify(
+    r: redis.Redis, lab: str, job_id: str, attempt: int, settings: dict, now: float, subject: str | None = None
+) -> None:
     """The completion email: guarded by a 'notified' CAS flag (SET NX) so it goes out once; the flag, the mail
     and its event in one step."""
     common = {"job_id": job_id, "worker_id": worker_id(), "attempt": attempt}
-    mail = json.dumps({"job_id": job_id, "attempt": attempt, "t_sim": round(now, 3),
-                       "subject": subject or f"Your video (job {job_id}) is ready"})
-    script(r, _NOTIFY)(keys=[key(lab, "notified", job_id), key(lab, "outbox"), key(lab, "events"),
-                             key(lab, "counts")],
-                       args=[attempt, "1" if settings["notify_guard"] else "0", mail,
-                             stream.encode("email.sent", now, **common, **({"subject": subject} if subject else {})),
-                             stream.counter("email.sent"),
-                             stream.encode("email.suppressed", now, **common), stream.counter("email.suppressed")])
+    mail = json.dumps(
+        {
+            "job_id": job_id,
+            "attempt": attempt,
+            "t_sim": round(now, 3),
+            "subject": subject or f"Your video (job {job_id}) is ready",
+        }
+    )
+    script(r, _NOTIFY)(
+        keys=[key(lab, "notified", job_id), key(lab, "outbox"), key(lab, "events"), key(lab, "counts")],
+        args=[
+            attempt,
+            "1" if settings["notify_guard"] else "0",
+            mail,
+            stream.encode("email.sent", now, **common, **({"subject": subject} if subject else {})),
+            stream.counter("email.sent"),
+            stream.encode("email.suppressed", now, **common),
+            stream.counter("email.suppressed"),
+        ],
+    )
 
 
 # guarded: '1' to guard with the `notified` flag.

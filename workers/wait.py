@@ -73,9 +73,11 @@ class Waker:
             if want - set(flags):  # the embedded server starts with them: only another server is asked
                 r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
-            ps.psubscribe(*(keyspace(r, k) for k in (commands, LABS, PARKED)),
-                          *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS),
-                          self.published_pattern)
+            ps.psubscribe(
+                *(keyspace(r, k) for k in (commands, LABS, PARKED)),
+                *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS),
+                self.published_pattern,
+            )
             self.ps = ps
         except redis.ResponseError:
             self.ps = None
@@ -139,12 +141,17 @@ def next_pass(pool: LabPool, settings: dict, seen: Seen, holding: bool, replicas
     busy = {e.name for e in ENGINES if e.busy(settings, seen.gauges.get(e.name, []))}
     pool.quiet = {e.name for e in ENGINES if e.wakes and e.name not in busy}
     slots = {s.state for s in pool.slots.values()}
-    in_flight = any(int(n or 0) for n in states) or pool.heads["dispatch"] or seen.alive or \
-        pool.reaper_at is not None
+    in_flight = any(int(n or 0) for n in states) or pool.heads["dispatch"] or seen.alive or pool.reaper_at is not None
     real = time.time()
     pool.sample_at = real + MAINTAIN_S if in_flight or state["slowed"] else math.inf
-    if (busy or lab in replicas or pool.fault_active or holding or slots & {"draining", "rewiring"}
-            or (running and settings.get("guard") == "claim" and settings.get("stale_after"))):
+    if (
+        busy
+        or lab in replicas
+        or pool.fault_active
+        or holding
+        or slots & {"draining", "rewiring"}
+        or (running and settings.get("guard") == "claim" and settings.get("stale_after"))
+    ):
         return HOUSEKEEP_S
     if not in_flight:
         return math.inf
@@ -185,8 +192,11 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
         speed = max(float(state.get("speed", 20)), 1e-9)
         held = math.inf if barrier in (None, "") else float(barrier)
         moments = [s for _m, s in leases + scheduled]
-        moments += [-math.inf if s.state == "respawning" else s.respawn_at
-                    for s in pool.slots.values() if s.state in ("dead", "booting", "respawning")]
+        moments += [
+            -math.inf if s.state == "respawning" else s.respawn_at
+            for s in pool.slots.values()
+            if s.state in ("dead", "booting", "respawning")
+        ]
         paused = state.get("paused") == "1"
 
         def real_of(at: float, state: dict = state, speed: float = speed) -> float:
@@ -201,8 +211,11 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
         # (or whose job ended): it is moved on REAPER_LEAD_S before the clock gets there (Duties.move_reaper), so
         # the clock does not stand still for that; once it has been looked at, the deadline's own moment is the
         # lab's deadline (above) if it still stands
-        early = math.inf if pool.reaper_at is None or pool.reaper_at > held + 1e-6 or paused \
+        early = (
+            math.inf
+            if pool.reaper_at is None or pool.reaper_at > held + 1e-6 or paused
             else real_of(pool.reaper_at) - REAPER_LEAD_S
+        )
         pool.reaper_due = early if early > pool.reaper_looked else math.inf
         pool.deadline = min(out, default=math.inf)
 
@@ -235,7 +248,9 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
     if waker.child:  # a child exited: the lab whose worker it was looks at it now
         waker.child = False
         for pool in pools.values():
-            if any(s.proc is not None and s.state in ("idle", "busy") and s.proc.poll() is not None
-                   for s in pool.slots.values()):
+            if any(
+                s.proc is not None and s.state in ("idle", "busy") and s.proc.poll() is not None
+                for s in pool.slots.values()
+            ):
                 pool.due_at = 0.0
     refresh_deadlines(r, list(stale.values()), keys)

@@ -42,13 +42,34 @@ def compare():
     for side in ("a", "b"):
         lab, token = request.args.get(side, ""), request.args.get(f"{side}v", "")
         if not lab or len(lab) > 32 or not registry.exists(r, lab) or registry.check_token(r, lab, token, True) is None:
-            return render_template("compare.html", runs=[], chapters=chapters.all_chapters(),
-                                   error=f"Run {side.upper()} is not a lab this link opens (it may have expired)."), 404
-        runs.append({"side": side, "wid": f"run-{side}", "lab": lab, "view": token,
-                     "settings": registry.settings(r, lab), "branch": info(r, lab),
-                     "preset": r.hget(key(lab, "meta"), "preset")})
-    diff = [{"name": n, "label": settings.BY_NAME[n].label or n, "unit": settings.BY_NAME[n].unit,
-             "a": _shown(runs[0]["settings"].get(n)), "b": _shown(runs[1]["settings"].get(n))}
-            for n in settings.BY_NAME if runs[0]["settings"].get(n) != runs[1]["settings"].get(n)]
-    return render_template("compare.html", runs=runs, diff=diff, error=None, back=back,
-                           chapters=chapters.all_chapters())
+            return render_template(
+                "compare.html",
+                runs=[],
+                chapters=chapters.all_chapters(),
+                error=f"Run {side.upper()} is not a lab this link opens (it may have expired).",
+            ), 404
+        runs.append(
+            {
+                "side": side,
+                "wid": f"run-{side}",
+                "lab": lab,
+                "view": token,
+                "settings": registry.settings(r, lab),
+                "branch": info(r, lab),
+                "preset": r.hget(key(lab, "meta"), "preset"),
+            }
+        )
+    diff = [
+        {
+            "name": n,
+            "label": settings.BY_NAME[n].label or n,
+            "unit": settings.BY_NAME[n].unit,
+            "a": _shown(runs[0]["settings"].get(n)),
+            "b": _shown(runs[1]["settings"].get(n)),
+        }
+        for n in settings.BY_NAME
+        if runs[0]["settings"].get(n) != runs[1]["settings"].get(n)
+    ]
+    return render_template(
+        "compare.html", runs=runs, diff=diff, error=None, back=back, chapters=chapters.all_chapters()
+    )

@@ -30,8 +30,12 @@ bp = Blueprint("challenges", __name__)
 def _sandbox() -> None:
     why = box.confined()
     if why:
-        raise ApiError(503, "sandbox_unavailable", "challenges are off on this server: a learner's handler runs only "
-                       f"in a sandbox, and this host cannot make one ({why[:200]})")
+        raise ApiError(
+            503,
+            "sandbox_unavailable",
+            "challenges are off on this server: a learner's handler runs only "
+            f"in a sandbox, and this host cannot make one ({why[:200]})",
+        )
 
 
 @bp.get("/api/challenges")
@@ -46,8 +50,11 @@ def code_error(code: str) -> dict[str, Any] | None:
         tree = ast.parse(code, "handler.py")
     except (SyntaxError, ValueError) as e:
         line = getattr(e, "lineno", None)
-        return {"error": "syntax_error", "line": line,
-                "detail": f"SyntaxError{f' on line {line}' if line else ''}: {getattr(e, 'msg', str(e))}"}
+        return {
+            "error": "syntax_error",
+            "line": line,
+            "detail": f"SyntaxError{f' on line {line}' if line else ''}: {getattr(e, 'msg', str(e))}",
+        }
     if not any(isinstance(n, ast.FunctionDef) and n.name == "handle" for n in tree.body):
         return {"error": "no_handle", "line": None, "detail": "the handler must define `def handle(ctx):`"}
     return None

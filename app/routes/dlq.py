@@ -26,5 +26,4 @@ def replay_dlq(lab_id: str):
     body = parse(json_body(), bodies.REPLAY)
     reason, rate = body.get("reason"), body.get("rate")
     r = get_redis()
-    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate),
-                   rate=rate)
+    return jsonify(replayed=dlq.replay(r, lab_id, clock.now(r, lab_id), reason or None, rate=rate), rate=rate)

@@ -34,8 +34,11 @@ def all_events(r: redis.Redis, lab: str) -> Iterator[dict]:
 
 
 def _download(body, mimetype: str, filename: str) -> Response:
-    return Response(body, mimetype=mimetype,
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "no-store"})
+    return Response(
+        body,
+        mimetype=mimetype,
+        headers={"Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "no-store"},
+    )
 
 
 @bp.get("/api/labs/<lab_id>/export.jsonl")

@@ -45,14 +45,17 @@ def cost(summary: dict) -> dict:
     spreadsheet", measured on this lab, with the model's lesson-scale ratio beside it."""
     inputs, fig = _model()
     price_s = inputs.worker_price_per_hour / 3600
-    out = {kind: {t: round(v * price_s, 6) for t, v in summary[f"{kind}_worker_s"].items()}
-           for kind in ("used", "paid")}
+    out = {
+        kind: {t: round(v * price_s, 6) for t, v in summary[f"{kind}_worker_s"].items()} for kind in ("used", "paid")
+    }
     out["idle"] = {t: round(out["paid"][t] - out["used"][t], 6) for t in fairness.TIERS}
     out["revenue"] = {"pro": round(summary["done"]["pro"] * inputs.pro_revenue_per_job, 6), "free": 0.0}
     out["pro_paid_to_revenue"] = round(out["paid"]["pro"] / out["revenue"]["pro"], 4) if out["revenue"]["pro"] else None
-    out["model"] = {"worker_price_per_hour": inputs.worker_price_per_hour,
-                    "pro_revenue_per_job": inputs.pro_revenue_per_job,
-                    "pro_reservation_cost_to_revenue": round(fig["pro_reservation_cost_to_revenue"], 4)}
+    out["model"] = {
+        "worker_price_per_hour": inputs.worker_price_per_hour,
+        "pro_revenue_per_job": inputs.pro_revenue_per_job,
+        "pro_reservation_cost_to_revenue": round(fig["pro_reservation_cost_to_revenue"], 4),
+    }
     return out
 
 

@@ -27,8 +27,9 @@ def expire_lease(lab_id: str, job_id: str):
     limits.check_rate(r, "kills")
     job_or_404(lab_id, job_id)
     if not leases.cut(r, lab_id, job_id, clock.now(r, lab_id)):
-        raise ApiError(409, "no_lease", f"job {job_id} holds no lease right now (it is not running, or it was "
-                                        "acked early)")
+        raise ApiError(
+            409, "no_lease", f"job {job_id} holds no lease right now (it is not running, or it was acked early)"
+        )
     return jsonify(job=registry.read_job(r, lab_id, job_id))
 
 
@@ -46,9 +47,17 @@ def inject_fault(lab_id: str):
         crash = fault == "poison_crash"
         source = str(media.sample_clip()) if crash else source_from_sample(lab_id, "poison")[0]
         payload = producer.enqueue_job(
-            r, get_rq(), lab_id, job_type="transcode", video_id="crashing-pill" if crash else "poison-pill",
-            source=source, duration_s=registry.settings(r, lab_id)["job_duration"],
-            resolutions=["240p", "144p"], idempotency_key=None, poison="crash" if crash else "")
+            r,
+            get_rq(),
+            lab_id,
+            job_type="transcode",
+            video_id="crashing-pill" if crash else "poison-pill",
+            source=source,
+            duration_s=registry.settings(r, lab_id)["job_duration"],
+            resolutions=["240p", "144p"],
+            idempotency_key=None,
+            poison="crash" if crash else "",
+        )
         stream.emit(r, lab_id, "fault.started", now, fault=fault, duration=0, job_id=payload["job_id"])
         return jsonify(fault=fault, job_id=payload["job_id"]), 202
     r.hset(key(lab_id, "faults"), mapping={f"{fault}_until": now + duration, f"{fault}_from": now})

@@ -50,9 +50,16 @@ def healthz():
     if free < current_app.config["LAB"].max_upload_bytes:
         why.append(f"VAR_DIR has {free} bytes free, less than one upload: uploads and outputs fail")
     ok = redis_state == "ok"
-    return jsonify(ok=ok, web="ok", redis=redis_state, master=os.getppid(), disk={"var_dir_free_bytes": free},
-                   writes="refused: " + "; ".join(why) if why else "ok", why=why,
-                   sandbox=sandbox.unavailable() or "ok"), 200 if ok else 503
+    return jsonify(
+        ok=ok,
+        web="ok",
+        redis=redis_state,
+        master=os.getppid(),
+        disk={"var_dir_free_bytes": free},
+        writes="refused: " + "; ".join(why) if why else "ok",
+        why=why,
+        sandbox=sandbox.unavailable() or "ok",
+    ), 200 if ok else 503
 
 
 @bp.get("/metrics")
@@ -74,14 +81,25 @@ def metrics():
             if per_lab:
                 samples.setdefault(name, []).append(f'asyncworklab_{name}{{lab="{lab}"}} {value}')
     parked = len(parking.parked(r) & set(labs))
-    lines = ["# TYPE asyncworklab_labs gauge", f"asyncworklab_labs {len(labs)}",
-             "# TYPE asyncworklab_labs_running gauge", f"asyncworklab_labs_running {len(labs) - parked}",
-             "# TYPE asyncworklab_labs_parked gauge", f"asyncworklab_labs_parked {parked}",
-             "# TYPE asyncworklab_processes gauge", f"asyncworklab_processes {running_processes(r)}"]
+    lines = [
+        "# TYPE asyncworklab_labs gauge",
+        f"asyncworklab_labs {len(labs)}",
+        "# TYPE asyncworklab_labs_running gauge",
+        f"asyncworklab_labs_running {len(labs) - parked}",
+        "# TYPE asyncworklab_labs_parked gauge",
+        f"asyncworklab_labs_parked {parked}",
+        "# TYPE asyncworklab_processes gauge",
+        f"asyncworklab_processes {running_processes(r)}",
+    ]
     folding = archive.stats(r)  # parked labs past PARKED_MEMORY are folded (core/archive.py)
-    lines += ["# TYPE asyncworklab_labs_folded gauge", f"asyncworklab_labs_folded {folding['archived']}",
-              "# TYPE asyncworklab_parked_bytes gauge", f"asyncworklab_parked_bytes {folding['parked_bytes']}",
-              "# TYPE asyncworklab_folded_bytes gauge", f"asyncworklab_folded_bytes {folding['archived_bytes']}"]
+    lines += [
+        "# TYPE asyncworklab_labs_folded gauge",
+        f"asyncworklab_labs_folded {folding['archived']}",
+        "# TYPE asyncworklab_parked_bytes gauge",
+        f"asyncworklab_parked_bytes {folding['parked_bytes']}",
+        "# TYPE asyncworklab_folded_bytes gauge",
+        f"asyncworklab_folded_bytes {folding['archived_bytes']}",
+    ]
     if per_lab:
         for name, rows in samples.items():
             lines += [f"# TYPE asyncworklab_{name} gauge", *rows]

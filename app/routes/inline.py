@@ -70,15 +70,28 @@ def inline_transcode(lab_id: str):
         if elapsed >= gateway or time.perf_counter() - started_real > INLINE_REAL_CAP_S:
             # The proxy's deadline passed first: it answers 504 and closes the connection. The handler
             # does not know and keeps going to the end of the transcode.
-            stream.emit(r, lab_id, "inline.gateway_timeout", t0 + gateway, gateway=gateway, duration=duration,
-                        unheard=round(max(0.0, duration - gateway), 3))
-            threading.Thread(target=_finish_for_nobody, args=(r, lab_id, lock, proc, out, t0, duration, poll),
-                             daemon=True).start()
-            return jsonify(error="gateway_timeout",
-                           detail=f"the gateway gave up after {gateway:g} s (simulated) without a response; the "
-                                  f"server is still transcoding for nobody, {max(0.0, duration - gateway):g} s to go",
-                           gateway_timeout_s=gateway, simulated_s=gateway, duration_s=duration,
-                           elapsed_ms=round((time.perf_counter() - started_real) * 1000, 1), sample=sample), 504
+            stream.emit(
+                r,
+                lab_id,
+                "inline.gateway_timeout",
+                t0 + gateway,
+                gateway=gateway,
+                duration=duration,
+                unheard=round(max(0.0, duration - gateway), 3),
+            )
+            threading.Thread(
+                target=_finish_for_nobody, args=(r, lab_id, lock, proc, out, t0, duration, poll), daemon=True
+            ).start()
+            return jsonify(
+                error="gateway_timeout",
+                detail=f"the gateway gave up after {gateway:g} s (simulated) without a response; the "
+                f"server is still transcoding for nobody, {max(0.0, duration - gateway):g} s to go",
+                gateway_timeout_s=gateway,
+                simulated_s=gateway,
+                duration_s=duration,
+                elapsed_ms=round((time.perf_counter() - started_real) * 1000, 1),
+                sample=sample,
+            ), 504
         time.sleep(poll)
     simulated = clock.now(r, lab_id) - t0
     clock.lift(r, lab_id, INLINE_HOLDER)
@@ -89,9 +102,17 @@ def inline_transcode(lab_id: str):
     r.delete(lock)
     # the readout says when the clock waited for ffmpeg: the speed the request really ran at
     running = simulated / max(real_s, 1e-9)
-    return jsonify(simulated_s=round(simulated, 3), duration_s=duration, gateway_timeout_s=gateway,
-                   elapsed_ms=round(real_s * 1000, 1), output_bytes=size, sample=sample,
-                   speed=speed, running_speed=round(running, 1), clock_slowed=running < clock.SLOWED_BELOW * speed)
+    return jsonify(
+        simulated_s=round(simulated, 3),
+        duration_s=duration,
+        gateway_timeout_s=gateway,
+        elapsed_ms=round(real_s * 1000, 1),
+        output_bytes=size,
+        sample=sample,
+        speed=speed,
+        running_speed=round(running, 1),
+        clock_slowed=running < clock.SLOWED_BELOW * speed,
+    )
 
 
 def _keep_holding(r: redis.Redis, lab_id: str, kept: float) -> float:
@@ -102,8 +123,9 @@ def _keep_holding(r: redis.Redis, lab_id: str, kept: float) -> float:
     return time.monotonic()
 
 
-def _finish_for_nobody(r: redis.Redis, lab_id: str, lock: str, proc: subprocess.Popen, out, t0: float,
-                       duration: float, poll: float) -> None:
+def _finish_for_nobody(
+    r: redis.Redis, lab_id: str, lock: str, proc: subprocess.Popen, out, t0: float, duration: float, poll: float
+) -> None:
     """After a 504 the handler runs on: finish the transcode on the lab's clock, then record that nobody heard."""
     try:
         deadline = time.monotonic() + INLINE_REAL_CAP_S
@@ -114,8 +136,14 @@ def _finish_for_nobody(r: redis.Redis, lab_id: str, lock: str, proc: subprocess.
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        stream.emit(r, lab_id, "inline.finished", clock.now(r, lab_id), simulated=round(clock.now(r, lab_id) - t0, 3),
-                    answered=False)
+        stream.emit(
+            r,
+            lab_id,
+            "inline.finished",
+            clock.now(r, lab_id),
+            simulated=round(clock.now(r, lab_id) - t0, 3),
+            answered=False,
+        )
     except redis.RedisError:
         pass  # the lab was torn down meanwhile
     finally:

@@ -54,11 +54,22 @@ def _create_job(r: redis.Redis, lab_id: str, lab_settings: dict, claim: idempote
     else:
         source, video_id = source_from_sample(lab_id, sample)
     payload = producer.enqueue_job(
-        r, get_rq(), lab_id, job_type=job_type, video_id=video_id, source=source,
-        duration_s=clean["duration_s"], resolutions=["240p", "144p"],
-        idempotency_key=request.headers.get("Idempotency-Key"))
-    response = {"job_id": payload["job_id"], "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
-                "payload": payload, "enqueue_ms": round((time.perf_counter() - started) * 1000, 2)}
+        r,
+        get_rq(),
+        lab_id,
+        job_type=job_type,
+        video_id=video_id,
+        source=source,
+        duration_s=clean["duration_s"],
+        resolutions=["240p", "144p"],
+        idempotency_key=request.headers.get("Idempotency-Key"),
+    )
+    response = {
+        "job_id": payload["job_id"],
+        "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
+        "payload": payload,
+        "enqueue_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
     resp = jsonify(response)
     resp.status_code = 202
     return claim.finish(body, response, resp) if claim else resp
@@ -96,8 +107,10 @@ def get_job(lab_id: str, job_id: str):
     def view() -> tuple[dict, str]:
         j = job_or_404(lab_id, job_id)
         return j, etag_of(j)
-    j, tag, _ = hold_until_changed(get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")),
-                                   view)
+
+    j, tag, _ = hold_until_changed(
+        get_redis(), lab_id, {job_id}, client_tag, parse_wait(request.args.get("wait")), view
+    )
     if client_tag == tag:
         return "", 304, {"ETag": tag}
     resp = jsonify(dict(j, history=internals.job_history(get_redis(), lab_id, job_id)) if include else j)
@@ -115,8 +128,13 @@ def get_output(lab_id: str, job_id: str, name: str):
     data = blobs.get(get_redis(), lab_id, f"transcoded/{job_id}/{name}")  # any web process, any host
     if data is None:
         raise ApiError(404, "unknown_output", f"no output {name!r} for job {job_id}")
-    return send_file(io.BytesIO(data), mimetype="video/mp4" if name.endswith(".mp4") else "image/jpeg",
-                     conditional=True, etag=hashlib.sha256(data).hexdigest()[:32], download_name=name)
+    return send_file(
+        io.BytesIO(data),
+        mimetype="video/mp4" if name.endswith(".mp4") else "image/jpeg",
+        conditional=True,
+        etag=hashlib.sha256(data).hexdigest()[:32],
+        download_name=name,
+    )
 
 
 @bp.get("/api/labs/<lab_id>/outbox")

@@ -49,8 +49,9 @@ def _lab_created(created: dict, status: int):
     created["ws_url"] = f"/ws/labs/{lab}"
     resp = jsonify(created)
     resp.status_code = status
-    resp.set_cookie(f"lab_{lab}", created["token"], httponly=True, samesite="Strict",
-                    max_age=current_app.config["LAB"].lab_idle_ttl)
+    resp.set_cookie(
+        f"lab_{lab}", created["token"], httponly=True, samesite="Strict", max_age=current_app.config["LAB"].lab_idle_ttl
+    )
     return resp
 
 

@@ -33,23 +33,35 @@ def report(lab_id: str, window_s: float = 600.0) -> dict:
     measured["rho"] = measured["busy_s"] / (pool * span) if pool and span > 0 else None
     in_flight = sum(int(states.get(s, 0)) for s in ("queued", "retrying", "running"))
     return {
-        "state": {**state, "effective_rate": loadgen.effective_rate(state), "peak": state["factor"] != 1,
-                  "peak_factor": loadgen.PEAK_FACTOR, "max_in_flight": loadgen.MAX_IN_FLIGHT},
-        "now": {"t": round(now, 3),
-                "in_flight": in_flight,
-                # The lab bounds what it really runs (max_in_flight); arrivals past it are shed and counted.
-                # In flight + shed is the queue an unbounded broker would hold: under overload it keeps growing.
-                "shed": state["shed"], "backlog": in_flight + state["shed"],
-                "queued": int(states.get("queued", 0)) + int(states.get("retrying", 0)),
-                "busy": sum(1 for w in workers if w.get("state") == "busy"),
-                "workers": sum(1 for w in workers if w.get("state") in ("idle", "busy")),
-                "booting": sum(1 for w in workers if w.get("state") == "booting"),
-                "draining": sum(1 for w in workers if w.get("state") == "draining")},
+        "state": {
+            **state,
+            "effective_rate": loadgen.effective_rate(state),
+            "peak": state["factor"] != 1,
+            "peak_factor": loadgen.PEAK_FACTOR,
+            "max_in_flight": loadgen.MAX_IN_FLIGHT,
+        },
+        "now": {
+            "t": round(now, 3),
+            "in_flight": in_flight,
+            # The lab bounds what it really runs (max_in_flight); arrivals past it are shed and counted.
+            # In flight + shed is the queue an unbounded broker would hold: under overload it keeps growing.
+            "shed": state["shed"],
+            "backlog": in_flight + state["shed"],
+            "queued": int(states.get("queued", 0)) + int(states.get("retrying", 0)),
+            "busy": sum(1 for w in workers if w.get("state") == "busy"),
+            "workers": sum(1 for w in workers if w.get("state") in ("idle", "busy")),
+            "booting": sum(1 for w in workers if w.get("state") == "booting"),
+            "draining": sum(1 for w in workers if w.get("state") == "draining"),
+        },
         "measured": measured,
         "model": loadgen.model(loadgen.effective_rate(state), int(settings["workers"]), state["mix"]),
         "ordering": loadgen.timeout_ordering(settings),
-        "autoscale": {"on": settings["autoscale"], "target_wait": settings["autoscale_target_wait"],
-                      "floor": settings["autoscale_min"], "boot_lag": settings["boot_lag"]},
+        "autoscale": {
+            "on": settings["autoscale"],
+            "target_wait": settings["autoscale_target_wait"],
+            "floor": settings["autoscale_min"],
+            "boot_lag": settings["boot_lag"],
+        },
     }
 
 

@@ -45,12 +45,17 @@ def meta():
         if preset not in chapters.PRESETS:
             raise ApiError(422, "invalid_preset", {"preset": f"one of {', '.join(chapters.PRESETS)}"})
         buttons, steps = {preset: buttons.get(preset, [])}, {preset: steps.get(preset, [])}
-    resp = jsonify(settings=settings.schema_json(), presets=chapters.PRESETS,
-                   events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
-                   faults=list(FAULTS), scenario_buttons=buttons, steps=steps,
-                   fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
-                   samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
-                   stream_cap=stream.MAXLEN)
+    resp = jsonify(
+        settings=settings.schema_json(),
+        presets=chapters.PRESETS,
+        events={t: {"counter": c, "text": text} for t, (c, text) in EVENT_TYPES.items()},
+        faults=list(FAULTS),
+        scenario_buttons=buttons,
+        steps=steps,
+        fault_text={f: {"label": label, "doc": doc} for f, (label, doc) in FAULTS.items()},
+        samples=[{"name": n, "label": label} for n, label in SAMPLES.items()],
+        stream_cap=stream.MAXLEN,
+    )
     # the same for every visitor until a deploy: a reload revalidates it (304, no body), never re-reads it
     resp.add_etag()
     resp.cache_control.no_cache = True

@@ -51,8 +51,10 @@ def shown_inputs(rows: list[dict], errors: dict[str, str]) -> tuple[list[dict], 
         target = kin or next((n for n in names if n in request.args), names[0] if names else None)
         if target:
             label = numbers.SPECS_BY_NAME[name].label if name in numbers.SPECS_BY_NAME else name
-            out[target] = f"{out[target] + ' ' if target in out else ''}{msg} ({label} is not an input on this " \
-                          "page); the figures below keep the lesson's values."
+            out[target] = (
+                f"{out[target] + ' ' if target in out else ''}{msg} ({label} is not an input on this "
+                "page); the figures below keep the lesson's values."
+            )
     return rows, out
 
 
@@ -66,8 +68,11 @@ def lab_facts() -> dict:
     """What the chapter text says about the lab itself: each preset's settings and the lab's bounds."""
     from core.engines import loadgen
 
-    return {"preset": {name: chapters.settings_for(name) for name in chapters.PRESETS},
-            "max_in_flight": loadgen.MAX_IN_FLIGHT, **chapters.lab_facts()}
+    return {
+        "preset": {name: chapters.settings_for(name) for name in chapters.PRESETS},
+        "max_in_flight": loadgen.MAX_IN_FLIGHT,
+        **chapters.lab_facts(),
+    }
 
 
 @lru_cache(maxsize=1)
@@ -99,8 +104,12 @@ def home():
 def lesson_conformance():
     """The conformance table: lesson claim → chapter section → test → what the lab measured at the last run."""
     results = lesson.load_results()
-    return render_template("lesson.html", rows=lesson.table(chapters.CLAIMS, results), results=results,
-                           summary=lesson.summary(chapters.CLAIMS))
+    return render_template(
+        "lesson.html",
+        rows=lesson.table(chapters.CLAIMS, results),
+        results=results,
+        summary=lesson.summary(chapters.CLAIMS),
+    )
 
 
 @bp.get("/chapters/<int:number>")
@@ -114,9 +123,17 @@ def chapter(number: int, slug: str | None = None):
     all_ch = chapters.all_chapters()
     idx = all_ch.index(ch)
     fig = chapters.derive(inputs)
-    body = chapters.render_body(ch, current_app.jinja_env, {
-        "fig": fig, "inputs": inputs, "series": chapters.chart_series(inputs, fig), "lab": lab_facts(),
-        "charts": current_app.jinja_env.get_template("_charts.html").module})
+    body = chapters.render_body(
+        ch,
+        current_app.jinja_env,
+        {
+            "fig": fig,
+            "inputs": inputs,
+            "series": chapters.chart_series(inputs, fig),
+            "lab": lab_facts(),
+            "charts": current_app.jinja_env.get_template("_charts.html").module,
+        },
+    )
     return render_template(
         "chapter.html",
         chapter=ch,

@@ -55,8 +55,14 @@ def _load(r: redis.Redis, rid: str) -> dict[str, Any]:
     raw = r.hgetall(rkey(rid)) if _RID.match(rid or "") else {}
     if not raw:
         raise ApiError(404, "unknown_race", "no such race (it may have expired)")
-    return {"id": rid, "race": raw["race"], "labs": json.loads(raw["labs"]), "owner": raw["owner"],
-            "started": float(raw.get("started") or 0), "room": raw.get("room") or None}
+    return {
+        "id": rid,
+        "race": raw["race"],
+        "labs": json.loads(raw["labs"]),
+        "owner": raw["owner"],
+        "started": float(raw.get("started") or 0),
+        "room": raw.get("room") or None,
+    }
 
 
 def _lab_settings(race_id: str, variant: dict) -> dict[str, Any]:
@@ -91,15 +97,31 @@ def open_race(r: redis.Redis, race_id: str, speed: float, room: str | None = Non
         created = registry.create(r, rc["preset"], speed, settings=lab_settings, meta={"race": race_id}, lab=lab)
         # held at exactly t = 0 until the start: every lab's inputs land at the same simulated instant
         r.hset(key(created["lab_id"], "clock"), mapping={"base_sim": 0, "base_real": time.time(), "paused": 1})
-        labs.append({"side": side, "label": variant["label"], "lab_id": created["lab_id"],
-                     "token": created["token"], "view_token": created["view_token"],
-                     "settings": {n: created["settings"].get(n) for n in rc["vary"]}})
+        labs.append(
+            {
+                "side": side,
+                "label": variant["label"],
+                "lab_id": created["lab_id"],
+                "token": created["token"],
+                "view_token": created["view_token"],
+                "settings": {n: created["settings"].get(n) for n in rc["vary"]},
+            }
+        )
     limits.opened(r, ids)
     clock.link(r, [lab["lab_id"] for lab in labs])  # one timeline: the lanes' clocks move in lockstep
     rid, token = secrets.token_urlsafe(12), secrets.token_urlsafe(24)
     stored = [{k: lab[k] for k in ("side", "label", "lab_id", "view_token", "settings")} for lab in labs]
-    r.hset(rkey(rid), mapping={"race": race_id, "labs": json.dumps(stored), "owner": token_hash(token),
-                               "created": time.time(), "started": 0, "room": room or ""})
+    r.hset(
+        rkey(rid),
+        mapping={
+            "race": race_id,
+            "labs": json.dumps(stored),
+            "owner": token_hash(token),
+            "created": time.time(),
+            "started": 0,
+            "room": room or "",
+        },
+    )
     r.expire(rkey(rid), cfg.lab_idle_ttl + RACE_TTL_SLACK)
     return {"race_id": rid, "token": token, "url": f"/race/{rid}", "race": race_public(race_id), "labs": labs}
 
@@ -108,16 +130,27 @@ def _enqueue_same(r: redis.Redis, lab_id: str, rc: dict[str, Any], now: float) -
     """The race's input for one lab: its fault and its jobs, at simulated time `now` (the clock is held)."""
     if rc.get("fault"):
         fault = rc["fault"]
-        r.hset(key(lab_id, "faults"), mapping={f"{fault['type']}_until": now + fault["duration_s"],
-                                               f"{fault['type']}_from": now})
+        r.hset(
+            key(lab_id, "faults"),
+            mapping={f"{fault['type']}_until": now + fault["duration_s"], f"{fault['type']}_from": now},
+        )
         stream.emit(r, lab_id, "fault.started", now, fault=fault["type"], duration=fault["duration_s"])
     ids = []
     job = rc.get("enqueue")
     for _ in range(rc.get("count", 1) if job else 0):
         clip = media.sample_clip(job["sample"])
         payload = producer.enqueue_job(
-            r, get_rq(), lab_id, job_type=job["job_type"], video_id=job["sample"], source=str(clip),
-            duration_s=job["duration_s"], resolutions=["240p", "144p"], idempotency_key=None, poison="")
+            r,
+            get_rq(),
+            lab_id,
+            job_type=job["job_type"],
+            video_id=job["sample"],
+            source=str(clip),
+            duration_s=job["duration_s"],
+            resolutions=["240p", "144p"],
+            idempotency_key=None,
+            poison="",
+        )
         ids.append(payload["job_id"])
     return ids
 
@@ -126,8 +159,9 @@ def start_race(r: redis.Redis, race: dict[str, Any]) -> dict[str, Any]:
     if race["started"]:
         raise ApiError(409, "already_started", "this race has already started; start a new one to run it again")
     if not _ready(r, race["labs"]):
-        raise ApiError(409, "not_ready", "the labs' workers are still starting; try again in a second",
-                       {"Retry-After": "1"})
+        raise ApiError(
+            409, "not_ready", "the labs' workers are still starting; try again in a second", {"Retry-After": "1"}
+        )
     rc = RACES[race["race"]]
     for lab in race["labs"]:
         _enqueue_same(r, lab["lab_id"], rc, clock.now(r, lab["lab_id"]))
@@ -147,19 +181,36 @@ def status(r: redis.Redis, rid: str) -> dict[str, Any]:
     for lab, lane_clock in zip(race["labs"], clocks, strict=True):
         c = counts[lab["lab_id"]]
         labs.append({**lab, "alive": c is not None, "counts": c, "clock": lane_clock if c is not None else None})
-    return {"id": rid, "race": race_public(race["race"]), "watch": RACES[race["race"]]["watch"],
-            "started": bool(race["started"]), "ready": bool(race["started"]) or _ready(r, race["labs"]),
-            "labs": labs, "url": f"/race/{rid}"}
+    return {
+        "id": rid,
+        "race": race_public(race["race"]),
+        "watch": RACES[race["race"]]["watch"],
+        "started": bool(race["started"]),
+        "ready": bool(race["started"]) or _ready(r, race["labs"]),
+        "labs": labs,
+        "url": f"/race/{rid}",
+    }
 
 
-RACE = Body("races.create_race", (
-    Field("race", "choice", "the race to run (GET /api/races)", choices=tuple(RACES), required=True,
-          error="invalid_race"),
-    Field("speed", setting="speed", doc="simulated seconds per real second for every lab of the race"),
-), error="invalid_settings")
+RACE = Body(
+    "races.create_race",
+    (
+        Field(
+            "race",
+            "choice",
+            "the race to run (GET /api/races)",
+            choices=tuple(RACES),
+            required=True,
+            error="invalid_race",
+        ),
+        Field("speed", setting="speed", doc="simulated seconds per real second for every lab of the race"),
+    ),
+    error="invalid_settings",
+)
 
 
 # --- API ----------------------------------------------------------------------------------------
+
 
 @bp.get("/api/races")
 def list_races():
@@ -201,6 +252,7 @@ def race_start(rid: str):
 
 # --- pages --------------------------------------------------------------------------------------
 
+
 @bp.app_template_filter("race_value")
 def race_value(value: Any) -> str:
     """A setting as the race table shows it: on/off, 1,200 rather than 1200.0."""
@@ -233,8 +285,18 @@ def race_page(rid: str):
     except ApiError:
         abort(404)
     rc = RACES[st["race"]["id"]]
-    runs = [{"side": lab["side"], "wid": f"run-{lab['side']}", "lab": lab["lab_id"], "view": lab["view_token"],
-             "preset": rc["preset"], "title": lab["label"]} for lab in st["labs"] if lab["alive"]]
+    runs = [
+        {
+            "side": lab["side"],
+            "wid": f"run-{lab['side']}",
+            "lab": lab["lab_id"],
+            "view": lab["view_token"],
+            "preset": rc["preset"],
+            "title": lab["label"],
+        }
+        for lab in st["labs"]
+        if lab["alive"]
+    ]
     if len(runs) < len(st["labs"]):
         abort(404)
     vary = [{"name": n, "label": settings.BY_NAME[n].label or n} for n in rc["vary"]]

@@ -30,8 +30,9 @@ EVENT_LIMIT = 50_000  # a lab's whole history at the lab sizes this course runs
 def retry_waves(events: list[dict]) -> dict[str, dict]:
     """Retry arrivals (the `due` of each scheduled retry) per policy, relative to the start of the
     outage they followed. Why relative: runs of different policies then share one time axis."""
-    outages = [e["t_sim"] for e in events if e["type"] == "fault.started"
-               and e["data"].get("fault") == "storage_outage"]
+    outages = [
+        e["t_sim"] for e in events if e["type"] == "fault.started" and e["data"].get("fault") == "storage_outage"
+    ]
     waves: dict[str, dict] = {}
     for e in events:
         if e["type"] != "job.retry_scheduled":
@@ -61,8 +62,9 @@ def storage_arrivals(events: list[dict]) -> dict:
 
     `runs`: one per storage outage, in order, each holding the retries between its start and the next
     outage's (so two runs are never summed into one bar), with the policy their calls ran under."""
-    outages = [e["t_sim"] for e in events if e["type"] == "fault.started"
-               and e["data"].get("fault") == "storage_outage"]
+    outages = [
+        e["t_sim"] for e in events if e["type"] == "fault.started" and e["data"].get("fault") == "storage_outage"
+    ]
     first_fail: dict[tuple, float] = {}
     for e in events:
         if e["type"] == "storage.failed":
@@ -70,8 +72,7 @@ def storage_arrivals(events: list[dict]) -> dict:
                 first_fail.setdefault((e.get("job_id"), e.get("attempt"), part), e["t_sim"])
     since_outage, retried, since_failure, callers = [], [], [], set()
     by_policy: dict[str, dict] = {}
-    runs = [{"from": t, "policies": Counter(), "arrivals": [], "callers": set(), "job_retries": 0}
-            for t in outages]
+    runs = [{"from": t, "policies": Counter(), "arrivals": [], "callers": set(), "job_retries": 0} for t in outages]
     for e in events:
         since = [i for i, t in enumerate(outages) if t <= e["t_sim"]]
         if e["type"] == "job.retry_scheduled" and since:
@@ -98,8 +99,14 @@ def storage_arrivals(events: list[dict]) -> dict:
             first_fail.setdefault(caller, e["t_sim"])
         if caller in first_fail:
             callers.add(caller)
-    return {"since_outage": since_outage, "retried": retried, "since_failure": since_failure,
-            "callers": len(callers), "by_policy": by_policy, "runs": runs}
+    return {
+        "since_outage": since_outage,
+        "retried": retried,
+        "since_failure": since_failure,
+        "callers": len(callers),
+        "by_policy": by_policy,
+        "runs": runs,
+    }
 
 
 def _run(run: dict, bucket_s: float) -> dict:
@@ -111,10 +118,16 @@ def _run(run: dict, bucket_s: float) -> dict:
     first: dict[str, int] = {}
     for job, attempt, _part in run["callers"]:
         first[job] = min(first.get(job, attempt), attempt)
-    return {"from": run["from"], "policy": policy, "histogram": hist, "storage_retries": len(run["arrivals"]),
-            "callers": len(run["callers"]), "job_retries": run["job_retries"],
-            "herd": sum(1 for job, attempt, _part in run["callers"] if attempt == first[job]),
-            "peak_per_bucket": max((n for _b, n in hist), default=0)}
+    return {
+        "from": run["from"],
+        "policy": policy,
+        "histogram": hist,
+        "storage_retries": len(run["arrivals"]),
+        "callers": len(run["callers"]),
+        "job_retries": run["job_retries"],
+        "herd": sum(1 for job, attempt, _part in run["callers"] if attempt == first[job]),
+        "peak_per_bucket": max((n for _b, n in hist), default=0),
+    }
 
 
 def histogram(values: list[float], bucket_s: float) -> list[list[float]]:
@@ -128,10 +141,14 @@ def dlq_health(r: redis.Redis, lab: str, events: list[dict], settings: dict) -> 
     now = clock.now(r, lab)
     depth = int(r.zcard(key(lab, "dlq")))
     recent = sum(1 for e in events if e["type"] == "job.dead_lettered" and e["t_sim"] > now - 60)
-    return {"depth": depth, "depth_threshold": settings["dlq_alert_depth"],
-            "depth_alert": depth >= settings["dlq_alert_depth"],
-            "arrivals_per_min": recent, "rate_threshold": settings["dlq_alert_rate"],
-            "rate_alert": recent >= settings["dlq_alert_rate"]}
+    return {
+        "depth": depth,
+        "depth_threshold": settings["dlq_alert_depth"],
+        "depth_alert": depth >= settings["dlq_alert_depth"],
+        "arrivals_per_min": recent,
+        "rate_threshold": settings["dlq_alert_rate"],
+        "rate_alert": recent >= settings["dlq_alert_rate"],
+    }
 
 
 @bp.get("/api/labs/<lab_id>/retries")
@@ -153,9 +170,12 @@ def get_retries(lab_id: str):
     policies = {}
     for policy, w in retry_waves(events).items():
         first = histogram(w["first_wave"], bucket_s)
-        policies[policy] = {"retries": len(w["arrivals"]), "histogram": histogram(w["arrivals"], bucket_s),
-                            "first_wave": len(w["first_wave"]),
-                            "first_wave_peak": max((n for _b, n in first), default=0)}
+        policies[policy] = {
+            "retries": len(w["arrivals"]),
+            "histogram": histogram(w["arrivals"], bucket_s),
+            "first_wave": len(w["first_wave"]),
+            "first_wave_peak": max((n for _b, n in first), default=0),
+        }
     herd = max((p["first_wave"] for p in policies.values()), default=0)
     breaker = r.hgetall(key(lab_id, "breaker"))
     arrivals = storage_arrivals(events)
@@ -165,27 +185,50 @@ def get_retries(lab_id: str):
     runs = [_run(run, bucket_s) for run in arrivals["runs"]]
     herd_now = next((run["herd"] for run in reversed(runs) if run["herd"]), callers)  # the model's: the latest run's
     storage = {
-        "callers": callers, "calls": len(arrivals["since_outage"]), "histogram": at_storage,
+        "callers": callers,
+        "calls": len(arrivals["since_outage"]),
+        "histogram": at_storage,
         "peak_per_bucket": max((n for _b, n in at_storage), default=0),
         "since_first_failure": by_failure,
         "peak_since_first_failure": max((n for _b, n in by_failure), default=0),
         "runs": runs,
-        "policies": {p: {"histogram": (h := histogram(v["arrivals"], bucket_s)), "callers": len(v["callers"]),
-                         "peak_per_bucket": max((n for _b, n in h), default=0)}
-                     for p, v in arrivals["by_policy"].items()},
-        "schedule_s": [sum(exponential_delay(k, s["retry_base"], s["retry_cap"]) for k in range(1, n + 1))
-                       for n in range(1, max(2, s["max_attempts"]))],
-        "model": {"callers": herd_now, "no_jitter_peak_per_bucket": herd_now,
-                  "full_jitter_mean_per_bucket": numbers.jitter_peak_per_bucket(herd_now, window, bucket_s),
-                  "full_jitter_expected_peak": round(numbers.jitter_expected_peak(herd_now, window, bucket_s), 2),
-                  "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s)}}
+        "policies": {
+            p: {
+                "histogram": (h := histogram(v["arrivals"], bucket_s)),
+                "callers": len(v["callers"]),
+                "peak_per_bucket": max((n for _b, n in h), default=0),
+            }
+            for p, v in arrivals["by_policy"].items()
+        },
+        "schedule_s": [
+            sum(exponential_delay(k, s["retry_base"], s["retry_cap"]) for k in range(1, n + 1))
+            for n in range(1, max(2, s["max_attempts"]))
+        ],
+        "model": {
+            "callers": herd_now,
+            "no_jitter_peak_per_bucket": herd_now,
+            "full_jitter_mean_per_bucket": numbers.jitter_peak_per_bucket(herd_now, window, bucket_s),
+            "full_jitter_expected_peak": round(numbers.jitter_expected_peak(herd_now, window, bucket_s), 2),
+            "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s),
+        },
+    }
     return jsonify(
         storage=storage,
-        bucket_s=bucket_s, window_s=window, policies=policies,
-        model={"clients": herd, "no_jitter_peak_per_bucket": herd,
-               "full_jitter_peak_per_bucket": numbers.jitter_peak_per_bucket(herd, window, bucket_s),
-               "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s)},
+        bucket_s=bucket_s,
+        window_s=window,
+        policies=policies,
+        model={
+            "clients": herd,
+            "no_jitter_peak_per_bucket": herd,
+            "full_jitter_peak_per_bucket": numbers.jitter_peak_per_bucket(herd, window, bucket_s),
+            "jitter_peak_reduction_x": numbers.jitter_peak_reduction(window, bucket_s),
+        },
         dlq=dlq_health(r, lab_id, events, s),
-        breaker={"enabled": s["breaker"], "state": breaker.get("state", "closed") if s["breaker"] else "off",
-                 "failures": int(breaker.get("failures", 0)), "threshold": s["breaker_threshold"]},
-        budget={"max_attempts": s["max_attempts"], "retry_budget_s": s["retry_budget"]})
+        breaker={
+            "enabled": s["breaker"],
+            "state": breaker.get("state", "closed") if s["breaker"] else "off",
+            "failures": int(breaker.get("failures", 0)),
+            "threshold": s["breaker_threshold"],
+        },
+        budget={"max_attempts": s["max_attempts"], "retry_budget_s": s["retry_budget"]},
+    )

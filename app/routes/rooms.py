@@ -164,18 +164,26 @@ def require_seat(room: dict[str, str], seat: str) -> str:
     """The seat id if this room issued it to this address; 403 for an id a client made up (it would count a second
     person) or one taken from another address (the page takes a new seat)."""
     nonce, sig = seat[:SEAT_NONCE], seat[SEAT_NONCE:]
-    if not (room.get("member_key") and len(seat) == SEAT_NONCE + SEAT_SIG
-            and hmac.compare_digest(_seat_sig(room, nonce), sig)):
-        raise ApiError(403, "not_in_room", "this page has no seat in the room (an id the room did not issue, or "
-                                           "issued to another address): reload the page to join")
+    if not (
+        room.get("member_key")
+        and len(seat) == SEAT_NONCE + SEAT_SIG
+        and hmac.compare_digest(_seat_sig(room, nonce), sig)
+    ):
+        raise ApiError(
+            403,
+            "not_in_room",
+            "this page has no seat in the room (an id the room did not issue, or "
+            "issued to another address): reload the page to join",
+        )
     return seat
 
 
 def require_instructor_token(room: dict[str, str]) -> None:
     auth = request.headers.get("Authorization", "")
     if not auth.startswith("Bearer "):
-        raise ApiError(401, "missing_token", "send Authorization: Bearer <instructor token>",
-                       {"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401, "missing_token", "send Authorization: Bearer <instructor token>", {"WWW-Authenticate": "Bearer"}
+        )
     if not hmac.compare_digest(room["instructor"], token_hash(auth[7:].strip())):
         raise ApiError(403, "forbidden", "this token is not this room's instructor token")
 
@@ -209,8 +217,9 @@ def headline(c: dict[str, int] | None) -> dict[str, int] | None:
 
 def lab_cookie(resp, lab: str, token: str):
     """The same lab cookie POST /api/labs sets (it lets <video> fetch outputs); SameSite=Strict."""
-    resp.set_cookie(f"lab_{lab}", token, httponly=True, samesite="Strict",
-                    max_age=current_app.config["LAB"].lab_idle_ttl)
+    resp.set_cookie(
+        f"lab_{lab}", token, httponly=True, samesite="Strict", max_age=current_app.config["LAB"].lab_idle_ttl
+    )
     return resp
 
 
@@ -263,11 +272,18 @@ def _adopt_lab(r: redis.Redis, body: dict) -> dict[str, Any]:
     if preset not in links.room_presets():
         raise ApiError(422, "invalid_preset", {"lab_id": f"a room runs a chapter's preset; this lab runs {preset}"})
     registry.touch(r, lab_id)
-    return {"lab_id": lab_id, "token": token, "view_token": view_token, "ws_url": f"/ws/labs/{lab_id}",
-            "preset": preset, "settings": registry.settings(r, lab_id)}
+    return {
+        "lab_id": lab_id,
+        "token": token,
+        "view_token": view_token,
+        "ws_url": f"/ws/labs/{lab_id}",
+        "preset": preset,
+        "settings": registry.settings(r, lab_id),
+    }
 
 
 # --- API ----------------------------------------------------------------------------------------
+
 
 @bp.get("/api/scenarios")
 def list_scenarios():
@@ -292,14 +308,29 @@ def create_room():
     if scenario and (needs := chapters.SCENARIOS[scenario]["preset"]) != preset:
         raise ApiError(422, "invalid_scenario", {"scenario": f"{scenario} runs on {needs}, this lab on {preset}"})
     code, token = new_code(r), secrets.token_urlsafe(24)
-    r.hset(rkey(code), mapping={
-        "lab_id": lab["lab_id"], "view_token": lab["view_token"], "preset": preset,
-        "scenario": scenario or "", "instructor": token_hash(token), "created": time.time(),
-        "member_key": secrets.token_hex(16)})
+    r.hset(
+        rkey(code),
+        mapping={
+            "lab_id": lab["lab_id"],
+            "view_token": lab["view_token"],
+            "preset": preset,
+            "scenario": scenario or "",
+            "instructor": token_hash(token),
+            "created": time.time(),
+            "member_key": secrets.token_hex(16),
+        },
+    )
     _keep_alive(r, code)
-    resp = jsonify(code=code, display_code=pretty(code), instructor_token=token, lab=lab,
-                   join_url=join_url(code), room_url=url_for("rooms.room_page", code=code),
-                   qr_url=url_for("rooms.room_qr", code=code), chapter_url=links.chapter_path(preset))
+    resp = jsonify(
+        code=code,
+        display_code=pretty(code),
+        instructor_token=token,
+        lab=lab,
+        join_url=join_url(code),
+        room_url=url_for("rooms.room_page", code=code),
+        qr_url=url_for("rooms.room_qr", code=code),
+        chapter_url=links.chapter_path(preset),
+    )
     resp.status_code = 201
     return lab_cookie(resp, lab["lab_id"], lab["token"])
 
@@ -309,10 +340,17 @@ def get_room(code: str):
     """Resolve a join code: the room's chapter and the instructor lab's id and view token (read-only)."""
     room = load(get_redis(), code)
     path = links.chapter_path(room["preset"])
-    return jsonify(code=room["code"], display_code=pretty(room["code"]), preset=room["preset"],
-                   title=room_title(room), scenario=room["scenario"] or None,
-                   lab_id=room["lab_id"], view_token=room["view_token"], chapter_url=path,
-                   watch_url=watch_path(room))
+    return jsonify(
+        code=room["code"],
+        display_code=pretty(room["code"]),
+        preset=room["preset"],
+        title=room_title(room),
+        scenario=room["scenario"] or None,
+        lab_id=room["lab_id"],
+        view_token=room["view_token"],
+        chapter_url=path,
+        watch_url=watch_path(room),
+    )
 
 
 @bp.post("/api/rooms/<code>/follow")
@@ -323,8 +361,9 @@ def follow_room(code: str):
     room = load(r, code)
     name = parse(json_body(), bodies.FOLLOW)["name"]
     if r.hlen(rkey(room["code"], "students")) >= MAX_STUDENTS:  # full already: open no lab (join_capped decides)
-        raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
-                       {"Retry-After": "60"})
+        raise ApiError(
+            429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs", {"Retry-After": "60"}
+        )
     if not registry.exists(r, room["lab_id"]):
         raise ApiError(410, "room_lab_gone", "the instructor's lab has expired; ask for a new room")
     lab = _new_lab(r, room["preset"], registry.settings(r, room["lab_id"]))
@@ -332,8 +371,9 @@ def follow_room(code: str):
     entry = json.dumps({"name": label, "joined": time.time(), "view_token": lab["view_token"]})
     if not join_capped(r, rkey(room["code"], "students"), lab["lab_id"], entry, MAX_STUDENTS):
         registry.teardown(r, lab["lab_id"], current_app.config["LAB"].var_dir)  # others filled it meanwhile
-        raise ApiError(429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs",
-                       {"Retry-After": "60"})
+        raise ApiError(
+            429, "room_full", f"this room already has {MAX_STUDENTS} follow-along labs", {"Retry-After": "60"}
+        )
     r.zadd(rkey(room["code"], "seen"), {lab["lab_id"]: time.time()})
     _keep_alive(r, room["code"])
     resp = jsonify(dict(lab, name=label, chapter_url=chapter_link(room)))
@@ -378,8 +418,12 @@ def room_presence(code: str):
         if joined == 0:
             raise ApiError(429, "room_full", f"this room already has {MAX_VIEWERS} viewers", {"Retry-After": "30"})
         if joined < 0:
-            raise ApiError(429, "room_client_full", f"this room already counts {per_client} viewers from your "
-                           "address", {"Retry-After": "30"})
+            raise ApiError(
+                429,
+                "room_client_full",
+                f"this room already counts {per_client} viewers from your address",
+                {"Retry-After": "30"},
+            )
     return jsonify(role=role, every_s=10, display_code=pretty(code))
 
 
@@ -397,21 +441,38 @@ def room_status(code: str):
     students = []
     for lab_id, raw in joined.items():
         info, alive = json.loads(raw), counts[lab_id] is not None
-        students.append({"lab_id": lab_id, "name": info["name"], "joined": info["joined"], "alive": alive,
-                         "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
-                         "counts": headline(counts[lab_id]), "passed": passed[lab_id],
-                         # the instructor may put a student's run on the projector, read-only
-                         "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}"})
+        students.append(
+            {
+                "lab_id": lab_id,
+                "name": info["name"],
+                "joined": info["joined"],
+                "alive": alive,
+                "live": alive and now - seen.get(lab_id, 0) <= PRESENCE_WINDOW,
+                "counts": headline(counts[lab_id]),
+                "passed": passed[lab_id],
+                # the instructor may put a student's run on the projector, read-only
+                "watch_url": f"{path}?{urlencode({'lab': lab_id, 'view': info['view_token']})}",
+            }
+        )
     students.sort(key=lambda s: s["joined"])
     _keep_alive(r, code)
-    return jsonify(code=code, display_code=pretty(code), preset=room["preset"], lab_id=room["lab_id"],
-                   lab_alive=counts[room["lab_id"]] is not None, counts=headline(counts[room["lab_id"]]),
-                   passed=passed[room["lab_id"]],
-                   viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
-                   students=students, expires_in=ROOM_TTL, join_url=join_url(code),
-                   round=_round(r, room, True), predictions=list(predictions_for(room["preset"]).values()),
-                   races=links.races_for(room["preset"]),
-                   race_url=f"/race/{room['race']}" if room.get("race") else None)
+    return jsonify(
+        code=code,
+        display_code=pretty(code),
+        preset=room["preset"],
+        lab_id=room["lab_id"],
+        lab_alive=counts[room["lab_id"]] is not None,
+        counts=headline(counts[room["lab_id"]]),
+        passed=passed[room["lab_id"]],
+        viewers=r.zcount(rkey(code, "viewers"), now - PRESENCE_WINDOW, "+inf"),
+        students=students,
+        expires_in=ROOM_TTL,
+        join_url=join_url(code),
+        round=_round(r, room, True),
+        predictions=list(predictions_for(room["preset"]).values()),
+        races=links.races_for(room["preset"]),
+        race_url=f"/race/{room['race']}" if room.get("race") else None,
+    )
 
 
 # --- prediction rounds (issue 22) ---------------------------------------------------------------
@@ -419,11 +480,15 @@ def room_status(code: str):
 # sends one guess per client (changeable until the answer is in); the instructor's lab posts what it
 # measured. The dashboard shows the spread of guesses beside the measurement, live.
 
+
 def predictions_for(preset: str) -> dict[str, dict[str, Any]]:
     """The chapter's predictions (the scenario buttons' `predict`), by id, each with its scenario's label:
     two scenarios may ask the same question ("How many attempts…?") of different set-ups."""
-    return {b["predict"]["id"]: dict(b["predict"], scenario=b["label"])
-            for b in chapters.BUTTONS.get(preset, []) if b.get("predict")}
+    return {
+        b["predict"]["id"]: dict(b["predict"], scenario=b["label"])
+        for b in chapters.BUTTONS.get(preset, [])
+        if b.get("predict")
+    }
 
 
 def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
@@ -433,8 +498,11 @@ def _clean_guess(spec: dict[str, Any], value: Any) -> Any:
         raise ApiError(422, "invalid_guess", {"value": f"must be one of {', '.join(v for v, _ in spec['choices'])}"})
     lo, hi = spec.get("min", 0), spec.get("max", 10**6)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ApiError(422, "invalid_guess", {"value": f"must be a whole number from {spec.get('min', 0)} to "
-                                                       f"{spec.get('max', 10**6)}"})
+        raise ApiError(
+            422,
+            "invalid_guess",
+            {"value": f"must be a whole number from {spec.get('min', 0)} to {spec.get('max', 10**6)}"},
+        )
     return value
 
 
@@ -443,9 +511,14 @@ def _round(r: redis.Redis, room: dict[str, str], with_spread: bool = False) -> d
     spec = predictions_for(room["preset"]).get(raw.get("prediction", ""))
     if not spec:
         return None
-    out: dict[str, Any] = {"n": int(raw["n"]), "prediction": spec, "opened": float(raw["opened"]),
-                           "measured": json.loads(raw["measured"]) if raw.get("measured") else None,
-                           "why": raw.get("why") or None, "count": r.hlen(rkey(room["code"], "guesses"))}
+    out: dict[str, Any] = {
+        "n": int(raw["n"]),
+        "prediction": spec,
+        "opened": float(raw["opened"]),
+        "measured": json.loads(raw["measured"]) if raw.get("measured") else None,
+        "why": raw.get("why") or None,
+        "count": r.hlen(rkey(room["code"], "guesses")),
+    }
     if with_spread:
         spread: dict[str, int] = {}
         for v in r.hvals(rkey(room["code"], "guesses")):
@@ -462,8 +535,11 @@ def open_round(code: str):
     room = require_instructor(r, code)
     pid = parse(json_body(), bodies.ROUND)["prediction"]
     if pid not in predictions_for(room["preset"]):
-        raise ApiError(422, "invalid_prediction",
-                       {"prediction": f"must be one of {', '.join(predictions_for(room['preset'])) or '(none)'}"})
+        raise ApiError(
+            422,
+            "invalid_prediction",
+            {"prediction": f"must be one of {', '.join(predictions_for(room['preset'])) or '(none)'}"},
+        )
     n = int(r.hget(rkey(room["code"], "round"), "n") or 0) + 1
     with r.pipeline(transaction=True) as pipe:
         pipe.delete(rkey(room["code"], "round"), rkey(room["code"], "guesses"))
@@ -481,8 +557,11 @@ def get_round(code: str):
     client = request.args.get("client", "")
     mine = r.hget(rkey(room["code"], "guesses"), client) if _SEAT.match(client) else None
     race = room.get("race")
-    return jsonify(round=_round(r, room), your_guess=json.loads(mine) if mine else None,
-                   race_url=f"/race/{race}" if race and r.exists(f"race:{race}") else None)
+    return jsonify(
+        round=_round(r, room),
+        your_guess=json.loads(mine) if mine else None,
+        race_url=f"/race/{race}" if race and r.exists(f"race:{race}") else None,
+    )
 
 
 @bp.post("/api/rooms/<code>/round/guesses")
@@ -518,7 +597,7 @@ def round_result(code: str):
     measured, why = body["measured"], body["why"]
     if spec["kind"] == "choice":
         measured = _clean_guess(spec, measured)
-    elif isinstance(measured, bool) or not isinstance(measured, int) or not -10**6 <= measured <= 10**6:
+    elif isinstance(measured, bool) or not isinstance(measured, int) or not -(10**6) <= measured <= 10**6:
         raise ApiError(422, "invalid_result", {"measured": "must be a whole number"})
     r.hset(rkey(room["code"], "round"), mapping={"measured": json.dumps(measured), "why": why})
     return jsonify(round=_round(r, room, True))
@@ -543,8 +622,15 @@ def room_qr(code: str):
     room = load(get_redis(), code)
     out = BytesIO()
     segno.make(join_url(room["code"]), error="m").save(
-        out, kind="svg", scale=10, border=4, dark="#000", light="#fff", xmldecl=False,
-        title=f"Join room {pretty(room['code'])}")
+        out,
+        kind="svg",
+        scale=10,
+        border=4,
+        dark="#000",
+        light="#fff",
+        xmldecl=False,
+        title=f"Join room {pretty(room['code'])}",
+    )
     return out.getvalue(), 200, {"Content-Type": "image/svg+xml", "Cache-Control": "private, max-age=3600"}
 
 
@@ -560,6 +646,7 @@ def close_room(code: str):
 
 # --- pages --------------------------------------------------------------------------------------
 
+
 @bp.app_template_global("classroom_scenarios")
 def classroom_scenarios() -> list[dict[str, Any]]:
     """The scenario table for any page (the index lists it too)."""
@@ -573,9 +660,12 @@ def _page(template: str, status: int = 200, **ctx):
 @bp.get("/rooms")
 def rooms_page():
     """Start a room (instructor) or join one by code (student)."""
-    return _page("rooms.html", room_ttl_hours=ROOM_TTL // 3600,
-                 presets=[(p, chapters.PRESETS[p]["title"]) for p in links.room_presets()],
-                 room_preset=chapters.ROOM_PRESET)
+    return _page(
+        "rooms.html",
+        room_ttl_hours=ROOM_TTL // 3600,
+        presets=[(p, chapters.PRESETS[p]["title"]) for p in links.room_presets()],
+        room_preset=chapters.ROOM_PRESET,
+    )
 
 
 @bp.get("/rooms/<code>")
@@ -585,8 +675,15 @@ def room_page(code: str):
         room = load(get_redis(), code)
     except ApiError as e:
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:16])
-    return _page("room.html", room=room, display_code=pretty(room["code"]), join_url=join_url(room["code"]),
-                 lab_url=chapter_link(room), present_url=chapter_link(room, present="1"), title=room_title(room))
+    return _page(
+        "room.html",
+        room=room,
+        display_code=pretty(room["code"]),
+        join_url=join_url(room["code"]),
+        lab_url=chapter_link(room),
+        present_url=chapter_link(room, present="1"),
+        title=room_title(room),
+    )
 
 
 @bp.get("/join")
@@ -606,9 +703,16 @@ def join_page(code: str):
     except ApiError as e:
         return _page("room_join.html", 404, room=None, error=e.detail, code=normalise(code)[:16])
     path = links.chapter_path(room["preset"])
-    return _page("room_join.html", room=room, error=None, code=room["code"], display_code=pretty(room["code"]),
-                 title=room_title(room), chapter_url=path,
-                 watch_url=watch_path(room))
+    return _page(
+        "room_join.html",
+        room=room,
+        error=None,
+        code=room["code"],
+        display_code=pretty(room["code"]),
+        title=room_title(room),
+        chapter_url=path,
+        watch_url=watch_path(room),
+    )
 
 
 @bp.get("/s/<scenario_id>")

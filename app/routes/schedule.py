@@ -27,9 +27,22 @@ from core.engines.scheduler import TASK, clock_offset, cron_key, digest_tick
 
 bp = Blueprint("schedule", __name__)
 RECENT_TICKS = 30
-CH7_SETTINGS = ("scheduler_replicas", "cron_strategy", "cron_interval", "cron_task_s", "cron_lock_ttl",
-                "cron_release", "leader_lease", "clock_skew", "cron_idempotent", "cron_catch_up", "cron_shard",
-                "shard_buckets", "cron_users", "speed")
+CH7_SETTINGS = (
+    "scheduler_replicas",
+    "cron_strategy",
+    "cron_interval",
+    "cron_task_s",
+    "cron_lock_ttl",
+    "cron_release",
+    "leader_lease",
+    "clock_skew",
+    "cron_idempotent",
+    "cron_catch_up",
+    "cron_shard",
+    "shard_buckets",
+    "cron_users",
+    "speed",
+)
 SETTLE_S = 5.0  # simulated seconds after a tick's end before its run count is final (loop resolution)
 
 
@@ -39,8 +52,12 @@ def _lock_view(r: redis.Redis, lab: str, name: str, now: float, settings: dict) 
     if lock["holder"] is None or lock["expires"] is None:
         return {"holder": None, "remaining_s": None, "fence": lock["fence"], "expired": False}
     remaining = lock["expires"] - (now + clock_offset(settings, lock["holder"]))
-    return {"holder": lock["holder"], "remaining_s": round(remaining, 3), "fence": lock["fence"],
-            "expired": remaining <= 0}
+    return {
+        "holder": lock["holder"],
+        "remaining_s": round(remaining, 3),
+        "fence": lock["fence"],
+        "expired": remaining <= 0,
+    }
 
 
 def _empty_row() -> dict[str, Any]:
@@ -84,8 +101,19 @@ def by_strategy(rows: dict[int, dict[str, Any]], last_complete: int) -> dict[str
         row = rows[tick]
         if tick > last_complete or row["strategy"] is None:
             continue
-        s = out.setdefault(row["strategy"], {"ticks": 0, "runs": 0, "min_runs": math.inf, "max_runs": 0,
-                                             "duplicate_ticks": 0, "missed_ticks": 0, "overlaps": 0, "emails": 0})
+        s = out.setdefault(
+            row["strategy"],
+            {
+                "ticks": 0,
+                "runs": 0,
+                "min_runs": math.inf,
+                "max_runs": 0,
+                "duplicate_ticks": 0,
+                "missed_ticks": 0,
+                "overlaps": 0,
+                "emails": 0,
+            },
+        )
         s["ticks"] += 1
         s["runs"] += row["runs"]
         s["min_runs"] = min(s["min_runs"], row["runs"])
@@ -104,9 +132,17 @@ def shard_report(settings: dict) -> dict[str, Any]:
     sizes = shards.bucket_sizes(shards.users(users), buckets)
     chi = shards.chi_square(sizes)
     critical = shards.chi_square_critical(buckets - 1) if buckets > 1 else 0.0
-    return {"users": users, "buckets": buckets, "sizes": sizes, "expected": users / buckets,
-            "chi_square": round(chi, 3), "df": buckets - 1, "critical_0_1pct": round(critical, 3),
-            "even": chi <= critical, "unsharded_burst": users}
+    return {
+        "users": users,
+        "buckets": buckets,
+        "sizes": sizes,
+        "expected": users / buckets,
+        "chi_square": round(chi, 3),
+        "df": buckets - 1,
+        "critical_0_1pct": round(critical, 3),
+        "even": chi <= critical,
+        "unsharded_burst": users,
+    }
 
 
 def model(settings: dict) -> dict[str, Any]:
@@ -114,15 +150,28 @@ def model(settings: dict) -> dict[str, Any]:
     try:
         inputs = numbers.Inputs(
             scheduler_replicas=max(1, int(settings["scheduler_replicas"])),
-            cron_interval_s=float(settings["cron_interval"]), task_p99_s=float(settings["cron_task_s"]),
-            short_lock_ttl_s=float(settings["cron_lock_ttl"]), lock_ttl_s=float(settings["cron_lock_ttl"]),
-            clock_skew_s=float(settings["clock_skew"]), leader_lease_s=float(settings["leader_lease"]),
-            users=int(settings["cron_users"]), shard_buckets=int(settings["shard_buckets"]))
+            cron_interval_s=float(settings["cron_interval"]),
+            task_p99_s=float(settings["cron_task_s"]),
+            short_lock_ttl_s=float(settings["cron_lock_ttl"]),
+            lock_ttl_s=float(settings["cron_lock_ttl"]),
+            clock_skew_s=float(settings["clock_skew"]),
+            leader_lease_s=float(settings["leader_lease"]),
+            users=int(settings["cron_users"]),
+            shard_buckets=int(settings["shard_buckets"]),
+        )
     except numbers.InputError:
         inputs = numbers.Inputs()
     c7 = chapters.figures_of("schedule", inputs)
-    keys = ("no_lock_runs_per_tick", "no_lock_emails_per_user", "lock_margin_s", "lock_margin_after_skew_s",
-            "lock_ttl_over_p99_x", "leader_failover_max_s", "missed_tick_after_s", "users_per_bucket")
+    keys = (
+        "no_lock_runs_per_tick",
+        "no_lock_emails_per_user",
+        "lock_margin_s",
+        "lock_margin_after_skew_s",
+        "lock_ttl_over_p99_x",
+        "leader_failover_max_s",
+        "missed_tick_after_s",
+        "users_per_bucket",
+    )
     return {k: c7[k] for k in keys}
 
 
@@ -133,11 +182,22 @@ def margins(s: dict) -> dict[str, dict[str, Any]]:
     lease only need to outlive the gap between renewals, but a replica whose clock runs ahead still
     sees them expire `skew` seconds early."""
     ttl, task, skew, lease = (float(s[n]) for n in ("cron_lock_ttl", "cron_task_s", "clock_skew", "leader_lease"))
-    rows = {"lock": (ttl, task, "task"), "heartbeat": (ttl, ttl / 3, "heartbeat gap"),
-            "leader": (lease, lease / 3, "renewal gap")}
-    return {name: {"timeout_s": t, "covers_s": round(c, 3), "covers": what, "clock_skew_s": skew,
-                   "margin_s": round(t - c - skew, 3), "ok": t - c - skew > 0}
-            for name, (t, c, what) in rows.items()}
+    rows = {
+        "lock": (ttl, task, "task"),
+        "heartbeat": (ttl, ttl / 3, "heartbeat gap"),
+        "leader": (lease, lease / 3, "renewal gap"),
+    }
+    return {
+        name: {
+            "timeout_s": t,
+            "covers_s": round(c, 3),
+            "covers": what,
+            "clock_skew_s": skew,
+            "margin_s": round(t - c - skew, 3),
+            "ok": t - c - skew > 0,
+        }
+        for name, (t, c, what) in rows.items()
+    }
 
 
 def report(lab: str) -> dict[str, Any]:
@@ -168,7 +228,9 @@ def report(lab: str) -> dict[str, Any]:
     replicas.sort(key=lambda x: int(x["id"][1:]))
     complete = [rows[t] for t in sorted(rows) if t <= last_complete]
     return {
-        "now": round(now, 3), "tick": math.floor(now / interval), "last_complete_tick": last_complete,
+        "now": round(now, 3),
+        "tick": math.floor(now / interval),
+        "last_complete_tick": last_complete,
         "since_tick": since,
         "settings": {n: s[n] for n in CH7_SETTINGS},
         "replicas": replicas,
@@ -177,11 +239,15 @@ def report(lab: str) -> dict[str, Any]:
         "failovers": [json.loads(x) for x in r.lrange(cron_key(lab, "failovers"), 0, -1)],
         "ticks": [{"tick": t, **rows[t]} for t in sorted(rows)[-RECENT_TICKS:]],
         "totals": {
-            "ticks": len(complete), "runs": sum(x["runs"] for x in complete),
+            "ticks": len(complete),
+            "runs": sum(x["runs"] for x in complete),
             "duplicate_runs": sum(max(0, x["runs"] - 1) for x in complete),
             "missed_ticks": sum(1 for x in complete if x["runs"] == 0),
-            "overlaps": sum(x["overlaps"] for x in complete), "catch_ups": sum(x["catch_up"] for x in complete),
-            "emails": sum(emails), "digests": len(emails), "duplicate_emails": sum(emails) - len(emails),
+            "overlaps": sum(x["overlaps"] for x in complete),
+            "catch_ups": sum(x["catch_up"] for x in complete),
+            "emails": sum(emails),
+            "digests": len(emails),
+            "duplicate_emails": sum(emails) - len(emails),
             "max_emails_per_user": max(emails, default=0),
             "wasted_digests": sum(x["wasted"] for x in complete),
         },

@@ -76,8 +76,9 @@ def status_load(lab_id: str):
         client, _, name = field.partition(":")
         if client in out:
             out[client][name] = int(value)
-    return jsonify(clients=out, long_polls_held=held_now(lab_id),
-                   long_poll_cap=current_app.config["LAB"].long_poll_per_lab)
+    return jsonify(
+        clients=out, long_polls_held=held_now(lab_id), long_poll_cap=current_app.config["LAB"].long_poll_per_lab
+    )
 
 
 @bp.post("/api/labs/<lab_id>/jobs/<job_id>/late-delivery")

@@ -47,8 +47,10 @@ def register(lab_id: str):
     r = get_redis()
     secret = new_secret()
     top = r.xrevrange(key(lab_id, "events"), count=1)
-    r.hset(webhooks.hook(lab_id), mapping={"url": url, "secret": secret, "fail_times": fails,
-                                           "cursor": top[0][0] if top else "0"})
+    r.hset(
+        webhooks.hook(lab_id),
+        mapping={"url": url, "secret": secret, "fail_times": fails, "cursor": top[0][0] if top else "0"},
+    )
     target = "the lab's built-in receiver" if url == webhooks.BUILTIN else url
     stream.emit(r, lab_id, "webhook.registered", clock.now(r, lab_id), target=target)
     return jsonify(url=url, secret=secret, fail_times=fails, receiver_url=webhooks.receiver_path(lab_id))
@@ -60,13 +62,18 @@ def show(lab_id: str):
     """The registration (without its secret), every message with its tries, and what the receiver saw."""
     r = get_redis()
     reg = r.hgetall(webhooks.hook(lab_id))
-    msgs = sorted((json.loads(v) for v in r.hgetall(webhooks.messages(lab_id)).values()),
-                  key=lambda m: m["created"], reverse=True)
+    msgs = sorted(
+        (json.loads(v) for v in r.hgetall(webhooks.messages(lab_id)).values()), key=lambda m: m["created"], reverse=True
+    )
     for m in msgs:
         m.pop("body", None)
-    return jsonify(registered=bool(reg.get("url")), url=reg.get("url"), fail_times=int(reg.get("fail_times", 0)),
-                   messages=msgs[:webhooks.KEEP],
-                   arrivals=[json.loads(a) for a in r.lrange(webhooks.arrivals(lab_id), 0, webhooks.KEEP - 1)])
+    return jsonify(
+        registered=bool(reg.get("url")),
+        url=reg.get("url"),
+        fail_times=int(reg.get("fail_times", 0)),
+        messages=msgs[: webhooks.KEEP],
+        arrivals=[json.loads(a) for a in r.lrange(webhooks.arrivals(lab_id), 0, webhooks.KEEP - 1)],
+    )
 
 
 @bp.delete("/api/labs/<lab_id>/webhook")
@@ -114,18 +121,40 @@ def receive(lab_id: str):
     data = payload.get("data") or {}
     now = time.time()
     completed = data.get("completed_at")
-    arrival = {"msg_id": msg_id, "type": payload.get("type"), "job_id": data.get("job_id"), "verified": ok,
-               "answered": status, "duplicate": duplicate, "bytes": len(raw), "t_real": round(now, 4),
-               "delay_ms": round((now - completed) * 1000, 1) if isinstance(completed, (int, float)) else None}
+    arrival = {
+        "msg_id": msg_id,
+        "type": payload.get("type"),
+        "job_id": data.get("job_id"),
+        "verified": ok,
+        "answered": status,
+        "duplicate": duplicate,
+        "bytes": len(raw),
+        "t_real": round(now, 4),
+        "delay_ms": round((now - completed) * 1000, 1) if isinstance(completed, (int, float)) else None,
+    }
     with r.pipeline(transaction=False) as pipe:
         pipe.lpush(webhooks.arrivals(lab_id), json.dumps(arrival))
         pipe.ltrim(webhooks.arrivals(lab_id), 0, webhooks.KEEP - 1)
         pipe.execute()
     if ok:  # an unsigned call is recorded but not narrated: strangers must not be able to flood the log
-        stream.emit(r, lab_id, "webhook.received", clock.now(r, lab_id), job_id=data.get("job_id"), msg=msg_id,
-                    kind=payload.get("type"), verified="verified", status=status, duplicate=duplicate,
-                    delay_ms=arrival["delay_ms"], bytes=len(raw))
+        stream.emit(
+            r,
+            lab_id,
+            "webhook.received",
+            clock.now(r, lab_id),
+            job_id=data.get("job_id"),
+            msg=msg_id,
+            kind=payload.get("type"),
+            verified="verified",
+            status=status,
+            duplicate=duplicate,
+            delay_ms=arrival["delay_ms"],
+            bytes=len(raw),
+        )
     if status != 200:
-        raise ApiError(status, "receiver_failing" if failing else "bad_signature",
-                       "the fail switch is on" if failing else "the webhook signature does not verify")
+        raise ApiError(
+            status,
+            "receiver_failing" if failing else "bad_signature",
+            "the fail switch is on" if failing else "the webhook signature does not verify",
+        )
     return jsonify(received=msg_id, duplicate=duplicate)

@@ -50,6 +50,7 @@ _open: dict[str, int] = defaultdict(int)  # open sockets per "client:<addr>" and
 _open_lock = threading.Lock()
 try:  # the hub writes to sockets itself only where that cannot race a handler: one gevent thread
     from gevent import monkey
+
     DIRECT = monkey.is_module_patched("socket")
 except ImportError:
     DIRECT = False
@@ -250,8 +251,7 @@ class Hub:
                 continue  # the server is restarting: the next round stamps them again
             for lab in labs:
                 try:  # no waiting for other pages here: the stamps above must stay on time
-                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0,
-                                   max_labs=cfg.max_labs)
+                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0, max_labs=cfg.max_labs)
                 except (slots.Refused, redis.RedisError):
                     pass  # still at the cap (its page keeps its own message), or the server is restarting
 
@@ -331,8 +331,10 @@ def _claim(lab: str) -> str | None:
     client = f"client:{request.remote_addr}"
     with _open_lock:
         if cfg.ws_per_client and _open[client] >= cfg.ws_per_client:
-            return (f"too many live connections from your address ({cfg.ws_per_client}): "
-                    "close another tab of this app and reload")
+            return (
+                f"too many live connections from your address ({cfg.ws_per_client}): "
+                "close another tab of this app and reload"
+            )
         if cfg.ws_per_lab and _open[f"lab:{lab}"] >= cfg.ws_per_lab:
             return f"this lab already has {cfg.ws_per_lab} live viewers: try again later"
         _open[client] += 1

@@ -20,18 +20,23 @@ SLUG = "priorities-and-fairness"  # the page is /chapters/6-priorities-and-fairn
 ADDON = "fairness"  # its lab panel: templates/_lab_fairness.html, static/js/lab-fairness.js
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "ch6": {"shows": SHOWS_RETRIES, "title": "Fairness between tiers",
-            "settings": {"workers": 3, "job_duration": 60, "fairness": "shared", "fair_job_s": 30},
-            "controls": ["workers", "clock"]},
+    "ch6": {
+        "shows": SHOWS_RETRIES,
+        "title": "Fairness between tiers",
+        "settings": {"workers": 3, "job_duration": 60, "fairness": "shared", "fair_job_s": 30},
+        "controls": ["workers", "clock"],
+    },
 }
-
 
 
 def _clean(strategy: str) -> list[dict[str, Any]]:
     """Each step from an empty queue under its own strategy: the queue reset, then a wait until the panel shows the
     strategy and no tier job left running from the step before (its starts and ends are not this step's)."""
-    return [{"api": ["POST", "/fairness/reset", {}]}, {"wait": ["ch6-panel", "data-strategy", strategy]},
-            {"wait": ["ch6-panel", "data-idle", "yes"]}]
+    return [
+        {"api": ["POST", "/fairness/reset", {}]},
+        {"wait": ["ch6-panel", "data-strategy", strategy]},
+        {"wait": ["ch6-panel", "data-idle", "yes"]},
+    ]
 
 
 _QUIET = {"arrival_rate": 0.0, "pro_workers": 1, "fair_job_s": 30}  # no background traffic: the step's jobs only
@@ -40,67 +45,148 @@ _NOISY = {"click": "ch6-noisy"}  # the panel's burst: f0 drops 60 jobs, then f1�
 
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch6": [
-        {"claim": "ch6.shared_fifo", "title": "Shared FIFO",
-         "do": [{"settings": {**_QUIET, "fairness": "shared"}}, *_clean("shared"), _NOISY,
-                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 1, "customer": "p1"}]}],
-         "predict": {**_WAIT, "id": "ch6-step-fifo", "measure": "moment:wait",
-                     "question": "One shared FIFO queue, three workers: 69 free jobs arrive, then one pro job. How "
-                                 "many simulated seconds does the pro job wait before a worker takes it?"},
-         "moment": "fairness.started", "moment_data": {"tier": "pro"}, "look": "ch6-tiers",
-         "says": "The pro job waited {measured} s: one queue serves in arrival order, so a paying customer's job "
-                 "sat behind every free job that came before it."},
-        {"claim": "ch6.noisy_neighbour", "title": "Noisy-neighbour burst, round robin",
-         "do": [{"settings": {**_QUIET, "fairness": "round_robin"}}, *_clean("round_robin"), _NOISY],
-         "predict": {**_WAIT, "id": "ch6-step-noisy", "measure": "moment:wait",
-                     "question": "Round robin per customer: f0 drops 60 jobs, then f1 to f9 one each. How many "
-                                 "simulated seconds does the last of them, f9, wait?"},
-         "moment": "fairness.started", "moment_data": {"customer": "f9"}, "look": "ch6-customers",
-         "says": "f9 waited {measured} s: round robin takes one job per customer in turn, so a quiet customer is "
-                 "served within one round, not behind the whole burst (in one FIFO it would wait for all 60)."},
-        {"claim": "ch6.aging", "title": "Strict priority with aging",
-         "do": [{"settings": {**_QUIET, "fairness": "aging", "aging_s": 300}}, *_clean("aging"),
-                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 60, "customer": "p1"}]}, _NOISY],
-         "predict": {**_WAIT, "id": "ch6-step-aging", "measure": "moment:wait",
-                     "question": "Strict priority with aging ({aging_s} s), and a 60-job pro backlog ahead of the "
-                                 "free burst. How many simulated seconds does the first free job wait?"},
-         "moment": "fairness.started", "moment_data": {"tier": "free"}, "look": "ch6-tiers",
-         "says": "The first free job started after {measured} s, near the {aging_s} s aging threshold, while pro "
-                 "jobs still waited: under strict priority alone it would wait until the pro backlog was gone."},
-        {"claim": "ch6.hard_split_idle", "title": "Hard split, no pro traffic",
-         "do": [{"settings": {**_QUIET, "fairness": "split"}}, *_clean("split"), _NOISY],
-         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "jobs", "id": "ch6-step-split",
-                     "measure": "concurrent:fairness.started:fairness.finished",
-                     "question": "Hard split with one of the three workers reserved for pro, and no pro traffic. "
-                                 "While the free burst waits, how many free jobs run at once?"},
-         "moment": "fairness.finished", "moment_n": 4, "moment_after": "fairness.started", "look": "ch6-tiers",
-         "says": "At most {measured} free jobs ran at once while the rest of the burst waited: the third worker, "
-                 "reserved for pro, sat idle with no pro job to run, and is paid for all the same."},
-        {"claim": "ch6.poison_storm", "title": "Free poison storm, separate fleets",
-         "do": [{"settings": {**_QUIET, "fairness": "separate"}}, *_clean("separate"), {"click": "ch6-poison"}],
-         "predict": {"kind": "number", "min": 0, "max": 10, "unit": "workers", "id": "ch6-step-poison",
-                     "measure": "distinct:fairness.crashed:worker_id",
-                     "question": "Fully separate fleets (one pro worker, two free), and three free jobs that each "
-                                 "take their worker down. How many different workers die?"},
-         "moment": "fairness.dead_lettered", "moment_n": 3, "look": "workers",
-         "says": "{measured} different workers died, all of them free's own: the pro fleet never saw the poison, so "
-                 "pro kept its worker through the storm."},
+        {
+            "claim": "ch6.shared_fifo",
+            "title": "Shared FIFO",
+            "do": [
+                {"settings": {**_QUIET, "fairness": "shared"}},
+                *_clean("shared"),
+                _NOISY,
+                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 1, "customer": "p1"}]},
+            ],
+            "predict": {
+                **_WAIT,
+                "id": "ch6-step-fifo",
+                "measure": "moment:wait",
+                "question": "One shared FIFO queue, three workers: 69 free jobs arrive, then one pro job. How "
+                "many simulated seconds does the pro job wait before a worker takes it?",
+            },
+            "moment": "fairness.started",
+            "moment_data": {"tier": "pro"},
+            "look": "ch6-tiers",
+            "says": "The pro job waited {measured} s: one queue serves in arrival order, so a paying customer's job "
+            "sat behind every free job that came before it.",
+        },
+        {
+            "claim": "ch6.noisy_neighbour",
+            "title": "Noisy-neighbour burst, round robin",
+            "do": [{"settings": {**_QUIET, "fairness": "round_robin"}}, *_clean("round_robin"), _NOISY],
+            "predict": {
+                **_WAIT,
+                "id": "ch6-step-noisy",
+                "measure": "moment:wait",
+                "question": "Round robin per customer: f0 drops 60 jobs, then f1 to f9 one each. How many "
+                "simulated seconds does the last of them, f9, wait?",
+            },
+            "moment": "fairness.started",
+            "moment_data": {"customer": "f9"},
+            "look": "ch6-customers",
+            "says": "f9 waited {measured} s: round robin takes one job per customer in turn, so a quiet customer is "
+            "served within one round, not behind the whole burst (in one FIFO it would wait for all 60).",
+        },
+        {
+            "claim": "ch6.aging",
+            "title": "Strict priority with aging",
+            "do": [
+                {"settings": {**_QUIET, "fairness": "aging", "aging_s": 300}},
+                *_clean("aging"),
+                {"api": ["POST", "/fairness/jobs", {"tier": "pro", "count": 60, "customer": "p1"}]},
+                _NOISY,
+            ],
+            "predict": {
+                **_WAIT,
+                "id": "ch6-step-aging",
+                "measure": "moment:wait",
+                "question": "Strict priority with aging ({aging_s} s), and a 60-job pro backlog ahead of the "
+                "free burst. How many simulated seconds does the first free job wait?",
+            },
+            "moment": "fairness.started",
+            "moment_data": {"tier": "free"},
+            "look": "ch6-tiers",
+            "says": "The first free job started after {measured} s, near the {aging_s} s aging threshold, while pro "
+            "jobs still waited: under strict priority alone it would wait until the pro backlog was gone.",
+        },
+        {
+            "claim": "ch6.hard_split_idle",
+            "title": "Hard split, no pro traffic",
+            "do": [{"settings": {**_QUIET, "fairness": "split"}}, *_clean("split"), _NOISY],
+            "predict": {
+                "kind": "number",
+                "min": 0,
+                "max": 10,
+                "unit": "jobs",
+                "id": "ch6-step-split",
+                "measure": "concurrent:fairness.started:fairness.finished",
+                "question": "Hard split with one of the three workers reserved for pro, and no pro traffic. "
+                "While the free burst waits, how many free jobs run at once?",
+            },
+            "moment": "fairness.finished",
+            "moment_n": 4,
+            "moment_after": "fairness.started",
+            "look": "ch6-tiers",
+            "says": "At most {measured} free jobs ran at once while the rest of the burst waited: the third worker, "
+            "reserved for pro, sat idle with no pro job to run, and is paid for all the same.",
+        },
+        {
+            "claim": "ch6.poison_storm",
+            "title": "Free poison storm, separate fleets",
+            "do": [{"settings": {**_QUIET, "fairness": "separate"}}, *_clean("separate"), {"click": "ch6-poison"}],
+            "predict": {
+                "kind": "number",
+                "min": 0,
+                "max": 10,
+                "unit": "workers",
+                "id": "ch6-step-poison",
+                "measure": "distinct:fairness.crashed:worker_id",
+                "question": "Fully separate fleets (one pro worker, two free), and three free jobs that each "
+                "take their worker down. How many different workers die?",
+            },
+            "moment": "fairness.dead_lettered",
+            "moment_n": 3,
+            "look": "workers",
+            "says": "{measured} different workers died, all of them free's own: the pro fleet never saw the poison, so "
+            "pro kept its worker through the storm.",
+        },
     ],
 }
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("ch6.shared_fifo", 6, "Try this 1", "Shared FIFO: workers take jobs in arrival order whatever the "
-          "tier", "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier"),
-    Claim("ch6.noisy_neighbour", 6, "Try this 2 / Check yourself 3", "FIFO puts a quiet customer behind the "
-          "whole burst; per-customer round robin serves it within one round",
-          "test_try2_check3_round_robin_lets_a_quiet_customer_past_the_burst"),
-    Claim("ch6.aging", 6, "Try this 3 / Check yourself 2", "Strict priority starves free under a pro backlog; "
-          "aging caps free's wait near the aging threshold",
-          "test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait"),
-    Claim("ch6.hard_split_idle", 6, "Try this 4 / Check yourself 1", "Hard split: with no pro traffic the "
-          "reserved workers sit idle while free jobs wait, and are paid for all the same",
-          "test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits"),
-    Claim("ch6.poison_storm", 6, "Try this 5", "Separate fleets keep a free poison storm off pro's workers",
-          "test_try5_separate_fleets_keep_a_free_poison_storm_off_pro_workers"),
+    Claim(
+        "ch6.shared_fifo",
+        6,
+        "Try this 1",
+        "Shared FIFO: workers take jobs in arrival order whatever the tier",
+        "test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier",
+    ),
+    Claim(
+        "ch6.noisy_neighbour",
+        6,
+        "Try this 2 / Check yourself 3",
+        "FIFO puts a quiet customer behind the whole burst; per-customer round robin serves it within one round",
+        "test_try2_check3_round_robin_lets_a_quiet_customer_past_the_burst",
+    ),
+    Claim(
+        "ch6.aging",
+        6,
+        "Try this 3 / Check yourself 2",
+        "Strict priority starves free under a pro backlog; aging caps free's wait near the aging threshold",
+        "test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait",
+    ),
+    Claim(
+        "ch6.hard_split_idle",
+        6,
+        "Try this 4 / Check yourself 1",
+        "Hard split: with no pro traffic the "
+        "reserved workers sit idle while free jobs wait, and are paid for all the same",
+        "test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits",
+    ),
+    Claim(
+        "ch6.poison_storm",
+        6,
+        "Try this 5",
+        "Separate fleets keep a free poison storm off pro's workers",
+        "test_try5_separate_fleets_keep_a_free_poison_storm_off_pro_workers",
+    ),
 )
 
 
@@ -111,7 +197,11 @@ def _tier_row(tier: str, lam: float, W: float, workers: int) -> dict[str, Any]:
     L = littles_law_L(lam, W)
     rho = L / workers if workers > 0 else math.inf
     return {
-        "tier": tier, "arrival_rate": lam, "in_flight": L, "workers": workers, "rho": finite(rho),
+        "tier": tier,
+        "arrival_rate": lam,
+        "in_flight": L,
+        "workers": workers,
+        "rho": finite(rho),
         "approx_wait_s": finite(approx_wait(W, rho)),
         "approx_wait_min": finite(approx_wait(W, rho) / 60),
         "mmc_wait_s": finite(erlang_c_wait(lam, W, workers)),
@@ -164,29 +254,55 @@ def figures(inputs: Inputs, core: dict[str, float], fig: dict[str, dict[str, Any
         "separate_pool_pro_workers": sep_pro,
         "separate_pool_free_workers": sep_free,
         "separate_pools_total_workers": sep_pro + sep_free,
-        "shared_pool_peak_workers": workers_for_utilisation(lam * inputs.peak_multiplier, W,
-                                                            inputs.target_utilisation),
+        "shared_pool_peak_workers": workers_for_utilisation(lam * inputs.peak_multiplier, W, inputs.target_utilisation),
         "pro_reservation_cost_usd_per_month": reserved_cost,
         "pro_revenue_usd_per_month": pro_revenue,
         "pro_reservation_cost_to_revenue": reserved_cost / pro_revenue if pro_revenue else None,
         "spike_multiplier": s,
         "spike_split": spike,
         "fairness_strategies": [
-            {"strategy": "shared FIFO", "pro_wait_s": fifo_wait, "free_wait_s": fifo_wait,
-             "free_guarantee": "same wait as everyone; pro gets no priority"},
-            {"strategy": "hard split", "pro_wait_s": pro_wait, "free_wait_s": split[1]["approx_wait_s"],
-             "free_guarantee": f"{free_c:,} workers of its own, however busy pro is"},
-            {"strategy": "weighted polling", "pro_wait_s": None, "free_wait_s": None,
-             "free_guarantee": f"≥ {floor:.0%} of polling slots (~{floor * workers:,.0f} workers)"},
-            {"strategy": "strict priority", "pro_wait_s": None, "free_wait_s": None,
-             "free_guarantee": f"none: starves once pro λ ≥ {saturating_pro:,.0f}/s"},
-            {"strategy": "aging", "pro_wait_s": None, "free_wait_s": None,
-             "free_guarantee": f"promoted after {inputs.aging_threshold_s:,.0f} s"},
-            {"strategy": "per-customer round robin", "pro_wait_s": None, "free_wait_s": None,
-             "free_guarantee": f"≤ {inputs.burst_other_customers} jobs ahead "
-                               f"(FIFO: up to {inputs.burst_jobs})"},
-            {"strategy": "separate infrastructure", "pro_wait_s": None, "free_wait_s": None,
-             "free_guarantee": "total isolation; no idle capacity flows between tiers"},
+            {
+                "strategy": "shared FIFO",
+                "pro_wait_s": fifo_wait,
+                "free_wait_s": fifo_wait,
+                "free_guarantee": "same wait as everyone; pro gets no priority",
+            },
+            {
+                "strategy": "hard split",
+                "pro_wait_s": pro_wait,
+                "free_wait_s": split[1]["approx_wait_s"],
+                "free_guarantee": f"{free_c:,} workers of its own, however busy pro is",
+            },
+            {
+                "strategy": "weighted polling",
+                "pro_wait_s": None,
+                "free_wait_s": None,
+                "free_guarantee": f"≥ {floor:.0%} of polling slots (~{floor * workers:,.0f} workers)",
+            },
+            {
+                "strategy": "strict priority",
+                "pro_wait_s": None,
+                "free_wait_s": None,
+                "free_guarantee": f"none: starves once pro λ ≥ {saturating_pro:,.0f}/s",
+            },
+            {
+                "strategy": "aging",
+                "pro_wait_s": None,
+                "free_wait_s": None,
+                "free_guarantee": f"promoted after {inputs.aging_threshold_s:,.0f} s",
+            },
+            {
+                "strategy": "per-customer round robin",
+                "pro_wait_s": None,
+                "free_wait_s": None,
+                "free_guarantee": f"≤ {inputs.burst_other_customers} jobs ahead (FIFO: up to {inputs.burst_jobs})",
+            },
+            {
+                "strategy": "separate infrastructure",
+                "pro_wait_s": None,
+                "free_wait_s": None,
+                "free_guarantee": "total isolation; no idle capacity flows between tiers",
+            },
         ],
     }
 
@@ -217,18 +333,26 @@ def tier_waits(inputs: Inputs, fig: dict) -> Chart:
     groups = [
         ("Shared FIFO", c6["fifo_wait_s"], c6["fifo_wait_s"]),
         ("Hard split", pro["approx_wait_s"] if pro["in_flight"] > 0 else 0, free["approx_wait_s"]),
-        (f"Hard split, {c6['spike_multiplier']:g}× spike",
-         spro["approx_wait_s"] if spro["in_flight"] > 0 else 0, sfree["approx_wait_s"]),
+        (
+            f"Hard split, {c6['spike_multiplier']:g}× spike",
+            spro["approx_wait_s"] if spro["in_flight"] > 0 else 0,
+            sfree["approx_wait_s"],
+        ),
     ]
     series = (
         Series("pro", "pro", tuple(Point(g, p, _wait_text(p)) for g, p, _ in groups), "solid", "none", "accent"),
         Series("free", "free", tuple(Point(g, f, _wait_text(f)) for g, _, f in groups), "hatched", "none", "accent-2"),
     )
     summary = " ".join(f"{g}: pro {_wait_text(p)}, free {_wait_text(f)}." for g, p, f in groups)
-    return Chart("tier_waits", "bars", "expected queue wait, seconds (W / (1 − ρ))", series=series,
-                 summary=summary, x_min=0,
-                 table=(("strategy", "pro wait", "free wait"),)
-                 + tuple((g, _wait_text(p), _wait_text(f)) for g, p, f in groups))
+    return Chart(
+        "tier_waits",
+        "bars",
+        "expected queue wait, seconds (W / (1 − ρ))",
+        series=series,
+        summary=summary,
+        x_min=0,
+        table=(("strategy", "pro wait", "free wait"),) + tuple((g, _wait_text(p), _wait_text(f)) for g, p, f in groups),
+    )
 
 
 CHARTS = {"tier_waits": tier_waits}

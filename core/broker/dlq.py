@@ -61,14 +61,22 @@ def list_dead(r: redis.Redis, lab: str) -> list[dict]:
     for job_id, at in r.zrevrange(key(lab, "dlq"), 0, 499, withscores=True):
         j = read_job(r, lab, job_id)
         if j:
-            out.append({"job_id": job_id, "dead_at": at, "reason": j.get("dlq_reason", ""),
-                        "attempts": len(j["attempts"]), "last_error": j.get("last_error", ""),
-                        "job": j})
+            out.append(
+                {
+                    "job_id": job_id,
+                    "dead_at": at,
+                    "reason": j.get("dlq_reason", ""),
+                    "attempts": len(j["attempts"]),
+                    "last_error": j.get("last_error", ""),
+                    "job": j,
+                }
+            )
     return out
 
 
-def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limit: int = 100,
-           rate: float | None = None) -> list[str]:
+def replay(
+    r: redis.Redis, lab: str, now: float, reason: str | None = None, limit: int = 100, rate: float | None = None
+) -> list[str]:
     """Move matching dead letters back to the queue with their attempt count reset, oldest first.
 
     Delivery numbers keep counting up, so a worker still holding an old delivery can never receive
@@ -83,16 +91,25 @@ def replay(r: redis.Redis, lab: str, now: float, reason: str | None = None, limi
             continue
         if rate:
             due = now + len(replayed) / rate
-            ev = stream.encode("job.replayed", now, job_id=entry["job_id"], attempt=entry["job"]["attempt"],
-                               reason=entry["reason"], due=round(due, 3), rate=rate)
-            res = script(r, _REPLAY_PACED)(keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"),
-                                                                 key(lab, "scheduled")),
-                                           args=[entry["job_id"], ev, due])
+            ev = stream.encode(
+                "job.replayed",
+                now,
+                job_id=entry["job_id"],
+                attempt=entry["job"]["attempt"],
+                reason=entry["reason"],
+                due=round(due, 3),
+                rate=rate,
+            )
+            res = script(r, _REPLAY_PACED)(
+                keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"), key(lab, "scheduled")),
+                args=[entry["job_id"], ev, due],
+            )
         else:
             ev = stream.encode("job.replayed", now, job_id=entry["job_id"], reason=entry["reason"])
-            res = script(r, _REPLAY)(keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"),
-                                                           key(lab, "dispatch")),
-                                     args=[entry["job_id"], ev, time.time()])
+            res = script(r, _REPLAY)(
+                keys=leases.keys_for(lab, entry["job_id"], key(lab, "dlq"), key(lab, "dispatch")),
+                args=[entry["job_id"], ev, time.time()],
+            )
         if res:
             replayed.append(entry["job_id"])
         if len(replayed) >= limit:

@@ -48,7 +48,9 @@ def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float =
 # The barrier's keys and change (a hold) as clock.barrier_call gives them.
 # Holds only while some idle worker has no delivery on its way to it: idle rows minus transit barriers.
 # Returns {held (1/0), the lab's simulated time at real_now as a string (false: no clock)}.
-_TRANSIT = clock.BARRIER_FN + """
+_TRANSIT = (
+    clock.BARRIER_FN
+    + """
 local workers, clock_key, barriers, barrier_alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local transit_prefix, op, holder, at, real_now, alive_until = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local refresh, also = ARGV[7], ARGV[8]
@@ -68,6 +70,7 @@ else
 end
 return {held, now and string.format('%.17g', now) or false}
 """
+)
 
 
 def received(r: redis.Redis, lab: str, job_id: str, n: int, holder: str = "", at: float = 0.0) -> None:
@@ -131,8 +134,7 @@ def record(rq_conn: redis.Redis | redis.client.Pipeline, lab: str, job_id: str, 
     rq_conn.zadd(key(lab, "handoffs"), {note_of(job_id, attempt, rq_id): time.time()})
 
 
-def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, rq_queue_key: str, now: float,
-          resend) -> int:
+def sweep(r: redis.Redis, rq_conn: redis.Redis, lab: str, rq_queue_key: str, now: float, resend) -> int:
     """Forget hand-offs whose delivery moved on, re-check waiting ones later, re-send lost ones (a received
     delivery took its note away itself). Returns the re-sends."""
     k = key(lab, "handoffs")

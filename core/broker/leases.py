@@ -110,8 +110,17 @@ return {'run', out}
 """
 
 
-def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: float, settings: LabSettings,
-            pid: int, note: str = "") -> tuple[str, dict]:
+def receive(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    n: int,
+    worker_id: str,
+    now: float,
+    settings: LabSettings,
+    pid: int,
+    note: str = "",
+) -> tuple[str, dict]:
     """Receive delivery n of the job's message and try the guard's claim, in one round trip: the outcome, and
     the job's record as the receive left it (empty if stale). `note`: the delivery's hand-off note
     (handoff.note_of), which goes whatever the outcome.
@@ -124,18 +133,45 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
     deadline = None if early else now + window
     guard = settings["guard"]
     common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": n}
-    claimed = stream.encode("job.claimed", now, **common, ack_mode=settings["ack_mode"], guard=guard,
-                            lease_deadline=deadline, receives=n)
-    blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard,
-                            reason="the record is already running: zero rows updated, backed off without "
-                                   "transcoding; the message stays in flight")
+    claimed = stream.encode(
+        "job.claimed", now, **common, ack_mode=settings["ack_mode"], guard=guard, lease_deadline=deadline, receives=n
+    )
+    blocked = stream.encode(
+        "job.duplicate_blocked",
+        now,
+        **common,
+        guard=guard,
+        reason="the record is already running: zero rows updated, backed off without "
+        "transcoding; the message stays in flight",
+    )
     refused = stream.encode("job.claim_refused", now, **common, guard=guard)
-    rec = json.dumps({"attempt": n, "worker": worker_id, "pid": pid, "start": round(now, 3),
-                      "outcome": "running", "ack_mode": settings["ack_mode"]})
-    outcome, flat = script(r, _RECEIVE)(keys=keys_for(lab, job_id, key(lab, "handoffs")),
-                                        args=[n, job_id, now, "" if deadline is None else repr(deadline),
-                                              "1" if settings["heartbeat"] and not early else "0", guard,
-                                              worker_id, claimed, blocked, refused, rec, note])
+    rec = json.dumps(
+        {
+            "attempt": n,
+            "worker": worker_id,
+            "pid": pid,
+            "start": round(now, 3),
+            "outcome": "running",
+            "ack_mode": settings["ack_mode"],
+        }
+    )
+    outcome, flat = script(r, _RECEIVE)(
+        keys=keys_for(lab, job_id, key(lab, "handoffs")),
+        args=[
+            n,
+            job_id,
+            now,
+            "" if deadline is None else repr(deadline),
+            "1" if settings["heartbeat"] and not early else "0",
+            guard,
+            worker_id,
+            claimed,
+            blocked,
+            refused,
+            rec,
+            note,
+        ],
+    )
     return outcome, dict(zip(flat[::2], flat[1::2], strict=True))
 
 
@@ -146,7 +182,9 @@ def receive(r: redis.Redis, lab: str, job_id: str, n: int, worker_id: str, now: 
 # deadline lives in the leases zset alone (read with ZSCORE), so a beat writes it once.
 # (A busy lab beats several times a second, so every command counts: each hash is read once, with HMGET,
 # and the attempt's barrier moves on to its next beat in the same round trip.)
-_EXTEND = clock.BARRIER_FN + """
+_EXTEND = (
+    clock.BARRIER_FN
+    + """
 local record, events, counts, message, leases, alive = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8]
 local clock_key, barriers, barrier_alive = KEYS[9], KEYS[10], KEYS[11]
 local delivery, deadline, extended_ev, job_id, now, op = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -175,18 +213,31 @@ if clock_key then
 end
 return ok
 """
+)
 
 
-def extend_lease(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-                 extend: float, then: tuple[list[str], list[str]] | None = None) -> bool:
+def extend_lease(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    attempt: int,
+    worker_id: str,
+    now: float,
+    extend: float,
+    then: tuple[list[str], list[str]] | None = None,
+) -> bool:
     """Heartbeat: push the message's deadline to now + extend (current receive only); then, in the same
     round trip, the barrier change `then` (clock.barrier_call: the attempt's barrier moved on to its next
     moment), whether or not the lease was still its own."""
-    ev = stream.encode("lease.extended", now, job_id=job_id, worker_id=worker_id, attempt=attempt,
-                       deadline=round(now + extend, 1))
+    ev = stream.encode(
+        "lease.extended", now, job_id=job_id, worker_id=worker_id, attempt=attempt, deadline=round(now + extend, 1)
+    )
     keys, args = then or ([], [])
-    return bool(script(r, _EXTEND)(keys=keys_for(lab, job_id) + keys,
-                                   args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args))
+    return bool(
+        script(r, _EXTEND)(
+            keys=keys_for(lab, job_id) + keys, args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args
+        )
+    )
 
 
 _CUT = """
@@ -255,8 +306,17 @@ return 0
 APPLIED, REFUSED_WRITE, DUPLICATE = 1, 0, 2
 
 
-def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-             guard: str, attempt_record: dict, outputs: dict) -> int:
+def complete(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    attempt: int,
+    worker_id: str,
+    now: float,
+    guard: str,
+    attempt_record: dict,
+    outputs: dict,
+) -> int:
     """Ack late: the record goes done (with its outputs, in the same step) and the message is deleted.
 
     Under `claim`/`fence` a holder that no longer holds the record is refused; under `off` a second
@@ -265,13 +325,19 @@ def complete(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str
     common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
     ran = round(now - float(attempt_record.get("start", now)), 3)
     ok = stream.encode("job.succeeded", now, **common, guard=guard, ran_s=ran)
-    reason = ("a newer attempt owns the job (fencing token)" if guard == "fence"
-              else "this holder's record was freed and is no longer its own")
+    reason = (
+        "a newer attempt owns the job (fencing token)"
+        if guard == "fence"
+        else "this holder's record was freed and is no longer its own"
+    )
     blocked = stream.encode("job.duplicate_blocked", now, **common, guard=guard, reason=reason, wasted=ran)
     dup = stream.encode("job.duplicate_completed", now, **common, guard=guard, wasted=ran)
-    return int(script(r, _COMPLETE)(
-        keys=keys_for(lab, job_id, key(lab, "dlq")),
-        args=[attempt, guard, ok, blocked, dup, json.dumps(attempt_record), now, job_id, json.dumps(outputs)]))
+    return int(
+        script(r, _COMPLETE)(
+            keys=keys_for(lab, job_id, key(lab, "dlq")),
+            args=[attempt, guard, ok, blocked, dup, json.dumps(attempt_record), now, job_id, json.dumps(outputs)],
+        )
+    )
 
 
 # The broker hands the message out once more, as an at-least-once broker may (chapter 3's late delivery).

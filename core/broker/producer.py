@@ -22,9 +22,20 @@ from core.registry import next_job_number
 JOB_TYPES = ("transcode", "thumbnail")
 
 
-def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str, video_id: str,
-                source: str, duration_s: float, resolutions: list[str], idempotency_key: str | None,
-                poison: str = "", job_input: dict[str, Any] | None = None) -> dict[str, Any]:
+def enqueue_job(
+    r: redis.Redis,
+    rq_conn: redis.Redis,
+    lab: str,
+    *,
+    job_type: str,
+    video_id: str,
+    source: str,
+    duration_s: float,
+    resolutions: list[str],
+    idempotency_key: str | None,
+    poison: str = "",
+    job_input: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Create job N of this lab in state queued (attempt 1) and send its first delivery."""
     number = next_job_number(r, lab)
     job_id = str(number)
@@ -32,20 +43,49 @@ def enqueue_job(r: redis.Redis, rq_conn: redis.Redis, lab: str, *, job_type: str
     now = handoff.hold_for_transit(r, lab, job_id, 1)
     if now is None:
         now = clock.now(r, lab)
-    payload = {"job_id": job_id, "job_type": job_type, "video_id": video_id, "resolutions": resolutions,
-               "idempotency_key": idempotency_key, "created_at": round(now, 3), "attempt_count": 0,
-               "duration_s": duration_s, **({"input": job_input} if job_input else {})}
+    payload = {
+        "job_id": job_id,
+        "job_type": job_type,
+        "video_id": video_id,
+        "resolutions": resolutions,
+        "idempotency_key": idempotency_key,
+        "created_at": round(now, 3),
+        "attempt_count": 0,
+        "duration_s": duration_s,
+        **({"input": job_input} if job_input else {}),
+    }
     with r.pipeline(transaction=True) as pipe:
-        pipe.hset(job(lab, job_id), mapping={
-            "id": job_id, "state": "queued", "attempt": 0, "attempt_base": 0, "type": job_type,
-            "created_at": now, "source": source, "poison": poison, "payload": json.dumps(payload),
-            "outputs": "{}"})
+        pipe.hset(
+            job(lab, job_id),
+            mapping={
+                "id": job_id,
+                "state": "queued",
+                "attempt": 0,
+                "attempt_base": 0,
+                "type": job_type,
+                "created_at": now,
+                "source": source,
+                "poison": poison,
+                "payload": json.dumps(payload),
+                "outputs": "{}",
+            },
+        )
         pipe.hset(msg(lab, job_id), mapping={"state": "pending", "receives": 0, "base": 0})
         pipe.zadd(key(lab, "jobs"), {job_id: number})
         pipe.hincrby(key(lab, "states"), "queued", 1)
         pipe.zadd(key(lab, "dispatch"), {f"{job_id}:1": time.time()})
-        stream.append(pipe, lab, "job.enqueued", now, job_id=job_id, attempt=1, job_type=job_type,
-                      video_id=video_id, duration_s=duration_s, poison=poison or False)
+        stream.append(
+            pipe,
+            lab,
+            "job.enqueued",
+            now,
+            job_id=job_id,
+            attempt=1,
+            job_type=job_type,
+            video_id=video_id,
+            duration_s=duration_s,
+            poison=poison or False,
+        )
         pipe.execute()
     try:
         reaper.send(rq_conn, lab, job_id, 1)

@@ -140,8 +140,14 @@ def send(rq_conn: redis.Redis, lab: str, job_id: str, attempt: int) -> None:
         pipe.multi()
         handoff.record(pipe, lab, job_id, attempt, rq_id)
         rq_queue(rq_conn, lab).enqueue_call(
-            "workers.tasks.run_attempt", args=(lab, job_id, attempt), timeout=-1, result_ttl=0,
-            failure_ttl=300, job_id=rq_id, pipeline=pipe)
+            "workers.tasks.run_attempt",
+            args=(lab, job_id, attempt),
+            timeout=-1,
+            result_ttl=0,
+            failure_ttl=300,
+            job_id=rq_id,
+            pipeline=pipe,
+        )
         pipe.execute()
 
 
@@ -164,8 +170,15 @@ def dispatch(r: redis.Redis, rq_conn: redis.Redis, lab: str, older_than: float |
     return sent
 
 
-def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: LabSettings, speed: float,
-                      upto: float | None = None, clock_state: dict | None = None) -> int:
+def redeliver_expired(
+    r: redis.Redis,
+    lab: str,
+    now: float,
+    settings: LabSettings,
+    speed: float,
+    upto: float | None = None,
+    clock_state: dict | None = None,
+) -> int:
     """Every lease whose deadline passed (up to `upto`, default now): the message visible again, or
     redriven to the DLQ. `clock_state`: the clock hash `now` was read from, when the caller has it."""
     n = 0
@@ -181,15 +194,31 @@ def redeliver_expired(r: redis.Redis, lab: str, now: float, settings: LabSetting
         real_lag: dict[str, Any] = {} if reached is None else {"late_real_ms": round((time.time() - reached) * 1000, 2)}
         expired = stream.encode("lease.expired", now, job_id=job_id)
         redelivered = stream.encode("job.redelivered", now, job_id=job_id, **real_lag)
-        dead = stream.encode("job.dead_lettered", now, job_id=job_id,
-                             reason=f"max receives ({mr}) exceeded: received {mr} times, never deleted")
-        freed = stream.encode("job.stale_freed", now, job_id=job_id,
-                              reason="its holder's heartbeat lapsed: presumed dead")
+        dead = stream.encode(
+            "job.dead_lettered",
+            now,
+            job_id=job_id,
+            reason=f"max receives ({mr}) exceeded: received {mr} times, never deleted",
+        )
+        freed = stream.encode(
+            "job.stale_freed", now, job_id=job_id, reason="its holder's heartbeat lapsed: presumed dead"
+        )
         res = script(r, _REDELIVER)(
             keys=leases.keys_for(lab, job_id, key(lab, "dispatch"), key(lab, "dlq")),
-            args=[job_id, upto, mr, expired, redelivered, dead,
-                  f"max receives ({mr}) exceeded: the lease expired every time", time.time(),
-                  max(speed, 1e-9), settings["guard"], freed])
+            args=[
+                job_id,
+                upto,
+                mr,
+                expired,
+                redelivered,
+                dead,
+                f"max receives ({mr}) exceeded: the lease expired every time",
+                time.time(),
+                max(speed, 1e-9),
+                settings["guard"],
+                freed,
+            ],
+        )
         n += res >= 0
         if res > 0:
             handoff.hold_for_transit(r, lab, job_id, res, now)
@@ -201,8 +230,10 @@ def start_due_retries(r: redis.Redis, lab: str, now: float, upto: float | None =
     upto = now if upto is None else upto
     for job_id in r.zrangebyscore(key(lab, "scheduled"), "-inf", upto):
         ev = stream.encode("job.retry_started", now, job_id=job_id)
-        res = script(r, _REQUEUE)(keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dispatch")),
-                                  args=[job_id, upto, ev, time.time()])
+        res = script(r, _REQUEUE)(
+            keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dispatch")),
+            args=[job_id, upto, ev, time.time()],
+        )
         n += res > 0
         if res > 0:
             handoff.hold_for_transit(r, lab, job_id, res, now)
@@ -217,8 +248,12 @@ def sweep_stale(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> 
         return 0
     n = 0
     for job_id in r.zrangebyscore(key(lab, "alive"), "-inf", now - stale):
-        ev = stream.encode("job.stale_freed", now, job_id=job_id,
-                           reason=f"the stale-job sweeper: running with no sign of life for {stale:g}s")
+        ev = stream.encode(
+            "job.stale_freed",
+            now,
+            job_id=job_id,
+            reason=f"the stale-job sweeper: running with no sign of life for {stale:g}s",
+        )
         n += script(r, _SWEEP)(keys=leases.keys_for(lab, job_id), args=[job_id, now, stale, ev])
     return n
 

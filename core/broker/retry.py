@@ -93,9 +93,20 @@ return 1
 """
 
 
-def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float,
-                 settings: LabSettings, error: Exception, attempts_used: int, first_start: float,
-                 attempt_record: dict, rng: random.Random) -> str:
+def fail_attempt(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    attempt: int,
+    worker_id: str,
+    now: float,
+    settings: LabSettings,
+    error: Exception,
+    attempts_used: int,
+    first_start: float,
+    attempt_record: dict,
+    rng: random.Random,
+) -> str:
     """Record a failed attempt; schedule the retry or dead-letter it. Returns 'retry'|'dlq'|'stale'.
 
     `attempts_used` is the record's attempt count (runs started since the last DLQ replay): the
@@ -109,32 +120,56 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
     elif attempts_used >= settings["max_attempts"]:
         reason = f"max_attempts ({settings['max_attempts']}) exhausted"
     else:
-        delay = retry_delay(settings["retry_policy"], attempts_used, settings["retry_base"],
-                            settings["retry_cap"], rng)
+        delay = retry_delay(settings["retry_policy"], attempts_used, settings["retry_base"], settings["retry_cap"], rng)
         if delay is None:
             reason = "retry_policy none"
         elif settings["retry_budget"] and now + delay - first_start > settings["retry_budget"]:
             reason = f"retry budget ({settings['retry_budget']:g} s) exhausted"
     common: stream.JobRef = {"job_id": job_id, "worker_id": worker_id, "attempt": attempt}
-    failed = stream.encode("job.failed", now, **common, error=message, retryable=reason is None,
-                           attempt_count=attempts_used)
+    failed = stream.encode(
+        "job.failed", now, **common, error=message, retryable=reason is None, attempt_count=attempts_used
+    )
     due = None  # the retry's moment (sim s), if it retries
     if reason is None:
         assert delay is not None  # no reason to stop is left only by a policy that gave a delay
         due = now + delay
-        nxt = stream.encode("job.retry_scheduled", now, **common, delay=round(delay, 3),
-                            due=round(due, 3), policy=settings["retry_policy"])
+        nxt = stream.encode(
+            "job.retry_scheduled",
+            now,
+            **common,
+            delay=round(delay, 3),
+            due=round(due, 3),
+            policy=settings["retry_policy"],
+        )
     else:
-        nxt = stream.encode("job.dead_lettered", now, **common, reason=reason, last_error=message,
-                            attempt_count=attempts_used)
-    blocked = stream.encode("job.duplicate_blocked", now, **common, guard=settings["guard"],
-                            reason="a failure from an attempt that no longer holds the record changes nothing")
+        nxt = stream.encode(
+            "job.dead_lettered", now, **common, reason=reason, last_error=message, attempt_count=attempts_used
+        )
+    blocked = stream.encode(
+        "job.duplicate_blocked",
+        now,
+        **common,
+        guard=settings["guard"],
+        reason="a failure from an attempt that no longer holds the record changes nothing",
+    )
     attempt_record = {**attempt_record, "outcome": "failed", "error": message, "end": round(now, 3)}
     res = script(r, _FAIL)(
         keys=leases.keys_for(lab, job_id, key(lab, "scheduled"), key(lab, "dlq")),
-        args=[attempt, settings["guard"], "retry" if reason is None else "dlq",
-              failed, nxt, blocked, 0 if due is None else due, job_id,
-              json.dumps(attempt_record), message, reason or "", now])
+        args=[
+            attempt,
+            settings["guard"],
+            "retry" if reason is None else "dlq",
+            failed,
+            nxt,
+            blocked,
+            0 if due is None else due,
+            job_id,
+            json.dumps(attempt_record),
+            message,
+            reason or "",
+            now,
+        ],
+    )
     if not res:
         return "stale"
     if due is not None:
@@ -144,6 +179,7 @@ def fail_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id:
 
 
 # --- circuit breaker on the storage dependency ---------------------------------------------
+
 
 def breaker_allows(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> bool:
     """Closed → yes. Open → no until the cool-down ends, then half-open lets a trial through."""

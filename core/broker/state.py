@@ -34,8 +34,7 @@ def script(r: redis.Redis, body: str):
 
 def lab_keys(lab: str, job_id: str, *extra: str) -> list[str]:
     """KEYS[1..5] shared by every script; extra keys follow from KEYS[6]."""
-    return [job(lab, job_id), key(lab, "states"), key(lab, "events"), key(lab, "counts"),
-            attempts(lab, job_id), *extra]
+    return [job(lab, job_id), key(lab, "states"), key(lab, "events"), key(lab, "counts"), attempts(lab, job_id), *extra]
 
 
 def end_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float, outcome: str) -> bool:

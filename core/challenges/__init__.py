@@ -21,7 +21,15 @@ def api_doc() -> str:
 
 def describe(challenge_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     """What a page shows of a challenge (the reference and the mutants stay on the server)."""
-    return {"id": challenge_id, "chapter": spec["chapter"], "title": spec["title"], "task": spec["task"],
-            "starter": spec["starter"], "hint": spec["hint"], "section": spec["section"],
-            "jobs": len(spec["workload"]), "api": api_doc(),
-            "invariants": [{"id": i.partition(":")[0], "title": checker.title_of(i)} for i in spec["invariants"]]}
+    return {
+        "id": challenge_id,
+        "chapter": spec["chapter"],
+        "title": spec["title"],
+        "task": spec["task"],
+        "starter": spec["starter"],
+        "hint": spec["hint"],
+        "section": spec["section"],
+        "jobs": len(spec["workload"]),
+        "api": api_doc(),
+        "invariants": [{"id": i.partition(":")[0], "title": checker.title_of(i)} for i in spec["invariants"]],
+    }

@@ -27,8 +27,9 @@ from typing import Any
 from core import sandbox
 
 RUNNER = Path(__file__).with_name("runner.py")
-LIMITS = sandbox.Limits(cpu_s=2, memory_bytes=512 << 20, tasks=16, file_bytes=8 << 20, open_files=64,
-                        scratch_bytes=16 << 20)
+LIMITS = sandbox.Limits(
+    cpu_s=2, memory_bytes=512 << 20, tasks=16, file_bytes=8 << 20, open_files=64, scratch_bytes=16 << 20
+)
 SCRATCH = "/scratch"  # the handler's one writable directory (its working directory is / , read-only)
 TURN_S = 5.0  # real seconds a handler may run between a ctx reply and its next message
 LINE_MAX = 256 * 1024  # bytes of one message
@@ -85,8 +86,9 @@ class HandlerBox:
             out.why = f"the handler used its {LIMITS.cpu_s} s of CPU time (an endless loop?)"
         return out
 
-    def _talk(self, proc: subprocess.Popen, reaper: _Reaper, serve: Callable[[str, dict], Any],
-              began: float) -> Outcome:
+    def _talk(
+        self, proc: subprocess.Popen, reaper: _Reaper, serve: Callable[[str, dict], Any], began: float
+    ) -> Outcome:
         assert proc.stdin is not None and proc.stdout is not None
         calls: list[str] = []
         start_ms = 0.0
@@ -105,19 +107,31 @@ class HandlerBox:
                 msg = json.loads(line)
                 op, args = str(msg["op"]), dict(msg.get("args") or {})
             except (ValueError, KeyError, TypeError):
-                return Outcome("killed", "the handler's process wrote something that is not a ctx message",
-                               calls=calls, start_ms=start_ms)
+                return Outcome(
+                    "killed",
+                    "the handler's process wrote something that is not a ctx message",
+                    calls=calls,
+                    start_ms=start_ms,
+                )
             calls.append(op)
             if op == "return":
-                return Outcome("backoff" if args.get("value") == "backoff" else "ack", calls=calls,
-                               start_ms=start_ms)
+                return Outcome("backoff" if args.get("value") == "backoff" else "ack", calls=calls, start_ms=start_ms)
             if op == "raise":
                 line_no = args.get("line")
-                return Outcome("raised", f"{str(args.get('type'))[:60]}: {str(args.get('message'))[:300]}",
-                               line=line_no if isinstance(line_no, int) else None, calls=calls, start_ms=start_ms)
+                return Outcome(
+                    "raised",
+                    f"{str(args.get('type'))[:60]}: {str(args.get('message'))[:300]}",
+                    line=line_no if isinstance(line_no, int) else None,
+                    calls=calls,
+                    start_ms=start_ms,
+                )
             if len(calls) > MESSAGES_MAX:
-                return Outcome("killed", f"the handler made more than {MESSAGES_MAX} ctx calls in one attempt",
-                               calls=calls, start_ms=start_ms)
+                return Outcome(
+                    "killed",
+                    f"the handler made more than {MESSAGES_MAX} ctx calls in one attempt",
+                    calls=calls,
+                    start_ms=start_ms,
+                )
             try:
                 reply = {"value": serve(op, args)}
             except CtxRefused as e:

@@ -31,7 +31,7 @@ def _t(e: Event) -> str:
 
 def _fate(attempt: int, history: list[Event], after: Event) -> str:
     """What became of an attempt after `after`: the words a counterexample ends its clause with."""
-    for e in history[history.index(after) + 1:]:
+    for e in history[history.index(after) + 1 :]:
         if e.get("attempt") != attempt:
             continue
         if e["type"] == "job.crashed":
@@ -74,22 +74,33 @@ def one_output(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[
 def every_job_done(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
     if rec.get("state") == "done":
         return None
-    told = [e for e in history if e["type"] in ("job.claimed", "job.crashed", "handler.backed_off", "job.failed",
-                                                   "job.dead_lettered", "job.lost")][:8]
-    parts = [f"{_WORDS.get(e['type'], e['type'])} (attempt {e.get('attempt')}, {_t(e)})"
-             + (f": {e['data'].get('error')}" if e["type"] == "job.failed" else "") for e in told]
+    told = [
+        e
+        for e in history
+        if e["type"]
+        in ("job.claimed", "job.crashed", "handler.backed_off", "job.failed", "job.dead_lettered", "job.lost")
+    ][:8]
+    parts = [
+        f"{_WORDS.get(e['type'], e['type'])} (attempt {e.get('attempt')}, {_t(e)})"
+        + (f": {e['data'].get('error')}" if e["type"] == "job.failed" else "")
+        for e in told
+    ]
     return f"job {job_id}: never finished ({_ending(rec)}) — " + "; ".join(parts), told
 
 
 def one_at_a_time(job_id: str, rec: dict, history: list[Event]) -> tuple[str, list[Event]] | None:
-    runs = sorted(((float(e["data"]["began"]), e["t_sim"], e) for e in history if e["type"] == "handler.transcoded"),
-                  key=lambda x: (x[0], x[1]))
+    runs = sorted(
+        ((float(e["data"]["began"]), e["t_sim"], e) for e in history if e["type"] == "handler.transcoded"),
+        key=lambda x: (x[0], x[1]),
+    )
     latest: tuple[float, float, Event] | None = None  # the earlier work that ends last
     for b2, e2, ev2 in runs:
         if latest is not None and b2 < latest[1] - 1e-6 and latest[2].get("attempt") != ev2.get("attempt"):
             b1, e1, ev1 = latest
-            return (f"job {job_id}: two attempts transcoding at once — attempt {ev1.get('attempt')} from t = {b1:g} s "
-                    f"to {e1:g} s; attempt {ev2.get('attempt')} from t = {b2:g} s"), [ev1, ev2]
+            return (
+                f"job {job_id}: two attempts transcoding at once — attempt {ev1.get('attempt')} from t = {b1:g} s "
+                f"to {e1:g} s; attempt {ev2.get('attempt')} from t = {b2:g} s"
+            ), [ev1, ev2]
         if latest is None or e2 > latest[1]:
             latest = (b2, e2, ev2)
     return None
@@ -106,8 +117,10 @@ def finished_within(limit: float) -> Callable[[str, dict, list[Event]], Found]:
         if not done:
             return f"job {job_id}: not finished within {limit:g} s ({_ending(rec)})", []
         late = done[0]["t_sim"] - created
-        return (f"job {job_id}: finished at {_t(done[0])}, {late:g} s after it was enqueued (its deadline is "
-                f"{limit:g} s)"), done[:1]
+        return (
+            f"job {job_id}: finished at {_t(done[0])}, {late:g} s after it was enqueued (its deadline is {limit:g} s)"
+        ), done[:1]
+
     return rule
 
 
@@ -116,8 +129,10 @@ def dlq_only_poison(job_id: str, rec: dict, history: list[Event]) -> Found:
     if _poison(rec) and rec.get("state") != "dlq":
         return f"job {job_id} (the poison pill): {_ending(rec)} — it never reached the DLQ", []
     if not _poison(rec) and dead:
-        return (f"job {job_id}: dead-lettered at {_t(dead[0])} ({dead[0]['data'].get('reason', '')}), though only "
-                "its storage was down"), dead[:1]
+        return (
+            f"job {job_id}: dead-lettered at {_t(dead[0])} ({dead[0]['data'].get('reason', '')}), though only "
+            "its storage was down"
+        ), dead[:1]
     return None
 
 
@@ -134,9 +149,11 @@ def busiest_second(limit: int) -> Callable[[list[str], dict[str, dict], list[Eve
             return None
         jobs = sorted({e["job_id"] for e in calls}, key=lambda j: int(j) if j.isdigit() else 0)
         tries = sorted({e["data"].get("try") for e in calls if e["data"].get("try")})
-        return (f"storage took {len(calls)} retried calls in the second from t = {second:g} s (the limit is {limit}): "
-                f"parts of job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}, at try {', '.join(map(str, tries))}"
-                ), calls
+        return (
+            f"storage took {len(calls)} retried calls in the second from t = {second:g} s (the limit is {limit}): "
+            f"parts of job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}, at try {', '.join(map(str, tries))}"
+        ), calls
+
     return rule
 
 
@@ -156,18 +173,22 @@ def _who(e: Event) -> str:
 
 def every_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
     """Every tick 1 … `ticks` of the schedule sent its email (a tick nobody fired is caught up)."""
+
     def rule(job_ids: list[str], records: dict[str, dict], events: list[Event]) -> Found:
         by_tick = _by_tick(records, events)
         missing = [t for t in range(1, int(ticks) + 1) if not by_tick.get(t)]
         if not missing:
             return None
         return f"tick {missing[0]}: no email — no replica ran it" + (
-            f" (nor ticks {', '.join(map(str, missing[1:]))})" if missing[1:] else ""), []
+            f" (nor ticks {', '.join(map(str, missing[1:]))})" if missing[1:] else ""
+        ), []
+
     return rule
 
 
 def no_double_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
     """No tick sent two emails, and none was sent for a tick the schedule does not have."""
+
     def rule(job_ids: list[str], records: dict[str, dict], events: list[Event]) -> Found:
         by_tick = _by_tick(records, events)
         for tick in sorted(by_tick):
@@ -177,11 +198,18 @@ def no_double_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[E
             if len(sent) > 1:
                 return f"tick {tick}: {len(sent)} emails — " + "; ".join(_who(e) for e in sent), sent
         return None
+
     return rule
 
 
-_WORDS = {"job.claimed": "claimed", "job.crashed": "killed", "handler.backed_off": "backed off",
-          "job.failed": "failed", "job.dead_lettered": "dead-lettered", "job.lost": "lost"}
+_WORDS = {
+    "job.claimed": "claimed",
+    "job.crashed": "killed",
+    "handler.backed_off": "backed off",
+    "job.failed": "failed",
+    "job.dead_lettered": "dead-lettered",
+    "job.lost": "lost",
+}
 
 
 def _ending(rec: dict) -> str:
@@ -244,8 +272,12 @@ def check(names: list[str], job_ids: list[str], records: dict[str, dict], events
         if broken:
             _n, j, (text, cited) = min(broken, key=lambda b: (b[0], int(b[1]) if b[1].isdigit() else 0))
             cited = [e for e in cited if e.get("job_id") == j] if scope == "run" else cited
-            result["counterexample"] = {"job": j, "text": text, "events": [e["id"] for e in cited],
-                                        "attempts": sorted({e["attempt"] for e in cited if e.get("attempt")}),
-                                        "broken_in": len(broken)}
+            result["counterexample"] = {
+                "job": j,
+                "text": text,
+                "events": [e["id"] for e in cited],
+                "attempts": sorted({e["attempt"] for e in cited if e.get("attempt")}),
+                "broken_in": len(broken),
+            }
         out.append(result)
     return out

@@ -42,8 +42,9 @@ def read(r: redis.Redis, lab: str) -> dict[str, str]:
     return r.hgetall(row_key(lab))
 
 
-def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spec: dict[str, Any],
-          code: str) -> dict[str, Any]:
+def start(
+    r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spec: dict[str, Any], code: str
+) -> dict[str, Any]:
     """Begin a run of `spec` (a chapter's CHALLENGES entry) with `code` in this lab: its settings applied, its
     store emptied, the outage (if any) begun, its jobs enqueued. The lab's settings are the caller's to apply
     first (registry.update_settings), so the web's validation and pool resize stay where they are."""
@@ -52,17 +53,33 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
     started = last[0][0] if last else "0"
     r.delete(key(lab, "kv"), key(lab, "claims"))
     r.hdel(row_key(lab), "verdict", *[k for k in r.hkeys(row_key(lab)) if k.startswith("struck:")])
-    r.hset(row_key(lab), mapping={
-        "challenge": challenge_id, "code": code, "state": "running", "error": "", "cpu_s": 0,
-        "started": started, "jobs": "[]", "faults": json.dumps(spec.get("faults", [])),
-        "started_at": clock.now(r, lab), "deadline_s": spec.get("deadline_s", DEADLINE_S),
-        "invariants": json.dumps(spec["invariants"])})
+    r.hset(
+        row_key(lab),
+        mapping={
+            "challenge": challenge_id,
+            "code": code,
+            "state": "running",
+            "error": "",
+            "cpu_s": 0,
+            "started": started,
+            "jobs": "[]",
+            "faults": json.dumps(spec.get("faults", [])),
+            "started_at": clock.now(r, lab),
+            "deadline_s": spec.get("deadline_s", DEADLINE_S),
+            "invariants": json.dumps(spec["invariants"]),
+        },
+    )
     now = clock.now(r, lab)
     stream.emit(r, lab, "challenge.started", now, challenge=challenge_id, run=n, jobs=len(spec["workload"]))
     outage = spec.get("outage")
     if outage:
-        r.hset(key(lab, "faults"), mapping={"storage_outage_from": now + outage["at"],
-                                             "storage_outage_until": now + outage["at"] + outage["duration_s"]})
+        r.hset(
+            key(lab, "faults"),
+            mapping={
+                "storage_outage_from": now + outage["at"],
+                "storage_outage_until": now + outage["at"] + outage["duration_s"],
+            },
+        )
         stream.emit(r, lab, "fault.started", now, fault="storage_outage", duration=outage["duration_s"])
     clip = media.sample_clip()
     if clip is None:
@@ -72,10 +89,18 @@ def start(r: redis.Redis, rq_conn: redis.Redis, lab: str, challenge_id: str, spe
         job_spec = entry if isinstance(entry, dict) else {"duration_s": entry}
         pill = bool(job_spec.get("poison"))
         source = blobs.poison(r, lab, clip.read_bytes()) if pill else str(clip)
-        payload = producer.enqueue_job(r, rq_conn, lab, job_type="transcode",
-                                       video_id=f"{VIDEO_PREFIX}{n}-{i}{checker.POISON_SUFFIX if pill else ''}",
-                                       source=source, duration_s=float(job_spec["duration_s"]), resolutions=["360p"],
-                                       idempotency_key=f"upload-{n}-{i}", job_input=job_spec.get("input"))
+        payload = producer.enqueue_job(
+            r,
+            rq_conn,
+            lab,
+            job_type="transcode",
+            video_id=f"{VIDEO_PREFIX}{n}-{i}{checker.POISON_SUFFIX if pill else ''}",
+            source=source,
+            duration_s=float(job_spec["duration_s"]),
+            resolutions=["360p"],
+            idempotency_key=f"upload-{n}-{i}",
+            job_input=job_spec.get("input"),
+        )
         ids.append(payload["job_id"])
         r.hset(row_key(lab), "jobs", json.dumps(ids))  # each as it goes: a worker may take it at once
     return {"run": n, "challenge": challenge_id, "jobs": ids, "state": "running"}
@@ -97,14 +122,19 @@ def active(row: dict[str, str], job_id: str) -> bool:
     return row.get("state") == "running" and job_index(row, job_id) is not None
 
 
-def faults_at(row: dict[str, str], index: int | None, attempt: int, op: str, when: str,
-              args: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+def faults_at(
+    row: dict[str, str], index: int | None, attempt: int, op: str, when: str, args: dict[str, Any]
+) -> list[tuple[int, dict[str, Any]]]:
     """The fault plan's strikes at this ctx call, with their place in the plan: a fault names its job and attempt
     ({"job": 2, "attempt": 1, …}), or the call's key ({"key": "tick:2", …}: whichever attempt makes that call
     first, which `strike_once` decides)."""
-    return [(n, f) for n, f in enumerate(json.loads(row.get("faults") or "[]"))
-            if f["op"] == op and f.get("when", "after") == when
-            and (f.get("key") == args.get("key") if "key" in f else (f["job"] == index and f["attempt"] == attempt))]
+    return [
+        (n, f)
+        for n, f in enumerate(json.loads(row.get("faults") or "[]"))
+        if f["op"] == op
+        and f.get("when", "after") == when
+        and (f.get("key") == args.get("key") if "key" in f else (f["job"] == index and f["attempt"] == attempt))
+    ]
 
 
 def strike_once(r: redis.Redis, lab: str, n: int) -> bool:
@@ -166,8 +196,9 @@ return 0
 
 def claim(r: redis.Redis, lab: str, k: str, now: float, ttl: float | None) -> int | None:
     """Take the claim `k` until now + ttl (None: until released): its fencing token, or None if it is held."""
-    token = r.eval(_CLAIM, 2, key(lab, "claims"), key(lab, "kv_tokens"), k, repr(now),
-                   "" if ttl is None else repr(float(ttl)))
+    token = r.eval(
+        _CLAIM, 2, key(lab, "claims"), key(lab, "kv_tokens"), k, repr(now), "" if ttl is None else repr(float(ttl))
+    )
     return int(token) if token else None
 
 
@@ -215,14 +246,32 @@ def verdict(r: redis.Redis, lab: str, spec: dict[str, Any] | None) -> dict[str, 
     events = stream.read_after(r, lab, row["started"], count=20000)
     records = {j: r.hgetall(job(lab, j)) for j in base["jobs"]}
     results = checker.check(json.loads(row["invariants"]), base["jobs"], records, events)
-    errors = sorted({str(e["data"].get("error", ""))[:300] for e in events
-                     if e["type"] == "job.failed" and e.get("job_id") in base["jobs"]})
-    out = {"state": "checked", "passed": all(x["held"] for x in results), "invariants": results, "errors": errors,
-           "hint": spec.get("hint", ""), "section": spec.get("section", "")}
+    errors = sorted(
+        {
+            str(e["data"].get("error", ""))[:300]
+            for e in events
+            if e["type"] == "job.failed" and e.get("job_id") in base["jobs"]
+        }
+    )
+    out = {
+        "state": "checked",
+        "passed": all(x["held"] for x in results),
+        "invariants": results,
+        "errors": errors,
+        "hint": spec.get("hint", ""),
+        "section": spec.get("section", ""),
+    }
     if r.hsetnx(row_key(lab), "verdict", json.dumps(out)):  # hsetnx: two readers at once check once
         r.hset(row_key(lab), "state", "checked")
         if out["passed"]:
             r.sadd(key(lab, "challenges_passed"), str(row.get("challenge")))
-        stream.emit(r, lab, "challenge.checked", clock.now(r, lab), run=base["run"], passed=out["passed"],
-                    broken=[x["id"] for x in results if not x["held"]])
+        stream.emit(
+            r,
+            lab,
+            "challenge.checked",
+            clock.now(r, lab),
+            run=base["run"],
+            passed=out["passed"],
+            broken=[x["id"] for x in results if not x["held"]],
+        )
     return {**base, **json.loads(r.hget(row_key(lab), "verdict") or json.dumps(out))}

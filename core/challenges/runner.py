@@ -62,7 +62,8 @@ class _Pipe:
         reply = json.loads(line)
         if "error" in reply:
             raise {"StorageDown": StorageDown, "InvalidMedia": InvalidMedia}.get(reply["error"], CtxError)(
-                reply.get("message", ""))
+                reply.get("message", "")
+            )
         return reply.get("value")
 
 
@@ -114,8 +115,12 @@ class Kv(_Part):
         return self._call("put", key=str(k), value=None if v is None else str(v))
 
     def cas(self, k, expected, new):
-        return self._call("cas", key=str(k), expected=None if expected is None else str(expected),
-                          new=None if new is None else str(new))
+        return self._call(
+            "cas",
+            key=str(k),
+            expected=None if expected is None else str(expected),
+            new=None if new is None else str(new),
+        )
 
     def claim(self, k, ttl=None):
         return self._call("claim", key=str(k), ttl=ttl)

@@ -38,8 +38,9 @@ def inflight_key(lab: str) -> str:
     return key(lab, "fair", "inflight")
 
 
-def submit(r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None,
-           poison: bool = False) -> int:
+def submit(
+    r: redis.Redis, lab: str, tier: str, customer: str, count: int, now: float | None = None, poison: bool = False
+) -> int:
     """Queue `count` jobs for one customer; members are `seq:customer`, scored by enqueue time.
     Each job sits in its tier's FIFO and in its customer's own queue (what round robin rotates over).
     A poison job takes down the worker that runs it (the process dies, as an OOM kill would).
@@ -131,14 +132,18 @@ def summary(r: redis.Redis, lab: str, settings: dict, now: float) -> dict:
     cap = pools(settings)
     meta = r.hgetall(key(lab, "fair", "meta"))
     return {
-        "strategy": settings["fairness"], "now": round(now, 3), "pools": cap,
+        "strategy": settings["fairness"],
+        "now": round(now, 3),
+        "pools": cap,
         "pending": {t: r.zcard(pending_key(lab, t)) for t in TIERS},
         # age of each tier's oldest waiting job: climbs without bound while a tier starves
-        "oldest_wait": {t: round(now - head[1], 1) if (head := oldest(r, pending_key(lab, t))) else None
-                        for t in TIERS},
+        "oldest_wait": {
+            t: round(now - head[1], 1) if (head := oldest(r, pending_key(lab, t))) else None for t in TIERS
+        },
         "running": running_counts(r, lab),
         **{name: {t: int(meta.get(f"{name}_{t}", 0)) for t in TIERS} for name in COUNTERS},
-        "waits": by_tier, "customers": by_customer,
+        "waits": by_tier,
+        "customers": by_customer,
         "used_worker_s": {t: round(used.get(t, 0.0), 1) for t in TIERS},
         "paid_worker_s": paid_worker_s(settings, used, now - float(meta.get("t0", now))),
     }
@@ -156,8 +161,19 @@ def paid_worker_s(settings: dict, used: dict[str, float], elapsed: float) -> dic
 def reset(r: redis.Redis, lab: str) -> None:
     """Forget queued jobs and measurements (running jobs finish and are still counted)."""
     cust_keys = [customer_key(lab, t, c) for t in TIERS for c in r.smembers(customers_key(lab, t))]
-    r.delete(*(pending_key(lab, t) for t in TIERS), *(customers_key(lab, t) for t in TIERS), *cust_keys,
-             key(lab, "fair", "waits"), key(lab, "fair", "used"), key(lab, "fair", "spike"), poison_key(lab),
-             key(lab, "fair", "crashes"))
-    r.hdel(key(lab, "fair", "meta"), "t0", *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
-           *(f"rr_{t}" for t in TIERS))
+    r.delete(
+        *(pending_key(lab, t) for t in TIERS),
+        *(customers_key(lab, t) for t in TIERS),
+        *cust_keys,
+        key(lab, "fair", "waits"),
+        key(lab, "fair", "used"),
+        key(lab, "fair", "spike"),
+        poison_key(lab),
+        key(lab, "fair", "crashes"),
+    )
+    r.hdel(
+        key(lab, "fair", "meta"),
+        "t0",
+        *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
+        *(f"rr_{t}" for t in TIERS),
+    )

@@ -47,10 +47,18 @@ def draw(seed: int, k: int, lam: float, mix: tuple[numbers.JobType, ...] = MIX) 
 
 def read_state(r: redis.Redis, lab: str) -> dict[str, Any]:
     raw = r.hgetall(state_key(lab))
-    return {"on": raw.get("on") == "1", "rate": float(raw.get("rate", 0)), "factor": float(raw.get("factor", 1)),
-            "seed": int(raw.get("seed", 0)), "k": int(raw.get("k", 0)), "next_t": float(raw.get("next_t", 0)),
-            "started_t": float(raw.get("started_t", 0)), "shed": int(raw.get("shed", 0)),
-            "generated": int(raw.get("generated", 0)), "mix": raw.get("mix") if raw.get("mix") in MIXES else "lesson"}
+    return {
+        "on": raw.get("on") == "1",
+        "rate": float(raw.get("rate", 0)),
+        "factor": float(raw.get("factor", 1)),
+        "seed": int(raw.get("seed", 0)),
+        "k": int(raw.get("k", 0)),
+        "next_t": float(raw.get("next_t", 0)),
+        "started_t": float(raw.get("started_t", 0)),
+        "shed": int(raw.get("shed", 0)),
+        "generated": int(raw.get("generated", 0)),
+        "mix": raw.get("mix") if raw.get("mix") in MIXES else "lesson",
+    }
 
 
 def effective_rate(state: dict[str, Any]) -> float:
@@ -74,8 +82,21 @@ def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str
     """Start (or restart) generation at `rate` with `mix` (lesson | even); measurements restart with it."""
     gap, _ = draw(seed, 0, rate)
     r.delete(arrivals_key(lab))
-    r.hset(state_key(lab), mapping={"on": 1, "rate": rate, "factor": 1, "seed": seed, "k": 0, "mix": mix,
-                                    "next_t": now + gap, "started_t": now, "shed": 0, "generated": 0})
+    r.hset(
+        state_key(lab),
+        mapping={
+            "on": 1,
+            "rate": rate,
+            "factor": 1,
+            "seed": seed,
+            "k": 0,
+            "mix": mix,
+            "next_t": now + gap,
+            "started_t": now,
+            "shed": 0,
+            "generated": 0,
+        },
+    )
     hold_next(r, lab, now + gap, now)
     stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed, mix=mix)
     return read_state(r, lab)
@@ -88,8 +109,7 @@ def stop(r: redis.Redis, lab: str, now: float) -> dict[str, Any]:
     return read_state(r, lab)
 
 
-def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None,
-           peak: bool | None = None) -> dict[str, Any]:
+def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None, peak: bool | None = None) -> dict[str, Any]:
     """Change λ or the peak step; the next gap is redrawn at the new rate from now."""
     state = read_state(r, lab)
     if rate is not None:
@@ -165,10 +185,19 @@ def measure(r: redis.Redis, lab: str, now: float, window_s: float = 600.0) -> di
     lam = n / span if span > 0 else None
     L = area / span if span > 0 else None
     w_all = _mean(in_sys_all)
-    return {"t0": round(t0, 3), "t1": round(now, 3), "arrivals": n, "completed": len(in_sys_done),
-            "lambda": lam, "L": L, "W_done": _mean(in_sys_done), "W_all": w_all,
-            "lambda_W": lam * w_all if lam is not None and w_all is not None else None,
-            "queue_wait": _mean(waits), "busy_s": busy}
+    return {
+        "t0": round(t0, 3),
+        "t1": round(now, 3),
+        "arrivals": n,
+        "completed": len(in_sys_done),
+        "lambda": lam,
+        "L": L,
+        "W_done": _mean(in_sys_done),
+        "W_all": w_all,
+        "lambda_W": lam * w_all if lam is not None and w_all is not None else None,
+        "queue_wait": _mean(waits),
+        "busy_s": busy,
+    }
 
 
 def model(lam: float, workers: int, mix: str = "lesson") -> dict[str, Any]:
@@ -176,13 +205,23 @@ def model(lam: float, workers: int, mix: str = "lesson") -> dict[str, Any]:
     have the same W, so the same figures; `mix` names the one running and lists its job types."""
     L = numbers.littles_law_L(lam, MIX_W)
     rho = L / workers if workers > 0 else math.inf
-    return {"W": MIX_W, "lambda": lam, "workers": workers, "L": L, "rho": _finite(rho), "mix_name": mix,
-            "approx_wait": _finite(numbers.approx_wait(MIX_W, rho)) if workers > 0 else None,
-            "mmc_wait": _finite(numbers.erlang_c_wait(lam, MIX_W, workers)),
-            "workers_for_target": numbers.workers_for_utilisation(lam, MIX_W, numbers.Inputs().target_utilisation)
-            if lam > 0 else 0,
-            "mix": [{"name": jt.name, "label": jt.label, "share_pct": jt.share_pct, "mean_s": jt.mean_s,
-                     "p99_s": jt.p99_s} for jt in MIXES[mix]]}
+    return {
+        "W": MIX_W,
+        "lambda": lam,
+        "workers": workers,
+        "L": L,
+        "rho": _finite(rho),
+        "mix_name": mix,
+        "approx_wait": _finite(numbers.approx_wait(MIX_W, rho)) if workers > 0 else None,
+        "mmc_wait": _finite(numbers.erlang_c_wait(lam, MIX_W, workers)),
+        "workers_for_target": numbers.workers_for_utilisation(lam, MIX_W, numbers.Inputs().target_utilisation)
+        if lam > 0
+        else 0,
+        "mix": [
+            {"name": jt.name, "label": jt.label, "share_pct": jt.share_pct, "mean_s": jt.mean_s, "p99_s": jt.p99_s}
+            for jt in MIXES[mix]
+        ],
+    }
 
 
 def timeout_ordering(settings: dict[str, Any]) -> dict[str, Any]:
@@ -193,14 +232,32 @@ def timeout_ordering(settings: dict[str, Any]) -> dict[str, Any]:
     p99 = max(jt.p99_s for jt in MIX)
     ex, vt, ttl = float(settings["exec_timeout"]), float(settings["vt_seconds"]), float(settings["lock_ttl"])
     checks = [
-        {"rule": "exec_timeout set", "ok": ex > 0,
-         "detail": "no per-job timeout: a stuck job holds its worker until the VT hands it to another"},
-        {"rule": "exec_timeout ≥ slowest job's p99", "ok": ex == 0 or ex >= p99,
-         "detail": f"an execution timeout under {p99:g} s kills healthy slow transcodes"},
-        {"rule": "exec_timeout < vt_seconds", "ok": ex == 0 or ex < vt,
-         "detail": "the VT expires before the job's own timeout: a slow job is redelivered while it still runs"},
-        {"rule": "vt_seconds < lock_ttl", "ok": vt < ttl,
-         "detail": "the lock TTL would expire before the VT decides the worker is gone"},
+        {
+            "rule": "exec_timeout set",
+            "ok": ex > 0,
+            "detail": "no per-job timeout: a stuck job holds its worker until the VT hands it to another",
+        },
+        {
+            "rule": "exec_timeout ≥ slowest job's p99",
+            "ok": ex == 0 or ex >= p99,
+            "detail": f"an execution timeout under {p99:g} s kills healthy slow transcodes",
+        },
+        {
+            "rule": "exec_timeout < vt_seconds",
+            "ok": ex == 0 or ex < vt,
+            "detail": "the VT expires before the job's own timeout: a slow job is redelivered while it still runs",
+        },
+        {
+            "rule": "vt_seconds < lock_ttl",
+            "ok": vt < ttl,
+            "detail": "the lock TTL would expire before the VT decides the worker is gone",
+        },
     ]
-    return {"exec_timeout": ex, "vt_seconds": vt, "lock_ttl": ttl, "p99": p99,
-            "ok": all(c["ok"] for c in checks), "checks": checks}
+    return {
+        "exec_timeout": ex,
+        "vt_seconds": vt,
+        "lock_ttl": ttl,
+        "p99": p99,
+        "ok": all(c["ok"] for c in checks),
+        "checks": checks,
+    }

@@ -14,5 +14,9 @@ def lock_key(lab: str, name: str) -> str:
 
 def read(r: redis.Redis, lab: str, name: str) -> dict:
     raw = r.hgetall(lock_key(lab, name))
-    return {"holder": raw.get("holder") or None, "expires": float(raw["expires"]) if raw.get("expires") else None,
-            "since": float(raw["since"]) if raw.get("since") else None, "fence": int(raw.get("fence", 0))}
+    return {
+        "holder": raw.get("holder") or None,
+        "expires": float(raw["expires"]) if raw.get("expires") else None,
+        "since": float(raw["since"]) if raw.get("since") else None,
+        "fence": int(raw.get("fence", 0)),
+    }

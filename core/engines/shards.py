@@ -47,4 +47,4 @@ def chi_square(sizes: list[int]) -> float:
 def chi_square_critical(df: int, z: float = 3.09) -> float:
     """Upper critical value of χ²(df) by the Wilson–Hilferty approximation; z = 3.09 is the 0.1 % tail."""
     k = 2 / (9 * df)
-    return df * (1 - k + z * k ** 0.5) ** 3
+    return df * (1 - k + z * k**0.5) ** 3

@@ -292,18 +292,16 @@ def _job_specs() -> list[InputSpec]:
         # the page shows (a tenth of a second on a 15-minute p99 rounds away). min is on the step's grid.
         tick = 1.0 if jt.mean_s >= 60 else 0.1
         specs += [
-            InputSpec(f"{jt.name}_share_pct", f"{jt.label}: share of arrivals", "%", 0, 100, 0.5,
-                      group="job_mix"),
-            InputSpec(f"{jt.name}_mean_s", f"{jt.label}: mean duration", "s", tick, 7200, tick,
-                      group="job_mix"),
-            InputSpec(f"{jt.name}_p99_s", f"{jt.label}: p99 duration", "s", tick, 14400, tick,
-                      group="job_mix"),
+            InputSpec(f"{jt.name}_share_pct", f"{jt.label}: share of arrivals", "%", 0, 100, 0.5, group="job_mix"),
+            InputSpec(f"{jt.name}_mean_s", f"{jt.label}: mean duration", "s", tick, 7200, tick, group="job_mix"),
+            InputSpec(f"{jt.name}_p99_s", f"{jt.label}: p99 duration", "s", tick, 14400, tick, group="job_mix"),
         ]
     return specs
 
 
-def _spec(name: str, label: str, unit: str, lo: float, hi: float, step: float, group: str,
-          kind: str = "float") -> InputSpec:
+def _spec(
+    name: str, label: str, unit: str, lo: float, hi: float, step: float, group: str, kind: str = "float"
+) -> InputSpec:
     return InputSpec(name, label, unit, lo, hi, step, kind, group)
 
 
@@ -314,8 +312,7 @@ INPUT_SPECS: tuple[InputSpec, ...] = (
     *_job_specs(),
     _spec("target_utilisation", "Target utilisation ρ", "", 0.05, 0.99, 0.01, "utilisation"),
     _spec("worker_price_per_hour", "Worker price (pool)", "$/worker-hour", 0.001, 5, 0.001, "price"),
-    _spec("transcode_price_per_hour", "Worker price (CPU transcode)", "$/worker-hour", 0.001, 5, 0.001,
-          "price"),
+    _spec("transcode_price_per_hour", "Worker price (CPU transcode)", "$/worker-hour", 0.001, 5, 0.001, "price"),
     _spec("hours_per_month", "Hours per month", "h", 672, 744, 1, "price"),
     _spec("pro_share", "Pro share of traffic", "fraction", 0, 1, 0.01, "tiers"),
     _spec("pro_reserved_workers", "Workers reserved for pro", "workers", 0, 1_000_000, 10, "tiers", "int"),
@@ -323,8 +320,7 @@ INPUT_SPECS: tuple[InputSpec, ...] = (
     _spec("aging_threshold_s", "Aging threshold", "s", 1, 86_400, 1, "tiers"),
     _spec("pro_revenue_per_job", "Pro revenue per job", "$", 0, 10, 0.001, "tiers"),
     _spec("burst_jobs", "Burst size (one customer)", "jobs", 1, 100_000, 1, "tiers", "int"),
-    _spec("burst_other_customers", "Other customers during burst", "customers", 0, 10_000, 1, "tiers",
-          "int"),
+    _spec("burst_other_customers", "Other customers during burst", "customers", 0, 10_000, 1, "tiers", "int"),
     _spec("spike_multiplier", "Platform-wide spike", "×", 1, 10, 0.1, "tiers"),
     _spec("enqueue_ms", "Enqueue (durable write) time", "ms", 0.1, 1000, 0.1, "ch0"),
     _spec("upload_response_ms", "Upload response time with enqueue", "ms", 1, 10_000, 1, "ch0"),
@@ -492,5 +488,4 @@ def spec_values(inputs: Inputs | None = None) -> list[dict[str, Any]]:
     """Every input spec with its default and current value: what a page needs to draw controls."""
     current = (inputs or Inputs()).flat()
     defaults = Inputs().flat()
-    return [dict(spec.as_dict(), default=defaults[spec.name], value=current.get(spec.name))
-            for spec in INPUT_SPECS]
+    return [dict(spec.as_dict(), default=defaults[spec.name], value=current.get(spec.name)) for spec in INPUT_SPECS]

@@ -124,7 +124,7 @@ def jitter_expected_peak(clients: int, window_s: float, bucket_s: float) -> floa
         acc += term
         cdf.append(min(1.0, acc))
         term = term * (clients - k) / (k + 1) * p / (1 - p) if p < 1 else 0.0
-    return sum(1 - c ** buckets for c in cdf)
+    return sum(1 - c**buckets for c in cdf)
 
 
 def jitter_peak_reduction(window_s: float, bucket_s: float) -> float:

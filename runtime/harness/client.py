@@ -63,8 +63,14 @@ class _FromAddress(urllib.request.HTTPHandler):
 class Api:
     """The contract's calls, and the labs this client made (`created`), so a caller can remove them."""
 
-    def __init__(self, base: str, redis_url: str | None = None, offline_ok: bool = False, timeout: float = 40,
-                 source: str | None = None):
+    def __init__(
+        self,
+        base: str,
+        redis_url: str | None = None,
+        offline_ok: bool = False,
+        timeout: float = 40,
+        source: str | None = None,
+    ):
         self.base = base
         self.redis_url = redis_url
         self.offline_ok = offline_ok
@@ -73,8 +79,16 @@ class Api:
         self._open = urllib.request.build_opener(_FromAddress(source)).open if source else urllib.request.urlopen
 
     # --- one request -------------------------------------------------------------------------
-    def call(self, method: str, path: str, body: Any = None, token: str | None = None, headers: dict | None = None,
-             raw: bytes | None = None, timeout: float | None = None) -> Response:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        headers: dict | None = None,
+        raw: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Response:
         hdrs = dict(headers or {})
         data = raw
         if body is not None:
@@ -93,8 +107,15 @@ class Api:
                 raise
             return Response(0, {}, json.dumps({"error": type(e).__name__, "detail": str(e)}).encode())
 
-    def ok(self, method: str, path: str, body: Any = None, token: str | None = None,
-           expect: tuple[int, ...] = (200, 201, 202, 204), **kw) -> Any:
+    def ok(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        expect: tuple[int, ...] = (200, 201, 202, 204),
+        **kw,
+    ) -> Any:
         """The answer's JSON, or HttpError if the status is not one of `expect`."""
         res = self.call(method, path, body, token, **kw)
         if res.status not in expect:
@@ -125,8 +146,14 @@ class Api:
     def snapshot(self, lab: dict) -> dict:
         return self.ok("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"], expect=(200,))
 
-    def wait_for(self, lab: dict, predicate: Callable[[dict], bool], timeout: float = 60,
-                 what: str = "condition not met", every: float = 0.1) -> dict:
+    def wait_for(
+        self,
+        lab: dict,
+        predicate: Callable[[dict], bool],
+        timeout: float = 60,
+        what: str = "condition not met",
+        every: float = 0.1,
+    ) -> dict:
         """Poll the snapshot until predicate(snapshot) holds; WaitTimeout names the last counts."""
         deadline = time.monotonic() + timeout
         while True:
@@ -138,8 +165,7 @@ class Api:
                 return snap
             if time.monotonic() > deadline:
                 counts = snap and {k: v for k, v in snap["counts"].items() if v}
-                raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} "
-                                  f"workers={snap and snap['workers']}")
+                raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} workers={snap and snap['workers']}")
             time.sleep(every)
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
@@ -163,8 +189,10 @@ class Api:
                     if all(w["pid"] in listening for w in rows):
                         return snap
                 if time.monotonic() > deadline:
-                    raise WaitTimeout(f"exactly {n} workers up within {timeout:.0f} s: rows "
-                                      f"{[(w['id'], w['state'], w['pid']) for w in rows]}")
+                    raise WaitTimeout(
+                        f"exactly {n} workers up within {timeout:.0f} s: rows "
+                        f"{[(w['id'], w['state'], w['pid']) for w in rows]}"
+                    )
                 time.sleep(0.05)
         finally:
             r.close()
@@ -173,8 +201,9 @@ class Api:
         """The whole stream after `after`, through the public GET …/events (which pages by 1000)."""
         out: list[dict] = []
         while True:
-            batch = self.ok("GET", f"/api/labs/{lab['lab_id']}/events?after={after}", token=lab["token"],
-                            expect=(200,))["events"]
+            batch = self.ok(
+                "GET", f"/api/labs/{lab['lab_id']}/events?after={after}", token=lab["token"], expect=(200,)
+            )["events"]
             out += batch
             if len(batch) < 1000:
                 return out
@@ -182,8 +211,13 @@ class Api:
 
     # --- jobs and workers ------------------------------------------------------------------------
     def enqueue(self, lab: dict, body: dict, idem: str | None = None) -> Response:
-        return self.call("POST", f"/api/labs/{lab['lab_id']}/jobs", body, lab["token"],
-                         headers={"Idempotency-Key": idem} if idem else None)
+        return self.call(
+            "POST",
+            f"/api/labs/{lab['lab_id']}/jobs",
+            body,
+            lab["token"],
+            headers={"Idempotency-Key": idem} if idem else None,
+        )
 
     def job(self, lab: dict, job_id: str) -> Response:
         return self.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job_id}", token=lab["token"])

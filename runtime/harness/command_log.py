@@ -18,8 +18,24 @@ from pathlib import Path
 
 import redis
 
-CONTAINERS = {"CLIENT", "CONFIG", "XINFO", "XGROUP", "OBJECT", "MEMORY", "SCRIPT", "FUNCTION", "ACL", "COMMAND",
-              "CLUSTER", "LATENCY", "SLOWLOG", "MODULE", "PUBSUB", "DEBUG"}
+CONTAINERS = {
+    "CLIENT",
+    "CONFIG",
+    "XINFO",
+    "XGROUP",
+    "OBJECT",
+    "MEMORY",
+    "SCRIPT",
+    "FUNCTION",
+    "ACL",
+    "COMMAND",
+    "CLUSTER",
+    "LATENCY",
+    "SLOWLOG",
+    "MODULE",
+    "PUBSUB",
+    "DEBUG",
+}
 SCRIPTS = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"}
 _PEER = re.compile(r"127\.0\.0\.1:(\d+)\s+\S+:(\d+)\s+users:\(\(\"[^\"]*\",pid=(\d+)")
 
@@ -56,8 +72,10 @@ class CommandLog:
         self.lines: list[tuple[str, str]] = []  # (client port, or "lua"; command name), in the server's order
         self.running = True
         self.client = redis.Redis.from_url(url, decode_responses=True)
-        self.threads = [threading.Thread(target=self._monitor, daemon=True),
-                        threading.Thread(target=self._map_ports, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._monitor, daemon=True),
+            threading.Thread(target=self._map_ports, daemon=True),
+        ]
 
     def start(self) -> CommandLog:
         for t in self.threads:
@@ -66,8 +84,12 @@ class CommandLog:
 
     def _map_ports(self) -> None:
         while self.running:
-            out = subprocess.run(["ss", "-tnpH", "state", "established", f"dport = :{self.port}"],
-                                 capture_output=True, text=True, check=False).stdout
+            out = subprocess.run(
+                ["ss", "-tnpH", "state", "established", f"dport = :{self.port}"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
             for local, _remote, pid in _PEER.findall(out):
                 if local not in self.roles:
                     self.roles[local] = role_of(int(pid))

@@ -47,9 +47,18 @@ class HostsStack(Stack):
     def start_host(self, host: str) -> subprocess.Popen:
         env = dict(self.env(), POOL_HOST_ID=host, VAR_DIR=str(self.root / f"var-{host}"))
         out = open(self.log_dir / f"pool-{host}.log", "ab")
-        proc = self.hosts[host] = self._budgeted(host, lambda: subprocess.Popen(
-            [sys.executable, "-m", "workers.supervisor"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-            stderr=out, start_new_session=True))
+        proc = self.hosts[host] = self._budgeted(
+            host,
+            lambda: subprocess.Popen(
+                [sys.executable, "-m", "workers.supervisor"],
+                env=env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            ),
+        )
         out.close()
         self.started.append(proc)
         return proc

@@ -54,8 +54,10 @@ def _ip(*args: str) -> None:
 
 def free_subnet() -> str:
     """A 10.x.y.0/24 prefix ("10.x.y") no address or route of this machine is in."""
-    used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout + subprocess.run(
-        ["ip", "-4", "route"], capture_output=True, text=True).stdout
+    used = (
+        subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+        + subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    )
     taken = set(re.findall(r"\b10\.(\d+)\.(\d+)\.", used))
     for _ in range(1000):
         x, y = random.randint(100, 250), random.randint(0, 254)
@@ -104,8 +106,11 @@ class Net:
     def close(self) -> None:
         """Kill what still runs inside (a namespace lives on while a process is in it, and an orphan such as
         a server whose launcher was SIGKILLed would keep it and its port), then remove it and the bridge."""
-        pids = [int(pid) for ns in self.spaces.values()
-                for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+        pids = [
+            int(pid)
+            for ns in self.spaces.values()
+            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        ]
         try:
             for pid in pids:
                 try:
@@ -170,9 +175,13 @@ class NetStack(HostsStack):
 
     def start_redis(self) -> None:
         assert self.net is not None
-        env = dict(self.env(), SERVER_BIND=self.net.addrs["server"], SERVER_PORT=str(SERVER_PORT),
-                   VAR_DIR=str(self.root / "var-server"),
-                   **{f"REDIS_{r.upper()}_PASSWORD": pw for r, pw in self.passwords.items()})
+        env = dict(
+            self.env(),
+            SERVER_BIND=self.net.addrs["server"],
+            SERVER_PORT=str(SERVER_PORT),
+            VAR_DIR=str(self.root / "var-server"),
+            **{f"REDIS_{r.upper()}_PASSWORD": pw for r, pw in self.passwords.items()},
+        )
         env.pop("REDIS_URL")
         self.server_part = self._part("server", env, "server")
         r = self.redis_client()
@@ -207,9 +216,15 @@ class NetStack(HostsStack):
         assert self.net is not None and self.log_dir is not None
         out = open(self.log_dir / f"{part}.log", "ab")
         try:
-            proc = subprocess.Popen([*self.net.exec(part), sys.executable, "-m", "runtime.launcher", role], env=env,
-                                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [*self.net.exec(part), sys.executable, "-m", "runtime.launcher", role],
+                env=env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
         finally:
             out.close()
         self.started.append(proc)

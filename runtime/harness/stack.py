@@ -29,11 +29,24 @@ from runtime import embedded_redis
 from runtime.harness.client import Api
 from runtime.launcher import gunicorn_command, stop_all, wait_healthy
 
-UNLIMITED = {"RATE_JOBS": "0", "RATE_KILLS": "0", "MAX_WORKERS": "1000", "RATE_LABS": "0", "MAX_CLIENT_LABS": "0",
-             "MAX_CLIENT_LIVE_LABS": "0",
-             "RATE_ROOM_LOOKUPS": "0", "RATE_ROOM_SEATS": "0", "LAB_BATCH_JOBS": "0", "LAB_LATE_DELIVERIES": "0",
-             "LAB_JOB_RATE": "0", "RATE_CHALLENGE_RUNS": "0",
-             "WS_PER_CLIENT": "0", "WS_PER_LAB": "0", "CONN_PER_CLIENT": "0", "PARK_AFTER": "0"}
+UNLIMITED = {
+    "RATE_JOBS": "0",
+    "RATE_KILLS": "0",
+    "MAX_WORKERS": "1000",
+    "RATE_LABS": "0",
+    "MAX_CLIENT_LABS": "0",
+    "MAX_CLIENT_LIVE_LABS": "0",
+    "RATE_ROOM_LOOKUPS": "0",
+    "RATE_ROOM_SEATS": "0",
+    "LAB_BATCH_JOBS": "0",
+    "LAB_LATE_DELIVERIES": "0",
+    "LAB_JOB_RATE": "0",
+    "RATE_CHALLENGE_RUNS": "0",
+    "WS_PER_CLIENT": "0",
+    "WS_PER_LAB": "0",
+    "CONN_PER_CLIENT": "0",
+    "PARK_AFTER": "0",
+}
 """A shared stack serves many labs from one address (2,000-job tests, kill storms, benchmarks): every
 per-client and per-lab limit and the machine's worker ceiling are tested on a stack of their own, with
 `env`. Parking is off (PARK_AFTER 0): a test may watch its lab through the server alone for minutes."""
@@ -49,9 +62,17 @@ class Stack:
     role: the web as `web`, the supervisor as `pool`, this process (`redis_url`) as `admin`.
     """
 
-    def __init__(self, name: str = "stack", root: Path | None = None, redis_url: str | None = None,
-                 persist: bool = False, env: dict[str, str] | None = None,
-                 access_log: str = "", logs: bool = False, roles: bool = False):
+    def __init__(
+        self,
+        name: str = "stack",
+        root: Path | None = None,
+        redis_url: str | None = None,
+        persist: bool = False,
+        env: dict[str, str] | None = None,
+        access_log: str = "",
+        logs: bool = False,
+        roles: bool = False,
+    ):
         self.name = name
         self.external_redis = redis_url
         self.persist = persist
@@ -101,9 +122,16 @@ class Stack:
         return [p for p in (self.supervisor, self.web) if p is not None]
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ, REDIS_URL=self.redis_url, VAR_DIR=str(self.var_dir), PORT=str(self.port),
-                   HOST="127.0.0.1", MAX_LABS="20", LAB_IDLE_TTL="3600",
-                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(
+            os.environ,
+            REDIS_URL=self.redis_url,
+            VAR_DIR=str(self.var_dir),
+            PORT=str(self.port),
+            HOST="127.0.0.1",
+            MAX_LABS="20",
+            LAB_IDLE_TTL="3600",
+            PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
         return {**env, **UNLIMITED, **self.extra_env}
 
     def api(self, **kw) -> Api:
@@ -139,8 +167,9 @@ class Stack:
     # --- the Redis-protocol server -----------------------------------------------------------
     def start_redis(self) -> None:
         """Start (or restart: same port, same data dir) the embedded server."""
-        self.server = embedded_redis.start(self.redis_dir, port=self.redis_port or None, persist=self.persist,
-                                           users=self.passwords)
+        self.server = embedded_redis.start(
+            self.redis_dir, port=self.redis_port or None, persist=self.persist, users=self.passwords
+        )
         self.redis_port = self.server.port
 
     def stop_redis(self) -> None:
@@ -160,9 +189,15 @@ class Stack:
         as `role`; stop() reaps it."""
         out = open(self.log_dir / f"{log}.log", "ab") if self.log_dir and log else None
         try:
-            p = subprocess.Popen(argv, env={**self.env(), "REDIS_URL": self.role_url(role)}, cwd=ROOT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                 **({"stdout": out, "stderr": out} if out else {}), **kw)
+            p = subprocess.Popen(
+                argv,
+                env={**self.env(), "REDIS_URL": self.role_url(role)},
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **({"stdout": out, "stderr": out} if out else {}),
+                **kw,
+            )
         finally:
             if out:
                 out.close()
@@ -220,8 +255,10 @@ class Stack:
     def infra_cpu_s(self) -> dict[str, float]:
         """CPU seconds so far of the server, the supervisor (own, not its workers) and the web worker."""
         assert self.supervisor is not None
-        out = {"supervisor": cpu_s(self.supervisor.pid, with_children=False),
-               "web": cpu_s(self.web_pid(), with_children=False)}
+        out = {
+            "supervisor": cpu_s(self.supervisor.pid, with_children=False),
+            "web": cpu_s(self.web_pid(), with_children=False),
+        }
         if self.server_pid:
             out["valkey"] = cpu_s(self.server_pid, with_children=False)
         return out

@@ -35,9 +35,12 @@ def axe_log():
 def axe(page: Page) -> list[dict]:
     page.add_script_tag(path=str(AXE))
     assert page.evaluate("axe.version") == AXE_VERSION
-    return page.evaluate("""(tags) => axe.run(document, {runOnly: {type: 'tag', values: tags}})
+    return page.evaluate(
+        """(tags) => axe.run(document, {runOnly: {type: 'tag', values: tags}})
         .then((r) => r.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
-          nodes: v.nodes.map((n) => ({target: n.target.join(' '), summary: n.failureSummary}))})))""", TAGS)
+          nodes: v.nodes.map((n) => ({target: n.target.join(' '), summary: n.failureSummary}))})))""",
+        TAGS,
+    )
 
 
 def check(page: Page, name: str, axe_log: dict) -> None:
@@ -55,6 +58,7 @@ def a11y_context(browser: Browser, stack, api):
         ctx = browser.new_context(bypass_csp=True, **kw)
         contexts.append(ctx)
         return ctx
+
     yield make
     for ctx in contexts:
         for page in ctx.pages:
@@ -145,7 +149,8 @@ def test_dark_theme_phone_and_projector_have_no_violations(a11y_context, stack, 
     page.wait_for_function(  # the outage's first retry arrivals are on screen
         "() => [...document.querySelectorAll('[data-testid=retry-histogram] .lw-hist-bar')]"
         ".some((b) => b.dataset.n > 0)",
-        timeout=90_000)
+        timeout=90_000,
+    )
     check(page, f"/chapters/4 ({scheme}, phone, outage running)", axe_log)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{stack.url}/chapters/2?present=1&speed=200")
@@ -154,8 +159,9 @@ def test_dark_theme_phone_and_projector_have_no_violations(a11y_context, stack, 
 
 
 @pytest.mark.parametrize("scheme", ["dark", "light"])
-def test_a_paused_guided_step_with_its_bar_and_a_lost_connection_have_no_violations(a11y_context, stack, axe_log,
-                                                                                     scheme):
+def test_a_paused_guided_step_with_its_bar_and_a_lost_connection_have_no_violations(
+    a11y_context, stack, axe_log, scheme
+):
     """The step bar docked at a pause (on a phone and a laptop) and the notice over a lost connection."""
     ctx = a11y_context(viewport={"width": 390, "height": 844}, color_scheme=scheme)
     page = ctx.new_page()

@@ -71,9 +71,11 @@ def test_every_chapter_shows_its_title_and_pipeline_at_1280x800_with_the_rest_fo
             for sel in (".lw-queue", ".lw-inflight", ".lw-workers-panel h3", ".lw-workers .lw-worker"):
                 on_screen(page, f"#lab-widget {sel}", 800)
             # every worker of the first row of cards (a pool of four or more wraps to a second row)
-            tops = page.evaluate("() => [...document.querySelectorAll('#lab-widget .lw-workers .lw-worker')]"
-                                 ".map((c) => c.getBoundingClientRect())"
-                                 ".filter((r, _, all) => r.top === all[0].top).map((r) => r.bottom)")
+            tops = page.evaluate(
+                "() => [...document.querySelectorAll('#lab-widget .lw-workers .lw-worker')]"
+                ".map((c) => c.getBoundingClientRect())"
+                ".filter((r, _, all) => r.top === all[0].top).map((r) => r.bottom)"
+            )
             assert tops and max(tops) <= 800, f"chapter {n}: the first row of workers is cut by the fold: {tops}"
         folds = page.locator("#lab-widget details.lw-fold")
         assert folds.count() >= 3, f"chapter {n}: no folded panels"
@@ -115,8 +117,11 @@ def test_space_on_the_prose_scrolls_and_leaves_the_lab_running_r_asks_before_res
     page.keyboard.press("Space")
     page.wait_for_function(f"() => scrollY > {y0}", timeout=10_000)
     expect(clock).to_have_attribute("data-paused", "no")
-    page.wait_for_function("(t0) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) > t0",
-                           arg=t0, timeout=15_000)
+    page.wait_for_function(
+        "(t0) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) > t0",
+        arg=t0,
+        timeout=15_000,
+    )
     # in the lab, Space is the lab's: it pauses the clock
     page.locator("#lab-widget .lw-head").click()
     page.keyboard.press("Space")
@@ -171,8 +176,12 @@ def test_on_a_phone_nothing_is_pinned_over_the_worker_cards(page: Page, stack, a
 # what the steps of chapters 2, 7 and 8 talk about, each whole or (a tall panel) its heading and first row
 FIRST_SCREEN = {
     2: ["#lab-widget .lw-queue", "#lab-widget .lw-inflight", "#lab-widget .lw-workers-panel h3"],
-    7: ["[data-testid=ch7-panel] h2", "[data-testid=ch7-replicas-box] h3", "[data-testid=ch7-counts-box] h3",
-        "[data-testid=ch7-replica-r1]"],
+    7: [
+        "[data-testid=ch7-panel] h2",
+        "[data-testid=ch7-replicas-box] h3",
+        "[data-testid=ch7-counts-box] h3",
+        "[data-testid=ch7-replica-r1]",
+    ],
     8: ["#lab-widget .lw-queue", "#lab-widget .lw-inflight", "#lab-widget .lw-workers-panel h3"],
 }
 

@@ -11,8 +11,7 @@ from tests.conftest import ARTIFACTS
 LONG = 90_000
 
 
-def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_is_paced(page: Page, stack, api,
-                                                                                        shot):
+def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_is_paced(page: Page, stack, api, shot):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{stack.url}/chapters/4?speed=20")
@@ -44,8 +43,9 @@ def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_
     assert not errors, errors
 
 
-def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their_calls_in_flight(page: Page,
-                                                                                                 stack, api):
+def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their_calls_in_flight(
+    page: Page, stack, api
+):
     """The lesson's scenario: three jobs stream their upload parts, then storage goes down under them (the
     button used to start the outage first, so every job's parts failed at its own start)."""
     page.goto(f"{stack.url}/chapters/4?speed=20")
@@ -60,14 +60,16 @@ def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their
 
         def started() -> list[dict]:
             return [e for e in api.events(lab) if e["type"] == "fault.started"]
+
         api.wait_for(lab, lambda _s: started(), timeout=90, what="the scenario's outage to start")
         events = api.events(lab)
         fault_at = next(i for i, e in enumerate(events) if e["type"] == "fault.started")
         before = events[:fault_at]
         parts = api.snapshot(lab)["settings"]["upload_parts"]
         assert sum(e["type"] == "job.enqueued" for e in before) == 3, "the jobs went in before the outage"
-        assert sum(e["type"] == "storage.called" for e in before) >= 3 * parts, \
+        assert sum(e["type"] == "storage.called" for e in before) >= 3 * parts, (
             "every upload part had called storage before it went down"
+        )
     finally:
         api.call("DELETE", f"/api/labs/{saved['id']}", token=saved["token"])
 
@@ -87,11 +89,13 @@ def test_two_policies_runs_stay_overlaid_on_one_scale_in_the_panel(page: Page, s
         page.locator("#ch4-outage-s").fill("60")
         for policy in ("fixed", "full_jitter"):
             page.get_by_test_id("ch4-policy").select_option(policy)  # the panel's control sets the lab
-            api.wait_for(lab, lambda s, p=policy: s["settings"]["retry_policy"] == p, timeout=20,
-                         what=f"the lab to run {policy}")
+            api.wait_for(
+                lab, lambda s, p=policy: s["settings"]["retry_policy"] == p, timeout=20, what=f"the lab to run {policy}"
+            )
             page.get_by_test_id("ch4-run").click()
             expect(page.get_by_test_id("ch4-status")).to_contain_text(
-                f"Storage down with 3 jobs in flight, 36 storage calls ({policy.replace('_', ' ')})", timeout=LONG)
+                f"Storage down with 3 jobs in flight, 36 storage calls ({policy.replace('_', ' ')})", timeout=LONG
+            )
         api.wait_for(lab, lambda s: s["counts"]["done"] == 6, timeout=180, what="both runs' jobs")
         ev = api.events(lab)
         second = [e["t_sim"] for e in ev if e["type"] == "fault.started"][-1]
@@ -115,8 +119,10 @@ def test_two_policies_runs_stay_overlaid_on_one_scale_in_the_panel(page: Page, s
         # the widget's own histogram shows the second run only: its bars start at the second outage
         outages = [e["t_sim"] for e in api.events(lab) if e["type"] == "fault.started"]
         hist = page.get_by_test_id("retry-histogram")
-        assert float(hist.get_attribute("data-from")) >= outages[-1] > outages[0], (hist.get_attribute("data-from"),
-                                                                                    outages)
+        assert float(hist.get_attribute("data-from")) >= outages[-1] > outages[0], (
+            hist.get_attribute("data-from"),
+            outages,
+        )
         chart.screenshot(path=str(ARTIFACTS / "lab-ch4-two-runs.png"))
         hist.screenshot(path=str(ARTIFACTS / "lab-ch4-widget-hist.png"))
     finally:

@@ -69,8 +69,7 @@ def test_separate_fleets_label_each_worker_and_a_poison_storm_only_kills_free_on
     expect(tier_rows.nth(1).locator("td").nth(5)).to_have_text("9")
     assert deaths and all(fleet == "free" for _, fleet in deaths), deaths
     page.get_by_test_id("ch6-panel").screenshot(path=str(shot("ch6-separate").with_name("ch6-separate-panel.png")))
-    page.get_by_test_id("workers").screenshot(
-        path=str(shot("ch6-separate").with_name("ch6-separate-workers.png")))
+    page.get_by_test_id("workers").screenshot(path=str(shot("ch6-separate").with_name("ch6-separate-workers.png")))
     saved = page.evaluate("sessionStorage.getItem('awl:lab:ch6')")
     if saved:
         lab = json.loads(saved)

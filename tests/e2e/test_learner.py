@@ -28,6 +28,7 @@ def open_page(browser: Browser, stack, api):
         if path:
             page.goto(stack.url + path)
         return page
+
     yield make
     for page in pages:
         for key in ("ch1", "ch2", "ch4", "ch5", "ch8"):
@@ -51,6 +52,7 @@ def shoot(page: Page, name: str, full: bool = False) -> None:
 
 
 # --- predictions -----------------------------------------------------------------------------------
+
 
 def test_a_prediction_is_committed_before_the_run_and_shown_beside_the_measurement(open_page):
     page = ready(open_page(f"/chapters/1?speed={SPEED}"))
@@ -134,6 +136,7 @@ def test_a_prediction_round_in_a_room_shows_the_class_spread_beside_the_measured
 
 # --- races ----------------------------------------------------------------------------------------
 
+
 def test_a_four_way_race_runs_one_input_through_four_labs_side_by_side(open_page, stack, api):
     page = open_page("/races")
     page.get_by_test_id("race-new-retry-policies").click()
@@ -176,6 +179,7 @@ def test_a_four_way_race_runs_one_input_through_four_labs_side_by_side(open_page
 
 
 # --- the rough edges --------------------------------------------------------------------------------
+
 
 def test_the_what_if_form_keeps_focus_and_explains_an_invalid_value_in_place(open_page):
     page = open_page("/chapters/2")
@@ -237,9 +241,11 @@ def test_phone_tables_scroll_in_their_own_box_and_the_queue_stays_beside_the_con
     button.scroll_into_view_if_needed()
     page.evaluate("window.scrollBy(0, 150)")
     queue = page.get_by_test_id("queue").locator("xpath=..")
-    in_view = page.evaluate("""([a, b]) => [a, b].every((el) => {
+    in_view = page.evaluate(
+        """([a, b]) => [a, b].every((el) => {
         const r = el.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight && r.bottom > 0; })""",
-                            [button.element_handle(), queue.element_handle()])
+        [button.element_handle(), queue.element_handle()],
+    )
     assert in_view, "the sample clip control and the queue panel are on screen together"
     shoot(page, "phone-controls-and-queue")
 
@@ -280,10 +286,15 @@ def test_a_kill_is_announced_at_once_not_held_for_the_batch(open_page, api):
           seen = true;
           requestAnimationFrame(() => { window.sameFrame = /killed/.test(el.textContent); });
         }).observe(log, {childList: true, subtree: true}); }""")
-    assert api.call("POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 600},
-                    lab["token"]).status == 202
-    expect(page.get_by_test_id("worker-w1").or_(page.get_by_test_id("worker-w2"))
-           .filter(has_text="busy").first).to_be_visible(timeout=30_000)
+    assert (
+        api.call(
+            "POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 600}, lab["token"]
+        ).status
+        == 202
+    )
+    expect(
+        page.get_by_test_id("worker-w1").or_(page.get_by_test_id("worker-w2")).filter(has_text="busy").first
+    ).to_be_visible(timeout=30_000)
     assert api.call("POST", f"/api/labs/{lab['id']}/workers/random/kill", {}, lab["token"]).status == 200
     page.wait_for_function("window.heard.some(([, t]) => /killed/.test(t))", timeout=15_000)
     # behaviour, not a stopwatch: said by the frame the log shows it, not held for the polite batch

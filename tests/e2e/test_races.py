@@ -49,8 +49,11 @@ def test_the_jitter_race_draws_the_fixed_herd_at_least_twice_as_tall_on_one_scal
     for side in "ab":  # every job of both lanes done (or dead-lettered): the runs are over
         expect(page.get_by_test_id(f"race-done-{side}")).to_have_text(re.compile(rf"^{n}\b"), timeout=300_000)
     # the widgets have drawn every retry the lanes' streams hold
-    page.wait_for_function("""() => [...document.querySelectorAll('[data-testid=race] section.lw')].every((lane) =>
-        Number(lane.querySelector('[data-testid=retry-histogram]').dataset.ymax) > 1)""", timeout=30_000)
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid=race] section.lw')].every((lane) =>
+        Number(lane.querySelector('[data-testid=retry-histogram]').dataset.ymax) > 1)""",
+        timeout=30_000,
+    )
     page.wait_for_timeout(1500)  # a few more ticks: the last events in, every lane handed the shared scale
     lanes = page.evaluate(_LANE_BARS)
     fixed, jitter = lanes["run-a"], lanes["run-b"]  # the race's variants: fixed 20 s, then full jitter

@@ -37,8 +37,7 @@ def live(page: Page, widget: str = "#lab-widget") -> None:
     expect(root).not_to_contain_text("could not start")
 
 
-def test_one_tab_walks_every_chapter_a_race_and_back_without_a_lab_that_cannot_start(
-        browser: Browser, default_stack):
+def test_one_tab_walks_every_chapter_a_race_and_back_without_a_lab_that_cannot_start(browser: Browser, default_stack):
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
@@ -78,7 +77,8 @@ def test_one_tab_walks_every_chapter_a_race_and_back_without_a_lab_that_cannot_s
 
 
 def test_at_the_cap_with_every_lab_on_a_page_the_widget_offers_to_park_or_close_the_oldest(
-        browser: Browser, default_stack):
+    browser: Browser, default_stack
+):
     """Four tabs keep four labs watched; a fifth chapter says why it cannot open and offers the way out in
     place: parking the oldest lab opens this one, live."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -101,6 +101,7 @@ def test_at_the_cap_with_every_lab_on_a_page_the_widget_offers_to_park_or_close_
     live(page)
     r = default_stack.redis_client()
     assert r.sismember(parking.PARKED, oldest)
-    expect(tabs[0].locator("#lab-widget").get_by_test_id("log-item").filter(has_text="you parked it")) \
-        .not_to_have_count(0)
+    expect(
+        tabs[0].locator("#lab-widget").get_by_test_id("log-item").filter(has_text="you parked it")
+    ).not_to_have_count(0)
     context.close()

@@ -34,6 +34,7 @@ def watch_errors():
     def watch(page: Page) -> Page:
         page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
         return page
+
     yield watch
     assert not errors, f"JavaScript errors: {errors}"
 
@@ -147,8 +148,9 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     lab = saved_lab(teacher, "ch1")
     api.created.append({"lab_id": lab["id"], "token": lab["token"]})
     # scanned from the QR code on a phone
-    student = watch_errors(browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
-                                               has_touch=True).new_page())
+    student = watch_errors(
+        browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True).new_page()
+    )
     student.goto(f"{stack.url}/join/{code}")
     student.screenshot(path=str(ARTIFACTS / "rooms-join-phone.png"), full_page=True)
     student.get_by_test_id("follow-name").fill("Ada")
@@ -168,8 +170,9 @@ def test_follow_along_copies_the_lab_and_shows_on_the_dashboard(browser: Browser
     expect(row).to_have_attribute("data-state", "live")
     student.locator("#lab-widget").press("u")  # U: enqueue the chosen sample clip
     # VT too short: the student's job is redelivered while still running, and the dashboard shows it
-    expect(row.locator('[data-count="redelivered"]')).to_have_attribute("data-value", re.compile(r"^[1-9]"),
-                                                                         timeout=LONG)
+    expect(row.locator('[data-count="redelivered"]')).to_have_attribute(
+        "data-value", re.compile(r"^[1-9]"), timeout=LONG
+    )
     teacher.screenshot(path=str(ARTIFACTS / "rooms-dashboard-student.png"), full_page=True)
     student.screenshot(path=str(ARTIFACTS / "rooms-follow-phone.png"))
     # the instructor opens the student's run read-only from the dashboard (to put it on the projector)

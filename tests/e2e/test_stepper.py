@@ -84,16 +84,20 @@ def next_move_on_screen(page: Page) -> None:
     try:
         page.wait_for_function(NEXT_MOVE, timeout=10_000)
     except Exception as e:  # name what was where
-        boxes = {t: page.locator(t).bounding_box() for t in ("[data-testid=stepper-continue]", "[data-testid=stepper]",
-                                                             ".lw-step-look")}
+        boxes = {
+            t: page.locator(t).bounding_box()
+            for t in ("[data-testid=stepper-continue]", "[data-testid=stepper]", ".lw-step-look")
+        }
         raise AssertionError(f"at the pause the next move is off screen ({page.viewport_size}): {boxes}") from e
 
 
 def shot(page: Page, name: str):
     """At the pause: a screenshot once the step's words beside the element it points at are in view."""
+
     def take() -> None:
         expect(page.get_by_test_id("stepper-callout")).to_be_in_viewport(timeout=10_000)
         page.screenshot(path=str(ARTIFACTS / name))
+
     return take
 
 
@@ -120,8 +124,7 @@ def test_chapter_1_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(
         return round(back["t_sim"] - claim["t_sim"])
 
     # 1: VT too short — attempts of the one job, as the stream counts its claims
-    m = run_step(page, 1, total, "1", at_pause=lambda: page.screenshot(
-        path=str(ARTIFACTS / "guided-step.png")))
+    m = run_step(page, 1, total, "1", at_pause=lambda: page.screenshot(path=str(ARTIFACTS / "guided-step.png")))
     mine, _ = step_events()
     assert m == len({e["attempt"] for e in mine if e["type"] == "job.claimed"}) == 2
     # 2: kill with the VT above the job — back one VT after the claim
@@ -213,7 +216,7 @@ def test_enter_in_a_predict_first_guess_commits_it_and_runs(page: Page, lab):
 def new_events(api, ids: dict, seen: list[int]) -> list[dict]:
     """The lab's events since the last call (seen[0] counts those already read)."""
     evs = api.events(ids)
-    out, seen[0] = evs[seen[0]:], len(evs)
+    out, seen[0] = evs[seen[0] :], len(evs)
     return out
 
 
@@ -260,16 +263,22 @@ def test_chapter_4_stepper_runs_every_step_to_its_verdict_with_the_labs_numbers(
     # (the reason filter also brings back step 3's pill, dead-lettered by the same reason before this step: it
     # fails once more and goes straight back; the step measures its own jobs)
     own = {e["job_id"] for e in evs if e["type"] == "job.enqueued"}
-    dead = {e["job_id"]: e["data"]["reason"] for e in reversed(evs) if e["type"] == "job.dead_lettered"
-            and e["job_id"] in own}  # each job's first dead-letter reason
+    dead = {
+        e["job_id"]: e["data"]["reason"]
+        for e in reversed(evs)
+        if e["type"] == "job.dead_lettered" and e["job_id"] in own
+    }  # each job's first dead-letter reason
     replayed = {e["job_id"] for e in evs if e["type"] == "job.replayed"}
     pills = [j for j, reason in dead.items() if reason.startswith("non_retryable")]
     assert len(pills) == 1 and pills[0] not in replayed, dead
     outage_jobs = {j for j, reason in dead.items() if reason.startswith("max_attempts")}
     assert len(outage_jobs) == len(dead) - 1 and outage_jobs <= replayed, (dead, replayed)
     finished = {e["job_id"] for e in evs if e["type"] == "job.succeeded"}
-    trail = [(e["type"], e.get("job_id"), round(e["t_sim"]), e.get("data", {}).get("fault")) for e in evs
-             if e["type"].startswith(("fault.", "job.replayed", "job.succeeded", "job.dead_lettered"))]
+    trail = [
+        (e["type"], e.get("job_id"), round(e["t_sim"]), e.get("data", {}).get("fault"))
+        for e in evs
+        if e["type"].startswith(("fault.", "job.replayed", "job.succeeded", "job.dead_lettered"))
+    ]
     assert m == len(finished & outage_jobs) == len(outage_jobs), f"the replayed outage jobs finish: {trail}"
 
 
@@ -287,8 +296,11 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
         return {sum(1 for e in evs if e["type"] == "cron.run_started" and e["data"]["tick"] == k) for k in ticks[1:-1]}
 
     model = chapters.ch7.lab_model()
-    for n, guess, expected in ((1, "4", model["no_lock_runs_per_tick"]),
-                               (2, "1", model["short_ttl_max_concurrent_runs"]), (3, "2", 1)):
+    for n, guess, expected in (
+        (1, "4", model["no_lock_runs_per_tick"]),
+        (2, "1", model["short_ttl_max_concurrent_runs"]),
+        (3, "2", 1),
+    ):
         if n > 1:
             page.get_by_test_id("stepper-next").click()
         m = run_step(page, n, total, guess)
@@ -318,7 +330,7 @@ def test_chapter_7_stepper_runs_every_step_to_its_verdict_as_the_schedule_has_it
     # counted from the replicas' return (a tick missed earlier, while step 4 left no leader, is caught up too)
     up = [i for i, e in enumerate(evs) if e["type"] == "scheduler.up"]
     assert up, "the replicas never came back"
-    catch = [e for e in evs[up[0]:] if e["type"] == "cron.catch_up"]
+    catch = [e for e in evs[up[0] :] if e["type"] == "cron.catch_up"]
     assert m == len(catch) == 1, catch
     assert catch[0]["data"]["missed"] >= model["downtime_drill_ticks"] // 1, "the catch-up covers the ticks nobody ran"
 
@@ -337,9 +349,11 @@ def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab
 
     # the claims: one email (claim guard); two runs to the end and two emails (every guard off); a second run
     # whose email the notified flag held back (one sent)
-    cases = ((1, "emails_sent", {"emails_sent": 1, "duplicate_completions": 0}),
-             (2, "duplicate_completions", {"emails_sent": 2, "duplicate_completions": 1}),
-             (3, "emails_suppressed", {"emails_sent": 1, "emails_suppressed": 1}))
+    cases = (
+        (1, "emails_sent", {"emails_sent": 1, "duplicate_completions": 0}),
+        (2, "duplicate_completions", {"emails_sent": 2, "duplicate_completions": 1}),
+        (3, "emails_suppressed", {"emails_sent": 1, "emails_suppressed": 1}),
+    )
     for n, counter, expected in cases:
         if n > 1:
             page.get_by_test_id("stepper-next").click()
@@ -349,9 +363,11 @@ def test_chapter_5_stepper_counts_the_emails_each_guard_lets_out(page: Page, lab
 
 
 # chapters whose guided steps pause at a moment (the chapter homes' STEPS), with the first step that does
-PAUSING = {preset: next(i for i, st in enumerate(steps) if st.get("moment") and st.get("do"))
-           for preset, steps in chapters.steps_public().items()
-           if any(st.get("moment") and st.get("do") for st in steps)}
+PAUSING = {
+    preset: next(i for i, st in enumerate(steps) if st.get("moment") and st.get("do"))
+    for preset, steps in chapters.steps_public().items()
+    if any(st.get("moment") and st.get("do") for st in steps)
+}
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 
 
@@ -393,6 +409,7 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
 
 # ---- issue 38: every step of chapters 0, 2, 3, 5, 6 and 8 acted out, its verdict's figure the lab's own ---------
 
+
 def step_events(step: dict, evs: list[dict]) -> list[dict]:
     """The events a step's run watches (stepper.js `sync`): all of them when it presses a panel's control, else
     its own jobs' and the lab-wide ones."""
@@ -408,7 +425,7 @@ def moment_of(step: dict, mine: list[dict], moment_id: str) -> dict:
     ev = next(e for e in mine if e["id"] == moment_id)
     assert ev["type"] == step["moment"] and all(ev["data"].get(k) == v for k, v in step.get("moment_data", {}).items())
     if step.get("moment_after"):
-        assert any(e["type"] == step["moment_after"] for e in mine[:mine.index(ev)]), "paused before its anchor"
+        assert any(e["type"] == step["moment_after"] for e in mine[: mine.index(ev)]), "paused before its anchor"
     return ev
 
 
@@ -421,11 +438,17 @@ def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page, m
     kind, *arg = step["predict"]["measure"].split(":")
     mine = step_events(step, evs)
     at_moment = kind in ("events", "distinct", "concurrent", "backlog", "moment")
-    upto = mine[:mine.index(moment_of(step, mine, moment_id)) + 1] if at_moment else mine
+    upto = mine[: mine.index(moment_of(step, mine, moment_id)) + 1] if at_moment else mine
     if kind == "gap":
         a = next(e for e in mine if e["type"] == arg[0])
-        b = next(e for e in mine if e["type"] == arg[1] and e["t_sim"] >= a["t_sim"] and e is not a
-                 and (len(arg) < 3 or field(e, arg[2]) == field(a, arg[2])))
+        b = next(
+            e
+            for e in mine
+            if e["type"] == arg[1]
+            and e["t_sim"] >= a["t_sim"]
+            and e is not a
+            and (len(arg) < 3 or field(e, arg[2]) == field(a, arg[2]))
+        )
         return round(b["t_sim"] - a["t_sim"])
     if kind == "spread":
         hits = [e for e in mine if e["type"] == arg[0]]
@@ -446,15 +469,17 @@ def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page, m
                 now = max(0, now - 1)
         return most
     if kind == "backlog":
-        return len({e["job_id"] for e in upto if e["type"] == "job.enqueued"}
-                   - {e["job_id"] for e in upto if e["type"] == "job.claimed"})
+        return len(
+            {e["job_id"] for e in upto if e["type"] == "job.enqueued"}
+            - {e["job_id"] for e in upto if e["type"] == "job.claimed"}
+        )
     if kind == "meanwait":
         born = {e["job_id"]: e["t_sim"] for e in mine if e["type"] == "job.enqueued"}
         waits: dict[str, float] = {}
         for e in mine:
             if e["type"] == "job.claimed" and e["job_id"] in born and e["job_id"] not in waits:
                 waits[e["job_id"]] = e["t_sim"] - born[e["job_id"]]
-        first = list(waits.values())[:int(arg[0])]
+        first = list(waits.values())[: int(arg[0])]
         return round(sum(first) / len(first))
     if kind == "counter":
         return moved[arg[0]]
@@ -480,8 +505,12 @@ def act_step(page: Page, step: dict, n: int, total: int) -> tuple[int, str]:
     expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
     expect(page.locator(".lw-step-look")).to_have_count(1)
     next_move_on_screen(page)
-    page.screenshot(path=str(ARTIFACTS / f"acted-{page.locator('#lab-widget').get_attribute('data-preset')}-"
-                                         f"{page.viewport_size['width']}-step{n}.png"))
+    page.screenshot(
+        path=str(
+            ARTIFACTS / f"acted-{page.locator('#lab-widget').get_attribute('data-preset')}-"
+            f"{page.viewport_size['width']}-step{n}.png"
+        )
+    )
     if says.is_hidden():
         page.get_by_test_id("stepper-continue").click()
     expect(says).to_be_visible(timeout=LONG)

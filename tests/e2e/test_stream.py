@@ -34,8 +34,9 @@ def renders(page: Page, n: int = 3) -> None:
     """Wait until the page has drawn n more frames (a frame is drawn every render tick, 250 ms): each would
     move a clock that extrapolates."""
     page.evaluate("document.querySelector('#lab-widget').lwRenderStats.reset()")
-    page.wait_for_function("(n) => document.querySelector('#lab-widget').lwRenderStats().frames >= n", arg=n,
-                           timeout=15_000)
+    page.wait_for_function(
+        "(n) => document.querySelector('#lab-widget').lwRenderStats().frames >= n", arg=n, timeout=15_000
+    )
 
 
 def frozen_t(page: Page) -> int:
@@ -76,8 +77,11 @@ def test_a_dropped_socket_freezes_the_picture_says_so_and_catches_up(page: Page,
     expect(lost).to_be_hidden()
     expect(clock).to_have_attribute("data-frozen", "no")
     server_t = api.snapshot(ids)["clock"]["t"]
-    page.wait_for_function("(t) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) >= t",
-                           arg=int(server_t), timeout=15_000)
+    page.wait_for_function(
+        "(t) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) >= t",
+        arg=int(server_t),
+        timeout=15_000,
+    )
     delete_page_labs(page, api, ["ch1"])
 
 

@@ -25,8 +25,9 @@ def chapter_page(browser: Browser, stack, api):
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
     yield page
-    labs = page.evaluate("Object.keys(sessionStorage).filter((k) => k.startsWith('awl:lab:'))"
-                         ".map((k) => sessionStorage.getItem(k))")
+    labs = page.evaluate(
+        "Object.keys(sessionStorage).filter((k) => k.startsWith('awl:lab:')).map((k) => sessionStorage.getItem(k))"
+    )
     for raw in labs:
         lab = json.loads(raw)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
@@ -45,8 +46,11 @@ def test_every_what_if_input_is_valid_at_load_and_arrow_up_recomputes_the_chapte
     page.goto(f"{stack.url}/chapters/{number}")
     names = page.eval_on_selector_all(".model-inputs input[type=number]", "els => els.map((e) => e.name)")
     assert names, f"chapter {number} has no What-if inputs"
-    invalid = page.eval_on_selector_all(".model-inputs input[type=number]", """els => els
-        .filter((e) => !e.checkValidity()).map((e) => `${e.name}=${e.value} (min ${e.min}, step ${e.step})`)""")
+    invalid = page.eval_on_selector_all(
+        ".model-inputs input[type=number]",
+        """els => els
+        .filter((e) => !e.checkValidity()).map((e) => `${e.name}=${e.value} (min ${e.min}, step ${e.step})`)""",
+    )
     assert invalid == [], f"chapter {number}: inputs invalid as the page loads: {invalid}"
     # htmx loads as the reader nears the form (static/js/model-inputs.js), not with the page
     page.locator(".model-inputs").scroll_into_view_if_needed()
@@ -57,13 +61,16 @@ def test_every_what_if_input_is_valid_at_load_and_arrow_up_recomputes_the_chapte
         before, value = figures(page), field.input_value()
         page.evaluate("window.__swaps = 0")
         field.focus()
-        with page.expect_request(lambda req, name=name: req.headers.get("hx-request") == "true"
-                                 and f"{name}=" in req.url, timeout=SWAP_S * 1000):
+        with page.expect_request(
+            lambda req, name=name: req.headers.get("hx-request") == "true" and f"{name}=" in req.url,
+            timeout=SWAP_S * 1000,
+        ):
             field.press("ArrowUp")
         wait(lambda: page.evaluate("window.__swaps") > 0, SWAP_S, f"chapter {number}: the recompute after {name}")
         assert page.locator(f"#mi-{name}").input_value() != value, f"chapter {number}: ArrowUp did not step {name}"
-        assert page.evaluate("document.activeElement && document.activeElement.id") == f"mi-{name}", \
+        assert page.evaluate("document.activeElement && document.activeElement.id") == f"mi-{name}", (
             f"chapter {number}: focus left {name} after the recompute"
+        )
         assert figures(page) != before, f"chapter {number}: no figure changed when {name} went up one step"
 
 
@@ -87,8 +94,9 @@ def test_htmx_waits_for_the_reader_and_a_change_made_before_it_arrives_is_still_
     field.press("ArrowUp")
     assert page.evaluate("window.htmx === undefined")  # the change was made before htmx arrived
     page.evaluate("document.body.addEventListener('htmx:afterSettle', () => { window.__swaps = 1; })")
-    with page.expect_request(lambda req: req.headers.get("hx-request") == "true" and f"{name}=" in req.url,
-                             timeout=SWAP_S * 1000):
+    with page.expect_request(
+        lambda req: req.headers.get("hx-request") == "true" and f"{name}=" in req.url, timeout=SWAP_S * 1000
+    ):
         held[0].continue_()
     wait(lambda: page.evaluate("window.__swaps === 1"), SWAP_S, "the recompute of the change made before htmx")
     assert page.locator(f"#mi-{name}").input_value() != value

@@ -64,7 +64,9 @@ def expect_readout(page: Page, name: str, value: int, timeout: int = LONG) -> No
 def wait_readout_at_least(page: Page, name: str, value: int, timeout: int = LONG) -> None:
     page.wait_for_function(
         "([name, v]) => Number(document.querySelector(`[data-testid=readout-${name}]`).dataset.value) >= v",
-        arg=[name, value], timeout=timeout)
+        arg=[name, value],
+        timeout=timeout,
+    )
 
 
 def busy_worker(page: Page):
@@ -79,6 +81,7 @@ def all_readouts(page: Page) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def test_upload_goes_queued_running_done_and_the_rendition_plays(lab_page):
     page = lab_page.open_chapter(0)  # ch0: one worker, so a second job has to wait its turn
@@ -137,7 +140,8 @@ def test_killing_the_busy_worker_redelivers_once_after_the_vt_and_loses_nothing(
     worker = card.get_attribute("data-testid").removeprefix("worker-")
     page.get_by_test_id(f"worker-{worker}").click()  # at once: the 600 s job takes ~3 real seconds
     expect(page.get_by_test_id(f"worker-{worker}")).to_have_attribute(
-        "data-state", re.compile("dead|respawning"), timeout=10_000)
+        "data-state", re.compile("dead|respawning"), timeout=10_000
+    )
     expect(page.get_by_test_id("kill-status")).to_contain_text(f"SIGKILL → {worker}")
     # the broker cannot tell a dead worker from a slow one: the job stays leased until the VT
     expect(page.get_by_test_id("lease-1")).to_have_attribute("data-orphan", "yes", timeout=10_000)
@@ -153,7 +157,8 @@ def test_killing_the_busy_worker_redelivers_once_after_the_vt_and_loses_nothing(
     expect(page.get_by_test_id("tl-attempt-1-2")).to_have_attribute("data-outcome", "succeeded")
     log = page.get_by_test_id("event-log")
     expect(log).to_contain_text(
-        re.compile(r"lease on job 1 expired at t=[\d,]+ s; visible again: redelivered as attempt 2"))
+        re.compile(r"lease on job 1 expired at t=[\d,]+ s; visible again: redelivered as attempt 2")
+    )
     # filter the log to one event type
     unfold(page, "log")
     page.get_by_test_id("log-filter-type").select_option("worker.killed")
@@ -210,7 +215,8 @@ def test_three_rapid_kills_make_three_redeliveries_and_the_rate_shows_the_burst(
     page = lab_page.open_chapter(8, speed=50)
     page.get_by_test_id("scenario-load").click()
     page.wait_for_function(
-        "() => document.querySelectorAll('[data-testid^=worker-][data-state=busy]').length === 3", timeout=LONG)
+        "() => document.querySelectorAll('[data-testid^=worker-][data-state=busy]').length === 3", timeout=LONG
+    )
     for w in ("w1", "w2", "w3"):  # three clicks, back to back, while all three are busy
         page.get_by_test_id(f"worker-{w}").click()
     expect_readout(page, "redelivered", 0, timeout=500)  # nothing yet: each lease has to run out
@@ -265,8 +271,14 @@ def test_a_reload_mid_run_resumes_the_same_lab_with_the_same_counts(lab_page, ap
         assert after == before
         c = snap["counts"]
         # the readouts chapter 1 shows (its DLQ comes in chapter 4: its home's `shows`)
-        count_of = {"redelivered": "redelivered", "duplicates": "duplicates_blocked", "lost": "lost", "done": "done",
-                    "queued": "queued", "dlq": "dlq"}
+        count_of = {
+            "redelivered": "redelivered",
+            "duplicates": "duplicates_blocked",
+            "lost": "lost",
+            "done": "done",
+            "queued": "queued",
+            "dlq": "dlq",
+        }
         shown = [k for k in count_of if f"readout-{k}" in after]
         assert shown == ["redelivered", "duplicates", "lost", "done", "queued"]
         assert [after[f"readout-{k}"] for k in shown] == [str(c[count_of[k]]) for k in shown]
@@ -433,8 +445,9 @@ def test_chapter_0_times_an_inline_handler_against_enqueue(lab_page):
     page = lab_page.open_chapter(0)
     page.get_by_test_id("inline-submit").click()
     # on the lab clock the inline request is held until the gateway's 60 s (simulated) timeout: a 504
-    expect(page.get_by_test_id("compare-inline")).to_contain_text("504 Gateway Timeout after 60 s simulated",
-                                                                  timeout=60_000)
+    expect(page.get_by_test_id("compare-inline")).to_contain_text(
+        "504 Gateway Timeout after 60 s simulated", timeout=60_000
+    )
     expect(page.get_by_test_id("compare-status")).to_contain_text("for nobody")
     page.get_by_test_id("enqueue-submit").click()
     expect(page.get_by_test_id("compare-queue")).to_contain_text("ms until the 202 (job 1)", timeout=20_000)
@@ -453,8 +466,9 @@ def test_a_job_post_whose_answer_is_lost_is_resent_with_its_key_and_makes_one_jo
         if route.request.method != "POST":
             return route.continue_()
         res = route.fetch()
-        seen.append((route.request.headers.get("idempotency-key", ""), res.status,
-                     res.headers.get("idempotent-replayed")))
+        seen.append(
+            (route.request.headers.get("idempotency-key", ""), res.status, res.headers.get("idempotent-replayed"))
+        )
         if len(seen) == 1:
             return route.abort("connectionreset")
         return route.fulfill(response=res)

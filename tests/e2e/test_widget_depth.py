@@ -27,7 +27,8 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     worker = card.get_attribute("data-testid").removeprefix("worker-")
     page.locator("#lab-widget").press("k")  # K kills a busy worker
     expect(page.get_by_test_id(f"worker-{worker}")).to_have_attribute(
-        "data-state", re.compile("dead|respawning"), timeout=10_000)
+        "data-state", re.compile("dead|respawning"), timeout=10_000
+    )
     # focus + Enter opens the internals panel
     unfold(page, "jobs")
     page.get_by_test_id("job-open-1").focus()
@@ -38,9 +39,12 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     countdown = page.get_by_test_id("lease-countdown")
     expect(countdown).to_contain_text(re.compile(r"\d+ s left"), timeout=10_000)
     first = int(re.search(r"(\d+) s left", countdown.inner_text()).group(1))
-    page.wait_for_function("(n) => { const m = /(\\d+) s left/.exec(document.querySelector("
-                           "'[data-testid=lease-countdown]').textContent); return m && Number(m[1]) < n; }",
-                           arg=first, timeout=LONG)
+    page.wait_for_function(
+        "(n) => { const m = /(\\d+) s left/.exec(document.querySelector("
+        "'[data-testid=lease-countdown]').textContent); return m && Number(m[1]) < n; }",
+        arg=first,
+        timeout=LONG,
+    )
     expect(detail.get_by_test_id("attempt-1")).to_contain_text(worker)
     page.snap("inspect-leased")
     expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
@@ -138,8 +142,12 @@ def test_2000_jobs_stay_findable_and_paged_and_the_render_cost_is_recorded(lab_p
     stats = page.evaluate("document.querySelector('#lab-widget').lwRenderStats()")
     gaps = sorted(frames)
     frame_gaps = {"frames": len(gaps), "p50": gaps[len(gaps) // 2], "p95": gaps[int(len(gaps) * 0.95)], "max": gaps[-1]}
-    report = {"jobs": 2000, "render_ms_while_2000_arrive": while_arriving, "render_ms_after": stats,
-              "frame_gap_ms_after": frame_gaps}
+    report = {
+        "jobs": 2000,
+        "render_ms_while_2000_arrive": while_arriving,
+        "render_ms_after": stats,
+        "frame_gap_ms_after": frame_gaps,
+    }
     (ARTIFACTS / "render-2000-jobs.json").write_text(json.dumps(report, indent=2))
     print(report)
     assert while_arriving["frames"] > 0 and stats["frames"] > 0  # renders happened while we measured

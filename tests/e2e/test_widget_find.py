@@ -41,9 +41,12 @@ def test_inspect_opens_from_a_worker_and_from_a_lease(lab_page):
     countdown = lease.get_by_test_id("lease-detail-countdown")
     expect(countdown).to_contain_text(re.compile(r"\d+ s left"))
     first = int(re.search(r"(\d+) s left", countdown.inner_text()).group(1))
-    page.wait_for_function("(n) => { const m = /(\\d+) s left/.exec(document.querySelector("
-                           "'[data-testid=lease-detail-countdown]').textContent); return m && Number(m[1]) < n; }",
-                           arg=first, timeout=LONG)
+    page.wait_for_function(
+        "(n) => { const m = /(\\d+) s left/.exec(document.querySelector("
+        "'[data-testid=lease-detail-countdown]').textContent); return m && Number(m[1]) < n; }",
+        arg=first,
+        timeout=LONG,
+    )
     lab_page.snap("lease-inspect")
     page.keyboard.press("Escape")
     expect(lease).to_be_hidden()
@@ -68,8 +71,11 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
     page.get_by_test_id("log-filter-type").select_option("lease.expired")
     items = log.get_by_test_id("log-item")
     # the log re-renders on the next frame (later on a busy machine): wait for the filter to take, then check
-    page.wait_for_function("""() => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
-        return els.length > 0 && els.every((e) => e.dataset.type.includes('lease.expired')); }""", timeout=LONG)
+    page.wait_for_function(
+        """() => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
+        return els.length > 0 && els.every((e) => e.dataset.type.includes('lease.expired')); }""",
+        timeout=LONG,
+    )
     types = items.evaluate_all("els => els.map(e => e.dataset.type)")
     assert types and all("lease.expired" in t for t in types)
     assert set(items.evaluate_all("els => els.map(e => e.dataset.job)")) == {"2"}
@@ -82,8 +88,12 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
     claimed_by = page.get_by_test_id("tl-attempt-1-1").get_attribute("title").split(" ")[0]
     page.get_by_test_id("log-filter-worker").select_option(claimed_by)
     # the log re-renders on the next frame: wait for the filter to take, then check every item
-    page.wait_for_function("""(w) => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
-        return els.length > 0 && els.every((e) => e.dataset.worker === w); }""", arg=claimed_by, timeout=LONG)
+    page.wait_for_function(
+        """(w) => { const els = [...document.querySelectorAll('[data-testid="log-item"]')];
+        return els.length > 0 && els.every((e) => e.dataset.worker === w); }""",
+        arg=claimed_by,
+        timeout=LONG,
+    )
     assert set(items.evaluate_all("els => els.map(e => e.dataset.worker)")) == {claimed_by}
     expect(page.get_by_test_id("tl-job-1")).to_be_visible()
     page.get_by_test_id("tl-filter-clear").click()
@@ -107,8 +117,12 @@ def test_screen_reader_announcements_are_batched_and_focus_stays_put(lab_page, a
     find = page.get_by_test_id("job-find")
     find.focus()
     for _ in range(6):
-        assert api.call("POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 60},
-                        lab["token"]).status == 202
+        assert (
+            api.call(
+                "POST", f"/api/labs/{lab['id']}/jobs", {"sample": "bigbuckbunny", "duration_s": 60}, lab["token"]
+            ).status
+            == 202
+        )
     expect(page.get_by_test_id("job-row-6")).to_have_attribute("data-state", "done", timeout=LONG)
     # the last batch: the summary that names the last job's completion
     page.wait_for_function("() => window.said.some(([, text]) => text.includes('job 6 done'))", timeout=LONG)
@@ -187,11 +201,21 @@ def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorde
 
     def summary(xs):
         xs = sorted(xs)
-        return {"n": len(xs), "p50": round(xs[len(xs) // 2], 2), "p95": round(xs[int(len(xs) * 0.95)], 2),
-                "max": round(xs[-1], 2)}
-    report = {"jobs": 2000, "render_ms_while_2000_arrive": while_arriving, "render_ms_idle_with_scrubber": idle,
-              "frame_gap_ms_idle_with_scrubber": summary(gaps), "render_ms_while_scrubbing": scrubbing,
-              "seek_to_frame_ms": summary(seek)}
+        return {
+            "n": len(xs),
+            "p50": round(xs[len(xs) // 2], 2),
+            "p95": round(xs[int(len(xs) * 0.95)], 2),
+            "max": round(xs[-1], 2),
+        }
+
+    report = {
+        "jobs": 2000,
+        "render_ms_while_2000_arrive": while_arriving,
+        "render_ms_idle_with_scrubber": idle,
+        "frame_gap_ms_idle_with_scrubber": summary(gaps),
+        "render_ms_while_scrubbing": scrubbing,
+        "seek_to_frame_ms": summary(seek),
+    }
     (ARTIFACTS / "render-2000-jobs-scrubber.json").write_text(json.dumps(report, indent=2))
     print(report)
     assert idle["frames"] > 0 and scrubbing["frames"] > 0 and len(seek) == 20

@@ -83,8 +83,7 @@ def test_scrub_back_then_branch_with_a_longer_vt_shows_both_runs_and_the_seeded_
     other = page.context.new_page()
     other.goto(page.url)
     expect(other.locator("#run-b")).to_have_attribute("data-state", "ready", timeout=30_000)
-    expect(other.locator("#run-b").get_by_test_id("readout-done")).to_have_attribute("data-value", "1",
-                                                                                   timeout=LONG)
+    expect(other.locator("#run-b").get_by_test_id("readout-done")).to_have_attribute("data-value", "1", timeout=LONG)
     other.close()
 
 

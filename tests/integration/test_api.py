@@ -13,8 +13,14 @@ from tests.helpers import long_polls_held, sim_time_passes
 
 def multipart(field: str, filename: str, data: bytes, ctype: str = "video/mp4") -> tuple[bytes, dict]:
     boundary = uuid.uuid4().hex
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
-            f"Content-Type: {ctype}\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="{filename}"\r\n'
+            f"Content-Type: {ctype}\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
 
 
@@ -39,8 +45,12 @@ def test_health_reports_web_and_redis(api):
     res = api.call("GET", "/healthz")
     body = res.json()
     assert res.status == 200
-    assert {k: body[k] for k in ("ok", "web", "redis", "sandbox")} == {"ok": True, "web": "ok", "redis": "ok",
-                                                                       "sandbox": "ok"}  # ffmpeg runs confined
+    assert {k: body[k] for k in ("ok", "web", "redis", "sandbox")} == {
+        "ok": True,
+        "web": "ok",
+        "redis": "ok",
+        "sandbox": "ok",
+    }  # ffmpeg runs confined
     assert isinstance(body["master"], int) and body["master"] > 0  # which gunicorn answered (the launcher checks it)
 
 
@@ -52,18 +62,28 @@ def test_unknown_lab_missing_token_and_wrong_token(api):
     assert res.status == 403 and res.json()["error"] == "forbidden"
     # the view token reads but cannot change anything
     assert api.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["view_token"]).status == 200
-    assert api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"vt_seconds": 600},
-                    lab["view_token"]).status == 403
+    assert (
+        api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"vt_seconds": 600}, lab["view_token"]).status == 403
+    )
 
 
 def test_bad_settings_get_422_with_a_message_per_field(api):
     lab = api.lab("ch1")
-    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings",
-                   {"vt_seconds": -1, "ack_mode": "whenever", "speed": "fast"}, lab["token"])
+    res = api.call(
+        "PATCH",
+        f"/api/labs/{lab['lab_id']}/settings",
+        {"vt_seconds": -1, "ack_mode": "whenever", "speed": "fast"},
+        lab["token"],
+    )
     assert res.status == 422
     assert set(res.json()["detail"]) == {"vt_seconds", "ack_mode", "speed"}
-    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", raw=b"{not json",
-                   headers={"Content-Type": "application/json"}, token=lab["token"])
+    res = api.call(
+        "PATCH",
+        f"/api/labs/{lab['lab_id']}/settings",
+        raw=b"{not json",
+        headers={"Content-Type": "application/json"},
+        token=lab["token"],
+    )
     assert res.status == 400 and res.json()["error"] == "invalid_json"
 
 
@@ -73,8 +93,9 @@ def test_a_new_labs_answer_carries_its_snapshot_as_get_answers_it(api):
     assert set(snap) == set(got) and snap["lab_id"] == got["lab_id"] == lab["lab_id"]
     assert snap["preset"] == "ch1" and snap["settings"] == got["settings"] == lab["settings"]
     # taken at creation: its newest event is at most the one a later GET sees
-    assert snap["last_event_id"] is None or tuple(map(int, snap["last_event_id"].split("-"))) <= \
-        tuple(map(int, got["last_event_id"].split("-")))
+    assert snap["last_event_id"] is None or tuple(map(int, snap["last_event_id"].split("-"))) <= tuple(
+        map(int, got["last_event_id"].split("-"))
+    )
 
 
 def test_unknown_preset_and_bad_speed_are_refused_at_creation(api):
@@ -121,8 +142,10 @@ def test_long_poll_returns_as_soon_as_the_job_changes(api):
     result = {}
 
     def poll():
-        result["res"] = api.call("GET", job["status_url"] + "?wait=20", token=lab["token"],
-                                 headers={"If-None-Match": tag})
+        result["res"] = api.call(
+            "GET", job["status_url"] + "?wait=20", token=lab["token"], headers={"If-None-Match": tag}
+        )
+
     t = threading.Thread(target=poll)
     t.start()
     long_polls_held(api, lab, 1)
@@ -199,8 +222,10 @@ def test_every_snapshot_counts_exactly_the_jobs_it_lists_in_each_state(api):
     lab = api.lab("ch1", speed=1000, workers=3, job_duration=30, vt_seconds=600)
     api.workers_ready(lab, 3)
     for _ in range(12):
-        assert api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"},
-                        lab["token"]).status == 202
+        assert (
+            api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"}, lab["token"]).status
+            == 202
+        )
     seen, deadline = 0, time.monotonic() + 120
     while time.monotonic() < deadline:
         snap = api.snapshot(lab)
@@ -232,8 +257,9 @@ def test_inline_transcode_makes_the_client_wait_while_enqueue_answers_at_once(ap
     """Chapter 0's hand-off measured for real (the timings are shown, never asserted)."""
     # a short job under a long gateway timeout: the inline handler answers 200 once the paced transcode ends
     lab = api.lab("ch0", speed=200, workers=0, gateway_timeout=7200)
-    inline = api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", "duration_s": 60},
-                      lab["token"])
+    inline = api.call(
+        "POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", "duration_s": 60}, lab["token"]
+    )
     assert inline.status == 200 and inline.json()["output_bytes"] > 1000
     assert inline.json()["simulated_s"] >= 60
     queued = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "bigbuckbunny"}, lab["token"])
@@ -281,8 +307,9 @@ def test_an_idle_lab_expires_and_leaves_no_keys_files_or_workers(api, stack):
         time.sleep(0.2)
     assert not r.sismember("labs", lab["lab_id"])
     deadline = time.monotonic() + 15
-    while (list(r.scan_iter(match=f"*{lab['lab_id']}*")) or processes_mentioning(f"lab-{lab['lab_id']}")) \
-            and time.monotonic() < deadline:
+    while (
+        list(r.scan_iter(match=f"*{lab['lab_id']}*")) or processes_mentioning(f"lab-{lab['lab_id']}")
+    ) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list(r.scan_iter(match=f"*{lab['lab_id']}*")) == []
     assert processes_mentioning(f"lab-{lab['lab_id']}") == []

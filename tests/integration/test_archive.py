@@ -34,9 +34,14 @@ STUDENTS = [f"127.0.0.{i}" for i in range(2, 7)]  # five students: 45 labs, more
 def term(redis_server, tmp_path_factory):
     db = redis_server.url.rsplit("/", 1)[0] + "/10"
     redis.Redis.from_url(db).flushdb()
-    defaults = {"MAX_LABS": DEFAULTS.max_labs, "MAX_CLIENT_LABS": DEFAULTS.max_client_labs,
-                "RATE_LABS": RATE_LABS, "MAX_WORKERS": DEFAULTS.max_workers,
-                "PARK_AFTER": DEFAULTS.park_after, "LAB_IDLE_TTL": DEFAULTS.lab_idle_ttl}
+    defaults = {
+        "MAX_LABS": DEFAULTS.max_labs,
+        "MAX_CLIENT_LABS": DEFAULTS.max_client_labs,
+        "RATE_LABS": RATE_LABS,
+        "MAX_WORKERS": DEFAULTS.max_workers,
+        "PARK_AFTER": DEFAULTS.park_after,
+        "LAB_IDLE_TTL": DEFAULTS.lab_idle_ttl,
+    }
     env = {**{k: str(v) for k, v in defaults.items()}, "PARKED_MEMORY": "1", "MAX_CLIENT_LIVE_LABS": str(LIVE_CAP)}
     with Stack("term", root=tmp_path_factory.mktemp("term"), redis_url=db, env=env) as s:
         yield s
@@ -76,11 +81,14 @@ def test_a_class_opening_every_chapter_twice_never_gets_labs_full_and_folded_lab
         for addr, api in students.items():  # they leave: every lab parks, and past PARKED_MEMORY it is folded
             for lab in labs[addr]:
                 seen[lab["lab_id"]] = history(api, lab)
-                assert ("settings.changed" in {t for _i, t in seen[lab["lab_id"]]})
+                assert "settings.changed" in {t for _i, t in seen[lab["lab_id"]]}
                 api.ok("POST", f"/api/labs/{lab['lab_id']}/park", token=lab["token"])
         every = set(seen)
-        wait(lambda: set(tr.smembers(archive.ARCHIVED)) == every, 120,
-             lambda: f"only {tr.scard(archive.ARCHIVED)} of {len(every)} parked labs were folded")
+        wait(
+            lambda: set(tr.smembers(archive.ARCHIVED)) == every,
+            120,
+            lambda: f"only {tr.scard(archive.ARCHIVED)} of {len(every)} parked labs were folded",
+        )
         metrics = students[STUDENTS[0]].call("GET", "/metrics").body.decode()
         assert f"asyncworklab_labs_folded {len(every)}" in metrics, metrics
         one = next(iter(every))
@@ -91,7 +99,7 @@ def test_a_class_opening_every_chapter_twice_never_gets_labs_full_and_folded_lab
                 assert res.status == 200, f"{addr} reopening {lab['lab_id']}: {res.status} {res.body[:300]!r}"
                 assert res.json()["settings"]["vt_seconds"] == 123
                 now = history(api, lab)
-                assert now[:len(seen[lab["lab_id"]])] == seen[lab["lab_id"]], "a reopened lab lost its history"
+                assert now[: len(seen[lab["lab_id"]])] == seen[lab["lab_id"]], "a reopened lab lost its history"
                 assert not tr.sismember(archive.ARCHIVED, lab["lab_id"])
                 api.ok("POST", f"/api/labs/{lab['lab_id']}/park", token=lab["token"])
     finally:
@@ -159,8 +167,11 @@ def test_a_races_lanes_count_one_by_one_in_the_rate_and_the_cap(term, tr):
         assert res.status == 429 and res.json()["error"] == "client_labs_kept", res.body
     finally:
         close_races()
-    wait(lambda: not any(v.startswith("127.0.0.30 ") for v in tr.hvals("labs:client")), 30,
-         "the races' lanes were not forgotten when they were deleted")
+    wait(
+        lambda: not any(v.startswith("127.0.0.30 ") for v in tr.hvals("labs:client")),
+        30,
+        "the races' lanes were not forgotten when they were deleted",
+    )
 
 
 def test_folding_and_unfolding_keep_the_event_stream_its_ids_and_its_count(term, tr):
@@ -176,7 +187,7 @@ def test_folding_and_unfolding_keep_the_event_stream_its_ids_and_its_count(term,
         assert not tr.exists(key(lab_id, "events"))
         assert archive.restore(tr, lab_id)
         after = tr.xinfo_stream(key(lab_id, "events"))
-        assert [i for i, _f in tr.xrange(key(lab_id, "events"))][:len(ids)] == ids
+        assert [i for i, _f in tr.xrange(key(lab_id, "events"))][: len(ids)] == ids
         assert after["entries-added"] >= before["entries-added"] and after["length"] >= before["length"]
         assert not tr.exists(archive.archive_key(lab_id)) and not tr.sismember(archive.ARCHIVED, lab_id)
     finally:

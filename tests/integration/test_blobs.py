@@ -66,18 +66,29 @@ def test_an_attempts_outputs_are_stored_all_or_none_in_one_request(own_db, tight
     r.sadd(LABS, "mA")
     blobs.put(r, "mA", "uploads/src.bin", b"s" * 100)  # (the script loaded)
     sent = requests_sent(r, monkeypatch)
-    assert blobs.put_many(r, "mA", {"transcoded/1/240p.mp4": b"a" * 300, "transcoded/1/thumb.jpg": b"t" * 50}) == \
-        {"transcoded/1/240p.mp4": 300, "transcoded/1/thumb.jpg": 50}
+    assert blobs.put_many(r, "mA", {"transcoded/1/240p.mp4": b"a" * 300, "transcoded/1/thumb.jpg": b"t" * 50}) == {
+        "transcoded/1/240p.mp4": 300,
+        "transcoded/1/thumb.jpg": 50,
+    }
     assert sent == ["HGET", "EVALSHA"], f"the outputs took more than the lab's client and one script: {sent}"
     assert blobs.usage(r, "mA") == 450
     with pytest.raises(blobs.BlobFull) as full:  # 450 + 400 + 200 + 1 - 50 (thumb.jpg overwritten) > 1000
-        blobs.put_many(r, "mA", {"transcoded/2/240p.mp4": b"b" * 400, "transcoded/2/480p.mp4": b"c" * 200,
-                                 "transcoded/1/thumb.jpg": b"u" * 1})
+        blobs.put_many(
+            r,
+            "mA",
+            {
+                "transcoded/2/240p.mp4": b"b" * 400,
+                "transcoded/2/480p.mp4": b"c" * 200,
+                "transcoded/1/thumb.jpg": b"u" * 1,
+            },
+        )
     assert full.value.scope == "lab"
     assert blobs.names(r, "mA", "transcoded/2/") == {}, "a set past the cap left some of its blobs behind"
     assert blobs.get(r, "mA", "transcoded/1/thumb.jpg") == b"t" * 50 and blobs.usage(r, "mA") == 450
-    assert blobs.put_many(r, "mA", {"transcoded/1/thumb.jpg": b"v" * 20, "transcoded/2/240p.mp4": b"d" * 500}) == \
-        {"transcoded/1/thumb.jpg": 20, "transcoded/2/240p.mp4": 500}
+    assert blobs.put_many(r, "mA", {"transcoded/1/thumb.jpg": b"v" * 20, "transcoded/2/240p.mp4": b"d" * 500}) == {
+        "transcoded/1/thumb.jpg": 20,
+        "transcoded/2/240p.mp4": 500,
+    }
     assert blobs.usage(r, "mA") == 920 and blobs.names(r, "mA")["transcoded/1/thumb.jpg"] == 20
 
 
@@ -139,6 +150,7 @@ def test_an_attempts_outputs_count_in_its_clients_share_like_its_uploads(own_db,
         made = tmp_path / f"{job}-240p.mp4"
         made.write_bytes(b"o" * size)
         return {f"transcoded/{job}/240p.mp4": made}
+
     blobs.put(r, "oA", "uploads/src.bin", b"u" * 300)
     tasks.publish(r, "oB", outputs(1, 400), atomic)
     assert blobs.client_usage(r, "10.0.0.3") == 700, "the outputs were left out of their client's bytes"

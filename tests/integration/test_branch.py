@@ -9,8 +9,9 @@ from tests.integration.test_delivery import enqueue, types
 
 
 def branch(api, parent, at_event, token=None, **body):
-    return api.call("POST", "/api/labs", {"branch_of": parent["lab_id"], "at_event": at_event, **body},
-                    token or parent["token"])
+    return api.call(
+        "POST", "/api/labs", {"branch_of": parent["lab_id"], "at_event": at_event, **body}, token or parent["token"]
+    )
 
 
 @pytest.fixture
@@ -36,8 +37,10 @@ def test_a_branch_starts_from_the_moments_unfinished_jobs_with_the_changed_setti
     info = child["branch"]
     assert (info["parent"], info["at_event"], info["changes"]) == (parent["lab_id"], claim2["id"], {"vt_seconds": 1200})
     # at that moment job 1 was done, job 2 running and job 3 queued: 2 and 3 come again, as new jobs 1 and 2
-    assert [(s["parent_job_id"], s["job_id"], s["was"]) for s in info["seeded"]] == [("2", "1", "running"),
-                                                                                    ("3", "2", "queued")]
+    assert [(s["parent_job_id"], s["job_id"], s["was"]) for s in info["seeded"]] == [
+        ("2", "1", "running"),
+        ("3", "2", "queued"),
+    ]
     snap = api.snapshot(child)
     assert snap["settings"]["vt_seconds"] == 1200
     assert snap["settings"]["job_duration"] == 600 and snap["settings"]["workers"] == 1  # the parent's, then

@@ -47,8 +47,9 @@ def neighbour(api):
     """Another lab on the same pool, with one job done before the hostile run starts."""
     lab = api.lab("ch5", speed=SPEED, job_duration=30)
     api.workers_ready(lab, 2)
-    job = api.ok("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"}, lab["token"],
-                 expect=(202,))
+    job = api.ok(
+        "POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine"}, lab["token"], expect=(202,)
+    )
     api.wait_for(lab, lambda s: s["counts"]["done"] == 1, what="the neighbour's job done")
     return lab, job["job_id"]
 
@@ -59,8 +60,11 @@ def hostile(api, stack, neighbour, r):
     lab = api.lab("ch5", speed=SPEED)
     api.workers_ready(lab, 2)
     other, other_job = neighbour
-    before = {"counts": counts(api, other), "free": shutil.disk_usage(stack.root).free,
-              "keys": sorted(r.scan_iter(match=f"lab:{other['lab_id']}:job:*"))}
+    before = {
+        "counts": counts(api, other),
+        "free": shutil.disk_usage(stack.root).free,
+        "keys": sorted(r.scan_iter(match=f"lab:{other['lab_id']}:job:*")),
+    }
     assert wait_no_sandbox_processes() == []
     yield lab
     assert r.ping()
@@ -68,8 +72,7 @@ def hostile(api, stack, neighbour, r):
     assert sorted(r.scan_iter(match=f"lab:{other['lab_id']}:job:*")) == before["keys"]
     out = api.call("GET", f"/api/labs/{other['lab_id']}/jobs/{other_job}", token=other["token"]).json()
     assert out["state"] == "done" and out["outputs"], out
-    api.ok("POST", f"/api/labs/{other['lab_id']}/jobs", {"sample": "carphone_pristine"}, other["token"],
-           expect=(202,))
+    api.ok("POST", f"/api/labs/{other['lab_id']}/jobs", {"sample": "carphone_pristine"}, other["token"], expect=(202,))
     api.wait_for(other, lambda s: s["counts"]["done"] == 2, what="the neighbour still runs a new job")
     rows = api.snapshot(lab)["workers"]
     assert len(rows) == 2 and all(w["state"] in ("idle", "busy") for w in rows), rows  # its own lab survives
@@ -116,15 +119,23 @@ def test_a_10_gb_allocation_fails_inside_the_memory_limit(api, hostile):
 
 
 def test_no_secret_can_be_read_neither_environment_nor_files(api, hostile, stack):
-    targets = ["/proc/1/environ", "/proc/self/environ", "/etc/shadow", str(stack.root), str(stack.var_dir),
-               f"/proc/{os.getpid()}/environ"]
-    code = ("import os\ndef handle(ctx):\n    ctx.log('ENV', dict(os.environ))\n"
-            f"    for p in {targets!r}:\n"
-            "        try:\n"
-            "            got = os.listdir(p) if not p.endswith(('environ', 'shadow')) else open(p, 'rb').read()\n"
-            "            ctx.log('READ', p, got)\n"
-            "        except Exception as e:\n"
-            "            ctx.log('DENIED', p, type(e).__name__)\n")
+    targets = [
+        "/proc/1/environ",
+        "/proc/self/environ",
+        "/etc/shadow",
+        str(stack.root),
+        str(stack.var_dir),
+        f"/proc/{os.getpid()}/environ",
+    ]
+    code = (
+        "import os\ndef handle(ctx):\n    ctx.log('ENV', dict(os.environ))\n"
+        f"    for p in {targets!r}:\n"
+        "        try:\n"
+        "            got = os.listdir(p) if not p.endswith(('environ', 'shadow')) else open(p, 'rb').read()\n"
+        "            ctx.log('READ', p, got)\n"
+        "        except Exception as e:\n"
+        "            ctx.log('DENIED', p, type(e).__name__)\n"
+    )
     run(api, hostile, code)
     said = logs(api, hostile)
     assert said, "the handler logged nothing"
@@ -141,13 +152,15 @@ def test_no_socket_reaches_the_server_the_web_or_any_address(api, hostile, stack
     web = stack.url.rsplit(":", 1)[1]
     targets = [(host, int(port)), ("127.0.0.1", int(web)), ("1.1.1.1", 53), ("192.0.2.1", 80)]
     clients = redis.Redis.from_url(stack.redis_url).client_list()
-    code = ("import socket\ndef handle(ctx):\n"
-            f"    for t in {targets!r}:\n"
-            "        try:\n"
-            "            socket.create_connection(tuple(t), timeout=2).close()\n"
-            "            ctx.log('CONNECTED', t)\n"
-            "        except OSError as e:\n"
-            "            ctx.log('REFUSED', t, type(e).__name__)\n")
+    code = (
+        "import socket\ndef handle(ctx):\n"
+        f"    for t in {targets!r}:\n"
+        "        try:\n"
+        "            socket.create_connection(tuple(t), timeout=2).close()\n"
+        "            ctx.log('CONNECTED', t)\n"
+        "        except OSError as e:\n"
+        "            ctx.log('REFUSED', t, type(e).__name__)\n"
+    )
     run(api, hostile, code)
     said = logs(api, hostile)
     assert not [line for line in said if line.startswith("CONNECTED")], said
@@ -156,16 +169,18 @@ def test_no_socket_reaches_the_server_the_web_or_any_address(api, hostile, stack
 
 
 def test_writing_a_gigabyte_fills_only_its_own_scratch(api, hostile):
-    code = ("def handle(ctx):\n"
-            "    for path in ('/scratch/big', '/big', '/tmp/big'):\n"
-            "        n = 0\n"
-            "        try:\n"
-            "            with open(path, 'wb') as f:\n"
-            "                while n < 2**30:\n"
-            "                    f.write(b'x' * 2**20)\n"
-            "                    n += 2**20\n"
-            "        except OSError as e:\n"
-            "            ctx.log('STOPPED', path, n, type(e).__name__)\n")
+    code = (
+        "def handle(ctx):\n"
+        "    for path in ('/scratch/big', '/big', '/tmp/big'):\n"
+        "        n = 0\n"
+        "        try:\n"
+        "            with open(path, 'wb') as f:\n"
+        "                while n < 2**30:\n"
+        "                    f.write(b'x' * 2**20)\n"
+        "                    n += 2**20\n"
+        "        except OSError as e:\n"
+        "            ctx.log('STOPPED', path, n, type(e).__name__)\n"
+    )
     run(api, hostile, code)
     said = [line for line in logs(api, hostile) if line.startswith("STOPPED")]
     assert said, "no write was stopped"
@@ -175,8 +190,10 @@ def test_writing_a_gigabyte_fills_only_its_own_scratch(api, hostile):
 
 
 def test_a_hundred_megabytes_of_output_are_cut_to_the_log_limit(api, hostile):
-    code = ("import os, sys\ndef handle(ctx):\n    os.write(1, b'x' * 10**8)\n"
-            "    for i in range(10**6):\n        print('x' * 100)\n")
+    code = (
+        "import os, sys\ndef handle(ctx):\n    os.write(1, b'x' * 10**8)\n"
+        "    for i in range(10**6):\n        print('x' * 100)\n"
+    )
     run(api, hostile, code)
     said = logs(api, hostile)
     # 16,000 characters per attempt: at most ~160 lines of 100, per attempt that ran
@@ -184,9 +201,11 @@ def test_a_hundred_megabytes_of_output_are_cut_to_the_log_limit(api, hostile):
 
 
 def test_ctypes_system_calls_reach_only_the_sandbox(api, hostile):
-    code = ("import ctypes, os\ndef handle(ctx):\n    libc = ctypes.CDLL(None)\n"
-            "    ctx.log('SETUID', libc.setuid(0), 'UNSHARE', libc.unshare(0x20000000))\n"
-            "    libc.kill(-1, 9)\n    ctx.log('ALIVE')\n")
+    code = (
+        "import ctypes, os\ndef handle(ctx):\n    libc = ctypes.CDLL(None)\n"
+        "    ctx.log('SETUID', libc.setuid(0), 'UNSHARE', libc.unshare(0x20000000))\n"
+        "    libc.kill(-1, 9)\n    ctx.log('ALIVE')\n"
+    )
     run(api, hostile, code)
     said = logs(api, hostile)
     assert any(line.startswith("SETUID -1") for line in said), said  # no privilege to take
@@ -196,8 +215,12 @@ def test_ctypes_system_calls_reach_only_the_sandbox(api, hostile):
 
 
 def test_a_syntax_error_answers_422_with_its_line(api, hostile):
-    res = api.call("POST", f"/api/labs/{hostile['lab_id']}/challenge",
-                   {"challenge": CHALLENGE, "code": "def handle(ctx):\n    return (\n"}, token=hostile["token"])
+    res = api.call(
+        "POST",
+        f"/api/labs/{hostile['lab_id']}/challenge",
+        {"challenge": CHALLENGE, "code": "def handle(ctx):\n    return (\n"},
+        token=hostile["token"],
+    )
     assert res.status == 422, res.body
     body = res.json()
     assert body["error"] == "syntax_error" and body["verdict"]["line"] == 2, body

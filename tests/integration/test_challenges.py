@@ -27,8 +27,10 @@ def run(api, lab: dict, challenge: str, code: str, timeout: float = 120) -> dict
             return verdict
         if time.monotonic() > deadline:
             snap = api.snapshot(lab)
-            raise AssertionError(f"no verdict within {timeout} s: counts={snap['counts']} jobs="
-                                 f"{[(j['id'], j['state']) for j in snap['jobs']]}")
+            raise AssertionError(
+                f"no verdict within {timeout} s: counts={snap['counts']} jobs="
+                f"{[(j['id'], j['state']) for j in snap['jobs']]}"
+            )
         time.sleep(0.2)
 
 

@@ -42,8 +42,9 @@ def explain(res) -> str:
 
 
 def test_kill_storm_loses_no_job_and_every_output_is_a_valid_video(redis_server, tmp_path):
-    res = kill_storm.run(redis_url=db_url(redis_server, 11), jobs=6, workers=3, storm_s=6, every=0.3,
-                         settle_s=90, seed=7, root=tmp_path)
+    res = kill_storm.run(
+        redis_url=db_url(redis_server, 11), jobs=6, workers=3, storm_s=6, every=0.3, settle_s=90, seed=7, root=tmp_path
+    )
     c = res.counts
     assert c["kills"] > 0, "the storm killed nobody: nothing was tested"
     assert c["lost"] == 0 and c["done"] + c["dlq"] == c["jobs"] == 6, explain(res)
@@ -54,8 +55,14 @@ def test_kill_storm_loses_no_job_and_every_output_is_a_valid_video(redis_server,
 @pytest.fixture(scope="module")
 def supervisor_run(redis_server, tmp_path_factory):
     """One drill: SIGKILL the supervisor while both workers are busy transcoding, then restart it."""
-    return supervisor_killed.run(redis_url=db_url(redis_server, 12), workers=2, jobs=2, duration=3000, grace=3,
-                                 root=tmp_path_factory.mktemp("supervisor"))
+    return supervisor_killed.run(
+        redis_url=db_url(redis_server, 12),
+        workers=2,
+        jobs=2,
+        duration=3000,
+        grace=3,
+        root=tmp_path_factory.mktemp("supervisor"),
+    )
 
 
 def test_a_killed_supervisor_takes_its_rq_workers_along_and_a_new_one_restores_the_lab(supervisor_run):
@@ -75,8 +82,7 @@ def test_a_killed_supervisor_leaves_no_orphan_work_horse(supervisor_run):
 
 
 def test_web_restarts_resume_every_websocket_client_with_no_gap_and_no_repeat(redis_server, tmp_path):
-    res = web_restart.run(redis_url=db_url(redis_server, 13), clients=3, jobs_per_phase=1, workers=2,
-                          root=tmp_path)
+    res = web_restart.run(redis_url=db_url(redis_server, 13), clients=3, jobs_per_phase=1, workers=2, root=tmp_path)
     assert res.counts["restarts"] == 2 and res.counts["reconnects"] >= 6, explain(res)
     assert res.counts["exact_clients"] == 3, explain(res)
     assert res.ok, explain(res)
@@ -120,8 +126,15 @@ def test_a_message_taken_by_a_worker_that_dies_before_claiming_is_delivered_agai
 @pytest.fixture(scope="module")
 def slow_run(redis_server, tmp_path_factory):
     """One drill: a raw socket that stops reading, a fast client and an HTTP probe on a flooding lab."""
-    return slow_consumer.run(redis_url=db_url(redis_server, 15), workers=6, extra_events=1200, produce_s=90,
-                             cut_grace_s=5, rss_bound_mb=128, root=tmp_path_factory.mktemp("slow"))
+    return slow_consumer.run(
+        redis_url=db_url(redis_server, 15),
+        workers=6,
+        extra_events=1200,
+        produce_s=90,
+        cut_grace_s=5,
+        rss_bound_mb=128,
+        root=tmp_path_factory.mktemp("slow"),
+    )
 
 
 def test_a_stalled_websocket_consumer_does_not_hold_up_anyone_else(slow_run):
@@ -152,9 +165,13 @@ def test_one_client_at_its_socket_or_connection_cap_is_refused_more_and_everyone
     res = conn_flood.run(sockets=sockets, slowloris=(slow,), room=room, hold_s=3, baseline_s=2)
     c = res.counts
     assert (c[f"sockets{sockets}_kept"], c[f"sockets{sockets}_4429"], c[f"sockets{sockets}_cut"]) == (
-        cfg.ws_per_client, 16, 0), explain(res)
+        cfg.ws_per_client,
+        16,
+        0,
+    ), explain(res)
     assert (c[f"room{room}_kept"], c[f"room{room}_4429"], c[f"room{room}_cut"]) == (cfg.ws_per_lab, 20, 0), explain(res)
     assert c[f"slowloris{slow}_cut_at_accept"] > 0 and c[f"slowloris{slow}_cut_at_timeout"] > 0, explain(res)
-    assert all(c[f"{phase}_failed"] == 0 for phase in ("quiet", f"sockets{sockets}", f"slowloris{slow}",
-                                                       f"room{room}")), explain(res)
+    assert all(
+        c[f"{phase}_failed"] == 0 for phase in ("quiet", f"sockets{sockets}", f"slowloris{slow}", f"room{room}")
+    ), explain(res)
     assert not [v for v in res.violations if " p99 " not in v], explain(res)

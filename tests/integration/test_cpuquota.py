@@ -37,8 +37,11 @@ def test_a_quota_holds_a_process_and_the_children_it_forks_to_their_cores():
         used0, acct0, t0 = cpu_s(proc.pid) + cpu_s(child), quota.used_s(), time.monotonic()
         # a window of at least 2 s that holds 0.4 CPU-s of the tree's work (a state, not a guessed sleep: on a
         # busy box the pair may get less than its quota, and a share is only meaningful over enough work)
-        wait(lambda: cpu_s(proc.pid) + cpu_s(child) - used0 >= 0.4 and time.monotonic() - t0 >= 2, 60,
-             "the two busy loops to use 0.4 CPU-s under their quota")
+        wait(
+            lambda: cpu_s(proc.pid) + cpu_s(child) - used0 >= 0.4 and time.monotonic() - t0 >= 2,
+            60,
+            "the two busy loops to use 0.4 CPU-s under their quota",
+        )
         used, acct, wall = cpu_s(proc.pid) + cpu_s(child) - used0, quota.used_s(), time.monotonic() - t0
         print(f"two busy loops under 0.2 cores: {used / wall:.2f} CPU-s per s; {quota.stat()}")
         assert used / wall <= 0.3, "two busy loops under a 0.2-core quota use no more than about 0.2 of a core"

@@ -21,8 +21,9 @@ def output_names(stack, lab, job) -> list[str]:
 
 def output_file(stack, lab, job, name):
     r = redis.Redis.from_url(stack.redis_url)
-    return blobs.save(r, lab["lab_id"], f"transcoded/{job}/{name}",
-                      stack.var_dir / "probe" / lab["lab_id"] / job / name)
+    return blobs.save(
+        r, lab["lab_id"], f"transcoded/{job}/{name}", stack.var_dir / "probe" / lab["lab_id"] / job / name
+    )
 
 
 def kill(api, lab, worker):
@@ -32,8 +33,12 @@ def kill(api, lab, worker):
 
 
 def busy_worker(api, lab, job_id):
-    snap = api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and w["state"] == "busy"
-                                           for w in s["workers"]), timeout=30, every=0.02)
+    snap = api.wait_for(
+        lab,
+        lambda s: any(w.get("job_id") == job_id and w["state"] == "busy" for w in s["workers"]),
+        timeout=30,
+        every=0.02,
+    )
     return next(w for w in snap["workers"] if w.get("job_id") == job_id)
 
 
@@ -118,8 +123,16 @@ def test_ack_early_loses_the_job_when_its_worker_dies(api):
 
 
 def test_heartbeat_keeps_a_long_job_on_a_short_lease(api):
-    lab = api.lab("ch1-heartbeat", speed=200, vt_seconds=120, job_duration=600, workers=2,
-                  heartbeat=True, heartbeat_interval=30, heartbeat_extend=120)
+    lab = api.lab(
+        "ch1-heartbeat",
+        speed=200,
+        vt_seconds=120,
+        job_duration=600,
+        workers=2,
+        heartbeat=True,
+        heartbeat_interval=30,
+        heartbeat_extend=120,
+    )
     api.workers_ready(lab, 2)
     enqueue(api, lab)
     snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1)
@@ -128,16 +141,28 @@ def test_heartbeat_keeps_a_long_job_on_a_short_lease(api):
 
 
 def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
-    lab = api.lab("ch1-heartbeat", speed=200, vt_seconds=120, job_duration=600, workers=2,
-                  heartbeat=True, heartbeat_interval=30, heartbeat_extend=120)
+    lab = api.lab(
+        "ch1-heartbeat",
+        speed=200,
+        vt_seconds=120,
+        job_duration=600,
+        workers=2,
+        heartbeat=True,
+        heartbeat_interval=30,
+        heartbeat_extend=120,
+    )
     api.workers_ready(lab, 2)
     job = enqueue(api, lab)
     w = busy_worker(api, lab, job)
     api.wait_for(lab, lambda s: s["counts"]["leases_extended"] >= 2, every=0.02)
     kill(api, lab, w["id"])
     # (a reaper that waits past the deadline while its own barrier holds the clock there stalls the lab)
-    api.wait_for(lab, lambda s: s["counts"]["redelivered"] == 1, timeout=30,
-                 what="the dead worker's job redelivered: the reaper never acted at the lease's deadline")
+    api.wait_for(
+        lab,
+        lambda s: s["counts"]["redelivered"] == 1,
+        timeout=30,
+        what="the dead worker's job redelivered: the reaper never acted at the lease's deadline",
+    )
     ev = api.events(lab)
     killed = types(ev, "worker.killed")[0]
     expired = types(ev, "lease.expired")[0]
@@ -146,7 +171,8 @@ def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
     deadline = expired["data"]["deadline"]
     assert beats and beats[-1] <= killed["t_sim"], (beats, killed["t_sim"])
     assert deadline == pytest.approx(beats[-1] + 120, abs=1), (
-        f"the lease ran out at {deadline}, not at the last beat ({beats[-1]}) + the 120 s extension")
+        f"the lease ran out at {deadline}, not at the last beat ({beats[-1]}) + the 120 s extension"
+    )
     # redelivered at the deadline: never before it (event times are rounded to the millisecond), and within a
     # fraction of a simulated second after it — the clock waits at the reaper's barrier, so a busy host delays
     # the redelivery in real time only (1 s at 200× is 5 real ms: no scheduling slack is needed, or granted)
@@ -159,8 +185,9 @@ def test_heartbeat_lets_a_crash_be_noticed_within_the_extension(api):
 
 
 def test_a_crashing_pill_is_received_max_receives_times_then_redriven_to_the_dlq(api):
-    lab = api.lab("ch4", speed=200, vt_seconds=120, max_receives=3, workers=2, job_duration=60, heartbeat=False,
-                  guard="off")
+    lab = api.lab(
+        "ch4", speed=200, vt_seconds=120, max_receives=3, workers=2, job_duration=60, heartbeat=False, guard="off"
+    )
     api.workers_ready(lab, 2)
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "poison_crash"}, lab["token"])
     assert res.status == 202
@@ -185,8 +212,16 @@ def test_a_corrupt_upload_is_not_retried_and_lands_in_the_dlq_with_its_reason(ap
 
 
 def test_with_classification_off_a_corrupt_file_burns_exactly_max_attempts(api):
-    lab = api.lab("ch4", speed=200, max_attempts=3, workers=2, classify_errors=False, vt_seconds=3600,
-                  retry_policy="fixed", retry_base=1)
+    lab = api.lab(
+        "ch4",
+        speed=200,
+        max_attempts=3,
+        workers=2,
+        classify_errors=False,
+        vt_seconds=3600,
+        retry_policy="fixed",
+        retry_base=1,
+    )
     api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     job = enqueue(api, lab, sample="poison")
     snap = api.wait_for(lab, lambda s: any(x["id"] == job and x["state"] == "dlq" for x in s["jobs"]))
@@ -199,11 +234,9 @@ def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
     api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     corrupt = enqueue(api, lab, sample="poison")
     api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1)
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "no such reason"},
-                   lab["token"])
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "no such reason"}, lab["token"])
     assert res.json()["replayed"] == []
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "non_retryable"},
-                   lab["token"])
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/dlq/replay", {"reason": "non_retryable"}, lab["token"])
     assert res.json()["replayed"] == [corrupt]
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and s["counts"]["replayed"] == 1)
     j = next(x for x in snap["jobs"] if x["id"] == corrupt)
@@ -213,11 +246,22 @@ def test_dlq_replay_filters_by_reason_and_resets_attempts(api):
 def test_storage_outage_retries_then_recovers(api):
     # the outage (1,500 s ≈ 7.5 s real) outlasts any scheduling delay, so every job hits it; the upload
     # parts retry their storage calls inside the attempt, so the jobs recover without a job-level retry
-    lab = api.lab("ch4", speed=200, workers=3, job_duration=30, retry_policy="full_jitter", upload_parts=2,
-                  retry_base=100, retry_cap=1000, max_attempts=10, vt_seconds=3600)
+    lab = api.lab(
+        "ch4",
+        speed=200,
+        workers=3,
+        job_duration=30,
+        retry_policy="full_jitter",
+        upload_parts=2,
+        retry_base=100,
+        retry_cap=1000,
+        max_attempts=10,
+        vt_seconds=3600,
+    )
     api.workers_ready(lab, 3)
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage",
-                                                                  "duration_s": 1500}, lab["token"])
+    res = api.call(
+        "POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "storage_outage", "duration_s": 1500}, lab["token"]
+    )
     assert res.status == 202
     for _ in range(3):
         enqueue(api, lab, job_type="thumbnail", duration_s=30)
@@ -229,8 +273,17 @@ def test_storage_outage_retries_then_recovers(api):
 
 
 def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):
-    lab = api.lab("ch8", speed=200, workers=4, vt_seconds=300, heartbeat=True, heartbeat_interval=30,
-                  heartbeat_extend=120, job_duration=120, respawn_delay=20)
+    lab = api.lab(
+        "ch8",
+        speed=200,
+        workers=4,
+        vt_seconds=300,
+        heartbeat=True,
+        heartbeat_interval=30,
+        heartbeat_extend=120,
+        job_duration=120,
+        respawn_delay=20,
+    )
     api.workers_ready(lab, 4)
     jobs = [enqueue(api, lab, sample=random.Random(i).choice(["bigbuckbunny", "bikes"])) for i in range(10)]
     rng = random.Random(7)
@@ -239,8 +292,7 @@ def test_kill_storm_loses_nothing_and_every_output_is_valid(api, stack):
         snap = api.snapshot(lab)
         busy = [w["id"] for w in snap["workers"] if w["state"] == "busy"]
         if busy:
-            res = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{rng.choice(busy)}/kill", {},
-                           lab["token"])
+            res = api.call("POST", f"/api/labs/{lab['lab_id']}/workers/{rng.choice(busy)}/kill", {}, lab["token"])
             kills += res.status == 200
         __import__("time").sleep(0.3)
     snap = api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == len(jobs), timeout=120)

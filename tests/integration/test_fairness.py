@@ -14,16 +14,18 @@ SPEED = 50
 JOB_S = 30
 
 
-def run(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, speed: float = SPEED,
-        **settings) -> list[dict]:
+def run(
+    api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, speed: float = SPEED, **settings
+) -> list[dict]:
     """Queue `batches` (tier, customer, count) in order on a paused clock, then run them all. Each row is one
     job's start record, with "waited": its wait measured by the test, from the job's start timestamp and the
     instant the paused clock showed when the job was queued (the product's own "wait" is checked against it)."""
     return run_with_summary(api, r, strategy, batches, workers, speed, **settings)[0]
 
 
-def run_with_summary(api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3,
-                     speed: float = SPEED, **settings) -> tuple[list[dict], dict]:
+def run_with_summary(
+    api, r, strategy: str, batches: list[tuple[str, str, int]], workers: int = 3, speed: float = SPEED, **settings
+) -> tuple[list[dict], dict]:
     """`run`, and the chapter's table (GET …/fairness) once every job has started."""
     lab = api.lab("ch6", speed=speed, fairness=strategy, workers=workers, **{"fair_job_s": JOB_S, **settings})
     lid, tok = lab["lab_id"], lab["token"]
@@ -33,8 +35,9 @@ def run_with_summary(api, r, strategy: str, batches: list[tuple[str, str, int]],
     queued_at = paused.json()["clock"]["t_raw"]  # every job below is queued at this instant
     total = 0
     for tier, customer, count in batches:
-        res = api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": tier, "customer": customer,
-                                                                  "count": count}, tok)
+        res = api.call(
+            "POST", f"/api/labs/{lid}/fairness/jobs", {"tier": tier, "customer": customer, "count": count}, tok
+        )
         assert res.status == 202, res.body
         total += count
     assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok).status == 200
@@ -87,7 +90,8 @@ def test_weighted_polling_gives_pro_its_weight_of_the_picks_while_both_tiers_wai
     share = both.count("pro") / n
     bound = 4 * math.sqrt(weight * (1 - weight) / n)
     assert abs(share - weight) <= bound, (
-        f"pro took {share:.2f} of the {n} picks made while both tiers waited; its weight is {weight} (±{bound:.2f})")
+        f"pro took {share:.2f} of the {n} picks made while both tiers waited; its weight is {weight} (±{bound:.2f})"
+    )
 
 
 def test_hard_split_keeps_pro_fast_and_free_slow(api, r):
@@ -154,8 +158,16 @@ def test_a_killed_worker_gives_its_tier_job_back_and_its_slot_is_reused(api, r):
     assert sorted(e["data"]["seq"] for e in finished) == sorted(set(starts)), finished
     ran = []
     for end in finished:
-        begin = max((e for e in started if e["worker_id"] == end["worker_id"] and e["data"]["seq"] == end["data"][
-            "seq"] and e["t_sim"] <= end["t_sim"]), key=lambda e: e["t_sim"])
+        begin = max(
+            (
+                e
+                for e in started
+                if e["worker_id"] == end["worker_id"]
+                and e["data"]["seq"] == end["data"]["seq"]
+                and e["t_sim"] <= end["t_sim"]
+            ),
+            key=lambda e: e["t_sim"],
+        )
         ran.append(end["t_sim"] - begin["t_sim"])
     assert min(ran) >= 60 - 0.01, ran  # each finished job held its worker for its whole simulated minute
     # and no run went on for an extra job's worth (a late horse overshoots by its sleep, a little)
@@ -166,9 +178,14 @@ def test_a_killed_worker_gives_its_tier_job_back_and_its_slot_is_reused(api, r):
 def test_fairness_api_refuses_bad_input_with_4xx(api):
     lab = api.lab("ch6", speed=SPEED)
     lid, tok = lab["lab_id"], lab["token"]
-    for path, body in [("jobs", {"tier": "gold"}), ("jobs", {"count": 501}), ("jobs", {"count": "3"}),
-                       ("jobs", {"customer": "../x"}), ("noisy-neighbour", {"burst": 0}),
-                       ("spike", {"tier": "pro", "duration_s": -1})]:
+    for path, body in [
+        ("jobs", {"tier": "gold"}),
+        ("jobs", {"count": 501}),
+        ("jobs", {"count": "3"}),
+        ("jobs", {"customer": "../x"}),
+        ("noisy-neighbour", {"burst": 0}),
+        ("spike", {"tier": "pro", "duration_s": -1}),
+    ]:
         res = api.call("POST", f"/api/labs/{lid}/fairness/{path}", body, tok)
         assert res.status == 422, (path, body, res.body)
         assert "error" in res.json()
@@ -196,22 +213,24 @@ def test_a_2x_spike_doubles_one_tiers_arrivals_while_it_lasts(api, r):
 def poison_storm(api, r, strategy: str) -> tuple[dict, list[dict], list[dict]]:
     """Four workers, two of them pro's (walled off by count, or a fleet of their own); three poison free
     jobs and twelve pro jobs queued on a paused clock, then run until every poison job is dead-lettered."""
-    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=4, pro_workers=2, fair_job_s=JOB_S,
-                  respawn_delay=10)
+    lab = api.lab("ch6", speed=SPEED, fairness=strategy, workers=4, pro_workers=2, fair_job_s=JOB_S, respawn_delay=10)
     lid, tok = lab["lab_id"], lab["token"]
     api.workers_ready(lab, 4)
     assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "pause"}, tok).status == 200
     res = api.call("POST", f"/api/labs/{lid}/fairness/poison", {"tier": "free", "count": 3}, tok)
     assert res.status == 202 and res.json()["crashes_each"] == fairness.POISON_CRASHES, res.body
-    assert api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1", "count": 12},
-                    tok).status == 202
+    assert (
+        api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1", "count": 12}, tok).status
+        == 202
+    )
     assert api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok).status == 200
 
     def summary() -> dict:
         return api.call("GET", f"/api/labs/{lid}/fairness", token=tok).json()
 
-    api.wait_for(lab, lambda _s: summary()["dead"]["free"] == 3 and summary()["done"]["pro"] == 12,
-                 timeout=180, every=0.5)
+    api.wait_for(
+        lab, lambda _s: summary()["dead"]["free"] == 3 and summary()["done"]["pro"] == 12, timeout=180, every=0.5
+    )
     return summary(), api.events(lab), fairness.waits(r, lid)
 
 

@@ -33,5 +33,7 @@ def test_a_job_sent_to_an_idle_worker_is_claimed_the_instant_it_was_enqueued(api
     ev = api.events(lab)
     (lag,) = claim_lags(ev)
     claimed = of_type(ev, "job.claimed")[0]
-    assert lag <= 1, f"{preset}: an idle worker claimed the job {lag:.1f} simulated s after it was enqueued " \
-                     f"(at t = {claimed['t_sim']})"
+    assert lag <= 1, (
+        f"{preset}: an idle worker claimed the job {lag:.1f} simulated s after it was enqueued "
+        f"(at t = {claimed['t_sim']})"
+    )

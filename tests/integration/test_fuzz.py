@@ -70,8 +70,7 @@ def cheap(body):
 
 
 @schema.parametrize()
-@settings(max_examples=20, derandomize=True, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_the_api_holds_to_its_document_under_generated_requests(case, fuzz_lab, stack):
     if "lab_id" in (case.path_parameters or {}) and case.method != "DELETE":
         case.path_parameters["lab_id"] = fuzz_lab["lab_id"]
@@ -83,14 +82,18 @@ def test_the_api_holds_to_its_document_under_generated_requests(case, fuzz_lab, 
         made = response.json()  # delete labs as fast as the fuzzer makes them: each would start workers
         Api(stack.url).call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
     checks = CHECKS
-    if (case.path.endswith("/inline") and response.status_code == 504
-            and response.json().get("error") == "gateway_timeout"):
+    if (
+        case.path.endswith("/inline")
+        and response.status_code == 504
+        and response.json().get("error") == "gateway_timeout"
+    ):
         # chapter 0's lesson, documented: the gateway gives up on a request held past `gateway_timeout`
         checks = [c for c in CHECKS if c is not not_a_server_error]
     case.validate_response(response, checks=checks)
 
 
 # --- hostile classes over every JSON endpoint (issue 23): nested JSON, huge integers, lone surrogates ----
+
 
 def json_operations() -> list[tuple[str, str]]:
     """(METHOD, path template) of every operation whose request body is JSON, from the document itself."""
@@ -103,17 +106,32 @@ def json_operations() -> list[tuple[str, str]]:
 
 
 JSON_OPS = json_operations()
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
-                      st.integers(min_value=10**300, max_value=10**400), st.just("\ud800"), st.just("x\udfffy"))
-hostile_json = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_size=3),
-                                                             st.dictionaries(st.text(max_size=6), kids, max_size=3)),
-                            max_leaves=12)
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.text(max_size=8),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.just("\ud800"),
+    st.just("x\udfffy"),
+)
+hostile_json = st.recursive(
+    json_leaf,
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=6), kids, max_size=3)),
+    max_leaves=12,
+)
 
 
 def fill(path: str, lab: dict) -> str:
-    return (path.replace("{lab_id}", lab["lab_id"]).replace("{lab}", lab["lab_id"])
-            .replace("{job_id}", "1").replace("{worker_id}", "w1").replace("{code}", "ABCDEFGHJK")
-            .replace("{name}", "240p.mp4").replace("{replica}", "r1"))
+    return (
+        path.replace("{lab_id}", lab["lab_id"])
+        .replace("{lab}", lab["lab_id"])
+        .replace("{job_id}", "1")
+        .replace("{worker_id}", "w1")
+        .replace("{code}", "ABCDEFGHJK")
+        .replace("{name}", "240p.mp4")
+        .replace("{replica}", "r1")
+    )
 
 
 def deep(n: int) -> bytes:
@@ -138,31 +156,36 @@ def test_no_json_endpoint_answers_500_to_hostile_bodies(method, path, fuzz_lab, 
     api = Api(stack.url)
     url = fill(path, fuzz_lab)
     if path.endswith("/inline"):  # held for simulated time: a running fast clock and the default gateway keep it short
-        api.call("PATCH", f"/api/labs/{fuzz_lab['lab_id']}/settings",
-                 {"speed": 1000, "gateway_timeout": DEFAULTS["gateway_timeout"]}, fuzz_lab["token"])
+        api.call(
+            "PATCH",
+            f"/api/labs/{fuzz_lab['lab_id']}/settings",
+            {"speed": 1000, "gateway_timeout": DEFAULTS["gateway_timeout"]},
+            fuzz_lab["token"],
+        )
         api.call("POST", f"/api/labs/{fuzz_lab['lab_id']}/clock", {"action": "resume"}, fuzz_lab["token"])
     for label, raw in FIXED_BODIES.items():
-        res = api.call(method, url, raw=raw, token=fuzz_lab["token"],
-                       headers={"Content-Type": "application/json"})
-        assert res.status < 500 or gateway_gave_up(path, res), \
+        res = api.call(method, url, raw=raw, token=fuzz_lab["token"], headers={"Content-Type": "application/json"})
+        assert res.status < 500 or gateway_gave_up(path, res), (
             f"{method} {url} with {label} → {res.status} {res.body[:200]!r}"
+        )
         if res.status == 201 and path == "/api/labs":
             made = res.json()
             api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
 
     @given(hostile_json)
-    @settings(max_examples=15, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=15, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     def generated(body):
         raw = json.dumps(body).encode()  # ensure_ascii: a lone surrogate travels as \ud800, as a browser sends it
         res = api.call(method, url, raw=raw, token=fuzz_lab["token"], headers={"Content-Type": "application/json"})
-        assert res.status < 500 or gateway_gave_up(path, res), \
+        assert res.status < 500 or gateway_gave_up(path, res), (
             f"{method} {url} with {raw[:200]!r} → {res.status} {res.body[:200]!r}"
+        )
         if res.status == 201 and path == "/api/labs":
             made = res.json()
             api.call("DELETE", f"/api/labs/{made['lab_id']}", token=made["token"])
+
     if not path.endswith("/inline"):  # most generated bodies are valid there and each holds a real transcode:
-        generated()                   # its bad inputs are the fixed ones above, its timing the lesson suite's
+        generated()  # its bad inputs are the fixed ones above, its timing the lesson suite's
 
 
 def gateway_gave_up(path: str, res) -> bool:
@@ -172,9 +195,22 @@ def gateway_gave_up(path: str, res) -> bool:
 
 
 HOSTILE_IDS = ["%ED%A0%80", "%F0%28%8C%28", "%00", "a" * 300, "..%2F..", "%FF"]
-HOSTILE_AFTER = ["5-", "-5", "5--1", "18446744073709551616", "18446744073709551615-18446744073709551616",
-                 "18446744073709551615-18446744073709551615", "18446744073709551616-0", "99999999999999999999-1",
-                 "1" * 400, "%C2%B2", "%ED%A0%80", "0x10", "1.5", "%205"]
+HOSTILE_AFTER = [
+    "5-",
+    "-5",
+    "5--1",
+    "18446744073709551616",
+    "18446744073709551615-18446744073709551616",
+    "18446744073709551615-18446744073709551615",
+    "18446744073709551616-0",
+    "99999999999999999999-1",
+    "1" * 400,
+    "%C2%B2",
+    "%ED%A0%80",
+    "0x10",
+    "1.5",
+    "%205",
+]
 """Stream ids a stranger may send: past 2^64 in either part, the largest id itself (nothing can follow it),
 malformed, not ASCII digits."""
 
@@ -182,8 +218,15 @@ malformed, not ASCII digits."""
 def test_ids_and_stream_ids_from_strangers_never_answer_500(fuzz_lab, stack):
     api = Api(stack.url)
     lab, token = fuzz_lab["lab_id"], fuzz_lab["token"]
-    paths = ["/api/labs/{}", f"/api/labs/{lab}/jobs/{{}}", f"/api/labs/{lab}/jobs/{{}}/status",
-             "/api/rooms/{}", f"/api/labs/{lab}/jobs/1/outputs/{{}}", "/join/{}", "/rooms/{}"]
+    paths = [
+        "/api/labs/{}",
+        f"/api/labs/{lab}/jobs/{{}}",
+        f"/api/labs/{lab}/jobs/{{}}/status",
+        "/api/rooms/{}",
+        f"/api/labs/{lab}/jobs/1/outputs/{{}}",
+        "/join/{}",
+        "/rooms/{}",
+    ]
     for template in paths:
         for bad in HOSTILE_IDS:
             for tok in (token, None):
@@ -198,8 +241,12 @@ def test_ids_and_stream_ids_from_strangers_never_answer_500(fuzz_lab, stack):
 
 def ws_handshake_status(stack, path: str, extra: bytes = b"", body: bytes = b"") -> tuple[int, bytes]:
     """A WebSocket upgrade sent by hand (a client library would refuse to send these): the status and body."""
-    return raw_http(stack, b"GET " + path.encode() + b" HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra, body)
+    return raw_http(
+        stack,
+        b"GET " + path.encode() + b" HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra,
+        body,
+    )
 
 
 def raw_http(stack, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
@@ -214,8 +261,11 @@ def raw_http(stack, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
             answer += chunk
     head_part, _, rest = answer.partition(b"\r\n\r\n")
     assert head_part.startswith(b"HTTP/1.1 "), answer[:300]
-    length = next(int(v) for k, _, v in (h.partition(b":") for h in head_part.split(b"\r\n")[1:])
-                  if k.strip().lower() == b"content-length")
+    length = next(
+        int(v)
+        for k, _, v in (h.partition(b":") for h in head_part.split(b"\r\n")[1:])
+        if k.strip().lower() == b"content-length"
+    )
     assert len(rest) == length, f"more than one answer on one connection: {answer[:600]!r}"
     return int(head_part.split()[1]), rest
 
@@ -226,13 +276,14 @@ def test_stream_ids_past_2_64_on_the_websocket_are_a_4xx_before_the_upgrade(fuzz
         status, body = ws_handshake_status(stack, f"/ws/labs/{lab}?after={after}&token={token}")
         assert status in (400, 422), f"WS after={after!r} → {status} {body[:200]!r}"
         assert json.loads(body)["error"] in ("invalid_after", "invalid_text"), body[:200]
-    ws = websocket.create_connection(stack.ws_base + f"/ws/labs/{lab}?after=18446744073709551615-0&token={token}",
-                                     timeout=10, suppress_origin=True)
+    ws = websocket.create_connection(
+        stack.ws_base + f"/ws/labs/{lab}?after=18446744073709551615-0&token={token}", timeout=10, suppress_origin=True
+    )
     assert ws.connected  # the largest id with a sequence below 2^64-1 is still an id to read after
     ws.close()
 
 
-CHUNKED = (b"POST /api/labs HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n")
+CHUNKED = b"POST /api/labs HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
 MALFORMED_CHUNKED = {
     "chunk size zz": b"zz\r\n{}\r\n0\r\n\r\n",
     "chunk size 0x2": b"0x2\r\n{}\r\n0\r\n\r\n",
@@ -240,7 +291,7 @@ MALFORMED_CHUNKED = {
     "empty chunk size": b"\r\n{}\r\n0\r\n\r\n",
     "chunk longer than its size": b"2\r\n{}}}\r\n0\r\n\r\n",
     "bare CR in an extension": b"2;a=\rb\r\n{}\r\n0\r\n\r\n",
-    "cut short mid-chunk": b"10\r\n{\"pre",
+    "cut short mid-chunk": b'10\r\n{"pre',
     "cut short before the last chunk": b"2\r\n{}\r\n",
 }
 
@@ -257,6 +308,7 @@ def test_a_websocket_upgrade_carrying_a_chunked_body_is_refused(fuzz_lab, stack)
     """An upgrade is a GET with no body: bytes after its head would be read as WebSocket frames."""
     lab, token = fuzz_lab["lab_id"], fuzz_lab["token"]
     for body in (MALFORMED_CHUNKED["chunk size zz"], b"2\r\n{}\r\n0\r\n\r\n"):
-        status, answer = ws_handshake_status(stack, f"/ws/labs/{lab}?token={token}",
-                                             b"Transfer-Encoding: chunked\r\n", body)
+        status, answer = ws_handshake_status(
+            stack, f"/ws/labs/{lab}?token={token}", b"Transfer-Encoding: chunked\r\n", body
+        )
         assert status == 400 and json.loads(answer)["error"] in ("invalid_framing", "body_not_allowed"), answer[:200]

@@ -25,6 +25,7 @@ LAB = "handofftest"
 def rl(r):
     def clean() -> None:
         r.delete(*(key(LAB, k) for k in ("clock", "barriers", "barrier_alive", "workers")))
+
     clean()
     clock.start(r, LAB, speed=1000)
     yield r
@@ -178,8 +179,9 @@ def test_a_receive_takes_its_hand_off_note_away_and_answers_with_the_record_it_l
             assert leases.receive(rl, LAB, "1", 1, "w1", 5.0, settings, 1)[0] == leases.RUN
             rl.zadd(key(LAB, "handoffs"), {note: 1.0})  # a second copy of delivery 1, sent again
         outcome, rec = leases.receive(rl, LAB, "1", 1, "w1", 5.0, settings, 1, note)
-        assert rl.zrange(key(LAB, "handoffs"), 0, -1) == [handoff.note_of("2", 1, f"{LAB}-2-1-8")], \
+        assert rl.zrange(key(LAB, "handoffs"), 0, -1) == [handoff.note_of("2", 1, f"{LAB}-2-1-8")], (
             "the receive left its hand-off note (or took another's)"
+        )
         if arrives == "first":
             assert outcome == leases.RUN
             assert rec == rl.hgetall(job(LAB, "1")), "the record answered is not the one the receive left"
@@ -187,5 +189,9 @@ def test_a_receive_takes_its_hand_off_note_away_and_answers_with_the_record_it_l
         else:
             assert (outcome, rec) == (leases.STALE, {})
     finally:
-        rl.delete(job(LAB, "1"), msg(LAB, "1"), attempts(LAB, "1"),
-                  *(key(LAB, k) for k in ("handoffs", "states", "events", "counts", "leases", "alive")))
+        rl.delete(
+            job(LAB, "1"),
+            msg(LAB, "1"),
+            attempts(LAB, "1"),
+            *(key(LAB, k) for k in ("handoffs", "states", "events", "counts", "leases", "alive")),
+        )

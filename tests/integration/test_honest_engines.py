@@ -35,8 +35,9 @@ def test_a_burst_that_reaches_idle_workers_starts_at_its_arrival_on_a_busy_box(a
     lid, tok = lab["lab_id"], lab["token"]
     api.workers_ready(lab, workers)
     with cpu_hogs(HOGS):
-        res = api.call("POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1",
-                                                                  "count": workers}, tok)
+        res = api.call(
+            "POST", f"/api/labs/{lid}/fairness/jobs", {"tier": "pro", "customer": "p1", "count": workers}, tok
+        )
         assert res.status == 202, res.body
         api.wait_for(lab, lambda _s: len(fairness.waits(r, lid)) >= workers, timeout=120, every=0.2)
     queued = float(r.hget(key(lid, "fair", "meta"), "t0"))
@@ -76,8 +77,9 @@ def test_ch2_mean_wait_is_an_ideal_queues_fed_the_same_arrivals_on_a_busy_box(ap
         return api.call("GET", f"/api/labs/{lid}/loadgen", token=tok).json()["state"]["generated"]
 
     with cpu_hogs(HOGS):
-        res = api.call("POST", f"/api/labs/{lid}/loadgen", {"action": "start", "rate": lam, "seed": 3,
-                                                            "mix": "even"}, tok)
+        res = api.call(
+            "POST", f"/api/labs/{lid}/loadgen", {"action": "start", "rate": lam, "seed": 3, "mix": "even"}, tok
+        )
         assert res.status == 200, res.body
         try:
             api.wait_for(lab, lambda _s: generated() >= JOBS, timeout=300, every=0.5)
@@ -104,7 +106,8 @@ def test_ch2_mean_wait_is_an_ideal_queues_fed_the_same_arrivals_on_a_busy_box(ap
     wait = measured["queue_wait"]
     ideal = ideal_mean_wait([(t, service) for (_created, service), t in zip(jobs, due, strict=True)], c)
     assert abs(wait - ideal) <= 0.1 * ideal + 0.5, (
-        f"measured mean wait {wait:.1f} s, ideal queue {ideal:.1f} s (arrivals up to {late:.1f} s late)")
+        f"measured mean wait {wait:.1f} s, ideal queue {ideal:.1f} s (arrivals up to {late:.1f} s late)"
+    )
     assert late <= 0.5, f"an arrival was enqueued {late:.1f} s after the moment the generator drew for it"
 
 

@@ -44,9 +44,9 @@ def declaring(data: bytes, width: int, height: int) -> bytes:
     b = bytearray(data)
     moov = b.find(b"moov")
     entry = b.find(b"avc1", moov)
-    b[entry + 28:entry + 32] = struct.pack(">HH", width, height)
+    b[entry + 28 : entry + 32] = struct.pack(">HH", width, height)
     tkhd = b.find(b"tkhd", moov)
-    b[tkhd + 80:tkhd + 88] = struct.pack(">II", width << 16, height << 16)
+    b[tkhd + 80 : tkhd + 88] = struct.pack(">II", width << 16, height << 16)
     return bytes(b)
 
 
@@ -55,8 +55,19 @@ def files(tmp_path_factory) -> dict[str, bytes]:
     d = tmp_path_factory.mktemp("hostile")
     bbb, carphone = media.sample_clip("bigbuckbunny"), media.sample_clip("carphone_pristine")
     ffmpeg("-f", "lavfi", "-i", "testsrc=size=64x64:duration=1", "-frames:v", "1", str(d / "x.png"))
-    ffmpeg("-f", "lavfi", "-i", "color=black:s=5000x5000:d=0.08:r=25", "-c:v", "libx264", "-preset", "ultrafast",
-           "-pix_fmt", "yuv420p", str(d / "huge.mp4"))
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        "color=black:s=5000x5000:d=0.08:r=25",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        str(d / "huge.mp4"),
+    )
     fast = faststart(bbb, d / "fast.mp4")
     return {
         "good": carphone.read_bytes(),
@@ -71,8 +82,9 @@ def files(tmp_path_factory) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def lab(stack):
     client = Api(stack.url)
-    lab = client.lab("ch4", speed=200, workers=2, vt_seconds=3600, max_attempts=3, job_duration=10,
-                     classify_errors=True)  # this file is about which inputs are refused, and why
+    lab = client.lab(
+        "ch4", speed=200, workers=2, vt_seconds=3600, max_attempts=3, job_duration=10, classify_errors=True
+    )  # this file is about which inputs are refused, and why
     client.workers_ready(lab, 2)  # exactly 2: the preset's third has drained away, so the pids are for good
     lab["client"] = client
     lab["pids"] = {w["id"]: w["pid"] for w in client.snapshot(lab)["workers"]}
@@ -85,8 +97,9 @@ def lab(stack):
 
 def upload(lab, name: str, data: bytes, ctype: str = "video/mp4", headers: dict | None = None):
     body, hdrs = multipart("file", name, data, ctype)
-    return lab["client"].call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body,
-                              headers={**hdrs, **(headers or {})}, token=lab["token"])
+    return lab["client"].call(
+        "POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers={**hdrs, **(headers or {})}, token=lab["token"]
+    )
 
 
 def clip_path() -> str:
@@ -112,8 +125,10 @@ REFUSED = [
 def resolve(files: dict, data) -> bytes:
     if isinstance(data, bytes):
         return data
-    hls = f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:5,\n{clip_path()}\n#EXTINF:5,\nfile:///etc/passwd\n" \
-          "#EXT-X-ENDLIST\n"
+    hls = (
+        f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:5,\n{clip_path()}\n#EXTINF:5,\nfile:///etc/passwd\n"
+        "#EXT-X-ENDLIST\n"
+    )
     return {
         "bbb-cut": files["bbb"][: len(files["bbb"]) // 3],
         "hls": hls.encode(),
@@ -154,13 +169,11 @@ def test_oversize_uploads_get_a_json_413_either_way(lab):
 def test_a_multipart_body_labelled_json_and_a_missing_file_field_are_4xx(lab, files):
     body, headers = multipart("file", "clip.mp4", files["good"])
     path = f"/api/labs/{lab['lab_id']}/jobs"
-    res = lab["client"].call("POST", path, raw=body, headers={"Content-Type": "application/json"},
-                             token=lab["token"])
+    res = lab["client"].call("POST", path, raw=body, headers={"Content-Type": "application/json"}, token=lab["token"])
     # a video's bytes are past the JSON size cap before they are past the parser: refused unread
     assert (res.status, res.json()["error"]) in ((400, "invalid_json"), (413, "body_too_large")), res.body
     small = body[:1000]  # under the cap, the same bytes are not JSON
-    res = lab["client"].call("POST", path, raw=small, headers={"Content-Type": "application/json"},
-                             token=lab["token"])
+    res = lab["client"].call("POST", path, raw=small, headers={"Content-Type": "application/json"}, token=lab["token"])
     assert res.status == 400 and res.json()["error"] == "invalid_json"
     body, headers = multipart("video", "clip.mp4", files["good"])
     res = lab["client"].call("POST", path, raw=body, headers=headers, token=lab["token"])
@@ -182,8 +195,15 @@ def test_a_truncated_faststart_mp4_passes_the_door_and_is_dead_lettered_with_its
 
 
 # Names that try to escape the upload folder or confuse a reader: the name is never used for the path.
-NAMES = ["../../etc/passwd.mp4", "..\\..\\boot.ini.mp4", "/etc/cron.d/evil.mp4", "clip\x00.sh.mp4",
-         "\u202egpj.exe.mp4", "видео 🎬 $(rm -rf ~).mp4", "a" * 1000 + ".mp4"]
+NAMES = [
+    "../../etc/passwd.mp4",
+    "..\\..\\boot.ini.mp4",
+    "/etc/cron.d/evil.mp4",
+    "clip\x00.sh.mp4",
+    "\u202egpj.exe.mp4",
+    "видео 🎬 $(rm -rf ~).mp4",
+    "a" * 1000 + ".mp4",
+]
 ACCEPTED = [(f"name:{n[:24]!r}", n, "good", "video/mp4") for n in NAMES] + [
     ("real-clip-sent-as-text/plain", "clip.txt", "good", "text/plain"),
     ("header-declares-30000x30000", "liar.mp4", "liar", "application/octet-stream"),
@@ -196,8 +216,9 @@ def test_real_clips_under_hostile_names_and_wrong_types_are_judged_by_their_byte
         res = upload(lab, name, files[data], ctype)
         assert res.status == 202, (case_id, res.body)
         jobs[res.json()["job_id"]] = case_id
-    snap = lab["client"].wait_for(lab, lambda s: all(j["state"] == "done" for j in s["jobs"] if j["id"] in jobs),
-                                  timeout=120)
+    snap = lab["client"].wait_for(
+        lab, lambda s: all(j["state"] == "done" for j in s["jobs"] if j["id"] in jobs), timeout=120
+    )
     for j in snap["jobs"]:
         if j["id"] in jobs:
             assert set(j["outputs"]) == {"240p", "144p"}, jobs[j["id"]]
@@ -231,8 +252,12 @@ def test_ffmpeg_itself_refuses_playlists_that_reach_for_local_files(tmp_path, fi
     # the threat is real: without the whitelists, a playlist naming only a local file makes ffmpeg read it
     only_local = tmp_path / "local.m3u8"
     only_local.write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:4,\n{clip_path()}\n#EXT-X-ENDLIST\n")
-    unsafe = subprocess.run([media.ffmpeg(), "-v", "verbose", "-i", str(only_local), "-frames:v", "1",
-                             "-f", "null", "-"], capture_output=True, text=True, timeout=60)
+    unsafe = subprocess.run(
+        [media.ffmpeg(), "-v", "verbose", "-i", str(only_local), "-frames:v", "1", "-f", "null", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert f"Opening '{clip_path()}' for reading" in unsafe.stderr
     with pytest.raises(media.InvalidMedia, match="not on whitelist"):
         media.probe(only_local)
@@ -252,11 +277,14 @@ def test_a_killed_work_horse_takes_its_ffmpeg_with_it(tmp_path):
     """What SIGKILL on a busy worker does to the transcode it started: no orphan keeps running."""
     fifo = tmp_path / "stuck.mp4"
     os.mkfifo(fifo)
-    script = ("import sys, time; from pathlib import Path; from core import media; "
-              "p = media.start_transcode(Path(sys.argv[1]), Path(sys.argv[2]), 144); print(p.pid, flush=True); "
-              "time.sleep(600)")
-    horse = subprocess.Popen([sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")],
-                             stdout=subprocess.PIPE, text=True)
+    script = (
+        "import sys, time; from pathlib import Path; from core import media; "
+        "p = media.start_transcode(Path(sys.argv[1]), Path(sys.argv[2]), 144); print(p.pid, flush=True); "
+        "time.sleep(600)"
+    )
+    horse = subprocess.Popen(
+        [sys.executable, "-c", script, str(fifo), str(tmp_path / "out.mp4")], stdout=subprocess.PIPE, text=True
+    )
     ffmpeg_pid = int(readline_within(horse, 60, "the stand-in horse's ffmpeg pid"))
     assert any(line.startswith(f"{ffmpeg_pid}:") for line in processes_mentioning(str(fifo)))  # up, blocked
     horse.kill()

@@ -22,9 +22,15 @@ def jobs_path(lab):
 
 
 def multipart(clip: bytes, boundary: str = "lab-boundary") -> tuple[bytes, str]:
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"job_type\"\r\n\r\ntranscode\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"clip.mp4\"\r\n"
-            "Content-Type: video/mp4\r\n\r\n").encode() + clip + f"\r\n--{boundary}--\r\n".encode()
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="job_type"\r\n\r\ntranscode\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="clip.mp4"\r\n'
+            "Content-Type: video/mp4\r\n\r\n"
+        ).encode()
+        + clip
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, f"multipart/form-data; boundary={boundary}"
 
 
@@ -46,7 +52,7 @@ def test_a_resend_while_the_first_upload_is_still_arriving_gets_409_then_the_rep
         time.sleep(0.02)
     resend = api.call("POST", jobs_path(lab), raw=body, headers=headers)
     assert resend.status == 409 and resend.json()["error"] == "request_in_progress"
-    first.send(body[len(body) // 2:])
+    first.send(body[len(body) // 2 :])
     done = first.getresponse()
     assert done.status == 202
     job_id = __import__("json").loads(done.read())["job_id"]
@@ -60,8 +66,12 @@ def test_a_resend_while_the_first_upload_is_still_arriving_gets_409_then_the_rep
 def test_keys_are_kept_for_the_models_window_with_their_memory_shown(api):
     lab = api.lab("ch5", speed=20, workers=0)
     for i in range(3):
-        assert api.call("POST", jobs_path(lab), {"sample": "bikes"}, lab["token"],
-                        headers={"Idempotency-Key": f"k{i}"}).status == 202
+        assert (
+            api.call(
+                "POST", jobs_path(lab), {"sample": "bikes"}, lab["token"], headers={"Idempotency-Key": f"k{i}"}
+            ).status
+            == 202
+        )
     st = api.call("GET", f"/api/labs/{lab['lab_id']}/idempotency", token=lab["token"]).json()
     # lesson ch5: VT 1,200 s + p99 900 s = 2,100 s worst gap, rounded up to a 1 h window; 36 MB
     assert st["worst_case_duplicate_gap_s"] == 2100 and st["window_s"] == 3600
@@ -84,8 +94,9 @@ def test_an_invalid_body_frees_its_key_so_the_corrected_request_goes_through(api
 @pytest.mark.parametrize("mode", ["open", "closed"])
 def test_dedup_store_down_fails_open_with_a_duplicate_or_closed_with_a_refusal(api, mode):
     lab = api.lab("ch5", speed=20, workers=0, dedup_fail_mode=mode)
-    fault = api.call("POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "dedup_outage", "duration_s": 3600},
-                     lab["token"])
+    fault = api.call(
+        "POST", f"/api/labs/{lab['lab_id']}/faults", {"type": "dedup_outage", "duration_s": 3600}, lab["token"]
+    )
     assert fault.status == 202
     key = {"Idempotency-Key": "during-outage"}
     a = api.call("POST", jobs_path(lab), {"sample": "bikes"}, lab["token"], headers=key)
@@ -109,36 +120,62 @@ def test_the_notified_flag_is_per_job_so_two_jobs_in_one_lab_send_two_emails(api
     """The once-only flag guards one job's email: a second job in the same lab is not a duplicate of the first."""
     lab = api.lab("ch5", speed=200, workers=2, job_duration=30, notify_guard=True)
     api.workers_ready(lab, 2)
-    jobs = [api.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"]).json()["job_id"]
-            for _ in range(2)]
+    jobs = [
+        api.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"]).json()["job_id"]
+        for _ in range(2)
+    ]
     # each finisher decides its email after its completion: wait for both decisions, sent or suppressed
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 2
-                        and s["counts"]["emails_sent"] + s["counts"]["emails_suppressed"] == 2, timeout=90)
+    snap = api.wait_for(
+        lab,
+        lambda s: s["counts"]["done"] == 2 and s["counts"]["emails_sent"] + s["counts"]["emails_suppressed"] == 2,
+        timeout=90,
+    )
     mailed = sorted(e["job_id"] for e in outbox(api, lab))
-    assert mailed == sorted(jobs), f"two jobs finished once each; the outbox mailed {mailed} (suppressed " \
-        f"{snap['counts']['emails_suppressed']})"
+    assert mailed == sorted(jobs), (
+        f"two jobs finished once each; the outbox mailed {mailed} (suppressed {snap['counts']['emails_suppressed']})"
+    )
 
 
 @pytest.mark.parametrize("guards", [False, True])
 def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_emails(api, stack, guards):
     # VT 300 s, job 400 s, no heartbeat: attempt 1's lease runs out mid-job and another worker
     # runs the handler again (the lesson's collision); guard off so both handlers reach the email.
-    lab = api.lab("ch5", speed=200, workers=2, vt_seconds=300, job_duration=400, heartbeat=False,
-                  max_attempts=2, retry_policy="none", guard="off", idempotent_outputs=guards,
-                  notify_guard=guards)
+    lab = api.lab(
+        "ch5",
+        speed=200,
+        workers=2,
+        vt_seconds=300,
+        job_duration=400,
+        heartbeat=False,
+        max_attempts=2,
+        retry_policy="none",
+        guard="off",
+        idempotent_outputs=guards,
+        notify_guard=guards,
+    )
     api.workers_ready(lab, 2)
     res = api.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"])
     job_id = res.json()["job_id"]
-    snap = api.wait_for(lab, lambda s: s["counts"]["succeeded"] + s["counts"]["duplicate_completions"] >= 2
-                        and s["counts"]["running"] == 0 and s["counts"]["queued"] == 0, timeout=90)
+    snap = api.wait_for(
+        lab,
+        lambda s: (
+            s["counts"]["succeeded"] + s["counts"]["duplicate_completions"] >= 2
+            and s["counts"]["running"] == 0
+            and s["counts"]["queued"] == 0
+        ),
+        timeout=90,
+    )
     counts = snap["counts"]
     emails = [e for e in outbox(api, lab) if e["job_id"] == job_id]
     r = redis.Redis.from_url(stack.redis_url)  # outputs are blobs in the server (core/blobs.py)
-    files = sorted(n.rsplit("/", 1)[1] for n in blobs.names(r, lab["lab_id"], f"transcoded/{job_id}/")
-                   if n.endswith(".mp4"))
-    print(f"guards={guards}: handler runs={counts['succeeded'] + counts['duplicate_completions']} "
-          f"emails={len(emails)} suppressed={counts['emails_suppressed']} outputs={counts['outputs_written']} "
-          f"files={files}")
+    files = sorted(
+        n.rsplit("/", 1)[1] for n in blobs.names(r, lab["lab_id"], f"transcoded/{job_id}/") if n.endswith(".mp4")
+    )
+    print(
+        f"guards={guards}: handler runs={counts['succeeded'] + counts['duplicate_completions']} "
+        f"emails={len(emails)} suppressed={counts['emails_suppressed']} outputs={counts['outputs_written']} "
+        f"files={files}"
+    )
     if guards:
         assert len(emails) == 1 and counts["emails_suppressed"] >= 1
         assert files == ["144p.mp4", "240p.mp4"]
@@ -162,8 +199,13 @@ def test_a_web_worker_killed_with_job_posts_in_flight_makes_no_job_nobody_sent(t
         def send(k: str) -> None:  # as postJob does: resend on a lost answer or 409 in progress, same key
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                res = sapi.call("POST", jobs_path(lab), {"sample": "carphone_pristine"}, lab["token"],
-                                headers={"Idempotency-Key": k})
+                res = sapi.call(
+                    "POST",
+                    jobs_path(lab),
+                    {"sample": "carphone_pristine"},
+                    lab["token"],
+                    headers={"Idempotency-Key": k},
+                )
                 final[k] = res.status
                 if res.status == 0:
                     dropped.append(k)

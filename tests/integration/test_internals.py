@@ -30,8 +30,9 @@ def test_history_shows_each_attempt_with_its_fence_lease_and_the_files_written(a
     # outputs are blobs now: the history names each by its blob name, and the job serves every one
     assert sorted(h["output_files"]) == [f"transcoded/{job}/144p.mp4", f"transcoded/{job}/240p.mp4"]
     for name in h["output_files"]:
-        got = api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job}/outputs/{name.rsplit('/', 1)[1]}",
-                       token=lab["token"])
+        got = api.call(
+            "GET", f"/api/labs/{lab['lab_id']}/jobs/{job}/outputs/{name.rsplit('/', 1)[1]}", token=lab["token"]
+        )
         assert got.status == 200 and len(got.body) > 0, (name, got.status)
     assert h["cas_refused"] == [] and h["retry_delays"] == []
 

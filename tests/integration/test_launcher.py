@@ -43,12 +43,14 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
     errors = (tmp_path / "stderr").open("w+")
     out = tmp_path / "stdout"  # a file, read until it says where to go: a pipe's readline could block forever
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
-                            stdout=out.open("w"), stderr=errors, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env, stdout=out.open("w"), stderr=errors, text=True
+    )
     deadline = time.monotonic() + 90
     while not re.search(r"open http://\S+\n", text := out.read_text()) and proc.poll() is None:
-        assert time.monotonic() < deadline, "the launcher never printed its URL: " + text + \
-            (tmp_path / "stderr").read_text()
+        assert time.monotonic() < deadline, (
+            "the launcher never printed its URL: " + text + (tmp_path / "stderr").read_text()
+        )
         time.sleep(0.1)
     url = next(iter(re.findall(r"open (http://\S+)\n", text)), None)
     redis_url = next(iter(re.findall(r"embedded Redis-protocol server \(valkey\) on (\S+)", text)), None)
@@ -60,8 +62,9 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
         health = json.load(r)
     assert health["ok"] is True
     assert health["master"] == json.loads((tmp_path / "var" / "launcher.json").read_text())["web"], health
-    req = urllib.request.Request(url + "/api/labs", data=b'{"preset": "ch1"}', method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/api/labs", data=b'{"preset": "ch1"}', method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req) as r:
         assert r.status == 201
     redis_port = redis_url.rsplit(":", 1)[1].split("/")[0]
@@ -86,8 +89,9 @@ def test_the_launcher_refuses_a_port_another_process_holds(tmp_path):
         other.listen()
         env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
         env.update(PORT=str(port), VAR_DIR=str(tmp_path / "var"))
-        res = subprocess.run([sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
     assert res.returncode != 0, res.stdout + res.stderr
     assert f"port {port}" in res.stderr and "already in use" in res.stderr, res.stderr
     assert "running" not in res.stdout, res.stdout
@@ -130,8 +134,14 @@ def test_a_pool_host_on_its_own_machine_restarts_its_supervisor(tmp_path):
     server = embedded_redis.start(tmp_path / "redis")
     var = tmp_path / "pool-var"
     env = dict(os.environ, REDIS_URL=server.url, VAR_DIR=str(var))
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.launcher", "pool"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.launcher", "pool"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         status_file = var / "launcher.json"
 
@@ -148,8 +158,9 @@ def test_a_pool_host_on_its_own_machine_restarts_its_supervisor(tmp_path):
         assert first.get("supervisor") and "web" not in first and first["redis"] is None, first
         os.kill(first["supervisor"], signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (status().get("supervisor") not in (None, first["supervisor"])
-                                                     and status()["restarts"]["supervisor"] == 1):
+        while time.monotonic() < deadline and not (
+            status().get("supervisor") not in (None, first["supervisor"]) and status()["restarts"]["supervisor"] == 1
+        ):
             time.sleep(0.2)
         healed = status()
         assert healed["supervisor"] not in (None, first["supervisor"]), healed
@@ -164,6 +175,12 @@ def test_a_pool_host_on_its_own_machine_restarts_its_supervisor(tmp_path):
 
 def test_a_pool_host_without_a_shared_server_says_so():
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    res = subprocess.run([sys.executable, "-m", "runtime.launcher", "pool"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "runtime.launcher", "pool"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "REDIS_URL" in res.stderr

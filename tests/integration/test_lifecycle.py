@@ -35,11 +35,20 @@ def own(tmp_path_factory):
     root = tmp_path_factory.mktemp("lifecycle")
     server = embedded_redis.start(root / "redis", persist=True, maxmemory=512 * 1024 * 1024)
     try:
-        with Stack("lifecycle", root=root, redis_url=server.url,
-                   env={"MAX_LABS": "40", "MAX_BLOB_BYTES": str(MAX_BLOB_BYTES),
-                        "CLIENT_BLOB_SHARE": str(CLIENT_SHARE), "MAX_LAB_BYTES": str(MAX_BLOB_BYTES),
-                        "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "RECONCILE_S": "3",
-                        "WEBHOOK_TEST_ALLOWLIST": HOOK}) as s:
+        with Stack(
+            "lifecycle",
+            root=root,
+            redis_url=server.url,
+            env={
+                "MAX_LABS": "40",
+                "MAX_BLOB_BYTES": str(MAX_BLOB_BYTES),
+                "CLIENT_BLOB_SHARE": str(CLIENT_SHARE),
+                "MAX_LAB_BYTES": str(MAX_BLOB_BYTES),
+                "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+                "RECONCILE_S": "3",
+                "WEBHOOK_TEST_ALLOWLIST": HOOK,
+            },
+        ) as s:
             yield s
     finally:
         server.stop()
@@ -64,17 +73,24 @@ def upload_across_delete(own, lab: dict) -> int:
     body, headers = clip()
     conn = http.client.HTTPConnection(own.url.split("//")[1], timeout=60)
     conn.putrequest("POST", f"/api/labs/{lab['lab_id']}/jobs")
-    for k, v in {**headers, "Content-Length": str(len(body)), "Authorization": f"Bearer {lab['token']}",
-                 "Idempotency-Key": "across-delete"}.items():
+    for k, v in {
+        **headers,
+        "Content-Length": str(len(body)),
+        "Authorization": f"Bearer {lab['token']}",
+        "Idempotency-Key": "across-delete",
+    }.items():
         conn.putheader(k, v)
     conn.endheaders()
     conn.send(body[: len(body) // 2])
     # the server is reading this upload before the delete: it has claimed the request's Idempotency-Key
     held = f"/api/labs/{lab['lab_id']}/idempotency"
-    wait(lambda: own.api().call("GET", held, token=lab["token"]).json()["keys_held"] >= 1, 20,
-         "the half-sent upload never reached the server")
+    wait(
+        lambda: own.api().call("GET", held, token=lab["token"]).json()["keys_held"] >= 1,
+        20,
+        "the half-sent upload never reached the server",
+    )
     assert own.api().call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"]).status == 204
-    conn.send(body[len(body) // 2:])
+    conn.send(body[len(body) // 2 :])
     status = conn.getresponse().status
     conn.close()
     return status
@@ -103,13 +119,18 @@ def test_deleted_labs_leave_no_process_and_no_blob(own, r):
     ids = [lab["lab_id"] for lab in [*labs, racing]]
     assert late in (404, 410), f"an upload finishing after its lab's delete was answered {late}"
 
-    wait(lambda: not processes_matching(*ids), 60,
-         f"processes of deleted labs still run: {processes_matching(*ids)}")
+    wait(lambda: not processes_matching(*ids), 60, f"processes of deleted labs still run: {processes_matching(*ids)}")
     wait(lambda: processes(own) == 0, 20, "/metrics never said 0 processes with no lab left")
-    wait(lambda: blobs.server_usage(r) == before, 20,
-         f"blobs:bytes stayed at {blobs.server_usage(r)} (was {before} before the labs)")
-    wait(lambda: not [k for lab in ids for k in r.scan_iter(match=f"lab:{lab}:*", count=1000)], 20,
-         "keys of deleted labs were left")
+    wait(
+        lambda: blobs.server_usage(r) == before,
+        20,
+        f"blobs:bytes stayed at {blobs.server_usage(r)} (was {before} before the labs)",
+    )
+    wait(
+        lambda: not [k for lab in ids for k in r.scan_iter(match=f"lab:{lab}:*", count=1000)],
+        20,
+        "keys of deleted labs were left",
+    )
 
 
 def test_the_reconcile_sweeps_the_keys_of_a_lab_nobody_registered_and_keeps_a_live_ones(own, r):
@@ -134,8 +155,7 @@ def test_one_client_filling_its_budget_leaves_room_for_another(own, r):
         statuses = []
         while len(statuses) < 20 and (not statuses or statuses[-1] == 202):
             lab = greedy.lab("ch1", workers=0)  # a lab per upload: the budget is the client's, not a lab's
-            res = greedy.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers,
-                              token=lab["token"])
+            res = greedy.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
             statuses.append(res.status)
         assert statuses[-1] == 507 and res.data["error"] == "client_storage_full", (statuses, res.data)
         assert "one client" in res.data["detail"]
@@ -153,8 +173,12 @@ def test_one_client_filling_its_budget_leaves_room_for_another(own, r):
         for _ in range(8):  # sample clips: no upload, but their outputs are the client's bytes too
             assert greedy.enqueue(lab, {"sample": "carphone_pristine"}).status == 202
         greedy.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"], expect=(200,))
-        ends = greedy.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == 9, 240,
-                               "the greedy client's jobs never all ended")["counts"]
+        ends = greedy.wait_for(
+            lab,
+            lambda s: s["counts"]["done"] + s["counts"]["dlq"] == 9,
+            240,
+            "the greedy client's jobs never all ended",
+        )["counts"]
         dead = greedy.ok("GET", f"/api/labs/{lab['lab_id']}/dlq", token=lab["token"])["dead_letters"]
         assert ends["dlq"] == len(dead) >= 1, {k: ends[k] for k in ("done", "dlq")}
         assert all("output not stored" in e["last_error"] + e["reason"] for e in dead), dead
@@ -211,6 +235,9 @@ def test_the_aof_is_rewritten_when_it_outgrows_the_live_data(own, r):
     peak = int(r.info("persistence")["aof_current_size"])
     assert peak > 64 * 1024 * 1024
     r.delete(*(f"filler:{i}" for i in range(4)))
-    wait(lambda: int(r.info("persistence")["aof_current_size"]) < peak / 4, 60,
-         f"the AOF stayed at {int(r.info('persistence')['aof_current_size'])} bytes for "
-         f"{int(r.info('memory')['used_memory_dataset'])} bytes of live data")
+    wait(
+        lambda: int(r.info("persistence")["aof_current_size"]) < peak / 4,
+        60,
+        f"the AOF stayed at {int(r.info('persistence')['aof_current_size'])} bytes for "
+        f"{int(r.info('memory')['used_memory_dataset'])} bytes of live data",
+    )

@@ -42,14 +42,31 @@ def tight(redis_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("tight")
     db = redis_server.url.rsplit("/", 1)[0] + "/3"
     redis.Redis.from_url(db).flushdb()
-    with Stack("tight", root=root, redis_url=db, access_log=str(root / "access.log"),
-               env={"MAX_LABS": str(MAX_LABS), "MAX_WORKERS": str(MAX_WORKERS), "LAB_IDLE_TTL": str(IDLE_TTL),
-                    "RATE_JOBS": str(RATE_JOBS), "RATE_KILLS": str(RATE_KILLS), "RATE_WINDOW": str(WINDOW),
-                    "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024), "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
-                    "RATE_ROOM_LOOKUPS": str(ROOM_MISSES), "RATE_ROOM_SEATS": str(ROOM_SEATS),
-                    "METRICS_TOKEN": METRICS_TOKEN, "RATE_CHALLENGE_RUNS": "1",
-                    "MAX_CLIENT_LABS": "4", "RATE_LABS": "200", "WS_PER_CLIENT": str(WS_PER_CLIENT),
-                    "CONN_PER_CLIENT": str(CONN_PER_CLIENT), "HEADER_TIMEOUT": str(HEADER_TIMEOUT)}) as s:
+    with Stack(
+        "tight",
+        root=root,
+        redis_url=db,
+        access_log=str(root / "access.log"),
+        env={
+            "MAX_LABS": str(MAX_LABS),
+            "MAX_WORKERS": str(MAX_WORKERS),
+            "LAB_IDLE_TTL": str(IDLE_TTL),
+            "RATE_JOBS": str(RATE_JOBS),
+            "RATE_KILLS": str(RATE_KILLS),
+            "RATE_WINDOW": str(WINDOW),
+            "MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+            "MAX_LAB_BYTES": str(MAX_LAB_BYTES),
+            "RATE_ROOM_LOOKUPS": str(ROOM_MISSES),
+            "RATE_ROOM_SEATS": str(ROOM_SEATS),
+            "METRICS_TOKEN": METRICS_TOKEN,
+            "RATE_CHALLENGE_RUNS": "1",
+            "MAX_CLIENT_LABS": "4",
+            "RATE_LABS": "200",
+            "WS_PER_CLIENT": str(WS_PER_CLIENT),
+            "CONN_PER_CLIENT": str(CONN_PER_CLIENT),
+            "HEADER_TIMEOUT": str(HEADER_TIMEOUT),
+        },
+    ) as s:
         yield s
 
 
@@ -67,8 +84,9 @@ def tapi(tight):
 def post_from(stack, source_ip: str, path: str, body: dict, token: str) -> tuple[int, dict, dict]:
     """A POST from another loopback address: another client, as far as the server can tell."""
     conn = http.client.HTTPConnection(stack.url.split("//")[1], timeout=20, source_address=(source_ip, 0))
-    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json",
-                                                  "Authorization": f"Bearer {token}"})
+    conn.request(
+        "POST", path, json.dumps(body), {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    )
     res = conn.getresponse()
     out = res.status, dict(res.getheaders()), json.loads(res.read() or b"{}")
     conn.close()
@@ -131,8 +149,7 @@ def test_the_machine_refuses_labs_and_workers_past_its_ceilings_with_429_and_ret
     assert f"at most {MAX_WORKERS} workers" in res.json()["detail"]
     # resizing the lab that holds them stays possible, and freeing workers lets the other lab grow
     assert tapi.call("PATCH", f"/api/labs/{first['lab_id']}/settings", {"workers": 1}, first["token"]).status == 200
-    assert tapi.call("PATCH", f"/api/labs/{second['lab_id']}/settings", {"workers": 2},
-                     second["token"]).status == 200
+    assert tapi.call("PATCH", f"/api/labs/{second['lab_id']}/settings", {"workers": 2}, second["token"]).status == 200
     tapi.call("DELETE", f"/api/labs/{labs[2]['lab_id']}", token=labs[2]["token"])
     res = tapi.call("POST", "/api/labs", {"preset": "ch0"})  # a lab slot is free, but no worker is
     assert res.status == 429 and res.json()["error"] == "workers_full"
@@ -151,8 +168,15 @@ def test_a_second_pool_host_adds_its_ceiling_to_the_pool(tight, tapi):
     try:
         wait(lambda: "p2" in hosts.live_hosts(r), 30, "the second pool host to register")
         labs = [tapi.lab("ch0", speed=20, workers=0) for _ in range(2)]
-        placed = wait(lambda: [r.get(owner(lab["lab_id"])) for lab in labs] if all(
-            r.get(owner(lab["lab_id"])) for lab in labs) else None, 30, "both labs to be placed")
+        placed = wait(
+            lambda: (
+                [r.get(owner(lab["lab_id"])) for lab in labs]
+                if all(r.get(owner(lab["lab_id"])) for lab in labs)
+                else None
+            ),
+            30,
+            "both labs to be placed",
+        )
         assert sorted(placed) == sorted([first_host, "p2"])  # one lab per host: the emptier host gets the next
         for lab in labs:
             res = tapi.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": MAX_WORKERS}, lab["token"])
@@ -160,8 +184,9 @@ def test_a_second_pool_host_adds_its_ceiling_to_the_pool(tight, tapi):
         for lab, where in zip(labs, placed, strict=True):
             tapi.workers_ready(lab, MAX_WORKERS)
             assert {w["host"] for w in tapi.snapshot(lab)["workers"]} == {where}
-        res = tapi.call("PATCH", f"/api/labs/{labs[0]['lab_id']}/settings", {"workers": MAX_WORKERS + 1},
-                        labs[0]["token"])
+        res = tapi.call(
+            "PATCH", f"/api/labs/{labs[0]['lab_id']}/settings", {"workers": MAX_WORKERS + 1}, labs[0]["token"]
+        )
         assert res.status == 429 and "this lab's pool host runs at most" in res.json()["detail"]
     finally:
         host.terminate()
@@ -175,8 +200,10 @@ def test_a_lab_cannot_fill_the_disk_past_its_share(tight, tapi):
     lab = tapi.lab("ch0", speed=20, workers=0)
     clip = media.sample_clip("carphone_pristine").read_bytes()  # ~590 kB: one fits in 1 MB, two do not
     body, headers = multipart("file", "one.mp4", clip)
-    assert tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers,
-                     token=lab["token"]).status == 202
+    assert (
+        tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"]).status
+        == 202
+    )
     res = tapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers=headers, token=lab["token"])
     assert res.status == 413 and res.json()["error"] == "lab_storage_full"
     uploads = blobs.names(redis.Redis.from_url(tight.redis_url), lab["lab_id"], "uploads/")
@@ -202,8 +229,9 @@ def test_an_idle_lab_expires_on_its_own_and_leaves_no_keys_files_or_processes(ti
         time.sleep(0.5)  # nobody touches it: after IDLE_TTL s the supervisor's sweep removes it
     assert not r.sismember("labs", lab_id)
     deadline = time.monotonic() + 20
-    while (list(r.scan_iter(match=f"*{lab_id}*")) or processes_mentioning(f"lab-{lab_id}")) \
-            and time.monotonic() < deadline:
+    while (
+        list(r.scan_iter(match=f"*{lab_id}*")) or processes_mentioning(f"lab-{lab_id}")
+    ) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list(r.scan_iter(match=f"*{lab_id}*")) == []
     assert processes_mentioning(f"lab-{lab_id}") == []
@@ -218,10 +246,14 @@ def test_the_access_log_never_shows_a_token(tight, tapi):
     lab = tapi.lab("ch0", speed=20, workers=0)
     lab_id, token, view = lab["lab_id"], lab["token"], lab["view_token"]
     tapi.call("GET", f"/api/labs/{lab_id}/events?after=0&token={token}", token=token)
-    tapi.call("GET", f"/chapters/0?lab={lab_id}&view={view}",
-              headers={"Referer": f"{tight.url}/chapters/0?lab={lab_id}&view={view}"})
-    ws = websocket.create_connection(tight.url.replace("http", "ws") + f"/ws/labs/{lab_id}?after=0&token={token}",
-                                     origin=tight.url, timeout=10)
+    tapi.call(
+        "GET",
+        f"/chapters/0?lab={lab_id}&view={view}",
+        headers={"Referer": f"{tight.url}/chapters/0?lab={lab_id}&view={view}"},
+    )
+    ws = websocket.create_connection(
+        tight.url.replace("http", "ws") + f"/ws/labs/{lab_id}?after=0&token={token}", origin=tight.url, timeout=10
+    )
     ws.close()  # (gunicorn does not log upgraded requests; its redaction is checked with the others)
     tapi.call("GET", f"/api/labs/{lab_id}", headers={"Cookie": f"lab_{lab_id}={token}"})
     deadline, log = time.monotonic() + 10, Path(tight.access_log)
@@ -258,7 +290,8 @@ def test_a_full_machine_shows_the_learner_a_plain_lab_is_full_message(tight, tap
     page.goto(f"{tight.url}/chapters/1")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "error", timeout=30_000)
     expect(page.locator("#lab-widget")).to_contain_text(
-        f"all {MAX_LABS} labs it may run are in use; try again in a minute")
+        f"all {MAX_LABS} labs it may run are in use; try again in a minute"
+    )
     expect(page.get_by_role("button", name="Try again")).to_be_visible()
     shot("lab-full")
     page.locator("#lab-widget").screenshot(path=str(ARTIFACTS / "lab-full-widget.png"))
@@ -274,8 +307,12 @@ def get_from(stack, source_ip: str, path: str, headers: dict | None = None) -> t
 
 
 def test_a_cross_site_form_post_cannot_open_a_lab(tight, tapi):
-    res = tapi.call("POST", "/api/labs", raw=b"preset=ch8", headers={
-        "Content-Type": "application/x-www-form-urlencoded", "Origin": "https://evil.example"})
+    res = tapi.call(
+        "POST",
+        "/api/labs",
+        raw=b"preset=ch8",
+        headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": "https://evil.example"},
+    )
     assert res.status == 403 and res.json()["error"] == "bad_origin"
     assert redis.Redis.from_url(tight.redis_url).scard("labs") == 0, "no lab was made"
     ok = tapi.call("POST", "/api/labs", {"preset": "ch0"}, headers={"Origin": tight.url})  # our own page
@@ -327,8 +364,8 @@ def test_parallel_uploads_cannot_pass_the_disk_cap_together(tight, tapi):
     body, headers = multipart("file", "one.mp4", clip)
 
     def upload(i: int) -> int:
-        return post_raw_from(tight, f"127.0.1.{i + 1}", f"/api/labs/{lab['lab_id']}/jobs", body, headers,
-                             lab["token"])
+        return post_raw_from(tight, f"127.0.1.{i + 1}", f"/api/labs/{lab['lab_id']}/jobs", body, headers, lab["token"])
+
     with ThreadPoolExecutor(8) as pool:
         statuses = list(pool.map(upload, range(8)))
     assert statuses.count(202) == 1 and set(statuses) == {202, 413}, statuses
@@ -449,9 +486,11 @@ def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_say
         assert health["disk"]["var_dir_free_bytes"] < 1 << 16, health
         clip = media.sample_clip("carphone_pristine").read_bytes()
         body, headers = multipart("file", "one.mp4", clip)
-        answers = [sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]),
-                   sapi.call("POST", "/api/labs", {"preset": "ch0"}),
-                   sapi.call("POST", jobs, token=lab["token"], headers=headers, raw=body)]
+        answers = [
+            sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]),
+            sapi.call("POST", "/api/labs", {"preset": "ch0"}),
+            sapi.call("POST", jobs, token=lab["token"], headers=headers, raw=body),
+        ]
         for res in answers:
             assert res.status == 507 and res.json()["error"] in ("disk_full", "server_disk_full"), res.body
             assert "disk" in res.json()["detail"] and int(res.headers["Retry-After"]) >= 1
@@ -483,8 +522,9 @@ def test_the_pool_waits_through_a_full_disk_says_so_and_carries_on(full_disk, tm
         filler.unlink()
         wait(lambda: "the server writes again" in log.read_text(), 60, "the supervisor to carry on")
         assert supervisor.poll() is None and s.supervisor is supervisor
-        res = sapi.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", "duration_s": 10},
-                        lab["token"])
+        res = sapi.call(
+            "POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", "duration_s": 10}, lab["token"]
+        )
         assert res.status == 202, res.body
         sapi.wait_for(lab, lambda snap: snap["counts"]["done"] == 1, 90)
         assert "Traceback" not in log.read_text()

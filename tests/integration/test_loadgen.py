@@ -26,8 +26,7 @@ def report(api, lab, window=86400):
 
 
 def enqueue(api, lab, **body):
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", **body},
-                   lab["token"])
+    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine", **body}, lab["token"])
     assert res.status == 202, res.body
     return res.json()["job_id"]
 
@@ -55,8 +54,11 @@ def test_arrivals_follow_the_seeded_poisson_schedule_at_lambda(api):
     assert set(kinds) <= {jt.name for jt in loadgen.MIX}, set(kinds)
     for jt in loadgen.MIX:
         p = jt.share_pct / total
-        assert abs(kinds.count(jt.name) - p * len(kinds)) < 4 * math.sqrt(len(kinds) * p * (1 - p)) + 1, \
-            (jt.name, kinds.count(jt.name), len(kinds))
+        assert abs(kinds.count(jt.name) - p * len(kinds)) < 4 * math.sqrt(len(kinds) * p * (1 - p)) + 1, (
+            jt.name,
+            kinds.count(jt.name),
+            len(kinds),
+        )
     assert generated == n
     # n arrivals by simulated time T: Poisson with mean λT (4σ bounds), measured on the lab's clock
     T = jobs[-1]["created_at"] - start["started_t"]
@@ -95,8 +97,12 @@ def test_autoscaler_scales_out_by_the_drain_time_rule_and_new_workers_wait_out_t
     for _ in range(12):
         enqueue(api, lab, job_type="thumbnail", duration_s=30)
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"autoscale": True}, lab["token"])
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 12 and len(s["workers"]) == 1
-                        and s["settings"]["workers"] == 1, timeout=120, every=0.3)
+    snap = api.wait_for(
+        lab,
+        lambda s: s["counts"]["done"] == 12 and len(s["workers"]) == 1 and s["settings"]["workers"] == 1,
+        timeout=120,
+        every=0.3,
+    )
     ev = api.events(lab)
     out, back = types(ev, "autoscale.scaled")[0], types(ev, "autoscale.scaled")[-1]
     # the lesson's rule: depth × 30 s / 1 worker > 150 s → scale to ceil(depth × 30 / 150), on what the event
@@ -122,8 +128,7 @@ def test_scale_in_drains_in_flight_jobs_but_a_naive_kill_causes_redeliveries(api
     # again). Under the claim guard (the default) that copy would find the killed attempt's record still
     # running and back off, leaving the message in flight: redelivered every VT until the stale sweeper
     # frees the record (chapter 3's lesson, tested there), so the count would be the sweeper's, not the kill's.
-    lab = api.lab("ch2", speed=50, workers=3, boot_lag=0, vt_seconds=300, exec_timeout=250, scale_in=mode,
-                  guard="off")
+    lab = api.lab("ch2", speed=50, workers=3, boot_lag=0, vt_seconds=300, exec_timeout=250, scale_in=mode, guard="off")
     api.workers_ready(lab, 3)
     jobs = [enqueue(api, lab, job_type="transcode", duration_s=200) for _ in range(3)]
     api.wait_for(lab, lambda s: sum(w["state"] == "busy" for w in s["workers"]) == 3, timeout=60, every=0.05)
@@ -134,10 +139,15 @@ def test_scale_in_drains_in_flight_jobs_but_a_naive_kill_causes_redeliveries(api
     # only the scale-in under test: the lab starts from the preset's 4 workers and may already scale in
     # (drain or kill an idle worker) when api.lab's settings patch brings it to 3
     ev = api.events(lab)
-    ev = ev[next(i for i, e in enumerate(ev) if e["type"] == "settings.changed"
-                 and e["data"]["changes"].get("workers") == 1):]
-    attempts = {j: [a for a in api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{j}", token=lab["token"])
-                    .json()["attempts"]] for j in jobs}
+    ev = ev[
+        next(
+            i for i, e in enumerate(ev) if e["type"] == "settings.changed" and e["data"]["changes"].get("workers") == 1
+        ) :
+    ]
+    attempts = {
+        j: [a for a in api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{j}", token=lab["token"]).json()["attempts"]]
+        for j in jobs
+    }
     if mode == "drain":
         assert len(types(ev, "worker.draining")) == 2 and not types(ev, "worker.killed")
         assert snap["counts"]["redelivered"] == 0
@@ -152,11 +162,17 @@ def test_bad_loadgen_input_is_a_clear_4xx(api):
     lab = api.lab("ch2", speed=100, workers=0)
     path = f"/api/labs/{lab['lab_id']}/loadgen"
     assert api.call("POST", path, {"action": "peak"}, lab["token"]).status == 409
-    for body in ({"action": "nope"}, {"action": "start", "rate": -1}, {"action": "start", "rate": "x"},
-                 {"action": "start", "seed": 1.5}, {"action": "start", "rate": 99}):
+    for body in (
+        {"action": "nope"},
+        {"action": "start", "rate": -1},
+        {"action": "start", "rate": "x"},
+        {"action": "start", "seed": 1.5},
+        {"action": "start", "rate": 99},
+    ):
         res = api.call("POST", path, body, lab["token"])
         assert res.status == 422 and res.json()["error"], (body, res.body)
     assert api.call("GET", path + "?window=abc", token=lab["token"]).status == 422
     assert api.call("POST", path, {"action": "start"}, lab["view_token"]).status == 403
-    assert api.call("POST", path, raw=b"{", headers={"Content-Type": "application/json"},
-                    token=lab["token"]).status == 400
+    assert (
+        api.call("POST", path, raw=b"{", headers={"Content-Type": "application/json"}, token=lab["token"]).status == 400
+    )

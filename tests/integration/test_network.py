@@ -56,8 +56,12 @@ def test_the_server_listens_on_its_own_address_and_each_role_only_with_its_own_p
     web_as_pool = net.role_url("pool").replace(net.passwords["pool"], net.passwords["web"])
     assert "Authentication" in refusal(web_as_pool, "PING"), "the web's password must not open the pool's user"
     for role in ("web", "pool"):
-        for command in (("FLUSHALL",), ("ACL", "SETUSER", "default", "on", "nopass"), ("KEYS", "*"),
-                        ("CONFIG", "SET", "requirepass", "x")):
+        for command in (
+            ("FLUSHALL",),
+            ("ACL", "SETUSER", "default", "on", "nopass"),
+            ("KEYS", "*"),
+            ("CONFIG", "SET", "requirepass", "x"),
+        ):
             if role == "pool" and command[0] == "CONFIG":
                 continue  # the pool's supervisor switches keyspace notifications on (see ROLES)
             assert "NoPermission" in refusal(net.role_url(role), *command), f"{role} may run {command[0]}"
@@ -82,8 +86,11 @@ def test_an_upload_is_transcoded_on_a_pool_host_and_its_webhook_reaches_the_web_
     assert video.status == 200
     (tmp_path / "out.mp4").write_bytes(video.body)
     media.probe(tmp_path / "out.mp4")
-    arrivals = wait(lambda: api.call("GET", f"/api/labs/{lab['lab_id']}/webhook", token=lab["token"]).json()[
-        "arrivals"], 60, "the webhook deliverer (a pool host) to reach the web tier's public address")
+    arrivals = wait(
+        lambda: api.call("GET", f"/api/labs/{lab['lab_id']}/webhook", token=lab["token"]).json()["arrivals"],
+        60,
+        "the webhook deliverer (a pool host) to reach the web tier's public address",
+    )
     assert arrivals[0]["verified"] and arrivals[0]["job_id"] == job
 
 
@@ -98,8 +105,13 @@ def test_no_process_of_the_class_shows_a_password_on_its_command_line(net):
     api.workers_ready(lab, 5)
     horse = busy_worker(api, lab, enqueue(api, lab))["horse_pid"]  # written with the busy state (workers/tasks.py)
     workers = {w["pid"] for w in api.snapshot(lab)["workers"]}
-    mine = {pid for ns in net.net.spaces.values() for pid in map(int, subprocess.run(
-        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split())}
+    mine = {
+        pid
+        for ns in net.net.spaces.values()
+        for pid in map(
+            int, subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split()
+        )
+    }
     assert workers | {horse} <= mine, "the lab's workers and horse must run inside the pool hosts' namespaces"
     found = reconcile.lab_processes(net.role_url("pool"))
     assert {pid: lab["lab_id"] for pid in workers | {horse}}.items() <= found.items(), found
@@ -113,8 +125,10 @@ def test_no_process_of_the_class_shows_a_password_on_its_command_line(net):
 def test_a_pool_host_killed_across_the_network_loses_no_job(net):
     res = pool_host_killed.run(labs=2, stack=net)
     c = res.counts
-    print(f"\npool_host_killed across namespaces: kill → last moved lab live {c.get('kill_to_last_lab_live_s')} s "
-          f"(lease {c.get('lease_s')} s), {c.get('jobs')} jobs, {c.get('done')} done, {c.get('lost')} lost")
+    print(
+        f"\npool_host_killed across namespaces: kill → last moved lab live {c.get('kill_to_last_lab_live_s')} s "
+        f"(lease {c.get('lease_s')} s), {c.get('jobs')} jobs, {c.get('done')} done, {c.get('lost')} lost"
+    )
     explain = "\n".join([*res.violations, *res.notes, str(c)])
     assert c["moved"] >= 1 and c["lost"] == 0 and c["done"] == c["jobs"] and c["bad_files"] == 0, explain
     assert res.ok, explain

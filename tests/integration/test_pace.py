@@ -68,8 +68,7 @@ def test_a_paced_attempt_reads_the_clock_and_faults_only_when_they_change(r, red
         own.close()
 
 
-def test_a_barrier_that_moves_the_clock_hands_the_watch_its_new_reading_and_other_writes_are_read(r, redis_server,
-                                                                                                  lab):
+def test_a_barrier_that_moves_the_clock_hands_the_watch_its_new_reading_and_other_writes_are_read(r, redis_server, lab):
     own = redis.Redis.from_url(redis_server.url, decode_responses=True)  # the attempt's connection
     watch = Watch(own, lab)
     try:
@@ -96,8 +95,10 @@ def test_a_paced_attempt_wakes_when_ffmpeg_exits_not_at_the_end_of_its_wait(r, r
     """The attempt's barrier holds the clock until its ffmpeg is done, so it must notice the exit, not sleep on
     to the end of its wait; where the system has no pidfd (a kernel before 5.3) it looks now and then instead."""
     if not pidfd:
+
         def no_pidfd(_pid):
             raise OSError(38, "Function not implemented")
+
         monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     own = redis.Redis.from_url(redis_server.url, decode_responses=True)
     watch = Watch(own, lab)
@@ -148,11 +149,13 @@ def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_
         r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1})
         r.zadd(key(lab, "leases"), {"j": 30.0})
         clock.hold(r, lab, "j:1", 10.0)
-        assert leases.extend_lease(own, lab, "j", 1, "w1", 10.0, 30.0,
-                                   then=clock.barrier_call(lab, "hold", "j:1", 20.0, refresh=False))
+        assert leases.extend_lease(
+            own, lab, "j", 1, "w1", 10.0, 30.0, then=clock.barrier_call(lab, "hold", "j:1", 20.0, refresh=False)
+        )
         sent = requests_sent(own, monkeypatch)  # (the first call above loaded the script)
-        assert leases.extend_lease(own, lab, "j", 1, "w1", 20.0, 30.0,
-                                   then=clock.barrier_call(lab, "hold", "j:1", 30.0, refresh=False))
+        assert leases.extend_lease(
+            own, lab, "j", 1, "w1", 20.0, 30.0, then=clock.barrier_call(lab, "hold", "j:1", 30.0, refresh=False)
+        )
         assert sent == ["EVALSHA"], f"a heartbeat and its barrier's move took more than one round trip: {sent}"
         assert r.zscore(key(lab, "leases"), "j") == pytest.approx(50.0, abs=1e-9), "the lease was not extended"
         assert r.zscore(key(lab, "barriers"), "j:1") == 30.0, "the barrier did not move on with the heartbeat"
@@ -160,8 +163,11 @@ def test_a_heartbeat_moves_its_attempts_barrier_in_the_same_round_trip(r, redis_
         assert len(r.xrange(key(lab, "events"))) == 2, "each heartbeat is one lease.extended event"
     finally:
         own.close()
-        r.delete(job(lab, "j"), msg(lab, "j"), *(key(lab, k) for k in ("leases", "barriers", "barrier_alive",
-                                                                          "events", "counts", "alive")))
+        r.delete(
+            job(lab, "j"),
+            msg(lab, "j"),
+            *(key(lab, k) for k in ("leases", "barriers", "barrier_alive", "events", "counts", "alive")),
+        )
 
 
 def test_a_tenth_of_progress_is_one_command_shown_on_its_workers_row(r, redis_server, lab, monkeypatch):
@@ -170,8 +176,17 @@ def test_a_tenth_of_progress_is_one_command_shown_on_its_workers_row(r, redis_se
     the next attempt's."""
     monkeypatch.setenv("LAB_WORKER_ID", "w1")
     rows = key(lab, "workers")
-    row = {"id": "w1", "state": "busy", "host": "p1", "pid": 4321, "job_id": "7", "fleet": None, "attempt": 2,
-           "horse_pid": 4322, "progress": None}
+    row = {
+        "id": "w1",
+        "state": "busy",
+        "host": "p1",
+        "pid": 4321,
+        "job_id": "7",
+        "fleet": None,
+        "attempt": 2,
+        "horse_pid": 4322,
+        "progress": None,
+    }
     r.hset(rows, mapping={"w1": json.dumps(row), "w2": json.dumps({**row, "id": "w2", "state": "dead"})})
     name = f"t-progress-{uuid.uuid4().hex[:8]}"
     own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)  # the attempt's
@@ -195,7 +210,10 @@ def test_a_tenth_of_progress_is_one_command_shown_on_its_workers_row(r, redis_se
         assert registry.snapshot(r, lab)["workers"][0]["progress"] is None, "another attempt's progress was shown"
         events = [json.loads(f["e"]) for _i, f in r.xrange(key(lab, "events")) if "job.progress" in f["e"]]
         assert [(e["job_id"], e["worker_id"], e["data"]["percent"], e["t_sim"]) for e in events] == [
-            ("7", "w1", 30, 12.5), ("7", "w1", 40, 13.0), ("7", "w2", 50, 13.5)]
+            ("7", "w1", 30, 12.5),
+            ("7", "w1", 40, 13.0),
+            ("7", "w2", 50, 13.5),
+        ]
     finally:
         own.close()
         r.delete(rows, key(lab, "events"), key(lab, "counts"))
@@ -211,12 +229,14 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
         sent = commands_run(r, name=name)
         clock.hold(r, lab, "other:1", 1e6)  # the lowest barrier: the clock is rebased
         heard: set[str] = set()
-        wait(lambda: heard.update(waker.wait(0.1)) or key(lab, "clock") in waker.published, 10,
-             "the barrier's move was never heard with its clock")
+        wait(
+            lambda: heard.update(waker.wait(0.1)) or key(lab, "clock") in waker.published,
+            10,
+            "the barrier's move was never heard with its clock",
+        )
         note(own, {lab: pool}, heard, waker)
         assert pool.heads["clock"] == r.hgetall(key(lab, "clock")), "the deadline was computed from another clock"
-        assert commands_run(r, name=name) == sent, \
-            "the supervisor read the clock a barrier's move had handed it"
+        assert commands_run(r, name=name) == sent, "the supervisor read the clock a barrier's move had handed it"
         clock.pause(r, lab)  # a write that only notifies: read
         wait(lambda: key(lab, "clock") in waker.wait(0.1), 10, "the pause was never heard")
         assert key(lab, "clock") not in waker.published
@@ -228,8 +248,11 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
         r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
 
 
-@pytest.mark.parametrize(("gap", "shown"), [(None, "fewer"), (0.02, "every")],
-                         ids=["tenths faster than the gap: about one a gap", "tenths slower than the gap: every one"])
+@pytest.mark.parametrize(
+    ("gap", "shown"),
+    [(None, "fewer"), (0.02, "every")],
+    ids=["tenths faster than the gap: about one a gap", "tenths slower than the gap: every one"],
+)
 def test_progress_moves_about_once_a_gap_at_any_speed(r, redis_server, lab, monkeypatch, gap, shown):
     """A job's tenths of progress are what its worker card's bar shows: no two closer than PROGRESS_GAP_S real
     seconds apart (at 20× a 40 s job's tenths come every 0.2 s), and every one of them when a tenth takes longer
@@ -246,8 +269,11 @@ def test_progress_moves_about_once_a_gap_at_any_speed(r, redis_server, lab, monk
         assert clock.now(own, lab) >= start + 40.0, "the attempt ended before its simulated end"
         # each tick's time as the attempt stamped it (its own clock: the server's stream ids add the round trip's
         # jitter, which a loaded box stretches by tens of ms either way)
-        ticks = [(1000 * e["t_real"], e["data"]["percent"]) for _i, f in r.xrange(key(lab, "events"))
-                 if (e := json.loads(f["e"]))["type"] == "job.progress"]
+        ticks = [
+            (1000 * e["t_real"], e["data"]["percent"])
+            for _i, f in r.xrange(key(lab, "events"))
+            if (e := json.loads(f["e"]))["type"] == "job.progress"
+        ]
         percents = [p for _ms, p in ticks]
         assert percents == sorted(set(percents)) and all(0 < p < 100 for p in percents), percents
         if shown == "every":
@@ -268,18 +294,25 @@ def test_a_barrier_lifted_while_its_holder_still_paces_is_placed_again(r, redis_
     settings = {**DEFAULTS, "upload_parts": 0}
     start = clock.now(own, lab)
     watch = Watch(own, lab)
-    pacing = threading.Thread(target=tasks.pace, args=(own, lab, "j", 1, settings, start, 100.0, [],
-                                                       retry.jitter_rng(0, "j", 1), watch), daemon=True)
+    pacing = threading.Thread(
+        target=tasks.pace,
+        args=(own, lab, "j", 1, settings, start, 100.0, [], retry.jitter_rng(0, "j", 1), watch),
+        daemon=True,
+    )
     pacing.start()
     try:
         wait(lambda: r.zscore(key(lab, "barriers"), "j:1") is not None, 10, "the attempt never held the clock")
         clock.lift(r, lab, "j:1")  # what the sweep does to a holder it took for dead
         assert r.zscore(key(lab, "barriers"), "j:1") is None
-        wait(lambda: r.zscore(key(lab, "barriers"), "j:1") is not None or not pacing.is_alive(), 10,
-             "the lifted barrier was never placed again")
+        wait(
+            lambda: r.zscore(key(lab, "barriers"), "j:1") is not None or not pacing.is_alive(),
+            10,
+            "the lifted barrier was never placed again",
+        )
         assert pacing.is_alive(), "the attempt ended before it placed its barrier again"
-        assert r.zscore(key(lab, "barriers"), "j:1") == pytest.approx(start + 100.0), \
+        assert r.zscore(key(lab, "barriers"), "j:1") == pytest.approx(start + 100.0), (
             "the barrier came back elsewhere than the attempt's end"
+        )
         assert r.hget(key(lab, "barrier_alive"), "j:1") is not None, "the barrier came back unstamped"
     finally:
         clock.set_speed(r, lab, 2000)  # to its end at once

@@ -32,9 +32,17 @@ PARK_AFTER, MAX_WORKERS, CAP = 2, 12, 4
 def pstack(redis_server, tmp_path_factory):
     db = redis_server.url.rsplit("/", 1)[0] + "/7"
     redis.Redis.from_url(db).flushdb()
-    with Stack("parking", root=tmp_path_factory.mktemp("parking"), redis_url=db,
-               env={"PARK_AFTER": str(PARK_AFTER), "MAX_WORKERS": str(MAX_WORKERS), "MAX_CLIENT_LABS": str(CAP),
-                    "MAX_LABS": "40"}) as s:
+    with Stack(
+        "parking",
+        root=tmp_path_factory.mktemp("parking"),
+        redis_url=db,
+        env={
+            "PARK_AFTER": str(PARK_AFTER),
+            "MAX_WORKERS": str(MAX_WORKERS),
+            "MAX_CLIENT_LABS": str(CAP),
+            "MAX_LABS": "40",
+        },
+    ) as s:
         yield s
 
 
@@ -81,18 +89,26 @@ def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connec
     lab = papi.lab("ch1", speed=200, workers=2)
     page = connect(pstack, lab)  # a page holds it open while it is set up
     papi.workers_ready(lab, 2)
-    job = papi.ok("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 20},
-                  lab["token"], expect=(202,))
+    job = papi.ok(
+        "POST",
+        f"/api/labs/{lab['lab_id']}/jobs",
+        {"job_type": "thumbnail", "duration_s": 20},
+        lab["token"],
+        expect=(202,),
+    )
     papi.wait_for(lab, lambda s: s["counts"]["done"] == 1, what="the job to finish")
     before = event_types(pr, lab["lab_id"])
     # the reader leaves: from here nobody looks at it through the API or a socket (the server is read directly)
     page.close()
     wait(lambda: "lab.parked" in event_types(pr, lab["lab_id"]), 60, "the unwatched lab to be parked")
-    wait(lambda: running_processes(pr, lab["lab_id"]) == 0 and not pr.hlen(key(lab["lab_id"], "workers")), 30,
-         "the parked lab's workers to stop")
+    wait(
+        lambda: running_processes(pr, lab["lab_id"]) == 0 and not pr.hlen(key(lab["lab_id"], "workers")),
+        30,
+        "the parked lab's workers to stop",
+    )
     assert pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"]) is None
     assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "1"
-    assert event_types(pr, lab["lab_id"])[:len(before)] == before  # history intact
+    assert event_types(pr, lab["lab_id"])[: len(before)] == before  # history intact
     assert pr.hget(key(lab["lab_id"], "job", job["job_id"]), "state") == "done"
 
     ws = connect(pstack, lab)
@@ -102,19 +118,27 @@ def test_an_unwatched_lab_parks_keeps_its_history_and_resumes_when_a_page_connec
         # then it has run at most the lab's speed times the real time since the resume began
         now_sim = clock.now(pr, lab["lab_id"])
         since = time.time() - float(pr.hget(key(lab["lab_id"], "meta"), "resumed"))
-        moments = {e["type"]: e["t_sim"] for _i, f in pr.xrange(key(lab["lab_id"], "events"))
-                   if (e := json.loads(f["e"]))["type"] in ("lab.parked", "lab.resumed")}
+        moments = {
+            e["type"]: e["t_sim"]
+            for _i, f in pr.xrange(key(lab["lab_id"], "events"))
+            if (e := json.loads(f["e"]))["type"] in ("lab.parked", "lab.resumed")
+        }
         parked_t = moments["lab.parked"]
         assert moments["lab.resumed"] == pytest.approx(parked_t, abs=0.001), moments
         # (+1 simulated s: the resume starts the clock a moment before it stamps `resumed`; a clock that ran
         # while parked is tens of simulated seconds past)
         assert parked_t - 0.001 <= now_sim <= parked_t + 200 * since + 1.0, (
-            f"parked at {parked_t} s, the clock read {now_sim:.3f} s {since:.3f} real s after the resume at 200×")
+            f"parked at {parked_t} s, the clock read {now_sim:.3f} s {since:.3f} real s after the resume at 200×"
+        )
         wait(lambda: running_processes(pr, lab["lab_id"]) == 2, 30, "the resumed lab's two workers to run")
         assert pr.hget(key(lab["lab_id"], "clock"), "paused") == "0"
         assert not pr.sismember(parking.PARKED, lab["lab_id"]) and pr.hget(slots.LEDGER, lab["lab_id"])
-        got = [e["type"] for e in ws_until(ws, lambda evs: len(evs) >= len(before), timeout=30,
-                                           what="the catch-up of the lab's history")][:len(before)]
+        got = [
+            e["type"]
+            for e in ws_until(
+                ws, lambda evs: len(evs) >= len(before), timeout=30, what="the catch-up of the lab's history"
+            )
+        ][: len(before)]
         assert got == before  # the page's catch-up replays the lab's history
     finally:
         ws.close()
@@ -161,8 +185,7 @@ def test_ten_concurrent_creates_from_one_client_run_at_most_its_cap(pstack, papi
     assert max(seen) <= CAP, f"{max(seen)} labs ran processes at once"
 
 
-def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one_lets_the_next_open(
-        pstack, papi, pr):
+def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one_lets_the_next_open(pstack, papi, pr):
     labs = [papi.lab("ch0", speed=20) for _ in range(CAP)]
     sockets = [connect(pstack, lab) for lab in labs]
     try:
@@ -205,8 +228,11 @@ def test_concurrent_patches_never_pass_the_worker_ceiling(pstack, papi, pr):
     assert sorted(a.status for a in answers).count(429) >= 1
     reserved = sum(e.processes for e in slots.entries(pr))
     assert reserved <= MAX_WORKERS
-    asked = sum(int(json.loads(pr.get(key(lab["lab_id"], "settings")))["workers"])
-                + int(json.loads(pr.get(key(lab["lab_id"], "settings")))["scheduler_replicas"]) for lab in labs)
+    asked = sum(
+        int(json.loads(pr.get(key(lab["lab_id"], "settings")))["workers"])
+        + int(json.loads(pr.get(key(lab["lab_id"], "settings")))["scheduler_replicas"])
+        for lab in labs
+    )
     assert asked <= MAX_WORKERS, f"{asked} processes asked for past a ceiling of {MAX_WORKERS}"
 
 
@@ -242,23 +268,35 @@ def test_a_job_held_when_its_lab_parks_comes_back_after_the_resume_ack_late(psta
     lab = papi.lab("ch1", speed=50, workers=1, ack_mode="late", heartbeat=False, vt_seconds=1200)
     page = connect(pstack, lab)  # a page holds it open while the job starts
     papi.workers_ready(lab, 1)
-    papi.ok("POST", f"/api/labs/{lab['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 900},
-            lab["token"], expect=(202,))
+    papi.ok(
+        "POST",
+        f"/api/labs/{lab['lab_id']}/jobs",
+        {"job_type": "thumbnail", "duration_s": 900},
+        lab["token"],
+        expect=(202,),
+    )
     rows = lambda: [json.loads(v) for v in pr.hgetall(key(lab["lab_id"], "workers")).values()]  # noqa: E731
-    horse = wait(lambda: next((w["horse_pid"] for w in rows() if w.get("horse_pid")), None), 60,
-                 "a work horse to run the job")
+    horse = wait(
+        lambda: next((w["horse_pid"] for w in rows() if w.get("horse_pid")), None), 60, "a work horse to run the job"
+    )
     page.close()  # the reader leaves while the job runs
     wait(lambda: pr.sismember(parking.PARKED, lab["lab_id"]), 60, "the busy, unwatched lab to be parked")
-    wait(lambda: not alive(horse) and running_processes(pr, lab["lab_id"]) == 0, 30,
-         "the parked lab's worker and work horse to stop")
+    wait(
+        lambda: not alive(horse) and running_processes(pr, lab["lab_id"]) == 0,
+        30,
+        "the parked lab's worker and work horse to stop",
+    )
     assert pr.hget(key(lab["lab_id"], "job", "1"), "state") == "running"  # held, not lost
     # but its attempt, whose worker was stopped, is over in the record (issue 38): not left "running"
     first = json.loads(pr.hget(key(lab["lab_id"], "job", "1", "attempts"), "1"))
     assert first["outcome"].startswith("stopped") and first.get("end") is not None, first
     ws = connect(pstack, lab)
     try:
-        done = wait(lambda: pr.hget(key(lab["lab_id"], "job", "1"), "state") == "done" or None, 120,
-                    "the job to be redelivered after the resume and finish")
+        done = wait(
+            lambda: pr.hget(key(lab["lab_id"], "job", "1"), "state") == "done" or None,
+            120,
+            "the job to be redelivered after the resume and finish",
+        )
         assert done
         assert "job.redelivered" in event_types(pr, lab["lab_id"])
         assert "job.lost" not in event_types(pr, lab["lab_id"])
@@ -267,8 +305,9 @@ def test_a_job_held_when_its_lab_parks_comes_back_after_the_resume_ack_late(psta
 
 
 @pytest.mark.parametrize("paused_by_learner", [False, True])
-def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was(redis_server, monkeypatch,
-                                                                                paused_by_learner):
+def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was(
+    redis_server, monkeypatch, paused_by_learner
+):
     """A park takes the lab out of the running set, then pauses its clock; a page that opens it between the two
     resumes it. The clock must then be left as the learner had it (running, or their own pause), with no
     `parked` mark a later resume would act on, and no lab.parked after the lab.resumed. On a database no
@@ -295,8 +334,9 @@ def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was
         assert state["paused"] == ("1" if paused_by_learner else "0"), "the park changed the clock it lost to"
         assert "parked" not in state, "a mark was left for a later resume to act on"
         assert not r.sismember(PARKED, lab)
-        kinds = [(e["type"], e["data"].get("clock")) for e in (json.loads(f["e"]) for _i, f in
-                                                               r.xrange(key(lab, "events")))]
+        kinds = [
+            (e["type"], e["data"].get("clock")) for e in (json.loads(f["e"]) for _i, f in r.xrange(key(lab, "events")))
+        ]
         assert kinds == [("lab.resumed", "still paused, as it was" if paused_by_learner else "running")], kinds
         monkeypatch.setattr(clock, "park", parks)  # and a park with no page in between still parks
         assert parking.park(r, lab, parking.OWNER_WHY)
@@ -330,8 +370,11 @@ def test_parks_racing_resumes_leave_the_clock_as_the_learner_had_it(redis_server
         start.wait()
         for _ in range(rounds):
             said[name].append(bool(act()))
-    threads = [threading.Thread(target=run, args=("park", lambda: parking.park(r, lab, parking.OWNER_WHY))),
-               threading.Thread(target=run, args=("resume", lambda: parking.resume(r, lab, CAP, MAX_WORKERS)))]
+
+    threads = [
+        threading.Thread(target=run, args=("park", lambda: parking.park(r, lab, parking.OWNER_WHY))),
+        threading.Thread(target=run, args=("resume", lambda: parking.resume(r, lab, CAP, MAX_WORKERS))),
+    ]
     try:
         for t in threads:
             t.start()

@@ -37,9 +37,12 @@ class Counted:
         self.trips = round_trips(monkeypatch, sup.r, sup.rq)
 
     def commands(self) -> int:
-        addrs = {"{}:{}".format(*c._sock.getsockname()[:2]) for pool in (self.sup.r.connection_pool,
-                                                                        self.sup.rq.connection_pool)
-                 for c in pool._available_connections if c._sock is not None}
+        addrs = {
+            "{}:{}".format(*c._sock.getsockname()[:2])
+            for pool in (self.sup.r.connection_pool, self.sup.rq.connection_pool)
+            for c in pool._available_connections
+            if c._sock is not None
+        }
         return commands_run(self.r, addr=addrs)
 
     def one_pass(self, pool: LabPool) -> tuple[int, int]:
@@ -86,16 +89,23 @@ def test_a_pass_with_nothing_due_reads_once_writes_nothing_and_is_not_due_again_
     r, lab, sup, pool, count = busy
     sup.lab_pass(pool)  # the first pass puts the reaper's barrier at the lease deadline
     assert r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(float(r.zscore(key(lab, "leases"), "1")))
-    held = (r.zrange(key(lab, "barriers"), 0, -1, withscores=True), r.hgetall(key(lab, "barrier_alive")),
-            r.hgetall(key(lab, "clock")))
+    held = (
+        r.zrange(key(lab, "barriers"), 0, -1, withscores=True),
+        r.hgetall(key(lab, "barrier_alive")),
+        r.hgetall(key(lab, "clock")),
+    )
     commands, trips = count.one_pass(pool)
     assert trips == 1, f"a pass with nothing due took {trips} round trips"
     assert commands <= 13, f"a pass with nothing due ran {commands} commands"
-    assert (r.zrange(key(lab, "barriers"), 0, -1, withscores=True), r.hgetall(key(lab, "barrier_alive")),
-            r.hgetall(key(lab, "clock"))) == held, "a pass with nothing due rewrote the barriers or the clock"
+    assert (
+        r.zrange(key(lab, "barriers"), 0, -1, withscores=True),
+        r.hgetall(key(lab, "barrier_alive")),
+        r.hgetall(key(lab, "clock")),
+    ) == held, "a pass with nothing due rewrote the barriers or the clock"
     # nothing falls due for seconds: the lease runs out 10 s from now, the attempt's barrier lapses in 5
-    assert min(pool.due_at, pool.deadline) > time.time() + MAINTAIN_S, \
+    assert min(pool.due_at, pool.deadline) > time.time() + MAINTAIN_S, (
         "a lab with nothing due is passed again within a second"
+    )
 
 
 def test_a_pass_redelivers_a_lease_at_its_deadline_and_moves_the_reaper_barrier_to_the_next(busy):
@@ -113,8 +123,9 @@ def test_a_pass_redelivers_a_lease_at_its_deadline_and_moves_the_reaper_barrier_
     [ev] = events(r, lab, "job.redelivered")
     assert ev["job_id"] == "2" and ev["t_sim"] == pytest.approx(due, abs=1e-3), ev
     assert r.llen(f"rq:queue:{queue_name(lab)}") == 1, "the redelivery was not sent to RQ"
-    assert r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(float(r.zscore(key(lab, "leases"), "1"))), \
+    assert r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(float(r.zscore(key(lab, "leases"), "1"))), (
         "the reaper's barrier did not move on to the next lease deadline"
+    )
     assert trips <= 17, f"a pass that redelivers one lease took {trips} round trips ({commands} commands)"
 
 
@@ -158,8 +169,9 @@ def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_the
     sup.duties.move_reaper(pool)
     commands, trips = count.commands() - before, count.trips() - trips
     [(_job, head)] = r.zrange(key(lab, "leases"), 0, 0, withscores=True)
-    assert head > old and r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(head), \
+    assert head > old and r.zscore(key(lab, "barriers"), "reaper") == pytest.approx(head), (
         "the barrier was not moved on to the lease deadline that now comes first"
+    )
     wait(lambda: clock.now(r, lab) > old, 10, "the clock stood at a lease deadline that had been pushed later")
     # the first lease, then the barrier's move (its script's own commands count on the server)
     assert trips == 2, f"moving the barrier took {trips} round trips ({commands} commands)"

@@ -44,21 +44,28 @@ class Cluster:
     pool: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def env(self, role: str) -> dict:
-        return dict(os.environ, REDIS_URL=self.redis_url, VAR_DIR=str(self.root / role), MAX_LABS="50",
-                    LAB_IDLE_TTL="3600", POOL_LEASE_S=str(LEASE_S), **UNLIMITED)
+        return dict(
+            os.environ,
+            REDIS_URL=self.redis_url,
+            VAR_DIR=str(self.root / role),
+            MAX_LABS="50",
+            LAB_IDLE_TTL="3600",
+            POOL_LEASE_S=str(LEASE_S),
+            **UNLIMITED,
+        )
 
     def start_host(self, host: str) -> subprocess.Popen:
         env = dict(self.env(f"pool-{host}"), POOL_HOST_ID=host)
-        proc = self.pool[host] = subprocess.Popen([sys.executable, "-m", "workers.supervisor"], env=env,
-                                                  start_new_session=True)  # its own process group
+        proc = self.pool[host] = subprocess.Popen(
+            [sys.executable, "-m", "workers.supervisor"], env=env, start_new_session=True
+        )  # its own process group
         wait_until(lambda: host in live_hosts(self.client()), 30, f"pool host {host} to register")
         return proc
 
     def start_web(self) -> None:
         port = embedded_redis.free_port()
         env = dict(self.env(f"web-{len(self.webs)}"), PORT=str(port))
-        self.webs.append(subprocess.Popen(gunicorn_command(Config(redis_url=self.redis_url, port=port)),
-                                          env=env))
+        self.webs.append(subprocess.Popen(gunicorn_command(Config(redis_url=self.redis_url, port=port)), env=env))
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, self.webs[-1:])
         self.urls.append(url)
@@ -131,8 +138,12 @@ def events(api: Api, lab: dict, kind: str | None = None) -> list[dict]:
 def jobs_on(api: Api, lab: dict, n: int, duration: float) -> list[str]:
     ids = []
     for i in range(n):
-        res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs",
-                       {"sample": "carphone_pristine" if i % 2 else "bikes", "duration_s": duration}, lab["token"])
+        res = api.call(
+            "POST",
+            f"/api/labs/{lab['lab_id']}/jobs",
+            {"sample": "carphone_pristine" if i % 2 else "bikes", "duration_s": duration},
+            lab["token"],
+        )
         assert res.status == 202, res.body
         ids.append(res.json()["job_id"])
     return ids
@@ -144,8 +155,13 @@ def settled(snap: dict, n: int) -> bool:
 
 
 def idle_rows(cluster: Cluster, api: Api, lab: dict, n: int, host: str) -> dict:
-    return api.wait_for(lab, lambda s: len([w for w in s["workers"] if w.get("host") == host
-                                            and w["state"] == "idle" and w.get("pid")]) >= n, timeout=60)
+    return api.wait_for(
+        lab,
+        lambda s: (
+            len([w for w in s["workers"] if w.get("host") == host and w["state"] == "idle" and w.get("pid")]) >= n
+        ),
+        timeout=60,
+    )
 
 
 def test_labs_spread_over_both_hosts_and_a_kill_reaches_the_owner(cluster):
@@ -178,8 +194,17 @@ def test_labs_spread_over_both_hosts_and_a_kill_reaches_the_owner(cluster):
 def test_a_killed_host_loses_its_labs_to_a_live_host_and_every_job_completes(cluster):
     a, b = cluster.apis
     # the victim is whichever host the lab was placed on
-    lab = a.lab("ch1", speed=100, workers=2, vt_seconds=120, heartbeat=True, heartbeat_interval=20,
-                heartbeat_extend=60, max_attempts=10, respawn_delay=10)
+    lab = a.lab(
+        "ch1",
+        speed=100,
+        workers=2,
+        vt_seconds=120,
+        heartbeat=True,
+        heartbeat_interval=20,
+        heartbeat_extend=60,
+        max_attempts=10,
+        respawn_delay=10,
+    )
     victim = cluster.owner_of(lab)
     survivor = next(h for h in cluster.pool if h != victim)
     idle_rows(cluster, a, lab, 2, victim)
@@ -196,15 +221,18 @@ def test_a_killed_host_loses_its_labs_to_a_live_host_and_every_job_completes(clu
     lost_workers = [e["worker_id"] for e in evs if e["type"] == "worker.lost"]
     assert len(lost_workers) == 2, "the dead host's workers are narrated as gone with it"
     live_at = min(e["t_real"] for e in evs if e["type"] == "worker.started" and e["t_real"] > killed_at)
-    print(f"failover: lease {LEASE_S:g} s; kill → lab moved {moved[0]['t_real'] - killed_at:.2f} s; "
-          f"kill → first worker on {survivor} {live_at - killed_at:.2f} s")
+    print(
+        f"failover: lease {LEASE_S:g} s; kill → lab moved {moved[0]['t_real'] - killed_at:.2f} s; "
+        f"kill → first worker on {survivor} {live_at - killed_at:.2f} s"
+    )
     assert all(w.get("host") == survivor for w in snap["workers"])
     r = cluster.client()
     for job_id in accepted:  # outputs served by the other web process, decodable
         got = b.call("GET", f"/api/labs/{lab['lab_id']}/jobs/{job_id}/outputs/240p.mp4", token=lab["token"])
         assert got.status == 200
-        media.probe(blobs.save(r, lab["lab_id"], f"transcoded/{job_id}/240p.mp4",
-                               cluster.root / "probe" / job_id / "240p.mp4"))
+        media.probe(
+            blobs.save(r, lab["lab_id"], f"transcoded/{job_id}/240p.mp4", cluster.root / "probe" / job_id / "240p.mp4")
+        )
     # a kill is answered by the new owner
     w = snap["workers"][0]
     res = b.call("POST", f"/api/labs/{lab['lab_id']}/workers/{w['id']}/kill", {}, lab["token"])
@@ -215,8 +243,16 @@ def test_a_killed_host_loses_its_labs_to_a_live_host_and_every_job_completes(clu
 
 def test_a_graceful_stop_hands_its_labs_over_without_losing_a_job(cluster):
     a, b = cluster.apis
-    lab = a.lab("ch1", speed=100, workers=2, vt_seconds=120, heartbeat=True, heartbeat_interval=20,
-                heartbeat_extend=60, max_attempts=10)
+    lab = a.lab(
+        "ch1",
+        speed=100,
+        workers=2,
+        vt_seconds=120,
+        heartbeat=True,
+        heartbeat_interval=20,
+        heartbeat_extend=60,
+        max_attempts=10,
+    )
     leaving = cluster.owner_of(lab)
     idle_rows(cluster, a, lab, 2, leaving)
     accepted = jobs_on(a, lab, 4, duration=200)
@@ -248,8 +284,12 @@ def test_two_web_processes_serve_one_labs_sockets_with_exact_resume(cluster):
     seen = ws_until(ws, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
     ws.close()
     ws = ws_connect(cluster.urls[1], lab, seen[-1]["id"])  # reconnect to the other web process
-    resumed = ws_until(ws, lambda evs: sum(e["type"] == "job.succeeded" for e in evs) == len(accepted), 120,
-                       f"{len(accepted)} job.succeeded")
+    resumed = ws_until(
+        ws,
+        lambda evs: sum(e["type"] == "job.succeeded" for e in evs) == len(accepted),
+        120,
+        f"{len(accepted)} job.succeeded",
+    )
     ws.close()
     got = [e["id"] for e in seen + resumed]
     all_ids = [e["id"] for e in a.events(lab)]

@@ -11,8 +11,7 @@ from tests.helpers import enqueue
 
 
 def test_paced_replay_releases_dead_letters_one_per_interval_in_order(api):
-    lab = api.lab("ch4", speed=20, workers=2, max_attempts=3, vt_seconds=3600, dlq_alert_depth=3,
-                  classify_errors=True)
+    lab = api.lab("ch4", speed=20, workers=2, max_attempts=3, vt_seconds=3600, dlq_alert_depth=3, classify_errors=True)
     api.workers_ready(lab, 2)  # exactly: the preset's third worker has drained, so no job lands on it
     base = f"/api/labs/{lab['lab_id']}"
     jobs = [enqueue(api, lab, sample="poison") for _ in range(4)]
@@ -22,8 +21,9 @@ def test_paced_replay_releases_dead_letters_one_per_interval_in_order(api):
 
     assert api.call("POST", base + "/dlq/replay", {"rate": 0}, lab["token"]).status == 422
     assert api.call("POST", base + "/dlq/replay", {"rate": "fast"}, lab["token"]).status == 422
-    dead_at = {d["job_id"]: d["dead_at"] for d in
-               api.call("GET", base + "/dlq", token=lab["token"]).json()["dead_letters"]}
+    dead_at = {
+        d["job_id"]: d["dead_at"] for d in api.call("GET", base + "/dlq", token=lab["token"]).json()["dead_letters"]
+    }
     res = api.call("POST", base + "/dlq/replay", {"reason": "non_retryable", "rate": 0.1}, lab["token"])
     assert res.status == 200, res.body
     # oldest dead letter first: the (simulated) time each reached the DLQ, which two workers need not reach in

@@ -64,9 +64,13 @@ def test_a_join_code_resolves_to_a_view_token_that_reads_but_cannot_mutate(api):
     base, view = f"/api/labs/{lab['lab_id']}", joined["view_token"]
     assert api.call("GET", base, token=view).status == 200
     assert api.call("GET", base + "/events", token=view).status == 200
-    for method, path, body in [("PATCH", "/settings", {"vt_seconds": 900}), ("POST", "/jobs", {}),
-                               ("POST", "/clock", {"action": "pause"}), ("POST", "/faults", {"type": "slow"}),
-                               ("DELETE", "", None)]:
+    for method, path, body in [
+        ("PATCH", "/settings", {"vt_seconds": 900}),
+        ("POST", "/jobs", {}),
+        ("POST", "/clock", {"action": "pause"}),
+        ("POST", "/faults", {"type": "slow"}),
+        ("DELETE", "", None),
+    ]:
         res = api.call(method, base + path, body, token=view)
         assert res.status == 403 and res.json()["error"] == "forbidden", (method, path)
     assert api.call("GET", base, token=lab["token"]).json()["settings"]["vt_seconds"] == 300  # nothing changed
@@ -80,8 +84,12 @@ def test_a_join_code_resolves_to_a_view_token_that_reads_but_cannot_mutate(api):
 def test_follow_along_gets_its_own_lab_with_the_instructors_current_settings(api):
     room = open_room(api, preset="ch1", speed=200)
     lab = room["lab"]
-    changed = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings",
-                       {"vt_seconds": 450, "heartbeat": True, "workers": 1, "speed": 300}, lab["token"])
+    changed = api.call(
+        "PATCH",
+        f"/api/labs/{lab['lab_id']}/settings",
+        {"vt_seconds": 450, "heartbeat": True, "workers": 1, "speed": 300},
+        lab["token"],
+    )
     assert changed.status == 200
     mine = follow(api, room, name="  Ada   Lovelace ")
     assert mine["lab_id"] != lab["lab_id"] and mine["name"] == "Ada Lovelace"
@@ -104,8 +112,10 @@ def test_the_instructor_view_counts_viewers_and_each_student_labs_headline_count
     assert check_in(api, room, a).json()["role"] == "viewer"
     assert check_in(api, room, b).json()["role"] == "viewer"
     assert check_in(api, room, a).status == 200  # the same viewer again is still one viewer
-    assert check_in(api, room, seat(api, room), room["lab"]["lab_id"],
-                    token=room["instructor_token"]).json()["role"] == "instructor"
+    assert (
+        check_in(api, room, seat(api, room), room["lab"]["lab_id"], token=room["instructor_token"]).json()["role"]
+        == "instructor"
+    )
     student = follow(api, room, name="Grace")
     assert check_in(api, room, seat(api, room), student["lab_id"]).json()["role"] == "student"
 
@@ -204,8 +214,16 @@ def test_the_qr_code_is_an_svg_of_the_join_url(api):
     assert room["join_url"].endswith(f"/join/{room['code']}")
     # the same URL drawn with the same parameters gives the same picture: the code encodes the join URL
     out = io.BytesIO()
-    segno.make(room["join_url"], error="m").save(out, kind="svg", scale=10, border=4, dark="#000", light="#fff",
-                                                 xmldecl=False, title=f"Join room {room['display_code']}")
+    segno.make(room["join_url"], error="m").save(
+        out,
+        kind="svg",
+        scale=10,
+        border=4,
+        dark="#000",
+        light="#fff",
+        xmldecl=False,
+        title=f"Join room {room['display_code']}",
+    )
     assert svg == out.getvalue().decode()
     page = api.call("GET", f"/join/{room['code']}")
     assert page.status == 200 and room["display_code"].encode() in page.body
@@ -292,6 +310,7 @@ def test_a_room_counts_people_not_ids_one_guess_per_seat_it_issued(api):
     assert res.status == 201, res.body
     n = res.json()["round"]["n"]
     value = prediction["choices"][0][0] if prediction["kind"] == "choice" else prediction.get("min", 0)
+
     def guess(client: str):
         return api.call("POST", f"/api/rooms/{code}/round/guesses", {"client": client, "n": n, "value": value})
 
@@ -338,6 +357,7 @@ def test_a_full_room_lets_no_one_past_its_cap_however_many_join_at_once(r):
     def join(i: int) -> None:
         ins.append(rooms.join_present(r, k, f"seat{i}", time.time(), cap) == 1)
         ins.append(rooms.join_capped(r, hk, f"seat{i}", "1", cap))
+
     try:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(join, range(240)))

@@ -21,9 +21,12 @@ def test_a_real_rq_worker_transcodes_a_generated_clip(redis_server, tmp_path):
     conn = redis.Redis.from_url(redis_server.url)
     q = Queue("skeleton-check", connection=conn)
     job = q.enqueue(f"{__name__}.transcode_to", str(src), str(tmp_path / "out.mp4"))
-    subprocess.run([str(Path(sys.executable).with_name("rq")), "worker", "--burst", "--url",
-                    redis_server.url, "skeleton-check"], check=True, timeout=120,
-                   cwd=Path(__file__).resolve().parents[2])
+    subprocess.run(
+        [str(Path(sys.executable).with_name("rq")), "worker", "--burst", "--url", redis_server.url, "skeleton-check"],
+        check=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     job.refresh()
     assert job.get_status() == "finished", job.exc_info
     out = tmp_path / "out.mp4"

@@ -23,8 +23,9 @@ def test_a_worker_writes_its_heartbeat_and_state_once_between_two_jobs(redis_ser
     """RQ's parent beats and says `idle` several times within milliseconds between two jobs: the repeats are
     not sent (a beat in a pipeline neither); a new TTL, a new state and a beat HEARTBEAT_GAP_S later are."""
     conn = redis.Redis.from_url(redis_server.url)
-    worker = LabWorker([Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)], connection=conn,
-                       name=f"t-rqw-{uuid.uuid4().hex[:8]}")
+    worker = LabWorker(
+        [Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)], connection=conn, name=f"t-rqw-{uuid.uuid4().hex[:8]}"
+    )
     clock = [1000.0]
     monkeypatch.setattr("workers.rqworker.time.monotonic", lambda: clock[0])
     try:
@@ -70,8 +71,11 @@ def test_a_labs_rq_worker_and_its_horse_connect_without_a_handshake(tmp_path, ar
         for _ in range(2):
             queue.enqueue("os.path.basename", "a/b")
         name = f"t-rqw-{uuid.uuid4().hex[:8]}"
-        args = (worker_argv(name, [queue.name]) if argv == "the pool's" else
-                ["worker", "--name", name, "--quiet", "--worker-class", "workers.rqworker.LabWorker", queue.name])
+        args = (
+            worker_argv(name, [queue.name])
+            if argv == "the pool's"
+            else ["worker", "--name", name, "--quiet", "--worker-class", "workers.rqworker.LabWorker", queue.name]
+        )
         before = handshakes(conn)  # the server's start-up check's own connection made one
         done = subprocess.run([RQ_BIN, *args, "--burst", "--url", server.url], capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr.decode()[-2000:]
@@ -105,12 +109,14 @@ def test_a_plain_jobs_success_leaves_nothing_behind_in_one_transaction(tmp_path)
         kept = queue.enqueue("os.path.basename", "a/kept").id
         name = f"t-rqw-{uuid.uuid4().hex[:8]}"
         before = conn.info("commandstats")
-        done = subprocess.run([RQ_BIN, *worker_argv(name, [queue.name]), "--burst", "--url", server.url],
-                              capture_output=True, timeout=60)
+        done = subprocess.run(
+            [RQ_BIN, *worker_argv(name, [queue.name]), "--burst", "--url", server.url], capture_output=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         stats = conn.info("commandstats")
-        watched = int(stats.get("cmdstat_watch", {}).get("calls", 0)) - \
-            int(before.get("cmdstat_watch", {}).get("calls", 0))
+        watched = int(stats.get("cmdstat_watch", {}).get("calls", 0)) - int(
+            before.get("cmdstat_watch", {}).get("calls", 0)
+        )
         left = sorted(k.decode() for k in conn.scan_iter() if any(j in k.decode() for j in plain))
         assert left == [], f"a plain job left keys behind: {left}"
         assert conn.zcard(f"rq:wip:{queue.name}") == 0, "an execution stayed in the started registry"
@@ -132,8 +138,11 @@ def test_a_suspended_lab_worker_takes_no_further_job(tmp_path):
     conn = redis.Redis.from_url(server.url, protocol=2, driver_info=None)
     queue = Queue("t-rqw-suspend", connection=conn)
     name = f"t-rqw-{uuid.uuid4().hex[:8]}"
-    worker = subprocess.Popen([RQ_BIN, *worker_argv(name, [queue.name]), "--url", server.url],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [RQ_BIN, *worker_argv(name, [queue.name]), "--url", server.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         until(lambda: conn.hget(f"rq:worker:{name}", "state") == b"idle", "the worker never waited")
         subprocess.run([RQ_BIN, "suspend", "--url", server.url], check=True, capture_output=True, timeout=30)
@@ -164,8 +173,9 @@ def test_a_worker_leaves_its_command_channel_even_when_its_thread_read_the_unsub
     made to happen (the reply read before the stop); the lab's worker still leaves at once (its join is bounded
     as RQ means it, 1 s; the bound below only tells a hang from that)."""
     conn = redis.Redis.from_url(redis_server.url)
-    worker = LabWorker([Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)], connection=conn,
-                       name=f"t-rqw-{uuid.uuid4().hex[:8]}")
+    worker = LabWorker(
+        [Queue(f"t-rqw-{uuid.uuid4().hex[:8]}", connection=conn)], connection=conn, name=f"t-rqw-{uuid.uuid4().hex[:8]}"
+    )
     worker.subscribe()
     try:
         until(lambda: worker.pubsub.subscribed and worker.pubsub_thread.is_alive(), "the channel never opened")

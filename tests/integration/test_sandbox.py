@@ -33,8 +33,9 @@ PASSWORD = "s3cret-pool-password"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real server with an ACL (a users file next to its data), the pool role's password set."""
-    srv = embedded_redis.start(tmp_path_factory.mktemp("sandbox-server"), persist=False,
-                               users={"admin": "admin-pw", "pool": PASSWORD})
+    srv = embedded_redis.start(
+        tmp_path_factory.mktemp("sandbox-server"), persist=False, users={"admin": "admin-pw", "pool": PASSWORD}
+    )
     client = redis.Redis.from_url(srv.url)
     client.set("sandbox:canary", "1")
     client.close()
@@ -56,8 +57,9 @@ def untouched(server, monkeypatch):
     client.close()
 
 
-def inside(code: str, write: Path | None = None, read: tuple[Path, ...] = (),
-           limits: sandbox.Limits = media.SANDBOX) -> dict:
+def inside(
+    code: str, write: Path | None = None, read: tuple[Path, ...] = (), limits: sandbox.Limits = media.SANDBOX
+) -> dict:
     """Run `code` (which sets `out`, a dict) in the sandbox; its `out` as JSON."""
     assert sandbox.unavailable() == "", sandbox.unavailable()
     prog = "import json, os, sys\nout = {}\n" + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
@@ -94,8 +96,7 @@ def test_no_network_neither_the_server_nor_another_address(server):
     targets = [("127.0.0.1", server.port), (other, port)]
     for target in targets:  # both answer from here
         socket.create_connection(target, timeout=5).close()
-    code = "import socket\n" + "".join(attempt(f"socket.create_connection({t!r}, timeout=5).close()")
-                                       for t in targets)
+    code = "import socket\n" + "".join(attempt(f"socket.create_connection({t!r}, timeout=5).close()") for t in targets)
     got = inside(code)
     listener.close()
     assert got and all(v != "ok" for v in got.values()), got
@@ -115,8 +116,8 @@ def test_no_secret_in_the_environment_nor_on_disk(server, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     code = "out['env'] = dict(os.environ)\n" + "".join(
-        attempt(f"open({str(p)!r}, 'rb').read()") for p in (acl, var / "labs" / "secret",
-                                                           "/proc/1/environ", me))
+        attempt(f"open({str(p)!r}, 'rb').read()") for p in (acl, var / "labs" / "secret", "/proc/1/environ", me)
+    )
     code += attempt(f"os.listdir({str(var)!r})") + attempt(f"os.listdir({str(server.data_dir)!r})")
     got = inside(code, write=out)
     horse.kill()
@@ -132,13 +133,15 @@ def test_writes_only_its_directory_and_within_the_file_size_limit(tmp_path):
     out.mkdir()
     beside.mkdir()
     limit = media.SANDBOX.file_bytes
-    code = (attempt(f"open({str(out / 'ok.txt')!r}, 'w').write('x')")
-            + attempt(f"open({str(beside / 'no.txt')!r}, 'w').write('x')")
-            + attempt("open('/tmp/no.txt', 'w').write('x')")
-            + attempt("open('/usr/no.txt', 'w').write('x')")
-            # sparse: one byte at the last offset the limit allows, then one past it
-            + attempt(f"f = open({str(out / 'edge.bin')!r}, 'wb'); f.seek({limit - 1}); f.write(b'x'); f.close()")
-            + attempt(f"f = open({str(out / 'big.bin')!r}, 'wb'); f.seek({limit}); f.write(b'x'); f.close()"))
+    code = (
+        attempt(f"open({str(out / 'ok.txt')!r}, 'w').write('x')")
+        + attempt(f"open({str(beside / 'no.txt')!r}, 'w').write('x')")
+        + attempt("open('/tmp/no.txt', 'w').write('x')")
+        + attempt("open('/usr/no.txt', 'w').write('x')")
+        # sparse: one byte at the last offset the limit allows, then one past it
+        + attempt(f"f = open({str(out / 'edge.bin')!r}, 'wb'); f.seek({limit - 1}); f.write(b'x'); f.close()")
+        + attempt(f"f = open({str(out / 'big.bin')!r}, 'wb'); f.seek({limit}); f.write(b'x'); f.close()")
+    )
     got = inside(code, write=out)
     values = list(got.values())
     assert values[0] == "ok" and values[4] == "ok", got
@@ -179,8 +182,12 @@ except MemoryError:
 
 
 def test_a_cpu_hog_is_killed_at_its_cpu_limit():
-    box = sandbox.sandboxed([PYTHON, "-I", "-S", "-c", "while True: pass"], read=[PYTHON_HOME], write=None,
-                            limits=sandbox.Limits(1, media.SANDBOX.memory_bytes, 8, 1 << 20, 16))
+    box = sandbox.sandboxed(
+        [PYTHON, "-I", "-S", "-c", "while True: pass"],
+        read=[PYTHON_HOME],
+        write=None,
+        limits=sandbox.Limits(1, media.SANDBOX.memory_bytes, 8, 1 << 20, 16),
+    )
     proc = box.run(capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0  # SIGXCPU, then SIGKILL (bwrap reports the signal as its exit status)
 
@@ -200,7 +207,11 @@ def sandbox_uids() -> set[int]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a sandbox uid is a root caller's")
 def test_a_killed_caller_takes_its_sandbox_with_it(tmp_path):
-    caller = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import time
         from core import sandbox
         from core import media
@@ -208,7 +219,12 @@ def test_a_killed_caller_takes_its_sandbox_with_it(tmp_path):
         proc = box.popen()
         print(proc.pid, flush=True)
         time.sleep(300)
-    """)], stdout=subprocess.PIPE, text=True, cwd=Path(sandbox.__file__).parent.parent)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(sandbox.__file__).parent.parent,
+    )
     bwrap_pid = int(caller.stdout.readline())
     uid = sandbox.SANDBOX_UID_BASE + caller.pid
     deadline = time.monotonic() + 30

@@ -25,8 +25,9 @@ SPEED = 200
 def start(api, n: int = 3, speed: float = SPEED, **settings) -> dict:
     """A ch7 lab whose n replicas are all up and ticking; measurements start at the next tick."""
     lab = api.lab("ch7", speed=speed, scheduler_replicas=n, **settings)
-    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == n
-               and all(x["state"] == "running" for x in rep["replicas"]))
+    wait_sched(
+        api, lab, lambda rep: len(rep["replicas"]) == n and all(x["state"] == "running" for x in rep["replicas"])
+    )
     control(api, lab, action="reset")
     return lab
 
@@ -65,8 +66,9 @@ def test_a_slow_run_past_a_short_ttl_overlaps_the_next_holder(api):
     replica takes it and runs while the first still runs; the first's release is then refused."""
     lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
     control(api, lab, action="slow", duration_s=150)
-    rep = wait_sched(api, lab, lambda rep: rep["totals"]["overlaps"] >= 1 and events_of(
-        api, lab, "cron.release_refused"))
+    rep = wait_sched(
+        api, lab, lambda rep: rep["totals"]["overlaps"] >= 1 and events_of(api, lab, "cron.release_refused")
+    )
     overlap = events_of(api, lab, "cron.overlap")[0]
     refused = events_of(api, lab, "cron.release_refused")[0]
     assert overlap["data"]["others"]  # someone was still running
@@ -77,8 +79,7 @@ def test_a_slow_run_past_a_short_ttl_overlaps_the_next_holder(api):
 def test_a_plain_delete_frees_the_next_holders_lock(api):
     """The lesson's snippet releases with DEL: the slow run, finishing after its lock expired, deletes
     the lock the next tick's replica now holds."""
-    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30,
-                cron_release="delete")
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=40, cron_lock_ttl=30, cron_release="delete")
     control(api, lab, action="slow", duration_s=150)
     wait_sched(api, lab, lambda rep: events_of(api, lab, "cron.foreign_release"))
     freed = events_of(api, lab, "cron.foreign_release")[0]["data"]
@@ -89,17 +90,21 @@ def test_a_plain_delete_frees_the_next_holders_lock(api):
 def test_a_heartbeat_keeps_the_lock_through_the_same_slow_run(api):
     lab = start(api, 3, cron_strategy="heartbeat", cron_interval=60, cron_task_s=40, cron_lock_ttl=30)
     control(api, lab, action="slow", duration_s=150)
-    rep = wait_sched(api, lab, lambda rep: any(
-        "lock held by" in e["data"]["reason"] for e in events_of(api, lab, "cron.skipped"))
-        and rep["last_complete_tick"] >= rep["since_tick"] + 5)
+    rep = wait_sched(
+        api,
+        lab,
+        lambda rep: (
+            any("lock held by" in e["data"]["reason"] for e in events_of(api, lab, "cron.skipped"))
+            and rep["last_complete_tick"] >= rep["since_tick"] + 5
+        ),
+    )
     assert rep["totals"]["overlaps"] == 0
     assert events_of(api, lab, "cron.lock_lost") == []
     assert all(t["runs"] <= 1 for t in complete_ticks(rep))
 
 
 def test_a_killed_leader_is_replaced_within_its_lease(api):
-    lab = start(api, 3, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=10,
-                respawn_delay=3600)
+    lab = start(api, 3, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=10, respawn_delay=3600)
     rep = wait_sched(api, lab, lambda rep: any(x["leader"] for x in rep["replicas"]))
     old = next(x["id"] for x in rep["replicas"] if x["leader"])
     killed = control(api, lab, action="kill", replica="leader")
@@ -119,8 +124,11 @@ def test_a_killed_leader_is_replaced_within_its_lease(api):
     # and the new leader alone runs the ticks
     rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= (elected[0]["t_sim"] // 60) + 3)
     after = [t for t in complete_ticks(rep) if t["tick"] > elected[0]["t_sim"] // 60]
-    log = [(e["t_sim"], e["type"], e["data"]) for e in api.events(lab)
-           if e["type"].startswith(("leader", "replica", "cron.run_s"))]
+    log = [
+        (e["t_sim"], e["type"], e["data"])
+        for e in api.events(lab)
+        if e["type"].startswith(("leader", "replica", "cron.run_s"))
+    ]
     assert after and all(t["runs"] == 1 for t in after), (after, log)
 
 
@@ -137,7 +145,8 @@ def test_a_leader_renews_its_lease_so_it_alone_runs_each_tick_while_it_lives(api
     lost = [(e["t_sim"], e["data"]) for e in events_of(api, lab, "leader.lost")]
     assert len(elected) == 1 and not lost, f"a live leader's lease lapsed: elected {elected}, lost {lost}"
     assert len(ticks) >= 5 and all(runs == 1 and by == [leader] for _t, runs, by in ticks), (
-        f"a tick did not run exactly once, by the leader {leader}: {ticks}")
+        f"a tick did not run exactly once, by the leader {leader}: {ticks}"
+    )
 
 
 def test_one_missed_tick_is_caught_up_and_a_run_one_interval_on_is_not(api):
@@ -151,6 +160,7 @@ def test_one_missed_tick_is_caught_up_and_a_run_one_interval_on_is_not(api):
 
     def slow_started() -> list[dict]:
         return [e for e in events_of(api, lab, "cron.run_started") if e["data"]["duration"] == 1.4 * interval]
+
     wait_sched(api, lab, lambda rep: slow_started())
     slow = slow_started()[0]["data"]["tick"]
     wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= slow + 3)
@@ -165,15 +175,25 @@ def test_one_missed_tick_is_caught_up_and_a_run_one_interval_on_is_not(api):
 
 
 def test_after_every_replica_was_down_one_catch_up_run_mails_the_missed_buckets(api, r):
-    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=10, cron_shard=True,
-                shard_buckets=12, cron_users=120)
+    lab = start(
+        api,
+        3,
+        cron_strategy="lock",
+        cron_interval=60,
+        cron_task_s=10,
+        cron_shard=True,
+        shard_buckets=12,
+        cron_users=120,
+    )
     wait_sched(api, lab, lambda rep: len(events_of(api, lab, "cron.run_finished")) >= 2)
     control(api, lab, action="down", duration_s=330)  # five or six ticks nobody runs
     wait_sched(api, lab, lambda rep: events_of(api, lab, "scheduler.up"))
     t_up = events_of(api, lab, "scheduler.up")[0]["t_sim"]
+
     # (a lagging process on a loaded machine can miss a tick before the downtime too: count after it)
     def after_up() -> list[dict]:
         return [e for e in events_of(api, lab, "cron.catch_up") if e["t_sim"] >= t_up]
+
     wait_sched(api, lab, lambda rep: after_up())
     t_catch = after_up()[0]["t_sim"]
     rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= t_catch // 60 + 3)
@@ -187,8 +207,11 @@ def test_after_every_replica_was_down_one_catch_up_run_mails_the_missed_buckets(
     evs = api.events(lab)
     t_down = next(e["t_sim"] for e in evs if e["type"] == "scheduler.down")
     finished = {e["data"]["tick"] for e in evs if e["type"] == "cron.run_finished"}
-    cut = {e["data"]["tick"] for e in evs if e["type"] == "cron.run_started"
-           and e["t_sim"] <= t_down and e["data"]["tick"] not in finished}
+    cut = {
+        e["data"]["tick"]
+        for e in evs
+        if e["type"] == "cron.run_started" and e["t_sim"] <= t_down and e["data"]["tick"] not in finished
+    }
     emails = r.hgetall(f"lab:{lab['lab_id']}:cron:emails")
     everyone = shards.users(120)
     for t in range(data["tick"] - data["covered"], data["tick"] + 1):
@@ -200,8 +223,17 @@ def test_after_every_replica_was_down_one_catch_up_run_mails_the_missed_buckets(
 
 
 def test_idempotent_digests_make_a_double_run_cost_one_wasted_run(api):
-    lab = start(api, 2, cron_strategy="none", cron_interval=60, cron_task_s=10, cron_idempotent=True,
-                cron_shard=True, shard_buckets=12, cron_users=120)
+    lab = start(
+        api,
+        2,
+        cron_strategy="none",
+        cron_interval=60,
+        cron_task_s=10,
+        cron_idempotent=True,
+        cron_shard=True,
+        shard_buckets=12,
+        cron_users=120,
+    )
     rep = wait_sched(api, lab, lambda rep: len(complete_ticks(rep)) >= 3)
     ticks = complete_ticks(rep)
     assert all(t["runs"] == 2 for t in ticks)
@@ -216,16 +248,20 @@ def test_a_day_begun_unsharded_still_owes_each_later_bucket_its_digest_when_idem
     that day must still mail each later tick's bucket: those digests were never sent. Only a repeat of the
     same tick's digest is a waste."""
     buckets, users = 12, 120
-    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=10, shard_buckets=buckets,
-                cron_users=users)
+    lab = start(api, 3, cron_strategy="lock", cron_interval=60, cron_task_s=10, shard_buckets=buckets, cron_users=users)
 
     def day_starts() -> list[int]:
-        return [e["data"]["tick"] for e in events_of(api, lab, "cron.run_finished")
-                if e["data"]["tick"] % buckets == 0 and e["data"]["emails"] == users]
+        return [
+            e["data"]["tick"]
+            for e in events_of(api, lab, "cron.run_finished")
+            if e["data"]["tick"] % buckets == 0 and e["data"]["emails"] == users
+        ]
+
     wait_sched(api, lab, lambda rep: day_starts())
     day = day_starts()[0] // buckets
-    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_shard": True, "cron_idempotent": True},
-                   lab["token"])
+    res = api.call(
+        "PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_shard": True, "cron_idempotent": True}, lab["token"]
+    )
     assert res.status == 200, res.body
     since = control(api, lab, action="reset")["since_tick"]
     rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= since + 2)
@@ -244,12 +280,23 @@ def test_runs_still_going_at_a_reset_count_for_their_own_tick_not_the_next(api):
     user one email per replica that ran them (the lesson's figure), no more."""
     n, buckets, users = 3, 2, 120
     # a day of two ticks, and runs of most of a tick at 50×, so the reset lands while they are mailing
-    lab = start(api, n, speed=50, cron_strategy="none", cron_interval=60, cron_task_s=50, cron_late=0,
-                shard_buckets=buckets, cron_users=users)
+    lab = start(
+        api,
+        n,
+        speed=50,
+        cron_strategy="none",
+        cron_interval=60,
+        cron_task_s=50,
+        cron_late=0,
+        shard_buckets=buckets,
+        cron_users=users,
+    )
 
     def mailing_everyone(rep: dict) -> bool:  # a day's first tick, its runs part-way through everyone
-        return any(t["tick"] % buckets == 0 and t["runs"] == n and 0 < t["emails"] < n * users / 2
-                   for t in rep["ticks"])
+        return any(
+            t["tick"] % buckets == 0 and t["runs"] == n and 0 < t["emails"] < n * users / 2 for t in rep["ticks"]
+        )
+
     wait_sched(api, lab, mailing_everyone)
     res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_shard": True}, lab["token"])
     assert res.status == 200, res.body
@@ -266,8 +313,9 @@ def test_a_killed_replica_respawns_one_respawn_delay_later_on_the_lab_clock(api,
     and no time passes for it while the clock is paused."""
     delay = 120
     lab = api.lab("ch7", speed=speed, scheduler_replicas=2, respawn_delay=delay)
-    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == 2 and all(x["state"] == "running"
-                                                                       for x in rep["replicas"]))
+    wait_sched(
+        api, lab, lambda rep: len(rep["replicas"]) == 2 and all(x["state"] == "running" for x in rep["replicas"])
+    )
     control(api, lab, action="kill", replica="r2")
     clock = f"/api/labs/{lab['lab_id']}/clock"
     assert api.call("POST", clock, {"action": "pause"}, lab["token"]).status == 200
@@ -278,8 +326,14 @@ def test_a_killed_replica_respawns_one_respawn_delay_later_on_the_lab_clock(api,
     def restarts() -> tuple[float, list[float]]:
         evs = api.events(lab)
         killed = next((e["t_sim"] for e in evs if e["type"] == "replica.killed"), None)
-        return killed, [e["t_sim"] for e in evs if e["type"] == "replica.started" and e["data"]["replica"] == "r2"
-                        and killed is not None and e["t_sim"] > killed]
+        return killed, [
+            e["t_sim"]
+            for e in evs
+            if e["type"] == "replica.started"
+            and e["data"]["replica"] == "r2"
+            and killed is not None
+            and e["t_sim"] > killed
+        ]
 
     deadline = time.monotonic() + 60
     while not (found := restarts())[1]:
@@ -309,8 +363,9 @@ def test_bad_input_is_a_clear_4xx(api):
     assert api.call("POST", path, {"action": "kill", "replica": "r99"}, lab["token"]).status == 404
     assert api.call("POST", path, {"action": "kill", "replica": "leader"}, lab["token"]).status == 409
     assert api.call("POST", path, {"action": "reset"}, lab["view_token"]).status == 403
-    assert api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_strategy": "hope"},
-                    lab["token"]).status == 422
+    assert (
+        api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_strategy": "hope"}, lab["token"]).status == 422
+    )
 
 
 def test_replicas_die_with_their_parent(redis_server, r):
@@ -322,7 +377,8 @@ def test_replicas_die_with_their_parent(redis_server, r):
         "fleet = SchedulerFleet(redis.Redis.from_url(url, decode_responses=True), url)\n"
         "fleet.reconcile('pdeath', {'scheduler_replicas': 2, 'respawn_delay': 0, 'speed': 20, 'clock_skew': 0})\n"
         "print(' '.join(str(s.proc.pid) for s in fleet.fleets['pdeath'].slots.values()), flush=True)\n"
-        "time.sleep(120)\n")
+        "time.sleep(120)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code, redis_server.url], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in readline_within(parent, 60, "the replicas' pids").split()]
@@ -345,8 +401,9 @@ def test_clock_skew_past_the_lease_margin_deposes_a_live_leader(api, skew, depos
     ahead and judges r1's lease by it: at 50 s it sees the lease run out between renewals."""
     lab = start(api, 1, cron_strategy="leader", leader_lease=60, cron_interval=60, cron_task_s=5)
     wait_sched(api, lab, lambda rep: rep["leader"]["holder"] == "r1")
-    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"scheduler_replicas": 2, "clock_skew": skew},
-             lab["token"])
+    api.call(
+        "PATCH", f"/api/labs/{lab['lab_id']}/settings", {"scheduler_replicas": 2, "clock_skew": skew}, lab["token"]
+    )
     rep = wait_sched(api, lab, lambda rep: len(rep["replicas"]) == 2 and rep["replicas"][1]["seen_tick"] is not None)
     assert rep["margin"]["leader"]["ok"] is not deposed
     if deposed:

@@ -32,12 +32,23 @@ def test_tokens_are_long_random_distinct_and_stored_only_as_hashes(api, stack):
 def test_only_the_labs_own_token_changes_it_the_view_token_only_reads(api):
     lab, other = api.lab("ch0", speed=20, workers=0), api.lab("ch0", speed=20, workers=0)
     base = f"/api/labs/{lab['lab_id']}"
-    writes = [("PATCH", "/settings", {"vt_seconds": 600}), ("POST", "/jobs", {"sample": "carphone_pristine"}),
-              ("POST", "/clock", {"action": "pause"}), ("POST", "/faults", {"type": "slow"}),
-              ("POST", "/dlq/replay", {}), ("POST", "/workers/w1/kill", {}), ("DELETE", "", None)]
+    writes = [
+        ("PATCH", "/settings", {"vt_seconds": 600}),
+        ("POST", "/jobs", {"sample": "carphone_pristine"}),
+        ("POST", "/clock", {"action": "pause"}),
+        ("POST", "/faults", {"type": "slow"}),
+        ("POST", "/dlq/replay", {}),
+        ("POST", "/workers/w1/kill", {}),
+        ("DELETE", "", None),
+    ]
     for method, path, body in writes:
-        for token, status in ((None, 401), (lab["view_token"], 403), (other["token"], 403),
-                              (other["view_token"], 403), (lab["token"][:-1], 403)):
+        for token, status in (
+            (None, 401),
+            (lab["view_token"], 403),
+            (other["token"], 403),
+            (other["view_token"], 403),
+            (lab["token"][:-1], 403),
+        ):
             res = api.call(method, base + path, body, token)
             assert res.status == status, (method, path, res.body)
             assert res.json()["error"] in ("missing_token", "forbidden")
@@ -60,8 +71,12 @@ def test_a_change_authorised_by_the_cookie_must_come_from_our_own_pages(api, sta
     """CSRF: a foreign page can make the browser send the lab cookie, but not our Origin."""
     lab = api.lab("ch0", speed=20, workers=0)
     path = f"/api/labs/{lab['lab_id']}/settings"
-    for hdrs in (cookie_headers(lab), cookie_headers(lab, origin=EVIL), cookie_headers(lab, origin="null"),
-                 cookie_headers(lab, referer=f"{EVIL}/page")):
+    for hdrs in (
+        cookie_headers(lab),
+        cookie_headers(lab, origin=EVIL),
+        cookie_headers(lab, origin="null"),
+        cookie_headers(lab, referer=f"{EVIL}/page"),
+    ):
         res = api.call("PATCH", path, {"vt_seconds": 600}, headers=hdrs)
         assert res.status == 403 and res.json()["error"] == "cross_site", hdrs
     # a classic CSRF form post: multipart, cookie only, from a foreign origin
@@ -69,14 +84,22 @@ def test_a_change_authorised_by_the_cookie_must_come_from_our_own_pages(api, sta
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=body, headers={**hdrs, **cookie_headers(lab, EVIL)})
     assert res.status == 403
     form = urllib.parse.urlencode({"sample": "carphone_pristine"}).encode()
-    res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", raw=form,
-                   headers={"Content-Type": "application/x-www-form-urlencoded", **cookie_headers(lab, EVIL)})
+    res = api.call(
+        "POST",
+        f"/api/labs/{lab['lab_id']}/jobs",
+        raw=form,
+        headers={"Content-Type": "application/x-www-form-urlencoded", **cookie_headers(lab, EVIL)},
+    )
     assert res.status == 403
     assert api.snapshot(lab)["settings"]["vt_seconds"] != 600 and api.snapshot(lab)["counts"]["enqueued"] == 0
     # the same change from our own page, or with the token itself, goes through
     assert api.call("PATCH", path, {"vt_seconds": 600}, headers=cookie_headers(lab, origin=stack.url)).status == 200
-    assert api.call("PATCH", path, {"vt_seconds": 700},
-                    headers=cookie_headers(lab, referer=f"{stack.url}/chapters/1")).status == 200
+    assert (
+        api.call(
+            "PATCH", path, {"vt_seconds": 700}, headers=cookie_headers(lab, referer=f"{stack.url}/chapters/1")
+        ).status
+        == 200
+    )
     assert api.call("PATCH", path, {"vt_seconds": 800}, lab["token"], headers={"Origin": EVIL}).status == 200
     # reads by cookie are fine from anywhere: a foreign page cannot read the answer (no CORS)
     res = api.call("GET", f"/api/labs/{lab['lab_id']}", headers=cookie_headers(lab, EVIL))
@@ -92,11 +115,13 @@ def test_a_refused_upload_still_reads_as_a_clear_403_while_the_client_is_still_s
     head = "".join(f"{k}: {v}\r\n" for k, v in {**hdrs, **cookie_headers(lab, EVIL)}.items())
     host, port = urllib.parse.urlsplit(stack.url).netloc.split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(f"POST /api/labs/{lab['lab_id']}/jobs HTTP/1.1\r\nHost: {host}:{port}\r\n{head}"
-                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(
+            f"POST /api/labs/{lab['lab_id']}/jobs HTTP/1.1\r\nHost: {host}:{port}\r\n{head}"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
         step = 64 * 1024
         for i in range(0, len(body), step):
-            s.sendall(body[i:i + step])
+            s.sendall(body[i : i + step])
             time.sleep(0.05)  # a slow uplink: the server has long since decided by the last chunk
         answer = b""
         while chunk := s.recv(65536):
@@ -129,16 +154,27 @@ def test_websocket_origin_and_token_rules(api, stack):
     assert refused(ws_url(stack, lab, "x" * 32), suppress_origin=True) == 403
     other = api.lab("ch0", speed=20, workers=0)
     assert refused(ws_url(stack, lab, other["token"]), origin=stack.url) == 403
-    for kw in ({"origin": stack.url, "cookie": cookie},  # our page, riding its cookie
-               {"suppress_origin": True, "header": [f"Authorization: Bearer {lab['token']}"]},
-               {"suppress_origin": True, "url": ws_url(stack, lab, lab["view_token"])}):
+    for kw in (
+        {"origin": stack.url, "cookie": cookie},  # our page, riding its cookie
+        {"suppress_origin": True, "header": [f"Authorization: Bearer {lab['token']}"]},
+        {"suppress_origin": True, "url": ws_url(stack, lab, lab["view_token"])},
+    ):
         ws = websocket.create_connection(kw.pop("url", ws_url(stack, lab)), timeout=10, **kw)
         assert ws.connected
         ws.close()
 
 
-PAGES = ["/", "/chapters/1", "/chapters/4", "/api/meta", "/api/labs/nope", "/no/such/page",
-         "/static/js/widget/index.js", "/healthz", "/api/openapi.json"]
+PAGES = [
+    "/",
+    "/chapters/1",
+    "/chapters/4",
+    "/api/meta",
+    "/api/labs/nope",
+    "/no/such/page",
+    "/static/js/widget/index.js",
+    "/healthz",
+    "/api/openapi.json",
+]
 
 
 @pytest.mark.parametrize("path", PAGES)

@@ -35,8 +35,12 @@ def job(api, lab, job_id):
 
 
 def busy_worker(api, lab, job_id):
-    snap = api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and w["state"] == "busy"
-                                           for w in s["workers"]), timeout=30, every=0.01)
+    snap = api.wait_for(
+        lab,
+        lambda s: any(w.get("job_id") == job_id and w["state"] == "busy" for w in s["workers"]),
+        timeout=30,
+        every=0.01,
+    )
     return next(w for w in snap["workers"] if w.get("job_id") == job_id)
 
 
@@ -46,8 +50,7 @@ def settled(s):
 
 def transcode_seconds(attempts):
     """(winner's interval, seconds of transcoding by every other run, seconds they overlapped the winner)."""
-    ran = [a for a in attempts if a.get("start") is not None and a.get("end") is not None
-           and a["outcome"] != "running"]
+    ran = [a for a in attempts if a.get("start") is not None and a.get("end") is not None and a["outcome"] != "running"]
     win = next(a for a in ran if a["outcome"] == "succeeded")
     others = [a for a in ran if a is not win]
     wasted = sum(a["end"] - a["start"] for a in others)
@@ -57,9 +60,11 @@ def transcode_seconds(attempts):
 
 # --- VT 300 s, job 600 s: the three guards ------------------------------------------------------
 
+
 def vt_too_short(api, guard, speed=200, **extra):
-    lab = api.lab("ch1", speed=speed, vt_seconds=300, job_duration=600, workers=2, heartbeat=False,
-                  guard=guard, **extra)
+    lab = api.lab(
+        "ch1", speed=speed, vt_seconds=300, job_duration=600, workers=2, heartbeat=False, guard=guard, **extra
+    )
     api.workers_ready(lab, 2)
     job_id = enqueue(api, lab)
     return lab, job_id
@@ -86,8 +91,12 @@ def test_off_a_vt_shorter_than_the_job_runs_it_twice_done_once_with_300_s_of_ove
     j = job(api, lab, job_id)
     _win, wasted, overlap = transcode_seconds(j["attempts"])
     assert overlap == pytest.approx(300, abs=tol) and wasted == pytest.approx(600, abs=tol / 4)
-    MEASURED["off"] = {"done": c["done"], "redelivered": c["redelivered"], "duplicated_transcode_s": wasted,
-                       "overlap_s": overlap}
+    MEASURED["off"] = {
+        "done": c["done"],
+        "redelivered": c["redelivered"],
+        "duplicated_transcode_s": wasted,
+        "overlap_s": overlap,
+    }
     print("guard=off:", MEASURED["off"])
 
 
@@ -114,8 +123,12 @@ def test_claim_the_redelivered_copy_finds_the_row_running_and_backs_off_in_one_r
     outputs = blobs.names(stack.redis_client(), lab["lab_id"], f"transcoded/{job_id}/")
     files = sorted(n.rsplit("/", 1)[1] for n in outputs)
     assert files == ["144p.mp4", "240p.mp4"]
-    MEASURED["claim"] = {"done": c["done"], "redelivered": c["redelivered"], "duplicated_transcode_s": wasted,
-                         "duplicates_blocked": c["duplicates_blocked"]}
+    MEASURED["claim"] = {
+        "done": c["done"],
+        "redelivered": c["redelivered"],
+        "duplicated_transcode_s": wasted,
+        "duplicates_blocked": c["duplicates_blocked"],
+    }
     print("guard=claim:", MEASURED["claim"])
 
 
@@ -140,18 +153,32 @@ def test_fence_newest_attempt_wins_and_a_vt_shorter_than_the_job_livelocks_into_
     j = job(api, lab, job_id)
     assert "max receives (4)" in j["dlq_reason"]
     wasted = round(sum(a["end"] - a["start"] for a in j["attempts"] if a.get("end") is not None), 1)
-    MEASURED["fence"] = {"done": c["done"], "redelivered": c["redelivered"], "duplicated_transcode_s": wasted,
-                         "dlq": c["dlq"]}
+    MEASURED["fence"] = {
+        "done": c["done"],
+        "redelivered": c["redelivered"],
+        "duplicated_transcode_s": wasted,
+        "dlq": c["dlq"],
+    }
     print("guard=fence (max_receives 4):", MEASURED["fence"])
 
 
 # --- a crashed holder under claim ---------------------------------------------------------------
 
+
 def test_claim_a_crashed_holders_row_is_freed_by_the_stale_job_sweeper(api):
     speed = 200
     tol = TOL_REAL * speed
-    lab = api.lab("ch3", speed=speed, vt_seconds=300, job_duration=300, workers=2, heartbeat=False,
-                  guard="claim", stale_after=700, respawn_delay=5)
+    lab = api.lab(
+        "ch3",
+        speed=speed,
+        vt_seconds=300,
+        job_duration=300,
+        workers=2,
+        heartbeat=False,
+        guard="claim",
+        stale_after=700,
+        respawn_delay=5,
+    )
     api.workers_ready(lab, 2)
     job_id = enqueue(api, lab)
     w = busy_worker(api, lab, job_id)
@@ -174,8 +201,18 @@ def test_claim_a_crashed_holders_row_is_freed_by_the_stale_job_sweeper(api):
 def test_claim_with_the_heartbeat_a_crashed_holder_is_freed_as_soon_as_its_heartbeat_lapses(api):
     speed = 200
     tol = TOL_REAL * speed
-    lab = api.lab("ch8", speed=speed, vt_seconds=300, job_duration=600, workers=2, heartbeat=True,
-                  heartbeat_interval=60, heartbeat_extend=180, guard="claim", respawn_delay=5)
+    lab = api.lab(
+        "ch8",
+        speed=speed,
+        vt_seconds=300,
+        job_duration=600,
+        workers=2,
+        heartbeat=True,
+        heartbeat_interval=60,
+        heartbeat_extend=180,
+        guard="claim",
+        respawn_delay=5,
+    )
     api.workers_ready(lab, 2)
     job_id = enqueue(api, lab)
     w = busy_worker(api, lab, job_id)
@@ -199,8 +236,18 @@ def test_with_a_heartbeat_a_crash_before_the_first_beat_is_found_within_one_rese
     # VT 1,200 s, 180 s reset window: the first lease is the window, not the VT
     speed = 200
     tol = TOL_REAL * speed
-    lab = api.lab("ch1-heartbeat", speed=speed, vt_seconds=1200, job_duration=600, workers=2, heartbeat=True,
-                  heartbeat_interval=60, heartbeat_extend=180, guard=guard, respawn_delay=5)
+    lab = api.lab(
+        "ch1-heartbeat",
+        speed=speed,
+        vt_seconds=1200,
+        job_duration=600,
+        workers=2,
+        heartbeat=True,
+        heartbeat_interval=60,
+        heartbeat_extend=180,
+        guard=guard,
+        respawn_delay=5,
+    )
     api.workers_ready(lab, 2)
     job_id = enqueue(api, lab)
     w = busy_worker(api, lab, job_id)
@@ -218,18 +265,22 @@ def test_with_a_heartbeat_a_crash_before_the_first_beat_is_found_within_one_rese
     assert redelivered["t_sim"] - kill_t <= 180 + tol
     assert redelivered["t_sim"] - claimed["t_sim"] == pytest.approx(180, abs=tol)
     MEASURED[f"crash_before_first_beat_{guard}_s"] = round(redelivered["t_sim"] - kill_t, 1)
-    print(f"guard={guard}: crash {kill_t - claimed['t_sim']:.1f}s after the claim found "
-          f"{redelivered['t_sim'] - kill_t:.1f}s later (VT 1200, window 180)")
+    print(
+        f"guard={guard}: crash {kill_t - claimed['t_sim']:.1f}s after the claim found "
+        f"{redelivered['t_sim'] - kill_t:.1f}s later (VT 1200, window 180)"
+    )
 
 
 # --- failures vs crashes: the poison pill -------------------------------------------------------
+
 
 @pytest.mark.parametrize("policy", ["none", "fixed", "exponential", "full_jitter"])
 def test_a_poison_pill_costs_exactly_five_attempts_with_the_policys_waits_then_the_dlq(api, policy):
     speed = 200
     tol = TOL_REAL * speed
-    lab = api.lab("ch4", speed=speed, workers=2, retry_policy=policy, retry_base=10, retry_cap=300,
-                  max_attempts=5, jitter_seed=11)
+    lab = api.lab(
+        "ch4", speed=speed, workers=2, retry_policy=policy, retry_base=10, retry_cap=300, max_attempts=5, jitter_seed=11
+    )
     api.workers_ready(lab, 2)
     job_id = fault(api, lab, type="poison")["job_id"]
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and settled(s), timeout=60)
@@ -247,7 +298,7 @@ def test_a_poison_pill_costs_exactly_five_attempts_with_the_policys_waits_then_t
         elif policy == "exponential":
             assert delays == [10, 20, 40, 80]  # the lesson's 1, 2, 4, 8 s ×10
         else:
-            assert all(0 <= d <= 10 * 2 ** k for k, d in enumerate(delays)) and len(set(delays)) == 4
+            assert all(0 <= d <= 10 * 2**k for k, d in enumerate(delays)) and len(set(delays)) == 4
         for f, nxt, d in zip(failed, claims[1:], delays, strict=False):  # each retry waits its delay, no VT
             assert nxt["t_sim"] - f["t_sim"] == pytest.approx(d, abs=tol)
     to_dlq = types(ev, "job.dead_lettered")[0]["t_sim"] - types(ev, "job.enqueued")[0]["t_sim"]
@@ -256,8 +307,17 @@ def test_a_poison_pill_costs_exactly_five_attempts_with_the_policys_waits_then_t
 
 
 def test_a_crashing_pill_is_brought_back_only_by_its_lease_until_max_receives(api):
-    lab = api.lab("ch4", speed=200, workers=2, retry_policy="exponential", max_receives=3, respawn_delay=5,
-                  heartbeat=True, heartbeat_interval=60, heartbeat_extend=180)
+    lab = api.lab(
+        "ch4",
+        speed=200,
+        workers=2,
+        retry_policy="exponential",
+        max_receives=3,
+        respawn_delay=5,
+        heartbeat=True,
+        heartbeat_interval=60,
+        heartbeat_extend=180,
+    )
     api.workers_ready(lab, 2)
     job_id = fault(api, lab, type="poison_crash")["job_id"]
     snap = api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1, timeout=60)
@@ -274,8 +334,18 @@ WORKERS, PARTS = 3, 12  # 36 storage callers: tens, on two cores (thumbnails, so
 
 
 def herd(api, policy: str, outage_first: bool) -> dict:
-    lab = api.lab("ch4", speed=20, workers=WORKERS, upload_parts=PARTS, retry_policy=policy, retry_base=10,
-                  retry_cap=300, max_attempts=8, jitter_seed=7, breaker=False)
+    lab = api.lab(
+        "ch4",
+        speed=20,
+        workers=WORKERS,
+        upload_parts=PARTS,
+        retry_policy=policy,
+        retry_base=10,
+        retry_cap=300,
+        max_attempts=8,
+        jitter_seed=7,
+        breaker=False,
+    )
     api.workers_ready(lab, WORKERS)
     if outage_first:
         fault(api, lab, type="storage_outage", duration_s=100)
@@ -290,10 +360,15 @@ def herd(api, policy: str, outage_first: bool) -> dict:
         import os
 
         import redis
+
         rr = redis.Redis.from_url(os.environ["LAB_TEST_REDIS_URL"], decode_responses=True)
         lid = lab["lab_id"]
-        print("DEBUG clock", rr.hgetall(f"lab:{lid}:clock"), rr.zrange(f"lab:{lid}:barriers", 0, -1, withscores=True),
-              rr.hgetall(f"lab:{lid}:faults"))
+        print(
+            "DEBUG clock",
+            rr.hgetall(f"lab:{lid}:clock"),
+            rr.zrange(f"lab:{lid}:barriers", 0, -1, withscores=True),
+            rr.hgetall(f"lab:{lid}:faults"),
+        )
         for e in api.events(lab)[-15:]:
             print(e["t_sim"], e["type"], e.get("job_id"), e["data"])
         raise
@@ -347,21 +422,39 @@ def test_the_herd_shows_when_the_outage_starts_before_the_jobs_are_sent(api):
 def test_on_one_lab_and_one_scale_the_fixed_policys_peak_is_at_least_twice_full_jitters(api):
     """Chapter 4's panel overlays every run a lab made on one chart: the same outage under the jobs' calls,
     fixed then full jitter, each measured from the lab's own storage calls (relative to its own outage)."""
-    lab = api.lab("ch4", speed=20, workers=WORKERS, upload_parts=PARTS, retry_base=10, retry_cap=300,
-                  max_attempts=8, jitter_seed=7, breaker=False)
+    lab = api.lab(
+        "ch4",
+        speed=20,
+        workers=WORKERS,
+        upload_parts=PARTS,
+        retry_base=10,
+        retry_cap=300,
+        max_attempts=8,
+        jitter_seed=7,
+        breaker=False,
+    )
     api.workers_ready(lab, WORKERS)
     for n, policy in enumerate(("fixed", "full_jitter"), 1):
         api.ok("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"retry_policy": policy}, lab["token"])
         calls0 = api.snapshot(lab)["counts"].get("storage_calls", 0)
         for _ in range(WORKERS):
             enqueue(api, lab, job_type="thumbnail", duration_s=200)
-        api.wait_for(lab, lambda s, c=calls0: s["counts"]["storage_calls"] >= c + WORKERS * PARTS, timeout=60,
-                     every=0.05, what=f"{policy}: every upload part's first storage call")
+        api.wait_for(
+            lab,
+            lambda s, c=calls0: s["counts"]["storage_calls"] >= c + WORKERS * PARTS,
+            timeout=60,
+            every=0.05,
+            what=f"{policy}: every upload part's first storage call",
+        )
         # 60 s: inside the 8 tries a fixed 10 s wait allows, so no attempt fails and each run's callers are
         # the 36 calls in flight
         fault(api, lab, type="storage_outage", duration_s=60)
-        api.wait_for(lab, lambda s, k=n: s["counts"]["done"] == WORKERS * k, timeout=180,
-                     what=f"{policy}: the jobs to finish after the outage")
+        api.wait_for(
+            lab,
+            lambda s, k=n: s["counts"]["done"] == WORKERS * k,
+            timeout=180,
+            what=f"{policy}: the jobs to finish after the outage",
+        )
     st = api.ok("GET", f"/api/labs/{lab['lab_id']}/retries?bucket_s=1", token=lab["token"])["storage"]
     fixed, jitter = st["policies"]["fixed"], st["policies"]["full_jitter"]
     assert fixed["callers"] == jitter["callers"] == WORKERS * PARTS
@@ -372,6 +465,7 @@ def test_on_one_lab_and_one_scale_the_fixed_policys_peak_is_at_least_twice_full_
 
 
 # --- the honest clock ---------------------------------------------------------------------------
+
 
 def test_at_the_top_speed_a_job_still_takes_its_simulated_duration_and_the_lab_says_it_slowed(api):
     lab = api.lab("ch1", speed=1000, vt_seconds=1200, job_duration=10, workers=2, guard="claim")

@@ -37,9 +37,11 @@ def new_job(api, lab: dict) -> dict:
 def long_poll(api, url: str, token: str, tag: str, wait: float, out: dict) -> threading.Thread:
     def run():
         started = time.monotonic()
-        out["res"] = api.call("GET", f"{url}?wait={wait}&client=long", token=token,
-                              headers={"If-None-Match": tag}, timeout=wait + 20)
+        out["res"] = api.call(
+            "GET", f"{url}?wait={wait}&client=long", token=token, headers={"If-None-Match": tag}, timeout=wait + 20
+        )
         out["held_s"] = time.monotonic() - started
+
     t = threading.Thread(target=run)
     t.start()
     return t
@@ -52,14 +54,12 @@ def test_an_unchanged_status_answers_304_and_a_change_answers_200_with_a_new_eta
     assert first.status == 200 and first.json()["status"] == "queued"
     assert abs(float(first.headers["Lab-Server-Time"]) - time.time()) < 60, "the server's clock, for the page"
     tag = first.headers["ETag"]
-    again = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"],
-                     headers={"If-None-Match": tag})
+    again = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"], headers={"If-None-Match": tag})
     assert again.status == 304 and again.body == b"" and again.headers["ETag"] == tag
 
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     api.wait_for(lab, lambda s: s["counts"]["running"] + s["counts"]["done"] == 1)
-    changed = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"],
-                       headers={"If-None-Match": tag})
+    changed = api.call("GET", status_url(lab, job) + "?client=etag", token=lab["token"], headers={"If-None-Match": tag})
     assert changed.status == 200 and changed.headers["ETag"] != tag
     assert changed.json()["status"] in ("running", "done")
 
@@ -74,8 +74,11 @@ def test_a_long_poll_is_held_until_the_job_changes_then_answers_at_once(api, r):
     out: dict = {}
     t = long_poll(api, status_url(lab, job), lab["token"], tag, 20, out)
     long_polls_held(api, lab, 1, polls=[t])
-    wait(lambda: [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]], 10,
-         "the held request to wait in a blocking XREAD on the event stream, not a sleep loop")
+    wait(
+        lambda: [c for c in r.client_list() if c["cmd"] == "xread" and "b" in c["flags"]],
+        10,
+        "the held request to wait in a blocking XREAD on the event stream, not a sleep loop",
+    )
     api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"workers": 1}, lab["token"])
     t.join(25)
     res = out["res"]
@@ -122,8 +125,10 @@ def test_one_long_poll_can_watch_several_jobs_and_wakes_when_any_changes(api):
     out: dict = {}
 
     def run():
-        out["res"] = api.call("GET", url + "&wait=20", token=lab["token"],
-                              headers={"If-None-Match": first.headers["ETag"]})
+        out["res"] = api.call(
+            "GET", url + "&wait=20", token=lab["token"], headers={"If-None-Match": first.headers["ETag"]}
+        )
+
     t = threading.Thread(target=run)
     t.start()
     long_polls_held(api, lab, 1)
@@ -170,6 +175,7 @@ def test_the_process_wide_cap_answers_503(redis_server):
         def hold():
             with app.test_client() as c:
                 held.append(c.get(url + "?wait=4", headers={**auth, "If-None-Match": tag}).status_code)
+
         threads = [threading.Thread(target=hold) for _ in range(2)]
         for t in threads:
             t.start()
@@ -187,8 +193,9 @@ def test_the_process_wide_cap_answers_503(redis_server):
 def test_one_client_cannot_take_every_long_poll_from_a_bystander(redis_server):
     """One address with labs enough to hold the whole server's budget (before: it held all 4, and a
     bystander got 503 long_poll_capacity) holds only its own share; the bystander's poll is held."""
-    app = create_app(Config(redis_url=redis_server.url, long_poll_max=4, long_poll_per_lab=2,
-                            long_poll_per_client=3, testing=True))
+    app = create_app(
+        Config(redis_url=redis_server.url, long_poll_max=4, long_poll_per_lab=2, long_poll_per_client=3, testing=True)
+    )
     r = redis.Redis.from_url(redis_server.url, decode_responses=True)
     labs = [registry.create(r, "ch3", 20, chapters.settings_for("ch3")) for _ in range(3)]
     urls = {}
@@ -209,9 +216,11 @@ def test_one_client_cannot_take_every_long_poll_from_a_bystander(redis_server):
                 with app.test_client() as c:
                     res = c.get(url + "?wait=4", headers=headers, environ_base={"REMOTE_ADDR": addr})
                     answers.append((addr, res.status_code))
+
             t = threading.Thread(target=run)
             t.start()
             return t
+
         greedy, bystander = "10.9.0.1", "10.9.0.2"
         threads = [hold(labs[0], greedy), hold(labs[0], greedy), hold(labs[1], greedy)]
         wait(lambda: sum(longpoll.held_now(lab["lab_id"]) for lab in labs) == 3, 20, "the greedy client's 3 polls")
@@ -239,8 +248,10 @@ def test_bad_status_requests_get_clear_4xx(api):
     assert api.call("GET", f"/api/labs/{lab['lab_id']}/jobs/999/status", token=lab["token"]).status == 404
     assert api.call("GET", url).status == 401
     assert api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/999/late-delivery", {}, lab["token"]).status == 404
-    assert api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/{job['job_id']}/late-delivery", {},
-                    lab["view_token"]).status == 403
+    assert (
+        api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/{job['job_id']}/late-delivery", {}, lab["view_token"]).status
+        == 403
+    )
 
 
 def test_a_late_redelivery_of_a_finished_job_is_refused_by_the_cas(api):

@@ -12,8 +12,11 @@ from core.keys import key
 from tests.helpers import commands_run, requests_sent
 
 
-@pytest.mark.parametrize(("type_", "commands"), [("job.progress", 1), ("job.enqueued", 3)],
-                         ids=["uncounted: an XADD", "counted: a script, its XADD and its HINCRBY"])
+@pytest.mark.parametrize(
+    ("type_", "commands"),
+    [("job.progress", 1), ("job.enqueued", 3)],
+    ids=["uncounted: an XADD", "counted: a script, its XADD and its HINCRBY"],
+)
 def test_an_event_is_its_append_and_its_counter_with_no_doorbell(r, redis_server, type_, commands):
     lab = f"t-stream-{uuid.uuid4().hex[:8]}"
     name = f"t-emit-{uuid.uuid4().hex[:8]}"
@@ -36,8 +39,11 @@ def test_events_appended_together_are_one_request_and_bump_each_counter_once(r, 
     lab = f"t-stream-{uuid.uuid4().hex[:8]}"
     name = f"t-emit-{uuid.uuid4().hex[:8]}"
     own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)
-    events = [("output.written", 5.0, {"path": "a"}), ("output.written", 5.0, {"path": "b"}),
-              ("job.progress", 5.0, {"percent": 10})]
+    events = [
+        ("output.written", 5.0, {"path": "a"}),
+        ("output.written", 5.0, {"path": "b"}),
+        ("job.progress", 5.0, {"percent": 10}),
+    ]
     try:
         stream.emit(own, lab, "job.enqueued", 1.0, job_id="1")  # connected (and named), and the script loaded
         before, sent = commands_run(r, name=name), requests_sent(own, monkeypatch)

@@ -32,8 +32,9 @@ class HookHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 - http.server's naming
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body,
-                                     "at": time.time()})
+        self.server.requests.append(
+            {"path": self.path, "headers": dict(self.headers.items()), "body": body, "at": time.time()}
+        )
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/landed")
@@ -124,8 +125,9 @@ def test_a_delivery_to_an_allowlisted_server_verifies_with_the_reference_library
 
 
 def test_a_failing_receiver_gets_the_same_message_again_after_jittered_delays(api, hook_server):
-    lab = api.lab("ch3", speed=200, workers=1, job_duration=20, retry_base=10, retry_cap=300, max_attempts=6,
-                  jitter_seed=7)
+    lab = api.lab(
+        "ch3", speed=200, workers=1, job_duration=20, retry_base=10, retry_cap=300, max_attempts=6, jitter_seed=7
+    )
     hook_server.fail_next = 3
     register(api, lab, hook_url())
     run_job(api, lab)
@@ -155,13 +157,18 @@ def test_a_paused_lab_holds_its_webhook_retries_until_it_resumes(api, hook_serve
     wait_until(lambda: hook_server.requests)
     clock = f"/api/labs/{lab['lab_id']}/clock"
     paused = api.call("POST", clock, {"action": "pause"}, lab["token"]).json()["clock"]["t"]
+
     # a try already on the wire, or due before the pause (a full-jitter delay can be near 0), still lands:
     # count from once every try sent is recorded and the next one is due after the paused instant
     def settled() -> bool:
         tries = sum(len(m["tries"]) for m in webhook_state(api, lab)["messages"])
         waits = [e for e in api.events(lab) if e["type"] == "webhook.attempted"]
-        return tries == len(hook_server.requests) and len(waits) == tries \
+        return (
+            tries == len(hook_server.requests)
+            and len(waits) == tries
             and waits[-1]["t_sim"] + waits[-1]["data"]["delay"] > paused
+        )
+
     wait_until(settled)
     held = len(hook_server.requests)
     if held >= 4:
@@ -192,10 +199,18 @@ def test_a_redirect_is_not_followed(api, hook_server):
     assert [r["path"] for r in hook_server.requests] == ["/redirect"], "the Location was never fetched"
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/hook", "http://10.0.0.7/hook", "http://169.254.169.254/latest/meta-data/",
-    "http://[::1]/hook", "http://localhost/hook", "http://2130706433/hook", "http://[::ffff:127.0.0.1]/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://10.0.0.7/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/hook",
+        "http://localhost/hook",
+        "http://2130706433/hook",
+        "http://[::ffff:127.0.0.1]/",
+    ],
+)
 def test_internal_targets_are_refused_at_registration(api, url):
     lab = api.lab("ch3", speed=50, workers=0)
     res = register(api, lab, url)
@@ -220,8 +235,12 @@ def test_bad_registrations_and_unsigned_calls_get_clear_errors(api):
     assert api.call("PUT", f"/api/labs/{lab['lab_id']}/webhook", {"url": "builtin"}, lab["view_token"]).status == 403
     register(api, lab, "builtin")
     receiver = f"/api/labs/{lab['lab_id']}/webhook/receiver"
-    forged = api.call("POST", receiver, {"type": "job.done"}, headers={
-        "webhook-id": "msg_x", "webhook-timestamp": str(int(time.time())), "webhook-signature": "v1,AAAA"})
+    forged = api.call(
+        "POST",
+        receiver,
+        {"type": "job.done"},
+        headers={"webhook-id": "msg_x", "webhook-timestamp": str(int(time.time())), "webhook-signature": "v1,AAAA"},
+    )
     assert forged.status == 401 and forged.json()["error"] == "bad_signature"
     assert api.call("POST", receiver, {"type": "job.done"}).status == 401
     assert webhook_state(api, lab)["arrivals"][0]["verified"] is False
@@ -279,11 +298,19 @@ def test_a_silent_target_delays_only_its_own_labs_messages(api, silent_server):
 
     def ends() -> dict[tuple[str, int], float]:
         """When each of A's finished tries ended (its webhook.attempted or .gave_up event)."""
-        return {(e["data"]["msg"], e["data"]["try"]): e["t_real"] for e in api.events(a)
-                if e["type"] in ("webhook.attempted", "webhook.gave_up")}
+        return {
+            (e["data"]["msg"], e["data"]["try"]): e["t_real"]
+            for e in api.events(a)
+            if e["type"] in ("webhook.attempted", "webhook.gave_up")
+        }
+
     wait_until(lambda: any(t > b_sent for t in ends().values()))  # every A try begun before B's has ended
     done = ends()
-    spans = [(t["t_real"], done[(m["msg_id"], t["try"])]) for m in webhook_state(api, a)["messages"]
-             for t in m["tries"] if (m["msg_id"], t["try"]) in done]
+    spans = [
+        (t["t_real"], done[(m["msg_id"], t["try"])])
+        for m in webhook_state(api, a)["messages"]
+        for t in m["tries"]
+        if (m["msg_id"], t["try"]) in done
+    ]
     assert spans and all(t["status"] is None for m in webhook_state(api, a)["messages"] for t in m["tries"])
     assert any(start <= b_sent <= end for start, end in spans), (b_sent, spans)

@@ -1,6 +1,5 @@
 """WebSocket push: events arrive live; a reconnect with the last id resumes with no gap or repeat."""
 
-
 import pytest
 import websocket
 
@@ -47,12 +46,14 @@ def test_a_lab_watched_while_the_hub_waits_on_another_gets_its_own_events_and_on
     ws_first = connect(stack, first)  # the hub now blocks on the first lab's stream
     ws_second = connect(stack, second)
     try:
-        api.call("POST", f"/api/labs/{second['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60},
-                 second["token"])
+        api.call(
+            "POST", f"/api/labs/{second['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60}, second["token"]
+        )
         seen = ws_until(ws_second, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
         assert all(e.get("job_id") in (None, "1") for e in seen)
-        api.call("POST", f"/api/labs/{first['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60},
-                 first["token"])
+        api.call(
+            "POST", f"/api/labs/{first['lab_id']}/jobs", {"job_type": "thumbnail", "duration_s": 60}, first["token"]
+        )
         mine = ws_until(ws_first, lambda evs: any(e["type"] == "job.claimed" for e in evs), what="job.claimed")
         ids = {e["id"] for e in api.events(first)}
         assert {e["id"] for e in mine} <= ids, "a socket got another lab's events"

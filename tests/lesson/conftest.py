@@ -60,9 +60,11 @@ def merged(runs: list[dict]) -> dict:
     keyed by parameter, the worst outcome and the summed time."""
     if len(runs) == 1 and runs[0]["param"] is None:
         return {"outcome": runs[0]["outcome"], "values": runs[0].get("measured", {}), "seconds": runs[0]["seconds"]}
-    return {"outcome": min((r["outcome"] for r in runs), key=_WORST.index),
-            "values": {r["param"]: r.get("measured", {}) for r in runs if r.get("measured")},
-            "seconds": round(sum(r["seconds"] for r in runs), 2)}
+    return {
+        "outcome": min((r["outcome"] for r in runs), key=_WORST.index),
+        "values": {r["param"]: r.get("measured", {}) for r in runs if r.get("measured")},
+        "seconds": round(sum(r["seconds"] for r in runs), 2),
+    }
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -89,8 +91,13 @@ def pytest_sessionfinish(session):
         m = merged(runs)
         for c in claims[nid]:
             # a model claim's figures are the numbers model's: /lesson labels them so, never as measured
-            rows[c.id] = {"test": nid, "outcome": m["outcome"], "seconds": m["seconds"], "when": when,
-                          "model" if c.status == "model" else "measured": m["values"]}
+            rows[c.id] = {
+                "test": nid,
+                "outcome": m["outcome"],
+                "seconds": m["seconds"],
+                "when": when,
+                "model" if c.status == "model" else "measured": m["values"],
+            }
     data["last_run"] = when
     lesson.RESULTS.parent.mkdir(exist_ok=True)
     lesson.RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))

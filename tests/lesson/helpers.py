@@ -21,8 +21,9 @@ def events_of(api, lab: dict, type_: str) -> list[dict]:
     return [e for e in api.events(lab) if e["type"] == type_]
 
 
-def wait_event(api, lab: dict, type_: str, timeout: float = 60, count: int = 1, where=None,
-               by: float | None = None) -> list[dict]:
+def wait_event(
+    api, lab: dict, type_: str, timeout: float = 60, count: int = 1, where=None, by: float | None = None
+) -> list[dict]:
     """Wait until `count` events of `type_` (matching `where`) are in the lab's stream; return them.
 
     `by`: the simulated second on the lab's own clock by which they must be there. Once the clock reads past it
@@ -36,8 +37,10 @@ def wait_event(api, lab: dict, type_: str, timeout: float = 60, count: int = 1, 
             return found
         last = None if now is None or now <= by else [e["type"] for e in api.events(lab)][-15:]
         if last is not None:
-            raise AssertionError(f"{count}× {type_} had to happen by t={by:g} s on the lab's clock; it reads "
-                                 f"{now:g} s and {len(found)} came; last events: {last}")
+            raise AssertionError(
+                f"{count}× {type_} had to happen by t={by:g} s on the lab's clock; it reads "
+                f"{now:g} s and {len(found)} came; last events: {last}"
+            )
         if time.monotonic() > deadline:
             last = [e["type"] for e in api.events(lab)][-15:]
             raise AssertionError(f"{count}× {type_} not seen; last events: {last}")
@@ -111,8 +114,12 @@ def press(api, lab: dict, preset: str, button_id: str, **extra_settings) -> list
 
 
 def busy_worker(api, lab: dict, job_id: str, timeout: float = 60) -> dict:
-    snap = api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and w["state"] == "busy"
-                                           for w in s["workers"]), timeout=timeout, every=0.01)
+    snap = api.wait_for(
+        lab,
+        lambda s: any(w.get("job_id") == job_id and w["state"] == "busy" for w in s["workers"]),
+        timeout=timeout,
+        every=0.01,
+    )
     return next(w for w in snap["workers"] if w.get("job_id") == job_id)
 
 

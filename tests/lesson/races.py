@@ -63,8 +63,10 @@ def run(api, race: dict, done, timeout: float = 240) -> list[float]:
         if done(st):
             return spreads
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"race {st['race']['id']} did not finish within {timeout:.0f} s: "
-                              f"{[lab['counts'] for lab in st['labs']]}")
+            raise WaitTimeout(
+                f"race {st['race']['id']} did not finish within {timeout:.0f} s: "
+                f"{[lab['counts'] for lab in st['labs']]}"
+            )
         time.sleep(0.05)
 
 
@@ -76,7 +78,7 @@ def lane_lab(lane: dict) -> dict:
 def overlapping_runs(attempts: list[dict]) -> int:
     """Pairs of a job's attempts that ran at the same simulated time (one started before the other ended)."""
     ran = [a for a in attempts if a.get("start") is not None and a.get("end") is not None and a["end"] > a["start"]]
-    return sum(1 for i, a in enumerate(ran) for b in ran[i + 1:] if a["start"] < b["end"] and b["start"] < a["end"])
+    return sum(1 for i, a in enumerate(ran) for b in ran[i + 1 :] if a["start"] < b["end"] and b["start"] < a["end"])
 
 
 def claim_lags(events: list[dict]) -> list[float]:

@@ -25,8 +25,9 @@ JOB_SPEED = 200
 
 
 def inline(api, lab, **body):
-    return api.call("POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", **body}, lab["token"],
-                    timeout=120)
+    return api.call(
+        "POST", f"/api/labs/{lab['lab_id']}/inline", {"sample": "bigbuckbunny", **body}, lab["token"], timeout=120
+    )
 
 
 def test_the_preset_is_the_pages_numbers():
@@ -48,8 +49,12 @@ def test_try2_inline_request_ends_in_a_504_at_the_gateway_timeout(api, measured)
     assert waited == pytest.approx(C0["gateway_timeout_s"])
     assert body["simulated_s"] == pytest.approx(C0["gateway_timeout_s"])
     assert waited * 1000 / C0["api_budget_ms"] > 1  # far past the API budget before the proxy even gives up
-    measured.update(status=res.status, held_simulated_s=waited, gateway_timeout_s=C0["gateway_timeout_s"],
-                    times_the_budget=waited * 1000 / C0["api_budget_ms"])
+    measured.update(
+        status=res.status,
+        held_simulated_s=waited,
+        gateway_timeout_s=C0["gateway_timeout_s"],
+        times_the_budget=waited * 1000 / C0["api_budget_ms"],
+    )
 
 
 def test_check1_4_the_server_transcodes_on_for_nobody_after_the_504(api, measured):
@@ -100,8 +105,11 @@ def test_try4_paused_after_the_202_the_job_is_running_not_done(api, measured):
     assert "running" in chapters.BY_ID["ch0.pause"].claim  # the claims list says so too
     api.call("POST", f"/api/labs/{lid}/clock", {"action": "resume"}, tok)
     wait_event(api, lab, "job.succeeded", timeout=90)
-    measured.update(state_while_paused=job["state"], clock_t=snap["clock"]["t"],
-                    claimed_after_s=round(claimed["t_sim"] - enq["t_sim"], 3))
+    measured.update(
+        state_while_paused=job["state"],
+        clock_t=snap["clock"]["t"],
+        claimed_after_s=round(claimed["t_sim"] - enq["t_sim"], 3),
+    )
 
 
 def test_try5_a_gateway_timeout_above_the_transcode_gets_a_200_after_the_whole_transcode(api, measured):
@@ -139,9 +147,15 @@ def test_try5_at_1000x_an_inline_transcode_takes_its_duration_and_the_readout_sa
     assert res.status == 200, res.body
     assert short.status == 200, short.body
     d, q = res.json(), short.json()
-    measured.update(speed=speed, simulated_s=d["simulated_s"], real_s=round(real_s, 3),
-                    running_speed=d["running_speed"], clock_slowed=d["clock_slowed"],
-                    short_simulated_s=q["simulated_s"], short_running_speed=q["running_speed"])
+    measured.update(
+        speed=speed,
+        simulated_s=d["simulated_s"],
+        real_s=round(real_s, 3),
+        running_speed=d["running_speed"],
+        clock_slowed=d["clock_slowed"],
+        short_simulated_s=q["simulated_s"],
+        short_running_speed=q["running_speed"],
+    )
     assert d["simulated_s"] == pytest.approx(duration, abs=1), "the request's simulated time is not the transcode's"
     assert d["clock_slowed"] == (d["running_speed"] < 0.9 * speed), f"the readout misreports the clock: {d}"
     assert q["simulated_s"] == pytest.approx(10, rel=REL), "a transcode ffmpeg outran still took its duration"

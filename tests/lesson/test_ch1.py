@@ -76,11 +76,22 @@ def test_try1_check1_check5_vt_too_short_runs_twice_done_once_and_claim_backs_of
     assert blocked[0]["t_sim"] - claimed[0]["t_sim"] == pytest.approx(vt, rel=HANDOFF_REL)
     assert snap2["counts"]["duplicate_completions"] == 0 and snap2["counts"]["duplicates_blocked"] >= 1
     assert job(api, lab2, job2)["message"]["state"] == "deleted"  # A deleted it; B left it in flight
-    measured.update(off={"done": snap["counts"]["done"], "second_start_s": round(b["t_sim"] - a["t_sim"], 1),
-                         "done_at_s": round(done[0]["t_sim"] - a["t_sim"], 1), "overlap_s": round(overlap, 1),
-                         "second_ran_s": round(b_ran, 1), "model_overlap_s": C1["collision_overlap_s"]},
-                    claim={"done": snap2["counts"]["done"], "duplicates_blocked": snap2["counts"]["duplicates_blocked"],
-                           "transcodes": len(claimed)}, job=job_id)
+    measured.update(
+        off={
+            "done": snap["counts"]["done"],
+            "second_start_s": round(b["t_sim"] - a["t_sim"], 1),
+            "done_at_s": round(done[0]["t_sim"] - a["t_sim"], 1),
+            "overlap_s": round(overlap, 1),
+            "second_ran_s": round(b_ran, 1),
+            "model_overlap_s": C1["collision_overlap_s"],
+        },
+        claim={
+            "done": snap2["counts"]["done"],
+            "duplicates_blocked": snap2["counts"]["duplicates_blocked"],
+            "transcodes": len(claimed),
+        },
+        job=job_id,
+    )
 
 
 def test_try2_a_killed_workers_job_returns_one_vt_after_the_claim(api, measured):
@@ -98,15 +109,24 @@ def test_try2_a_killed_workers_job_returns_one_vt_after_the_claim(api, measured)
     assert expired["data"]["deadline"] == pytest.approx(claimed["t_sim"] + vt, abs=1)
     assert redelivered["t_sim"] >= claimed["t_sim"] + vt - 1e-3  # event times are rounded to the ms
     kill_t = next(e["t_sim"] for e in events_of(api, lab, "worker.killed"))
-    measured.update(vt_s=vt, killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
-                    redelivered_after_claim_s=round(redelivered["t_sim"] - claimed["t_sim"], 1))
+    measured.update(
+        vt_s=vt,
+        killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
+        redelivered_after_claim_s=round(redelivered["t_sim"] - claimed["t_sim"], 1),
+    )
 
 
 def test_try3_check4_ack_early_loses_a_killed_workers_job_ack_late_does_not(api, measured):
     out = {}
     for mode in ("early", "late"):
-        lab = api.lab("ch1", speed=SPEED, ack_mode=mode, vt_seconds=SHORT["vt_seconds"], heartbeat=False,
-                      job_duration=SHORT["job_duration"])
+        lab = api.lab(
+            "ch1",
+            speed=SPEED,
+            ack_mode=mode,
+            vt_seconds=SHORT["vt_seconds"],
+            heartbeat=False,
+            job_duration=SHORT["job_duration"],
+        )
         api.workers_ready(lab, PRESET["workers"])
         job_id = enqueue(api, lab)
         kill(api, lab, busy_worker(api, lab, job_id)["id"])
@@ -143,28 +163,39 @@ def test_try4_check3_heartbeat_no_redelivery_while_alive_and_a_crash_returns_wit
     assert red["t_sim"] - claimed["t_sim"] < hb["job_duration"]
     # check 3 on the page: "Heartbeat: at {expiry} s — one extension after the last beat"
     assert C1["heartbeat_redelivered_at_s"] - C1["heartbeat_crash_at_s"] <= extend
-    measured.update(alive_redelivered=alive["counts"]["redelivered"],
-                    leases_extended=alive["counts"]["leases_extended"],
-                    killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
-                    redelivered_after_claim_s=round(red["t_sim"] - claimed["t_sim"], 1), extension_s=extend)
+    measured.update(
+        alive_redelivered=alive["counts"]["redelivered"],
+        leases_extended=alive["counts"]["leases_extended"],
+        killed_after_claim_s=round(kill_t - claimed["t_sim"], 1),
+        redelivered_after_claim_s=round(red["t_sim"] - claimed["t_sim"], 1),
+        extension_s=extend,
+    )
 
 
 def _expire_now(api, guard: str) -> tuple[dict, list[dict], str]:
-    lab = api.lab("ch1", speed=SPEED, vt_seconds=C1["fixed_vt_s"], heartbeat=False, guard=guard,
-                  job_duration=C1["transcode_mean_s"])
+    lab = api.lab(
+        "ch1",
+        speed=SPEED,
+        vt_seconds=C1["fixed_vt_s"],
+        heartbeat=False,
+        guard=guard,
+        job_duration=C1["transcode_mean_s"],
+    )
     api.workers_ready(lab, PRESET["workers"])
     job_id = enqueue(api, lab)
     busy_worker(api, lab, job_id)
     # pressed while the job runs, as a learner would (and as the guided step does, at its first tenth): pressed
     # in the instant its attempt holds the clock to check its input, both copies would start at one simulated
     # moment and tie, and either could finish first
-    api.wait_for(lab, lambda s: any(w.get("job_id") == job_id and (w.get("progress") or 0) >= 10
-                                    for w in s["workers"]), timeout=60)
+    api.wait_for(
+        lab,
+        lambda s: any(w.get("job_id") == job_id and (w.get("progress") or 0) >= 10 for w in s["workers"]),
+        timeout=60,
+    )
     res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs/{job_id}/lease/expire", {}, lab["token"])
     assert res.status == 200, res.body
     key = "duplicate_completions" if guard == "off" else "duplicates_blocked"
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and s["counts"][key] >= 1 and settled(s),
-                        timeout=120)
+    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and s["counts"][key] >= 1 and settled(s), timeout=120)
     return snap, api.events(lab), job_id
 
 
@@ -182,8 +213,10 @@ def test_try5_expire_now_off_two_workers_first_finisher_counts_claim_one_worker(
     text = page_text(api, 1)
     assert "Guard off : two, and the first to finish counts" in text
     assert "guard claim : one — the second copy finds the record running and backs off" in text
-    measured.update(off={"workers_on_job": len(claims), "winner_attempt": done[0]["attempt"]},
-                    claim={"workers_on_job": len(claims2), "duplicates_blocked": snap2["counts"]["duplicates_blocked"]})
+    measured.update(
+        off={"workers_on_job": len(claims), "winner_attempt": done[0]["attempt"]},
+        claim={"workers_on_job": len(claims2), "duplicates_blocked": snap2["counts"]["duplicates_blocked"]},
+    )
 
 
 def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_healthy_worker(api, measured):
@@ -194,8 +227,9 @@ def test_check6_a_heartbeat_interval_longer_than_the_extension_redelivers_a_heal
     press(api, lab, "ch1", "fix-heartbeat")
     snap = api.wait_for(lab, lambda s: s["counts"]["redelivered"] >= 1, timeout=120)
     assert snap["counts"]["lost"] == 0 and not events_of(api, lab, "worker.killed")  # nobody crashed
-    measured.update(interval_s=extend * 1.5, extension_s=extend, redelivered=snap["counts"]["redelivered"],
-                    job_s=hb["job_duration"])
+    measured.update(
+        interval_s=extend * 1.5, extension_s=extend, redelivered=snap["counts"]["redelivered"], job_s=hb["job_duration"]
+    )
 
 
 # --- the lease race (chapters/ch1/ RACES "lease"): the same job in three lanes that differ only in the lease ---
@@ -211,15 +245,22 @@ def lease_race(api, hogs: int) -> dict:
     vt, dur = rc["variants"][0]["settings"]["vt_seconds"], rc["base"]["job_duration"]
     race = races.open_race(api, "lease", RACE_SPEED)
     with races.cpu_hogs(hogs):
-        spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
-                            and st["labs"][0]["counts"]["duplicate_completions"] == 1)
+        spreads = races.run(
+            api,
+            race,
+            lambda st: (
+                all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
+                and st["labs"][0]["counts"]["duplicate_completions"] == 1
+            ),
+        )
     out = {"runs_at_once": {}, "attempts": {}, "lags": [], "spread": max(spreads)}
     for lane in race["labs"]:
         lab = races.lane_lab(lane)
         ev = api.events(lab)
         out["lags"] += races.claim_lags(ev)
-        out["runs_at_once"][lane["label"]] = sum(races.overlapping_runs(job(api, lab, e["job_id"])["attempts"])
-                                                 for e in of_type(ev, "job.enqueued"))
+        out["runs_at_once"][lane["label"]] = sum(
+            races.overlapping_runs(job(api, lab, e["job_id"])["attempts"]) for e in of_type(ev, "job.enqueued")
+        )
         out["attempts"][lane["label"]] = len(of_type(ev, "job.claimed"))  # every delivery a worker ran
         if lane["side"] == "a":
             first, copy = of_type(ev, "job.claimed")[:2]
@@ -231,10 +272,13 @@ def test_race_lease_vt300_runs_the_job_twice_at_once_vt1200_and_heartbeat_never(
     vt = RACES["lease"]["variants"][0]["settings"]["vt_seconds"]
     for hogs in (0, 2):  # a quiet box, then a loaded one
         got = lease_race(api, hogs)
-        measured[f"{hogs}_cpu_hogs"] = {"runs_at_once": got["runs_at_once"], "attempts": got["attempts"],
-                                        "lane_clock_spread_max": got["spread"],
-                                        "first_claim_lag_max_s": max(got["lags"]),
-                                        "copy_claimed_after_s": got["copy_claimed_after_s"]}
+        measured[f"{hogs}_cpu_hogs"] = {
+            "runs_at_once": got["runs_at_once"],
+            "attempts": got["attempts"],
+            "lane_clock_spread_max": got["spread"],
+            "first_claim_lag_max_s": max(got["lags"]),
+            "copy_claimed_after_s": got["copy_claimed_after_s"],
+        }
         assert got["runs_at_once"] == {"VT 300 s": 1, "VT 1,200 s": 0, "VT 300 s + heartbeat": 0}, got
         # the predictions' why: a lease that outlives the job, or one a heartbeat keeps pushing, is never seen again
         assert got["attempts"] == {"VT 300 s": 2, "VT 1,200 s": 1, "VT 300 s + heartbeat": 1}, got
@@ -259,8 +303,12 @@ def test_scenario_vt_too_short_runs_the_job_twice_done_at_600_duplicate_at_900(a
     (done,) = of_type(ev, "job.succeeded")
     (dup,) = of_type(ev, "job.duplicate_completed")
     t0 = queued["t_sim"]
-    at = {"first_claim": a["t_sim"] - t0, "second_claim": b["t_sim"] - t0, "done": done["t_sim"] - t0,
-          "duplicate": dup["t_sim"] - t0}
+    at = {
+        "first_claim": a["t_sim"] - t0,
+        "second_claim": b["t_sim"] - t0,
+        "done": done["t_sim"] - t0,
+        "duplicate": dup["t_sim"] - t0,
+    }
     measured.update({k: round(v, 3) for k, v in at.items()}, done_count=snap["counts"]["done"])
     assert a["worker_id"] != b["worker_id"] and snap["counts"]["done"] == 1
     # with the honest clock every moment is exact to a simulated second, hand-offs included

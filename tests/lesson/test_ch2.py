@@ -57,7 +57,8 @@ def test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximat
     model = start["model"]
     assert model["W"] == C2["blended_duration_s"] and model["rho"] == pytest.approx(rho)
     assert model["mmc_wait"] == pytest.approx(row["mmc_wait_s"]) and model["approx_wait"] == pytest.approx(
-        row["approx_wait_s"])
+        row["approx_wait_s"]
+    )
     try:
         api.wait_for(lab, lambda s: report(api, lab)["state"]["generated"] >= WAIT_JOBS, timeout=300, every=1)
     finally:
@@ -77,11 +78,20 @@ def test_try1_at_rho_08_the_measured_wait_is_nearer_erlang_c_than_the_approximat
     text = page_text(api, 2)  # the step the page gives: this set-up, this comparison
     assert "Job times: even" in text and f"from the {c}-worker row of the pooling table" in text
     assert "about half as long as Erlang C" in text and "a little less" not in text
-    measured.update(jobs=generated, rate=round(lam, 5), workers=c, rho_model=rho, rho_measured=round(m["rho"], 3),
-                    mean_wait_s=round(wait, 1), erlang_c_s=round(erlang, 1), approx_s=round(approx, 1),
-                    even_jobs_model_s=round(even, 1),
-                    mean_time_in_system_s=round(m["W_done"], 1), speed=WAIT_SPEED,
-                    clock_effective=snap["clock"].get("effective"))
+    measured.update(
+        jobs=generated,
+        rate=round(lam, 5),
+        workers=c,
+        rho_model=rho,
+        rho_measured=round(m["rho"], 3),
+        mean_wait_s=round(wait, 1),
+        erlang_c_s=round(erlang, 1),
+        approx_s=round(approx, 1),
+        even_jobs_model_s=round(even, 1),
+        mean_time_in_system_s=round(m["W_done"], 1),
+        speed=WAIT_SPEED,
+        clock_effective=snap["clock"].get("effective"),
+    )
 
 
 def test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted(api, measured):
@@ -106,8 +116,14 @@ def test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted(api, 
         ended = sum(e["type"] in ("job.succeeded", "job.dead_lettered", "job.lost") for e in evs)
         rep = report(api, lab)
         return rep["now"]["in_flight"] == made - ended and rep["state"]["generated"] == made
-    api.wait_for(lab, lambda _s: counted_apart(), timeout=60, every=0.5,
-                 what="the report's in-flight count to equal enqueued minus finished jobs on the event stream")
+
+    api.wait_for(
+        lab,
+        lambda _s: counted_apart(),
+        timeout=60,
+        every=0.5,
+        what="the report's in-flight count to equal enqueued minus finished jobs on the event stream",
+    )
     backlog = [s["backlog"] for s in samples]
     # never comes back down: at the in-flight bound a sample may land between a finish and the next arrival,
     # so it may read up to one pool's worth of finishes lower, never less
@@ -115,17 +131,25 @@ def test_try2_overload_backlog_keeps_growing_and_shed_arrivals_are_counted(api, 
     assert backlog[-1] > backlog[0] and samples[-1]["shed"] > 0  # and past the lab's bound it is counted
     assert max(s["in_flight"] for s in samples) <= loadgen.MAX_IN_FLIGHT
     assert f"at most {num(loadgen.MAX_IN_FLIGHT)} jobs at once" in page_text(api, 2)
-    measured.update(rate=rate, capacity=round(capacity, 4), backlog=backlog, shed=samples[-1]["shed"],
-                    max_in_flight=loadgen.MAX_IN_FLIGHT)
+    measured.update(
+        rate=rate,
+        capacity=round(capacity, 4),
+        backlog=backlog,
+        shed=samples[-1]["shed"],
+        max_in_flight=loadgen.MAX_IN_FLIGHT,
+    )
 
 
 def busy_pool(api, speed: int, **settings) -> dict:
     lab = api.lab("ch2", speed=speed, **settings)
     api.workers_ready(lab, PRESET["workers"])
     for _ in range(PRESET["workers"]):
-        res = api.call("POST", f"/api/labs/{lab['lab_id']}/jobs", {"sample": "carphone_pristine",
-                                                                    "duration_s": PRESET["job_duration"]},
-                       lab["token"])
+        res = api.call(
+            "POST",
+            f"/api/labs/{lab['lab_id']}/jobs",
+            {"sample": "carphone_pristine", "duration_s": PRESET["job_duration"]},
+            lab["token"],
+        )
         assert res.status == 202, res.body
     api.wait_for(lab, lambda s: s["counts"]["running"] >= 2, timeout=60, every=0.05)
     return lab
@@ -143,8 +167,11 @@ def test_try4_check5_scale_in_drains_without_redelivery_and_kill_redelivers(api,
     lab2 = busy_pool(api, 200, scale_in="kill")
     assert api.call("PATCH", f"/api/labs/{lab2['lab_id']}/settings", {"workers": 1}, lab2["token"]).status == 200
     snap2 = api.wait_for(lab2, lambda s: s["counts"]["redelivered"] >= 1, timeout=120, every=0.2)
-    measured.update(drain_redelivered=snap["counts"]["redelivered"], workers_drained=drained,
-                    kill_redelivered=snap2["counts"]["redelivered"])
+    measured.update(
+        drain_redelivered=snap["counts"]["redelivered"],
+        workers_drained=drained,
+        kill_redelivered=snap2["counts"]["redelivered"],
+    )
 
 
 def test_check1_doubling_traffic_doubles_in_flight_and_workers(api, measured):
@@ -172,16 +199,24 @@ def test_try3_the_autoscalers_new_workers_boot_for_the_boot_lag_before_they_take
     try:
         booting = wait_event(api, lab, "worker.booting", timeout=120)[0]
         wid = booting["worker_id"]
-        started = wait_event(api, lab, "worker.started", timeout=120, where=lambda e: e["worker_id"] == wid
-                             and e["t_sim"] >= booting["t_sim"])[0]
+        started = wait_event(
+            api,
+            lab,
+            "worker.started",
+            timeout=120,
+            where=lambda e: e["worker_id"] == wid and e["t_sim"] >= booting["t_sim"],
+        )[0]
         first = wait_event(api, lab, "job.claimed", timeout=120, where=lambda e: e["worker_id"] == wid)[0]
     finally:
         lg(api, lab, action="stop")
     assert booting["data"]["lag"] == lag
     assert started["t_sim"] - booting["t_sim"] == pytest.approx(lag, rel=REL)  # the queue kept growing meanwhile
     assert first["t_sim"] >= started["t_sim"]
-    measured.update(boot_lag_s=lag, booting_to_started_s=round(started["t_sim"] - booting["t_sim"], 1),
-                    booting_to_first_job_s=round(first["t_sim"] - booting["t_sim"], 1))
+    measured.update(
+        boot_lag_s=lag,
+        booting_to_started_s=round(started["t_sim"] - booting["t_sim"], 1),
+        booting_to_first_job_s=round(first["t_sim"] - booting["t_sim"], 1),
+    )
 
 
 def test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1(api, measured):
@@ -193,5 +228,8 @@ def test_caption_the_exact_wait_stays_below_the_approximation_up_to_rho_1(api, m
     text = page_text(api, 2)
     assert "The dashed exact curve stays far below the approximation all the way to ρ = 1" in text
     assert chapters.ch2.wait_vs_utilisation(numbers.Inputs(), chapters.derive()).summary in text
-    measured.update(points=len(rows), max_exact_wait_s=max(r["mmc_wait_s"] for r in rows),
-                    min_approx_wait_s=min(r["approx_wait_s"] for r in rows))
+    measured.update(
+        points=len(rows),
+        max_exact_wait_s=max(r["mmc_wait_s"] for r in rows),
+        min_approx_wait_s=min(r["approx_wait_s"] for r in rows),
+    )

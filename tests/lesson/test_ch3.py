@@ -29,8 +29,9 @@ def test_try2_check2_an_unchanged_job_answers_304_to_its_etag(api, measured):
     tag = first.headers["ETag"]
     again = api.call("GET", job_path(lab, job["job_id"]), token=lab["token"], headers={"If-None-Match": tag})
     assert again.status == 304 and again.body == b""
-    measured.update(first=first.status, first_bytes=len(first.body), unchanged=again.status,
-                    unchanged_bytes=len(again.body))
+    measured.update(
+        first=first.status, first_bytes=len(first.body), unchanged=again.status, unchanged_bytes=len(again.body)
+    )
 
 
 def test_try1_a_long_poll_returns_when_the_job_changes(api, measured):
@@ -105,9 +106,15 @@ def test_try5_check5_a_short_vt_copy_backs_off_and_a_crashed_holder_is_freed(api
     kill_t = of_type(ev3, "worker.killed")[0]["t_sim"]
     freed3 = of_type(ev3, "job.stale_freed")[0]
     assert "heartbeat" in freed3["data"]["reason"] and freed3["t_sim"] - kill_t <= extend * (1 + REL)
-    measured.update(vt_s=vt, job_s=PRESET["job_duration"], duplicates_blocked=snap["counts"]["duplicates_blocked"],
-                    sweeper_freed_after_claim_s=round(freed[0]["t_sim"] - claim1["t_sim"], 1), stale_after_s=stale,
-                    heartbeat_freed_after_kill_s=round(freed3["t_sim"] - kill_t, 1), extension_s=extend)
+    measured.update(
+        vt_s=vt,
+        job_s=PRESET["job_duration"],
+        duplicates_blocked=snap["counts"]["duplicates_blocked"],
+        sweeper_freed_after_claim_s=round(freed[0]["t_sim"] - claim1["t_sim"], 1),
+        stale_after_s=stale,
+        heartbeat_freed_after_kill_s=round(freed3["t_sim"] - kill_t, 1),
+        extension_s=extend,
+    )
 
 
 def test_check1_halving_the_poll_interval_doubles_requests_and_halves_the_delay(api, measured):
@@ -133,8 +140,12 @@ def poll_loop(api, lab, job_id: str, client: str, tally: dict, stop) -> None:
     """The panel's polling row (client=poll) or ETag row (client=etag): GET, wait P after the answer, repeat."""
     tag = None
     while not stop.is_set():
-        res = api.call("GET", status_path(lab, job_id, client), token=lab["token"],
-                       headers={"If-None-Match": tag} if client == "etag" and tag else None)
+        res = api.call(
+            "GET",
+            status_path(lab, job_id, client),
+            token=lab["token"],
+            headers={"If-None-Match": tag} if client == "etag" and tag else None,
+        )
         tally["requests"] += 1
         tally["not_modified"] += res.status == 304
         if res.status == 200:
@@ -150,8 +161,12 @@ def long_poll_loop(api, lab, ids: list[str], tally: dict, stop) -> None:
     """The panel's long-poll row: one held request for every watched job (?wait=25), re-sent on each answer."""
     tag, path = None, f"/api/labs/{lab['lab_id']}/status?jobs={','.join(ids)}&client=long"
     while not stop.is_set() and len(tally["learned"]) < len(ids):
-        res = api.call("GET", path + ("&wait=25" if tag else ""), token=lab["token"],
-                       headers={"If-None-Match": tag} if tag else None)
+        res = api.call(
+            "GET",
+            path + ("&wait=25" if tag else ""),
+            token=lab["token"],
+            headers={"If-None-Match": tag} if tag else None,
+        )
         tally["requests"] += 1
         tally["not_modified"] += res.status == 304
         if res.status == 200:
@@ -162,6 +177,7 @@ def long_poll_loop(api, lab, ids: list[str], tally: dict, stop) -> None:
 def ws_loop(stack, lab, after: str, ids: list[str], tally: dict, stop) -> None:
     """The widget's WebSocket: no requests; completions are pushed."""
     import websocket
+
     url = stack.url.replace("http", "ws") + f"/ws/labs/{lab['lab_id']}?after={after}&token={lab['token']}"
     ws = websocket.create_connection(url, timeout=5, origin=stack.url)
     try:
@@ -178,8 +194,7 @@ def ws_loop(stack, lab, after: str, ids: list[str], tally: dict, stop) -> None:
 
 
 def register_hook(api, lab, fails: int) -> None:
-    res = api.call("PUT", f"/api/labs/{lab['lab_id']}/webhook", {"url": "builtin", "fail_times": fails},
-                   lab["token"])
+    res = api.call("PUT", f"/api/labs/{lab['lab_id']}/webhook", {"url": "builtin", "fail_times": fails}, lab["token"])
     assert res.status == 200, res.body
 
 
@@ -187,18 +202,30 @@ def watch_round(api, stack, lab, n_jobs: int) -> dict:
     """Press "Upload and watch": upload n jobs, then watch them five ways at once until every watcher knows."""
     after = api.events(lab)[-1]["id"]
     ids = [enqueue(api, lab, sample="carphone_pristine") for _ in range(n_jobs)]
-    tallies = {m: {"requests": 0, "not_modified": 0, "changed": 0, "pushed": 0, "learned": set()}
-               for m in ("poll", "etag", "long", "ws")}
+    tallies = {
+        m: {"requests": 0, "not_modified": 0, "changed": 0, "pushed": 0, "learned": set()}
+        for m in ("poll", "etag", "long", "ws")
+    }
     stop = threading.Event()
-    threads = [threading.Thread(target=poll_loop, args=(api, lab, i, m, tallies[m], stop), daemon=True)
-               for i in ids for m in ("poll", "etag")]
-    threads += [threading.Thread(target=long_poll_loop, args=(api, lab, ids, tallies["long"], stop), daemon=True),
-                threading.Thread(target=ws_loop, args=(stack, lab, after, ids, tallies["ws"], stop), daemon=True)]
+    threads = [
+        threading.Thread(target=poll_loop, args=(api, lab, i, m, tallies[m], stop), daemon=True)
+        for i in ids
+        for m in ("poll", "etag")
+    ]
+    threads += [
+        threading.Thread(target=long_poll_loop, args=(api, lab, ids, tallies["long"], stop), daemon=True),
+        threading.Thread(target=ws_loop, args=(stack, lab, after, ids, tallies["ws"], stop), daemon=True),
+    ]
     for t in threads:
         t.start()
     try:
-        api.wait_for(lab, lambda s: all(len(t["learned"]) == n_jobs for t in tallies.values()), timeout=240,
-                     what="every watcher learned of every completion", every=0.5)
+        api.wait_for(
+            lab,
+            lambda s: all(len(t["learned"]) == n_jobs for t in tallies.values()),
+            timeout=240,
+            what="every watcher learned of every completion",
+            every=0.5,
+        )
     finally:
         stop.set()
         for t in threads:
@@ -214,7 +241,8 @@ def lifetimes(events: list[dict], ids: list[str]) -> list[float]:
 
 
 def test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_one_id_n_plus_1_times(
-        api, stack, measured):
+    api, stack, measured
+):
     lab = api.lab("ch3", speed=PANEL_SPEED)
     api.workers_ready(lab, PRESET["workers"])
     register_hook(api, lab, 0)  # the panel registers the built-in receiver when it opens
@@ -238,8 +266,9 @@ def test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_
     assert t["ws"]["learned"] == set(ids) and t["ws"]["pushed"] > 0
     # the server counted the same requests the clients made (GET .../status-load, the panel's tally line)
     load = api.call("GET", f"/api/labs/{lab['lab_id']}/status-load", token=lab["token"]).json()["clients"]
-    assert {m: load[m]["requests"] for m in ("poll", "etag", "long")} == \
-        {m: t[m]["requests"] for m in ("poll", "etag", "long")}
+    assert {m: load[m]["requests"] for m in ("poll", "etag", "long")} == {
+        m: t[m]["requests"] for m in ("poll", "etag", "long")
+    }
     assert load["etag"]["not_modified"] == t["etag"]["not_modified"]
     # the webhook row: one signed POST per completion, delivered once each
     api.wait_for(lab, lambda s: len(of_type(api.events(lab), "webhook.delivered")) >= n, timeout=60, every=0.5)
@@ -250,8 +279,13 @@ def test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_
     fails = LM3["receiver_fails"]
     register_hook(api, lab, fails)
     job3 = watch_round(api, stack, lab, 1)["ids"][0]
-    api.wait_for(lab, lambda s: any(e["job_id"] == job3 for e in of_type(api.events(lab), "webhook.delivered")),
-                 timeout=120, what="the failing receiver's webhook delivered in the end", every=0.5)
+    api.wait_for(
+        lab,
+        lambda s: any(e["job_id"] == job3 for e in of_type(api.events(lab), "webhook.delivered")),
+        timeout=120,
+        what="the failing receiver's webhook delivered in the end",
+        every=0.5,
+    )
     ev = api.events(lab)
     got = [e for e in of_type(ev, "webhook.received") if e["job_id"] == job3]
     assert len(got) == LM3["webhook_arrivals"]  # N + 1 arrivals …
@@ -266,10 +300,18 @@ def test_try1_3_five_watchers_polling_near_w_over_p_and_a_failing_receiver_gets_
         assert got[k + 1]["t_sim"] - r["t_sim"] >= r["data"]["delay"] - 0.001  # the retry waited its delay
     text = page_text(api, 3)  # the step as the page gives it
     assert f"fail the next {fails} deliveries" in text and f"arrives {LM3['webhook_arrivals']} times" in text
-    measured.update(jobs=n, poll_interval_s=POLL_P, mean_lifetime_real_s=round(W, 2),
-                    w_over_p=round(W / POLL_P, 2), poll_requests_per_job=round(per_job, 2),
-                    etag_requests=t["etag"]["requests"], etag_304=t["etag"]["not_modified"],
-                    long_poll_requests=t["long"]["requests"], ws_pushed=t["ws"]["pushed"],
-                    receiver_fails=fails, webhook_id_arrivals=len(got),
-                    answers=[e["data"]["status"] for e in got],
-                    retry_delays_s=[r["data"]["delay"] for r in retries])
+    measured.update(
+        jobs=n,
+        poll_interval_s=POLL_P,
+        mean_lifetime_real_s=round(W, 2),
+        w_over_p=round(W / POLL_P, 2),
+        poll_requests_per_job=round(per_job, 2),
+        etag_requests=t["etag"]["requests"],
+        etag_304=t["etag"]["not_modified"],
+        long_poll_requests=t["long"]["requests"],
+        ws_pushed=t["ws"]["pushed"],
+        receiver_fails=fails,
+        webhook_id_arrivals=len(got),
+        answers=[e["data"]["status"] for e in got],
+        retry_delays_s=[r["data"]["delay"] for r in retries],
+    )

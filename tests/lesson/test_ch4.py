@@ -51,20 +51,25 @@ def waves(hist, at, width=1.0):
 
 
 def press_outage(api, lab) -> tuple[list[str], dict]:
-    """"3 jobs + storage outage" as the widget presses it (static/js/widget/controls.js): the jobs first, the
+    """ "3 jobs + storage outage" as the widget presses it (static/js/widget/controls.js): the jobs first, the
     outage once every upload part of theirs has made its first storage call. Returns the job ids and the fault."""
     b = button("ch4", "outage")
     snap = api.snapshot(lab)
     calls0 = snap["counts"]["storage_calls"]
     jobs = [enqueue(api, lab, **b["enqueue"]) for _ in range(b["count"])]
     want = calls0 + len(jobs) * snap["settings"]["upload_parts"]
-    api.wait_for(lab, lambda s: s["counts"]["storage_calls"] >= want, timeout=60, every=0.05,
-                 what="every upload part's first storage call")
+    api.wait_for(
+        lab,
+        lambda s: s["counts"]["storage_calls"] >= want,
+        timeout=60,
+        every=0.05,
+        what="every upload part's first storage call",
+    )
     return jobs, fault(api, lab, **b["fault"])
 
 
 def herd(api, policy: str, outage_first: bool = True, speed: int = 100) -> dict:
-    """"3 jobs + storage outage" on the ch4 preset with `policy`, in either order the page allows: the button
+    """ "3 jobs + storage outage" on the ch4 preset with `policy`, in either order the page allows: the button
     (outage, then jobs), or the jobs first and the outage once every upload part is mid-call. Waits until
     every job is done; returns the storage-arrivals readout at 1 s buckets."""
     lab = api.lab("ch4", speed=speed, retry_policy=policy, jitter_seed=7, breaker=False)
@@ -83,13 +88,18 @@ def herd(api, policy: str, outage_first: bool = True, speed: int = 100) -> dict:
 def test_try1_check1_without_jitter_the_whole_herd_comes_back_together(api, measured):
     st = herd(api, "exponential")
     assert st["callers"] == LM["callers"]
-    assert st["schedule_s"][:len(LM["herd_at_s"])] == LM["herd_at_s"]
+    assert st["schedule_s"][: len(LM["herd_at_s"])] == LM["herd_at_s"]
     # each caller's retries, from its own first failure: the whole herd at every time of the schedule
     got = waves(st["since_first_failure"], LM["herd_failing_at_s"])
     assert got == [LM["callers"]] * len(LM["herd_failing_at_s"]), st["since_first_failure"]
     assert st["peak_per_bucket"] >= LM["upload_parts"]
-    measured.update(callers=st["callers"], waves_at_s=LM["herd_failing_at_s"], per_wave=got,
-                    peak_per_bucket=st["peak_per_bucket"], histogram=st["since_first_failure"])
+    measured.update(
+        callers=st["callers"],
+        waves_at_s=LM["herd_failing_at_s"],
+        per_wave=got,
+        peak_per_bucket=st["peak_per_bucket"],
+        histogram=st["since_first_failure"],
+    )
 
 
 def test_try2_check2_full_jitter_flattens_the_peak(api, measured):
@@ -102,9 +112,13 @@ def test_try2_check2_full_jitter_flattens_the_peak(api, measured):
     # at the preset a jittered part can spend its attempt's retries before storage returns, so its job retries
     # and adds callers (the page says so); the suite records both
     assert peak < LM["callers"]
-    measured.update(peak_per_bucket=peak, callers=st["callers"],
-                    model_expected_peak=round(LM["jitter_expected_peak"], 2),
-                    model_mean=LM["jitter_mean_per_bucket"], model_no_jitter_peak=LM["callers"])
+    measured.update(
+        peak_per_bucket=peak,
+        callers=st["callers"],
+        model_expected_peak=round(LM["jitter_expected_peak"], 2),
+        model_mean=LM["jitter_mean_per_bucket"],
+        model_no_jitter_peak=LM["callers"],
+    )
 
 
 @pytest.mark.parametrize("outage_first", [True, False], ids=["outage-then-jobs", "jobs-then-outage"])
@@ -116,8 +130,12 @@ def test_try2_in_either_order_full_jitters_tallest_bar_is_at_most_half_no_jitter
     st = {p: herd(api, p, outage_first=outage_first) for p in ("exponential", "full_jitter")}
     peaks = {p: v["peak_per_bucket"] for p, v in st.items()}
     runs = {p: [r["peak_per_bucket"] for r in v["runs"]] for p, v in st.items()}
-    measured.update(order="outage first" if outage_first else "jobs first", peak_per_bucket=peaks,
-                    bucket_s=LM["bucket_s"], callers={p: v["callers"] for p, v in st.items()})
+    measured.update(
+        order="outage first" if outage_first else "jobs first",
+        peak_per_bucket=peaks,
+        bucket_s=LM["bucket_s"],
+        callers={p: v["callers"] for p, v in st.items()},
+    )
     assert runs == {p: [n] for p, n in peaks.items()}, runs  # one outage, one run: its bars are the chart's
     assert peaks["exponential"] == LM["callers"], st["exponential"]["histogram"]
     assert 0 < 2 * peaks["full_jitter"] <= peaks["exponential"], st["full_jitter"]["histogram"]
@@ -130,12 +148,23 @@ def outage_dead_letters(api, policy: str) -> tuple[set[str], set[str], dict[str,
     lab = api.lab("ch4", speed=RACE_SPEED, retry_policy=policy)
     api.workers_ready(lab, LM["workers"])
     jobs, outage = press_outage(api, lab)
-    api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["dlq"] == len(jobs) and settled(s), timeout=240,
-                 what=f"every job of the button done or dead-lettered under {policy}")
+    api.wait_for(
+        lab,
+        lambda s: s["counts"]["done"] + s["counts"]["dlq"] == len(jobs) and settled(s),
+        timeout=240,
+        what=f"every job of the button done or dead-lettered under {policy}",
+    )
     ev = [e for e in api.events(lab) if e.get("job_id") in jobs]
     dead = {e["job_id"] for e in of_type(ev, "job.dead_lettered")}
-    inside = {j for j in jobs if all(e["t_sim"] <= outage["until"] for e in ev
-                                     if e["job_id"] == j and e["type"] in ("job.failed", "job.succeeded"))}
+    inside = {
+        j
+        for j in jobs
+        if all(
+            e["t_sim"] <= outage["until"]
+            for e in ev
+            if e["job_id"] == j and e["type"] in ("job.failed", "job.succeeded")
+        )
+    }
     states = {j: job(api, lab, j)["state"] for j in jobs}
     api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])  # free the cores
     return dead, inside, states
@@ -173,8 +202,11 @@ def test_try3_a_poison_pill_fails_max_attempts_times_with_the_policys_waits(api,
         assert len(failed) == len(claims) == LM["max_attempts"]
         assert j["dlq_reason"] == f"max_attempts ({LM['max_attempts']}) exhausted"
         delays = [e["data"]["delay"] for e in of_type(ev, "job.retry_scheduled")]
-        want = LM["poison_exponential_delays_s"] if policy == "exponential" else \
-            [LM["retry_base_s"]] * (LM["max_attempts"] - 1)
+        want = (
+            LM["poison_exponential_delays_s"]
+            if policy == "exponential"
+            else [LM["retry_base_s"]] * (LM["max_attempts"] - 1)
+        )
         assert delays == want
         # each retry is claimed the instant its wait ends (the due barrier holds the clock there, at any load)
         for f, nxt, d in zip(failed, claims[1:], delays, strict=False):
@@ -205,8 +237,12 @@ def test_try4_check5_a_crashing_pill_comes_back_by_its_lease_until_max_receives(
     leases = [e["data"]["deadline"] - c["t_sim"] for c, e in zip(claims, of_type(ev, "lease.expired"), strict=True)]
     assert all(t == pytest.approx(window, rel=REL) for t in leases), leases
     assert all(g >= window - 1e-3 for g in gaps), gaps
-    measured.update(crashes=len(crashed), redelivered=snap["counts"]["redelivered"],
-                    redelivery_gaps_s=[round(g, 1) for g in gaps], model_gap_s=LM["crash_redelivery_s"])
+    measured.update(
+        crashes=len(crashed),
+        redelivered=snap["counts"]["redelivered"],
+        redelivery_gaps_s=[round(g, 1) for g in gaps],
+        model_gap_s=LM["crash_redelivery_s"],
+    )
 
 
 def test_check3_uncapped_poison_pills_fill_the_pool(api, measured):
@@ -243,8 +279,12 @@ def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(
     b = button("ch4", "outage")
     outage_jobs = [enqueue(api, lab, **b["enqueue"]) for _ in range(LM["workers"])]
     pill = press(api, lab, "ch4", "poison-pill")[0]
-    api.wait_for(lab, lambda s: s["counts"]["dlq"] == len(outage_jobs) + 1 and settled(s), timeout=240,
-                 what="the outage jobs and the pill in the DLQ")
+    api.wait_for(
+        lab,
+        lambda s: s["counts"]["dlq"] == len(outage_jobs) + 1 and settled(s),
+        timeout=240,
+        what="the outage jobs and the pill in the DLQ",
+    )
     dead = {d["job_id"]: d["reason"] for d in dead_letters(api, lab)}
     assert {j: dead[j] for j in outage_jobs} == dict.fromkeys(outage_jobs, LM["replay_reason"])
     assert dead[pill].startswith("non_retryable")  # one attempt, straight to the DLQ
@@ -264,25 +304,43 @@ def test_try5_replay_by_reason_brings_back_only_the_outage_jobs_and_they_finish(
 
     back = replay(api, lab, LM["replay_reason"])
     assert sorted(back) == sorted(outage_jobs)  # exactly the jobs with that reason
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == len(outage_jobs) and settled(s), timeout=240,
-                        what="the replayed outage jobs finished")
+    snap = api.wait_for(
+        lab,
+        lambda s: s["counts"]["done"] == len(outage_jobs) and settled(s),
+        timeout=240,
+        what="the replayed outage jobs finished",
+    )
     assert snap["counts"]["dlq"] == 1 and [d["job_id"] for d in dead_letters(api, lab)] == [pill]
     for j in outage_jobs:
         assert job(api, lab, j)["state"] == "done"
     # replay the poison pill anyway: it fails once more and goes straight back
     after = api.events(lab)[-1]["id"]
     assert replay(api, lab, "non_retryable") == [pill]
-    api.wait_for(lab, lambda s: s["counts"]["dlq"] == 1 and settled(s)
-                 and any(e["type"] == "job.dead_lettered" for e in api.events(lab, after)), timeout=120,
-                 what="the replayed pill dead-lettered again")
+    api.wait_for(
+        lab,
+        lambda s: (
+            s["counts"]["dlq"] == 1
+            and settled(s)
+            and any(e["type"] == "job.dead_lettered" for e in api.events(lab, after))
+        ),
+        timeout=120,
+        what="the replayed pill dead-lettered again",
+    )
     again = [e for e in api.events(lab, after) if e.get("job_id") == pill]
     assert len(of_type(again, "job.failed")) == 1 and of_type(again, "job.retry_scheduled") == []
     assert of_type(again, "job.dead_lettered")[0]["data"]["reason"].startswith("non_retryable")
     assert api.snapshot(lab)["counts"]["done"] == len(outage_jobs)
-    measured.update(outage_s=LM["replay_outage_s"], outage_to_dlq_s=LM["outage_to_dlq_s"], dlq_before=len(dead),
-                    dlq_after_first_claim_s=dlq_after_first_claim,
-                    reasons=sorted(set(dead.values())), replayed_by_reason=len(back), replayed_done=len(outage_jobs),
-                    pill_replay_attempts=len(of_type(again, "job.claimed")), dlq_after=len(dead_letters(api, lab)))
+    measured.update(
+        outage_s=LM["replay_outage_s"],
+        outage_to_dlq_s=LM["outage_to_dlq_s"],
+        dlq_before=len(dead),
+        dlq_after_first_claim_s=dlq_after_first_claim,
+        reasons=sorted(set(dead.values())),
+        replayed_by_reason=len(back),
+        replayed_done=len(outage_jobs),
+        pill_replay_attempts=len(of_type(again, "job.claimed")),
+        dlq_after=len(dead_letters(api, lab)),
+    )
 
 
 # --- the jitter and retry-policy races (RACES in chapters/ch4/): one outage under the same six jobs, per policy ---
@@ -295,8 +353,12 @@ def race_storage(api, race_id: str) -> dict[str, dict]:
     storage arrivals (GET …/retries) and counts."""
     rc = RACES[race_id]
     race = races.open_race(api, race_id, RACE_SPEED)
-    races.run(api, race, lambda st: all(lab["counts"]["done"] + lab["counts"]["dlq"] == rc["count"]
-                                        for lab in st["labs"]), timeout=300)
+    races.run(
+        api,
+        race,
+        lambda st: all(lab["counts"]["done"] + lab["counts"]["dlq"] == rc["count"] for lab in st["labs"]),
+        timeout=300,
+    )
     st = api.ok("GET", f"/api/races/{race['race_id']}")
     out = {}
     for lane, lab in zip(race["labs"], st["labs"], strict=True):
@@ -315,8 +377,15 @@ def test_race_jitter_fixed_retries_land_together_full_jitter_spreads_them(api, m
 def test_race_retry_policies_without_retries_the_outage_dead_letters_every_job_with_backoff_all_finish(api, measured):
     lanes = race_storage(api, "retry-policies")
     n = RACES["retry-policies"]["count"]
-    got = {p: {"done": v["counts"]["done"], "dlq": v["counts"]["dlq"], "calls": v["storage"]["calls"],
-               "callers": v["storage"]["callers"]} for p, v in lanes.items()}
+    got = {
+        p: {
+            "done": v["counts"]["done"],
+            "dlq": v["counts"]["dlq"],
+            "calls": v["storage"]["calls"],
+            "callers": v["storage"]["callers"],
+        }
+        for p, v in lanes.items()
+    }
     measured.update(lanes=got)
     # no retries: each storage caller calls once, inside the outage, and its job goes to the DLQ
     assert got["none"]["dlq"] == n and got["none"]["calls"] == got["none"]["callers"], got
@@ -359,6 +428,6 @@ def test_scenario_poison_pill_waits_10_20_40_80_and_the_fifth_failure_dead_lette
     waited = [nxt["t_sim"] - f["t_sim"] for f, nxt in zip(failed, claims[1:], strict=False)]
     measured.update(attempts=len(failed), delays_s=delays, waited_s=[round(w, 3) for w in waited])
     assert len(failed) == len(claims) == s["max_attempts"]
-    assert delays == [s["retry_base"] * 2 ** k for k in range(s["max_attempts"] - 1)]  # 10, 20, 40, 80 s
+    assert delays == [s["retry_base"] * 2**k for k in range(s["max_attempts"] - 1)]  # 10, 20, 40, 80 s
     assert waited == pytest.approx(delays, rel=REL)  # each retry claimed the instant its wait ended
     assert len(of_type(ev, "job.dead_lettered")) == 1

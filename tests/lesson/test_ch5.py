@@ -21,8 +21,9 @@ def outbox(api, lab) -> list[dict]:
 
 def files(api, lab, job_id) -> list[str]:
     """The output paths the lab wrote for a job (`output.written` events; outputs are blobs in the server)."""
-    return sorted({e["data"]["path"] for e in api.events(lab)
-                   if e["type"] == "output.written" and e.get("job_id") == job_id})
+    return sorted(
+        {e["data"]["path"] for e in api.events(lab) if e["type"] == "output.written" and e.get("job_id") == job_id}
+    )
 
 
 def vt_too_short(api, **settings) -> tuple[dict, str, dict]:
@@ -35,9 +36,9 @@ def vt_too_short(api, **settings) -> tuple[dict, str, dict]:
 def test_try1_claim_guard_one_run_one_file_per_rendition_one_email(api, stack, measured):
     assert PRESET["guard"] == "claim"  # this chapter's default
     lab, job_id, _ = vt_too_short(api)
-    snap = api.wait_for(lab, lambda s: s["counts"]["done"] == 1 and settled(s)
-                        and s["counts"]["duplicates_blocked"] >= 1,
-                        timeout=120)
+    snap = api.wait_for(
+        lab, lambda s: s["counts"]["done"] == 1 and settled(s) and s["counts"]["duplicates_blocked"] >= 1, timeout=120
+    )
     ev = api.events(lab)
     assert len(of_type(ev, "job.claimed")) == 1  # one worker transcoded it
     got = files(api, lab, job_id)
@@ -79,6 +80,7 @@ def test_try4_check1_same_idempotency_key_same_job_new_key_new_job(api, measured
         res = api.call("POST", path, {"sample": "bigbuckbunny"}, lab["token"], headers={"Idempotency-Key": key})
         assert res.status == 202, res.body
         return res.json()["job_id"]
+
     first = send("upload-9931")
     again = send("upload-9931")
     other = send("upload-9932")
@@ -107,17 +109,27 @@ def test_race_guard_off_runs_both_copies_and_mails_twice_claim_runs_once_and_mai
     rc = RACES["guard"]
     vt, dur = rc["base"]["vt_seconds"], rc["base"]["job_duration"]
     race = races.open_race(api, "guard", RACE_SPEED)
-    spreads = races.run(api, race, lambda st: all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
-                        and st["labs"][0]["counts"]["duplicate_completions"] == 1)
+    spreads = races.run(
+        api,
+        race,
+        lambda st: (
+            all(lab["clock"]["t_raw"] > vt + dur for lab in st["labs"])
+            and st["labs"][0]["counts"]["duplicate_completions"] == 1
+        ),
+    )
     out, lags = {}, []
     for lane in race["labs"]:
         lab = races.lane_lab(lane)
         ev = api.events(lab)
         lags += races.claim_lags(ev)
         out[lane["settings"]["guard"]] = {
-            "runs_at_once": sum(races.overlapping_runs(api.job(lab, e["job_id"]).json()["attempts"])
-                                for e in of_type(ev, "job.enqueued")),
-            "emails": len(outbox(api, lab)), "backed_off": len(of_type(ev, "job.duplicate_blocked"))}
+            "runs_at_once": sum(
+                races.overlapping_runs(api.job(lab, e["job_id"]).json()["attempts"])
+                for e in of_type(ev, "job.enqueued")
+            ),
+            "emails": len(outbox(api, lab)),
+            "backed_off": len(of_type(ev, "job.duplicate_blocked")),
+        }
     measured.update(lanes=out, lane_clock_spread_max=round(max(spreads), 4), first_claim_lag_max_s=max(lags))
     assert out["off"] == {"runs_at_once": 1, "emails": 2, "backed_off": 0}, out
     assert out["claim"] == {"runs_at_once": 0, "emails": 1, "backed_off": 1}, out

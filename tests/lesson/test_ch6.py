@@ -30,8 +30,9 @@ def test_try1_shared_fifo_serves_in_arrival_order_whatever_the_tier(api, r, meas
     by_customer = {c: [w["order"] for w in rows if w["customer"] == c] for c in ("f1", "p1", "f2")}
     # one queue: every f1 job before any p1 job, every p1 job before any f2 job — the tier buys nothing
     assert max(by_customer["f1"]) < min(by_customer["p1"]) and max(by_customer["p1"]) < min(by_customer["f2"])
-    measured.update(pro_p50=statistics.median(tier_waits(rows, "pro")),
-                    free_p50=statistics.median(tier_waits(rows, "free")))
+    measured.update(
+        pro_p50=statistics.median(tier_waits(rows, "pro")), free_p50=statistics.median(tier_waits(rows, "free"))
+    )
 
 
 NOISY = [("free", "f0", 45)] + [("free", f"f{i}", 1) for i in range(1, 10)]
@@ -57,8 +58,11 @@ def test_try3_check2_strict_priority_starves_free_and_aging_caps_its_wait(api, r
     bound = AGING_S + 3 * max(tier_waits(aged, "pro")) / 20  # promotion + two rounds of 3 workers + slack
     assert AGING_S <= max(tier_waits(aged, "free")) <= bound
     assert min(tier_waits(strict, "free")) > bound
-    measured.update(strict_free_min_wait=min(tier_waits(strict, "free")),
-                    aging_free_max_wait=max(tier_waits(aged, "free")), aging_s=AGING_S)
+    measured.update(
+        strict_free_min_wait=min(tier_waits(strict, "free")),
+        aging_free_max_wait=max(tier_waits(aged, "free")),
+        aging_s=AGING_S,
+    )
 
 
 def test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits(api, r, measured):
@@ -75,10 +79,14 @@ def test_try4_check1_hard_split_leaves_pro_workers_idle_while_free_waits(api, r,
     assert used["pro"] == 0 and used["free"] > 0
     assert paid["pro"] / (paid["pro"] + paid["free"]) == pytest.approx(reserved / workers, abs=0.01), paid
     assert shared_bill["used_worker_s"]["pro"] == 0 and shared_bill["paid_worker_s"]["pro"] == 0, shared_bill
-    measured.update(split_free_running_at_once=most_at_once(rows), weighted_free_running_at_once=most_at_once(weighted),
-                    split_free_p50=statistics.median(tier_waits(rows, "free")),
-                    weighted_free_p50=statistics.median(tier_waits(weighted, "free")),
-                    split_paid_idle_pro_worker_s=paid["pro"], split_used_pro_worker_s=used["pro"])
+    measured.update(
+        split_free_running_at_once=most_at_once(rows),
+        weighted_free_running_at_once=most_at_once(weighted),
+        split_free_p50=statistics.median(tier_waits(rows, "free")),
+        weighted_free_p50=statistics.median(tier_waits(weighted, "free")),
+        split_paid_idle_pro_worker_s=paid["pro"],
+        split_used_pro_worker_s=used["pro"],
+    )
 
 
 def most_at_once(rows: list[dict], job_s: float = JOB_S) -> int:

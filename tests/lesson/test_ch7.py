@@ -34,9 +34,14 @@ def ch7_lab(api, **settings) -> dict:
     """The ch7 preset as a learner opens it (only the clock is faster), every replica up and ticking."""
     lab = api.lab("ch7", speed=SPEED, **settings)
     n = PRESET["scheduler_replicas"]
-    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == n and all(x["state"] == "running" and
-                                                                       x["seen_tick"] is not None
-                                                                       for x in rep["replicas"]))
+    wait_sched(
+        api,
+        lab,
+        lambda rep: (
+            len(rep["replicas"]) == n
+            and all(x["state"] == "running" and x["seen_tick"] is not None for x in rep["replicas"])
+        ),
+    )
     return lab
 
 
@@ -70,8 +75,11 @@ def test_try1_pressed_as_the_lab_opens_counts_the_same(api, measured):
     per replica. (A replica process that took longer than a tick to start on a busy box honestly misses the
     first tick it was not up for: runs are judged from the tick every replica fired.)"""
     lab = api.lab("ch7", speed=SPEED)
-    wait_sched(api, lab, lambda rep: len(rep["replicas"]) == PRESET["scheduler_replicas"]
-               and all(x["pid"] for x in rep["replicas"]))
+    wait_sched(
+        api,
+        lab,
+        lambda rep: len(rep["replicas"]) == PRESET["scheduler_replicas"] and all(x["pid"] for x in rep["replicas"]),
+    )
     measured.update(pressed_at_s=sched(api, lab)["now"])
     try1(api, lab, measured, settle=1)
 
@@ -83,11 +91,15 @@ def try1(api, lab: dict, measured: dict, settle: int = 0) -> None:
     assert rep["totals"]["max_emails_per_user"] == LM["no_lock_runs_per_tick"], rep["totals"]
     runs = [t["runs"] for t in complete(rep)][settle:]
     # replicas restarted by the press that were not up again for the next ticks (a loaded box) fired none of them
-    runs = runs[next((i for i, n in enumerate(runs) if n), len(runs)):]
+    runs = runs[next((i for i, n in enumerate(runs) if n), len(runs)) :]
     assert runs and all(n == LM["no_lock_runs_per_tick"] for n in runs), runs
     assert "most emails to one user" in page_text(api, 7)
-    measured.update(runs_per_tick=rep["by_strategy"]["none"]["runs_per_tick"], ticks=len(runs),
-                    model=LM["no_lock_runs_per_tick"], max_emails_per_user=rep["totals"]["max_emails_per_user"])
+    measured.update(
+        runs_per_tick=rep["by_strategy"]["none"]["runs_per_tick"],
+        ticks=len(runs),
+        model=LM["no_lock_runs_per_tick"],
+        max_emails_per_user=rep["totals"]["max_emails_per_user"],
+    )
 
 
 def test_try2_check1_a_30s_lock_under_a_45s_run_lets_the_late_replica_run_it_again(api, measured):
@@ -113,9 +125,13 @@ def test_try2_check1_a_30s_lock_under_a_45s_run_lets_the_late_replica_run_it_aga
     # about p99 − late (9 s); never more than the page's worst case, p99 − TTL (15 s). The tolerance is the
     # replicas' loop lag on a busy machine (a run's end and a late start each drift by a few simulated s).
     assert all(0 < o <= LM["short_ttl_overlap_s"] + 3 for o in overlaps), overlaps
-    measured.update(runs_per_tick=by["runs_per_tick"], overlaps_s=[round(o, 1) for o in overlaps],
-                    model_runs=LM["short_ttl_max_concurrent_runs"], model_overlap_s=LM["late_overlap_s"],
-                    releases_refused=len(refused))
+    measured.update(
+        runs_per_tick=by["runs_per_tick"],
+        overlaps_s=[round(o, 1) for o in overlaps],
+        model_runs=LM["short_ttl_max_concurrent_runs"],
+        model_overlap_s=LM["late_overlap_s"],
+        releases_refused=len(refused),
+    )
 
 
 def test_try3_ttl_120_or_a_heartbeat_lock_runs_once_per_tick(api, measured):
@@ -181,8 +197,9 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict], int]:
     catch-up runs after the replicas came back, and the tick of the run the outage cut."""
     lab = ch7_lab(api, cron_idempotent=idempotent)
     press(api, lab, "lock")
-    res = api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_shard": True, "cron_catch_up": True},
-                   lab["token"])
+    res = api.call(
+        "PATCH", f"/api/labs/{lab['lab_id']}/settings", {"cron_shard": True, "cron_catch_up": True}, lab["token"]
+    )
     assert res.status == 200, res.body
     control(api, lab, action="reset")
     # two whole ticks under the lock, counted from the reset: a run the press caught mid-tick (a late replica
@@ -196,6 +213,7 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict], int]:
         """The slow run (the one that took the 100 s) has mailed part of its bucket."""
         slow = [e["data"]["tick"] for e in events_of(api, lab, "cron.run_started") if e["data"]["duration"] == 100]
         return bool(slow) and any(t["tick"] == slow[0] and t["emails"] > 0 for t in rep["ticks"])
+
     wait_sched(api, lab, cut_point)
     cut = next(e["data"]["tick"] for e in events_of(api, lab, "cron.run_started") if e["data"]["duration"] == 100)
     down = 330  # the panel's "All replicas down 330 s"
@@ -206,6 +224,7 @@ def downtime_drill(api, idempotent: bool) -> tuple[dict, list[dict], int]:
 
     def after_up() -> list[dict]:
         return [e for e in events_of(api, lab, "cron.catch_up") if e["t_sim"] >= t_up]
+
     wait_sched(api, lab, lambda rep: after_up())
     t_catch = after_up()[0]["t_sim"]
     rep = wait_sched(api, lab, lambda rep: rep["last_complete_tick"] >= t_catch // interval + 2)
@@ -228,18 +247,24 @@ def test_try5_after_downtime_one_catch_up_run_mails_the_cut_runs_bucket_again_un
     # first tick (unsharded, before the step) mailed
     data = safe_catch[0]["data"]
     covers = range(data["tick"] - data["covered"], data["tick"] + 1)
-    due = {t: len(shards.due_users(t, shards.users(PRESET["cron_users"]), PRESET["shard_buckets"], True))
-           for t in covers}
+    due = {
+        t: len(shards.due_users(t, shards.users(PRESET["cron_users"]), PRESET["shard_buckets"], True)) for t in covers
+    }
     row = next(t for t in safe["ticks"] if t["tick"] == data["tick"])
     assert cut in due and row["emails"] + row["wasted"] == sum(due.values()), (row, due, cut)
     assert 0 < row["wasted"] <= due[cut], (row, due, cut)
     text = page_text(api, 7)
     assert "Idempotent task" in text and "most emails to one user goes above 1" in text
-    measured.update(catch_up_runs=len(catch), missed_ticks=catch[0]["data"]["missed"],
-                    covered=catch[0]["data"]["covered"], duplicate_emails=rep["totals"]["duplicate_emails"],
-                    idempotent_duplicate_emails=safe["totals"]["duplicate_emails"],
-                    idempotent_wasted=safe["totals"]["wasted_digests"], idempotent_catch_up_sent=row["emails"],
-                    idempotent_catch_up_wasted=row["wasted"])
+    measured.update(
+        catch_up_runs=len(catch),
+        missed_ticks=catch[0]["data"]["missed"],
+        covered=catch[0]["data"]["covered"],
+        duplicate_emails=rep["totals"]["duplicate_emails"],
+        idempotent_duplicate_emails=safe["totals"]["duplicate_emails"],
+        idempotent_wasted=safe["totals"]["wasted_digests"],
+        idempotent_catch_up_sent=row["emails"],
+        idempotent_catch_up_wasted=row["wasted"],
+    )
 
 
 def test_check5_sustained_load_does_not_depend_on_bucket_count(api, measured):

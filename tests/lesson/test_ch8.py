@@ -42,8 +42,12 @@ def test_try1_a_transcode_takes_its_simulated_duration_so_real_time_is_duration_
     real = of_type(ev, "job.succeeded")[0]["t_real"] - of_type(ev, "job.claimed")[0]["t_real"]
     # never faster than the asked speed (a busy box may only slow the clock, and the lab then says so)
     assert real >= 0.95 * dur / SPEED, (real, dur / SPEED)
-    measured.update(simulated_s=round(took, 1), real_s=round(real, 2), real_s_model_at_this_speed=dur / SPEED,
-                    model_real_s_at_demo_speed=C8["demo_transcode_real_s"])
+    measured.update(
+        simulated_s=round(took, 1),
+        real_s=round(real, 2),
+        real_s_model_at_this_speed=dur / SPEED,
+        model_real_s_at_demo_speed=C8["demo_transcode_real_s"],
+    )
 
 
 def test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last_beat(api, stack, measured):
@@ -66,9 +70,12 @@ def test_try2_a_killed_busy_workers_job_is_freed_one_reset_window_after_its_last
     assert len(paths) == 2  # one output per rendition
     emails = api.call("GET", f"/api/labs/{lab['lab_id']}/outbox", token=lab["token"]).json()["emails"]
     assert len(emails) == 1 and snap["counts"]["succeeded"] == 1
-    measured.update(last_beat_to_freed_s=round(freed["t_sim"] - beats[-1], 1),
-                    kill_to_freed_s=round(freed["t_sim"] - kill_t, 1),
-                    outputs=len(paths), emails=len(emails))
+    measured.update(
+        last_beat_to_freed_s=round(freed["t_sim"] - beats[-1], 1),
+        kill_to_freed_s=round(freed["t_sim"] - kill_t, 1),
+        outputs=len(paths),
+        emails=len(emails),
+    )
 
 
 def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, measured):
@@ -85,8 +92,12 @@ def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, 
     snap = api.wait_for(lab, lambda s: s["counts"]["redelivered"] >= n, timeout=120)
     # the prediction's why: late acks, so every killed job comes back and finishes; none is lost
     assert PRESET["ack_mode"] == "late"
-    api.wait_for(lab, lambda s: s["counts"]["done"] + s["counts"]["lost"] >= n and settled(s), timeout=180,
-                 what="the killed jobs finished or were lost")
+    api.wait_for(
+        lab,
+        lambda s: s["counts"]["done"] + s["counts"]["lost"] >= n and settled(s),
+        timeout=180,
+        what="the killed jobs finished or were lost",
+    )
     states = {j: job(api, lab, j)["state"] for j in jobs}
     ev = api.events(lab)
     assert of_type(ev, "job.lost") == [] and states == dict.fromkeys(jobs, "done"), states
@@ -99,14 +110,21 @@ def test_try3_check1_check5_rapid_kills_are_a_spike_in_the_redelivery_rate(api, 
     assert max(red) - min(red) <= max(kills) - min(kills) + beat * (1 + REL), (red, kills, beat)
     assert max(red) - min(kills) <= RATE_WINDOW_S, (red, kills)
     assert all(0 < r - k <= C1["heartbeat_extend_s"] * (1 + REL) for r, k in zip(red, sorted(kills), strict=True))
-    measured.update(redelivered=snap["counts"]["redelivered"], kills_spread_s=round(max(kills) - min(kills), 1),
-                    redeliveries_spread_s=round(max(red) - min(red), 1), rate_window_s=RATE_WINDOW_S,
-                    lost=len(of_type(ev, "job.lost")), done=sum(st == "done" for st in states.values()))
+    measured.update(
+        redelivered=snap["counts"]["redelivered"],
+        kills_spread_s=round(max(kills) - min(kills), 1),
+        redeliveries_spread_s=round(max(red) - min(red), 1),
+        rate_window_s=RATE_WINDOW_S,
+        lost=len(of_type(ev, "job.lost")),
+        done=sum(st == "done" for st in states.values()),
+    )
 
 
 def test_check3_doubled_traffic_doubles_the_pool(api, measured):
     d = C8["doubled_traffic"]
-    assert d["workers"] == chapters.derive(numbers.Inputs(arrival_rate=2 * numbers.Inputs().arrival_rate))["ch2"][
-        "workers_at_target"]
+    assert (
+        d["workers"]
+        == chapters.derive(numbers.Inputs(arrival_rate=2 * numbers.Inputs().arrival_rate))["ch2"]["workers_at_target"]
+    )
     assert f"{d['workers']:,} workers (twice the jobs in flight" in page_text(api, 8)
     measured.update(workers=d["workers"], pool_usd_per_month=d["pool_usd_per_month"])

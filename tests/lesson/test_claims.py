@@ -46,10 +46,15 @@ def test_each_claims_test_records_what_it_measured(claim):
 def test_a_parametrized_claim_is_recorded_per_parameter_with_its_worst_outcome():
     from tests.lesson.conftest import merged
 
-    runs = [{"param": "fixed", "outcome": "passed", "seconds": 1.0, "measured": {"attempts": 5}},
-            {"param": "none", "outcome": "failed", "seconds": 2.0, "measured": {"attempts": 1}}]
-    assert merged(runs) == {"outcome": "failed", "seconds": 3.0,
-                             "values": {"fixed": {"attempts": 5}, "none": {"attempts": 1}}}
+    runs = [
+        {"param": "fixed", "outcome": "passed", "seconds": 1.0, "measured": {"attempts": 5}},
+        {"param": "none", "outcome": "failed", "seconds": 2.0, "measured": {"attempts": 1}},
+    ]
+    assert merged(runs) == {
+        "outcome": "failed",
+        "seconds": 3.0,
+        "values": {"fixed": {"attempts": 5}, "none": {"attempts": 1}},
+    }
     one = [{"param": None, "outcome": "passed", "seconds": 1.0, "measured": {"emails": 1}}]
     assert merged(one) == {"outcome": "passed", "seconds": 1.0, "values": {"emails": 1}}
 
@@ -61,8 +66,9 @@ def test_every_chapter_has_a_file_and_a_claim():
 
 
 def test_the_docs_table_is_generated_from_the_claims():
-    assert (ROOT / "docs" / "lesson-conformance.md").read_text() == lesson.markdown(chapters.CLAIMS), \
+    assert (ROOT / "docs" / "lesson-conformance.md").read_text() == lesson.markdown(chapters.CLAIMS), (
         "run: python -m chapters > docs/lesson-conformance.md"
+    )
 
 
 def test_the_lesson_page_lists_every_claim(api):
@@ -80,16 +86,18 @@ def test_the_lesson_page_says_model_where_no_lab_measured_the_figure(api):
     for c in chapters.CLAIMS:
         assert cells[c.id].startswith("model") is (c.status == "model"), (c.id, c.status, cells[c.id])
     assert {"ch1.fixed_vt_note", "ch2.mmc_note", "ch4.poison_note", "ch7.skew_margin"} <= {
-        c.id for c in chapters.CLAIMS if c.status == "model"}
+        c.id for c in chapters.CLAIMS if c.status == "model"
+    }
 
 
-@pytest.mark.parametrize("claim", [c for c in chapters.CLAIMS if c.status == "thought"
-                                   and "Check yourself" in c.section], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "claim", [c for c in chapters.CLAIMS if c.status == "thought" and "Check yourself" in c.section], ids=lambda c: c.id
+)
 def test_a_question_the_lab_cannot_answer_says_so_on_its_page(api, claim):
     """A thought question is marked on the page right under it, so no learner goes looking for a switch."""
     text = page_text(api, claim.chapter)
     for n in re.findall(r"\d+", claim.section.split("Check yourself", 1)[1]):
-        question = re.search(rf"\b{n}\. [^?]*\?", text[text.index("Check yourself"):])
+        question = re.search(rf"\b{n}\. [^?]*\?", text[text.index("Check yourself") :])
         assert question, f"{claim.id}: no question {n}"
-        after = text[text.index(question.group(0)) + len(question.group(0)):][:200]
+        after = text[text.index(question.group(0)) + len(question.group(0)) :][:200]
         assert "reason" in after.lower() and "Show answer" in after, (claim.id, n, after)

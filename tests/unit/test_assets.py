@@ -97,7 +97,8 @@ def test_a_presets_meta_keeps_its_own_steps_and_buttons_and_all_the_rest():
     assert len(full["steps"]) > 1 and len(full["scenario_buttons"]) > 1
     assert one["steps"] == {"ch4": full["steps"]["ch4"]} and one["steps"]["ch4"]
     assert one["scenario_buttons"] == {"ch4": full["scenario_buttons"]["ch4"]}
-    assert {k: v for k, v in one.items() if k not in ("steps", "scenario_buttons")} == \
-        {k: v for k, v in full.items() if k not in ("steps", "scenario_buttons")}
+    assert {k: v for k, v in one.items() if k not in ("steps", "scenario_buttons")} == {
+        k: v for k, v in full.items() if k not in ("steps", "scenario_buttons")
+    }
     bad = client.get("/api/meta?preset=ch99")
     assert bad.status_code == 422 and bad.get_json()["error"] == "invalid_preset"

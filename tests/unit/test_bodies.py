@@ -12,8 +12,11 @@ from core.config import Config
 
 def test_defaults_fill_in_and_a_request_default_wins_over_the_declared_one():
     assert parse({}, bodies.FAIR_NOISY) == {"burst": 60, "others": 9}
-    assert parse({}, bodies.JOB, duration_s=45.0) == {"job_type": "transcode", "sample": "bigbuckbunny",
-                                                      "duration_s": 45.0}
+    assert parse({}, bodies.JOB, duration_s=45.0) == {
+        "job_type": "transcode",
+        "sample": "bigbuckbunny",
+        "duration_s": 45.0,
+    }
     assert "customer" not in parse({}, bodies.FAIR_JOBS)  # no default: the route picks one per tier
 
 
@@ -42,8 +45,10 @@ def test_the_clock_step_and_a_fault_have_their_own_ranges_not_a_vt_or_a_job_dura
     assert parse({"action": "step", "seconds": 5}, bodies.CLOCK)["seconds"] == 5  # below the VT minimum
     assert parse({"action": "step", "seconds": 3 * 3600}, bodies.CLOCK)["seconds"] == 3 * 3600
     assert parse({"type": "slow", "duration_s": 4 * 3600}, bodies.FAULT)["duration_s"] == 4 * 3600
-    for body, spec, code in (({"action": "step", "seconds": 0}, bodies.CLOCK, "invalid_step"),
-                             ({"type": "slow", "duration_s": 0}, bodies.FAULT, "invalid_fault")):
+    for body, spec, code in (
+        ({"action": "step", "seconds": 0}, bodies.CLOCK, "invalid_step"),
+        ({"type": "slow", "duration_s": 0}, bodies.FAULT, "invalid_fault"),
+    ):
         with pytest.raises(ApiError) as e:
             parse(body, spec)
         assert e.value.error == code
@@ -68,8 +73,12 @@ def test_the_nested_settings_of_a_branch_report_their_own_names():
 def test_the_document_shows_each_routes_declared_body():
     doc = document(create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")))
     for endpoint, specs in bodies.BODIES.items():
-        ops = [op for ops in doc["paths"].values() for op in ops.values()
-               if op["operationId"].rsplit("_", 1)[0] == endpoint]
+        ops = [
+            op
+            for ops in doc["paths"].values()
+            for op in ops.values()
+            if op["operationId"].rsplit("_", 1)[0] == endpoint
+        ]
         assert ops, endpoint
         schema = ops[0]["requestBody"]["content"]["application/json"]["schema"]
         assert set(schema["properties"]) == {f.name for s in specs for f in s.fields}
@@ -83,7 +92,8 @@ def test_every_route_that_reads_a_json_body_declares_it():
     import inspect
 
     app = create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0"))
-    readers = {name for name, fn in app.view_functions.items()
-               if "json_body()" in inspect.getsource(inspect.unwrap(fn))}
+    readers = {
+        name for name, fn in app.view_functions.items() if "json_body()" in inspect.getsource(inspect.unwrap(fn))
+    }
     assert readers, "no route reads a JSON body?"
     assert sorted(readers - set(bodies.BODIES)) == []

@@ -21,14 +21,21 @@ DONE = {"state": "done", "payload": json.dumps({"video_id": "challenge-1-1"})}
 
 
 def test_two_emails_are_told_with_the_kill_between_them():
-    history = [ev(1, "job.claimed", 0), ev(2, "email.sent", 312), ev(3, "job.crashed", 312),
-               ev(4, "job.claimed", 432, attempt=2), ev(5, "email.sent", 612, attempt=2),
-               ev(6, "job.succeeded", 612, attempt=2)]
+    history = [
+        ev(1, "job.claimed", 0),
+        ev(2, "email.sent", 312),
+        ev(3, "job.crashed", 312),
+        ev(4, "job.claimed", 432, attempt=2),
+        ev(5, "email.sent", 612, attempt=2),
+        ev(6, "job.succeeded", 612, attempt=2),
+    ]
     [result] = checker.check(["one_email"], ["1"], {"1": DONE}, history)
     assert not result["held"]
     cex = result["counterexample"]
-    assert cex["text"] == ("job 1: two emails — attempt 1 sent at t = 312 s and was killed before its ack "
-                           "(t = 312 s); attempt 2 sent at t = 612 s and was acked (t = 612 s)")
+    assert cex["text"] == (
+        "job 1: two emails — attempt 1 sent at t = 312 s and was killed before its ack "
+        "(t = 312 s); attempt 2 sent at t = 612 s and was acked (t = 612 s)"
+    )
     assert cex["events"] == ["1002-0", "1005-0"] and cex["attempts"] == [1, 2]
 
 
@@ -70,8 +77,9 @@ def test_the_dlq_takes_the_poison_and_nothing_else():
     dead = {"state": "dlq", "dlq_reason": "max_attempts", "payload": DONE["payload"]}
     assert checker.check(["dlq_only_poison"], ["1", "2"], {"1": DONE, "2": pill}, [])[0]["held"]
     assert not checker.check(["dlq_only_poison"], ["2"], {"2": swallowed}, [])[0]["held"]
-    assert not checker.check(["dlq_only_poison"], ["1"], {"1": dead},
-                             [ev(1, "job.dead_lettered", 90, reason="max_attempts")])[0]["held"]
+    assert not checker.check(
+        ["dlq_only_poison"], ["1"], {"1": dead}, [ev(1, "job.dead_lettered", 90, reason="max_attempts")]
+    )[0]["held"]
 
 
 def test_a_syntax_error_names_its_line_and_a_missing_handle_is_refused():
@@ -89,13 +97,17 @@ def test_a_page_sees_the_starter_and_the_api_never_the_reference():
 
 
 def test_every_tick_and_no_double_tick_read_the_tick_from_the_subject():
-    mail = [ev(i, "email.sent", 10 * i, job=str(i), subject=f"Daily digest, tick {t}")
-            for i, t in enumerate([1, 2, 2, 4], 1)]
+    mail = [
+        ev(i, "email.sent", 10 * i, job=str(i), subject=f"Daily digest, tick {t}")
+        for i, t in enumerate([1, 2, 2, 4], 1)
+    ]
     records = {str(i): DONE for i in range(1, 5)}
     every, double = checker.check(["every_tick:4", "no_double_tick:4"], list(records), records, mail)
     assert every["counterexample"]["text"] == "tick 3: no email — no replica ran it"
-    assert double["counterexample"]["text"] == ("tick 2: 2 emails — job 2 (attempt 1) at t = 20 s; "
-                                                "job 3 (attempt 1) at t = 30 s")
-    stray = checker.check(["no_double_tick:4"], ["1"], {"1": DONE},
-                          [ev(1, "email.sent", 5, subject="Daily digest, tick 5")])[0]
+    assert double["counterexample"]["text"] == (
+        "tick 2: 2 emails — job 2 (attempt 1) at t = 20 s; job 3 (attempt 1) at t = 30 s"
+    )
+    stray = checker.check(
+        ["no_double_tick:4"], ["1"], {"1": DONE}, [ev(1, "email.sent", 5, subject="Daily digest, tick 5")]
+    )[0]
     assert "tick 5, which the schedule does not have" in stray["counterexample"]["text"]

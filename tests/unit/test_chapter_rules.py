@@ -17,7 +17,6 @@ from core import numbers
 _ARITHMETIC = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow, nodes.Neg)
 
 
-
 def _parsed(ch):
     text = ch.path.read_text(encoding="utf-8")
     offset = text[: len(text) - len(ch.source)].count("\n")
@@ -41,11 +40,21 @@ def test_a_chapter_does_no_arithmetic(ch):
 
 def test_the_scanner_catches_what_it_should():
     env = Environment()
-    for src in ["{{ (x / 60) | num }}", "{% set y = a * 2 %}", "{{ a - b }}", "{{ -a }}",
-                "{% for k in range(0, n + 1) %}{% endfor %}"]:
+    for src in [
+        "{{ (x / 60) | num }}",
+        "{% set y = a * 2 %}",
+        "{{ a - b }}",
+        "{{ -a }}",
+        "{% for k in range(0, n + 1) %}{% endfor %}",
+    ]:
         assert list(env.parse(src).find_all(_ARITHMETIC)), src
-    for src in ["{{ fig.ch2.workers_at_target | num }}", "{{ 'a' ~ b }}", "{% set s = fig.ch1 %}",
-                "{{ charts.line(series.wait_vs_utilisation, 'wc', 'title') }}", "{{ '2 - 1' }}"]:
+    for src in [
+        "{{ fig.ch2.workers_at_target | num }}",
+        "{{ 'a' ~ b }}",
+        "{% set s = fig.ch1 %}",
+        "{{ charts.line(series.wait_vs_utilisation, 'wc', 'title') }}",
+        "{{ '2 - 1' }}",
+    ]:
         assert not list(env.parse(src).find_all(_ARITHMETIC)), src
     assert list(env.parse("{% macro m() %}{% endmacro %}").find_all(nodes.Macro))
 

@@ -18,8 +18,16 @@ def s(fig):
 
 
 def test_every_chart_the_chapters_draw_has_a_series_with_a_text_alternative_and_a_table(s):
-    assert set(s) == {"redelivery_timeline", "heartbeat_vs_static_vt", "wait_vs_utilisation",
-                      "status_requests", "retry_herd", "jitter_first_wave", "tier_waits", "lock_timeline"}
+    assert set(s) == {
+        "redelivery_timeline",
+        "heartbeat_vs_static_vt",
+        "wait_vs_utilisation",
+        "status_requests",
+        "retry_herd",
+        "jitter_first_wave",
+        "tier_waits",
+        "lock_timeline",
+    }
     for chart in s.values():
         assert chart.summary and len(chart.table) >= 2
         assert chart.x_label
@@ -98,8 +106,9 @@ def test_the_short_lock_ttl_lets_two_copies_run_for_15s(s, fig):
     assert all(m.end is None for m in sized.marks)  # the sized TTL: no overlap
 
 
-@pytest.mark.parametrize("inputs", [{}, {"visibility_timeout_s": 900}, {"arrival_rate": 1000},
-                                    {"max_attempts": 1}, {"outage_s": 0}])
+@pytest.mark.parametrize(
+    "inputs", [{}, {"visibility_timeout_s": 900}, {"arrival_rate": 1000}, {"max_attempts": 1}, {"outage_s": 0}]
+)
 def test_every_chart_lays_out_for_other_inputs(inputs):
     model = numbers.inputs_from_mapping(inputs)
     for chart in chapters.chart_series(model, chapters.derive(model)).values():

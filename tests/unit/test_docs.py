@@ -15,8 +15,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 200
 # the repository's top level (the product's list); a backticked path starting elsewhere is not the repo's
-TOP_LEVEL = {"app", "bench", "chaos", "chapters", "core", "docs", "runtime", "static", "templates", "tests",
-             "workers", ".ci", "lab.py", "Procfile", "pyproject.toml", "README.md"}
+TOP_LEVEL = {
+    "app",
+    "bench",
+    "chaos",
+    "chapters",
+    "core",
+    "docs",
+    "runtime",
+    "static",
+    "templates",
+    "tests",
+    "workers",
+    ".ci",
+    "lab.py",
+    "Procfile",
+    "pyproject.toml",
+    "README.md",
+}
 PLACEHOLDER = re.compile(r"[<>{}*…\s|]")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")
@@ -88,8 +104,12 @@ def repo_paths(text: str) -> list[str]:
 
 
 def broken_paths(path: Path) -> list[str]:
-    return [f"{shown(path)}:{n}: `{ref}` is not in the tree"
-            for n, line in prose_lines(path) for ref in repo_paths(line) if not (ROOT / ref).exists()]
+    return [
+        f"{shown(path)}:{n}: `{ref}` is not in the tree"
+        for n, line in prose_lines(path)
+        for ref in repo_paths(line)
+        if not (ROOT / ref).exists()
+    ]
 
 
 def test_every_link_in_readme_and_docs_resolves():
@@ -121,11 +141,15 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     what exists, placeholders, paths outside the repository and fenced code pass."""
     (tmp_path / "other.md").write_text("## Its part\n")
     page = tmp_path / "probe.md"
-    page.write_text("# A heading, with `code`\n\n[gone](nowhere.md) [self](#a-heading-with-code) [bad](#nope)"
-                    " [there](other.md#its-part) [not there](other.md#its-whole)\n"
-                    "`core/no_such_module.py` `core/clock.py` `var/bench/` `app/<x>.py` `/api/labs`\n"
-                    "```\n[fenced](ignored.md) `core/also_ignored.py`\n```\n")
+    page.write_text(
+        "# A heading, with `code`\n\n[gone](nowhere.md) [self](#a-heading-with-code) [bad](#nope)"
+        " [there](other.md#its-part) [not there](other.md#its-whole)\n"
+        "`core/no_such_module.py` `core/clock.py` `var/bench/` `app/<x>.py` `/api/labs`\n"
+        "```\n[fenced](ignored.md) `core/also_ignored.py`\n```\n"
+    )
     assert [b.split(": ", 1)[1] for b in broken_links(page)] == [
-        "(nowhere.md) names no file", "(#nope) names no heading of probe.md",
-        "(other.md#its-whole) names no heading of other.md"]
+        "(nowhere.md) names no file",
+        "(#nope) names no heading of probe.md",
+        "(other.md#its-whole) names no heading of other.md",
+    ]
     assert [b.split(": ", 1)[1] for b in broken_paths(page)] == ["`core/no_such_module.py` is not in the tree"]

@@ -40,7 +40,7 @@ def _modules(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
     if isinstance(node, ast.Import):
         yield from (alias.name for alias in node.names)
     elif node.level:  # relative: from the importing file's own package
-        base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+        base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
         yield f"{base}.{node.module}" if node.module else base
     else:
         yield node.module or ""
@@ -111,8 +111,10 @@ def test_the_tree_has_the_packages(found: list[Import]) -> None:
 def test_no_package_level_import_cycle(found: list[Import]) -> None:
     edges = _edges(found)
     loops = cycles(edges)
-    shown = [" → ".join(loop) + ": " + "; ".join(str(edges[(a, b)][0]) for a, b in zip(loop, loop[1:], strict=False))
-             for loop in loops]
+    shown = [
+        " → ".join(loop) + ": " + "; ".join(str(edges[(a, b)][0]) for a, b in zip(loop, loop[1:], strict=False))
+        for loop in loops
+    ]
     assert not loops, "package-level import cycles:\n" + "\n".join(shown)
 
 

@@ -24,6 +24,7 @@ def test_every_race_varies_only_its_named_settings_across_two_to_four_valid_labs
 
 def test_every_prediction_is_answerable_and_its_why_names_real_settings():
     import re
+
     for preset, buttons in chapters.BUTTONS.items():
         for b in buttons:
             p = b.get("predict")
@@ -42,7 +43,8 @@ def test_every_prediction_is_answerable_and_its_why_names_real_settings():
 
 
 def test_tables_scroll_in_a_labelled_focusable_box_and_code_blocks_take_focus():
-    html = chapters.scrollable_tables("<table><caption>The job mix</caption><tr><th>a</th></tr></table>"
-                                      "<pre><code>x</code></pre>")
+    html = chapters.scrollable_tables(
+        "<table><caption>The job mix</caption><tr><th>a</th></tr></table><pre><code>x</code></pre>"
+    )
     assert html.startswith('<div class="table-scroll" role="region" tabindex="0" aria-label="Table: The job mix">')
     assert '<pre tabindex="0">' in html

@@ -13,8 +13,13 @@ STACK_FIXTURES = ("redis_server", "stack", "api", "r", "browser", "page")
 def test_a_unit_run_sets_up_no_server_stack_or_browser():
     """pytest's own setup plan for the unit filter (the fixtures it would set up, nothing run): only tests under
     tests/unit, and no fixture that starts a server, a stack or Chromium."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "--setup-plan", "-n", "0", "-p", "no:randomly",
-                          "-m", UNIT_ONLY], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--setup-plan", "-n", "0", "-p", "no:randomly", "-m", UNIT_ONLY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     tests = re.findall(r"^\s*(tests/\S+?)::", out.stdout, re.M)
     assert tests and all(t.startswith("tests/unit/") for t in tests), sorted(set(tests))

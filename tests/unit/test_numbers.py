@@ -65,8 +65,10 @@ def test_every_input_default_is_valid_for_its_own_min_max_and_step(spec):
     assert spec["value"] == spec["default"]
     assert step > 0 and lo + step <= hi, spec
     assert lo <= value <= hi, f"{spec['name']}: default {spec['value']} outside {spec['min']}…{spec['max']}"
-    assert (value - lo) % step == 0, (f"{spec['name']}: default {spec['value']} is not min {spec['min']} plus a "
-                                      f"whole number of steps of {spec['step']}")
+    assert (value - lo) % step == 0, (
+        f"{spec['name']}: default {spec['value']} is not min {spec['min']} plus a "
+        f"whole number of steps of {spec['step']}"
+    )
     if spec["kind"] == "int":
         assert lo.denominator == step.denominator == 1, f"{spec['name']}: a whole-number input with a fractional grid"
 
@@ -527,9 +529,16 @@ def test_every_input_in_the_five_inputs_table_feeds_real_figures(fig):
 
 def test_doubling_lambda_doubles_in_flight_workers_cost_polls_poison_and_keys(fig):
     f2 = _with(arrival_rate=200)
-    for key in ["ch2.in_flight_jobs", "ch2.workers_at_target", "ch2.monthly_cost_usd",
-                "ch3.polls_per_s", "ch3.websocket_memory_mb", "ch4.poison_pills_per_day",
-                "ch5.key_store_mb", "ch6.pro_revenue_usd_per_month"]:
+    for key in [
+        "ch2.in_flight_jobs",
+        "ch2.workers_at_target",
+        "ch2.monthly_cost_usd",
+        "ch3.polls_per_s",
+        "ch3.websocket_memory_mb",
+        "ch4.poison_pills_per_day",
+        "ch5.key_store_mb",
+        "ch6.pro_revenue_usd_per_month",
+    ]:
         assert lookup(f2, key) == pytest.approx(2 * lookup(fig, key)), key
     assert f2["ch2"]["queue_wait_s"] == pytest.approx(fig["ch2"]["queue_wait_s"])
     assert f2["ch3"]["polls_per_completion"] == pytest.approx(fig["ch3"]["polls_per_completion"])
@@ -712,10 +721,13 @@ def test_to_json_round_trips_through_inputs_from_mapping():
     assert _row(body["specs"], name="arrival_rate")["default"] == 100
 
 
-@pytest.mark.parametrize("changes", [
-    {},
-    {"arrival_rate": 1000, "target_utilisation": 0.99, "pro_reserved_workers": 1_000_000},
-    {"peak_multiplier": 5, "spike_multiplier": 10, "pro_share": 1, "visibility_timeout_s": 43_200},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"arrival_rate": 1000, "target_utilisation": 0.99, "pro_reserved_workers": 1_000_000},
+        {"peak_multiplier": 5, "spike_multiplier": 10, "pro_share": 1, "visibility_timeout_s": 43_200},
+    ],
+)
 def test_figures_stay_strict_json_even_when_queues_are_unbounded(changes):
     json.dumps(to_json(inputs_from_mapping(changes)), allow_nan=False)

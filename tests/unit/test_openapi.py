@@ -5,13 +5,21 @@ from app.openapi import document
 from core.config import Config
 
 CONTRACT = [
-    ("post", "/api/labs"), ("get", "/api/labs/{lab_id}"), ("patch", "/api/labs/{lab_id}/settings"),
-    ("post", "/api/labs/{lab_id}/jobs"), ("get", "/api/labs/{lab_id}/jobs/{job_id}"),
+    ("post", "/api/labs"),
+    ("get", "/api/labs/{lab_id}"),
+    ("patch", "/api/labs/{lab_id}/settings"),
+    ("post", "/api/labs/{lab_id}/jobs"),
+    ("get", "/api/labs/{lab_id}/jobs/{job_id}"),
     ("get", "/api/labs/{lab_id}/jobs/{job_id}/outputs/{name}"),
-    ("post", "/api/labs/{lab_id}/workers/{worker_id}/kill"), ("post", "/api/labs/{lab_id}/faults"),
-    ("get", "/api/labs/{lab_id}/dlq"), ("post", "/api/labs/{lab_id}/dlq/replay"),
-    ("post", "/api/labs/{lab_id}/clock"), ("get", "/api/labs/{lab_id}/events"),
-    ("get", "/ws/labs/{lab}"), ("get", "/healthz"), ("get", "/metrics"),
+    ("post", "/api/labs/{lab_id}/workers/{worker_id}/kill"),
+    ("post", "/api/labs/{lab_id}/faults"),
+    ("get", "/api/labs/{lab_id}/dlq"),
+    ("post", "/api/labs/{lab_id}/dlq/replay"),
+    ("post", "/api/labs/{lab_id}/clock"),
+    ("get", "/api/labs/{lab_id}/events"),
+    ("get", "/ws/labs/{lab}"),
+    ("get", "/healthz"),
+    ("get", "/metrics"),
 ]
 
 

@@ -11,8 +11,10 @@ from core.procs import cpu_s, run_s
 def test_run_s_reads_another_processs_cpu_to_below_a_tick_and_agrees_with_proc_stat():
     """A child burns about half a CPU-second, then sleeps: the kernel's CPU clock of it says what /proc's stat
     says, to within two 10 ms ticks, and in finer steps than a tick; a process that is gone reads 0."""
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(1, flush=True)\n" \
-           "time.sleep(60)"
+    burn = (
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(1, flush=True)\n"
+        "time.sleep(60)"
+    )
     child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE)
     try:
         assert child.stdout.readline() == b"1\n"

@@ -12,8 +12,7 @@ FORWARDED = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Host": "lab.example.
 
 def seen_by(trusted: int) -> dict:
     app = create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0", trusted_proxies=trusted))
-    app.add_url_rule("/_seen", "seen", lambda: jsonify(ip=request.remote_addr, url=request.host_url,
-                                                          host=request.host))
+    app.add_url_rule("/_seen", "seen", lambda: jsonify(ip=request.remote_addr, url=request.host_url, host=request.host))
     return app.test_client().get("/_seen", headers=FORWARDED, environ_base={"REMOTE_ADDR": "10.0.0.2"}).get_json()
 
 

@@ -11,18 +11,27 @@ def test_join_codes_are_read_the_way_students_type_them():
     assert rooms.pretty("ABCDEF") == "ABC-DEF"
     assert rooms.pretty("ABCDEFGHJK") == "ABCDE-FGHJK" and rooms.CODE_LENGTH == 10  # 32^10: not guessable
     assert not set(rooms.ALPHABET) & set("0O1I") and len(set(rooms.ALPHABET)) == len(rooms.ALPHABET)
-    assert rooms.chapter_link({"code": "ABCDEF", "preset": "ch4", "scenario": "retry-storm"}, present="1") == \
-        "/chapters/4-retries-and-backoff?room=ABCDEF&scenario=retry-storm&present=1"
+    assert (
+        rooms.chapter_link({"code": "ABCDEF", "preset": "ch4", "scenario": "retry-storm"}, present="1")
+        == "/chapters/4-retries-and-backoff?room=ABCDEF&scenario=retry-storm&present=1"
+    )
 
 
 def test_every_room_call_is_in_the_openapi_document_with_its_body():
     doc = document(create_app(Config(testing=True, redis_url="redis://127.0.0.1:1/0")))
     paths = doc["paths"]
-    for method, path in [("post", "/api/rooms"), ("get", "/api/rooms/{code}"), ("post", "/api/rooms/{code}/follow"),
-                         ("post", "/api/rooms/{code}/presence"), ("get", "/api/rooms/{code}/status"),
-                         ("get", "/api/rooms/{code}/qr.svg"), ("delete", "/api/rooms/{code}"),
-                         ("get", "/api/scenarios"), ("get", "/api/labs/{lab_id}/export.jsonl"),
-                         ("get", "/api/labs/{lab_id}/export.csv")]:
+    for method, path in [
+        ("post", "/api/rooms"),
+        ("get", "/api/rooms/{code}"),
+        ("post", "/api/rooms/{code}/follow"),
+        ("post", "/api/rooms/{code}/presence"),
+        ("get", "/api/rooms/{code}/status"),
+        ("get", "/api/rooms/{code}/qr.svg"),
+        ("delete", "/api/rooms/{code}"),
+        ("get", "/api/scenarios"),
+        ("get", "/api/labs/{lab_id}/export.jsonl"),
+        ("get", "/api/labs/{lab_id}/export.csv"),
+    ]:
         assert method in paths.get(path, {}), f"{method.upper()} {path} missing"
     create = paths["/api/rooms"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(create["properties"]["scenario"]["enum"]) == {"vt-too-short", "retry-storm", "poison-pill"}

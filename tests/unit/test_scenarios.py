@@ -25,7 +25,6 @@ def test_a_scenario_url_round_trips_every_setting_through_the_validator():
         assert not errors and clean == sc["settings"]
 
 
-
 def test_every_scenario_button_is_valid_settings_faults_and_jobs_on_a_known_preset():
     from core.broker.producer import JOB_TYPES
     from core.events import FAULTS, SAMPLES

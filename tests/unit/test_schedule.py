@@ -4,8 +4,14 @@ import chapters
 from app.routes.schedule import by_strategy, margins, model
 from core.engines.scheduler import clock_offset
 
-LESSON = {**chapters.settings_for("ch7"), "scheduler_replicas": 10, "cron_lock_ttl": 120, "cron_task_s": 45,
-          "clock_skew": 2, "leader_lease": 60}
+LESSON = {
+    **chapters.settings_for("ch7"),
+    "scheduler_replicas": 10,
+    "cron_lock_ttl": 120,
+    "cron_task_s": 45,
+    "clock_skew": 2,
+    "leader_lease": 60,
+}
 
 
 def test_the_lock_margin_is_the_lessons_73_seconds():
@@ -35,12 +41,23 @@ def test_replica_clocks_spread_evenly_over_the_skew():
 
 
 def test_runs_per_tick_are_grouped_by_the_strategy_in_force_and_only_complete_ticks_count():
-    rows = {1: {"runs": 4, "overlaps": 0, "emails": 0, "strategy": "none"},
-            2: {"runs": 4, "overlaps": 1, "emails": 8, "strategy": "none"},
-            3: {"runs": 1, "overlaps": 0, "emails": 0, "strategy": "lock"},
-            4: {"runs": 0, "overlaps": 0, "emails": 0, "strategy": "lock"},
-            5: {"runs": 2, "overlaps": 0, "emails": 0, "strategy": "lock"}}
+    rows = {
+        1: {"runs": 4, "overlaps": 0, "emails": 0, "strategy": "none"},
+        2: {"runs": 4, "overlaps": 1, "emails": 8, "strategy": "none"},
+        3: {"runs": 1, "overlaps": 0, "emails": 0, "strategy": "lock"},
+        4: {"runs": 0, "overlaps": 0, "emails": 0, "strategy": "lock"},
+        5: {"runs": 2, "overlaps": 0, "emails": 0, "strategy": "lock"},
+    }
     out = by_strategy(rows, last_complete=4)
     assert out["none"]["runs_per_tick"] == 4 and out["none"]["overlaps"] == 1
-    assert out["lock"] == {"ticks": 2, "runs": 1, "min_runs": 0, "max_runs": 1, "duplicate_ticks": 0,
-                           "missed_ticks": 1, "overlaps": 0, "emails": 0, "runs_per_tick": 0.5}
+    assert out["lock"] == {
+        "ticks": 2,
+        "runs": 1,
+        "min_runs": 0,
+        "max_runs": 1,
+        "duplicate_ticks": 0,
+        "missed_ticks": 1,
+        "overlaps": 0,
+        "emails": 0,
+        "runs_per_tick": 0.5,
+    }

@@ -22,8 +22,21 @@ def test_the_users_file_turns_the_default_user_off_and_stores_no_password():
         granted = set(lines[role].split(" -@all ", 1)[1].split())
         assert all(g.startswith("+") and "@" not in g for g in granted), lines[role]
         assert {"+get", "+hset", "+evalsha", "+xadd"} <= granted, role
-        for never in ("+flushall", "+flushdb", "+config|set", "+dump", "+restore", "+keys", "+script|flush",
-                      "+function|flush", "+monitor", "+acl|setuser", "+debug", "+shutdown", "+client|kill"):
+        for never in (
+            "+flushall",
+            "+flushdb",
+            "+config|set",
+            "+dump",
+            "+restore",
+            "+keys",
+            "+script|flush",
+            "+function|flush",
+            "+monitor",
+            "+acl|setuser",
+            "+debug",
+            "+shutdown",
+            "+client|kill",
+        ):
             assert never not in granted, f"{role} is granted {never}"
 
 
@@ -37,8 +50,15 @@ def test_a_url_shown_in_a_log_hides_its_password():
 def test_the_tag_on_a_lab_processs_command_line_names_the_server_and_database_but_no_user_or_password():
     tag = server_tag(embedded_redis.server_url("10.0.0.2", 6390, "pool", "p@ss:w/rd"))
     assert tag == "@10.0.0.2:6390/0" and "ss" not in tag and "pool" not in tag
-    tags = {server_tag(u) for u in ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6390/11",
-                                                     "redis://127.0.0.1:16390/1", "redis://127.0.0.2:6390/1")}
+    tags = {
+        server_tag(u)
+        for u in (
+            "redis://127.0.0.1:6390/1",
+            "redis://127.0.0.1:6390/11",
+            "redis://127.0.0.1:16390/1",
+            "redis://127.0.0.2:6390/1",
+        )
+    }
     assert len(tags) == 4, tags  # another database, port or address is another stack
 
 

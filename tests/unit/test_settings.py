@@ -14,8 +14,16 @@ def test_every_preset_only_overrides_known_settings_with_valid_values():
 
 
 def test_out_of_range_wrong_type_and_unknown_names_get_one_message_each():
-    clean, errors = settings.validate({"vt_seconds": 5, "workers": "many", "heartbeat": "maybe",
-                                       "ack_mode": "sometimes", "colour": "red", "max_attempts": 2.5})
+    clean, errors = settings.validate(
+        {
+            "vt_seconds": 5,
+            "workers": "many",
+            "heartbeat": "maybe",
+            "ack_mode": "sometimes",
+            "colour": "red",
+            "max_attempts": 2.5,
+        }
+    )
     assert clean == {}
     assert set(errors) == {"vt_seconds", "workers", "heartbeat", "ack_mode", "colour", "max_attempts"}
     assert "between 10 and 7200" in errors["vt_seconds"]

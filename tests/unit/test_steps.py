@@ -16,7 +16,7 @@ def try_this_items(source: str) -> int:
     start = re.search(r"^(#+ |\*\*)Try this", source, re.M)
     assert start, "the chapter has no Try this list"
     end = source.find("## Check yourself", start.end())
-    return len(re.findall(r"^\d+\. ", source[start.end():end if end > 0 else None], re.M))
+    return len(re.findall(r"^\d+\. ", source[start.end() : end if end > 0 else None], re.M))
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")
@@ -51,8 +51,23 @@ def test_a_scenario_banner_asks_and_only_its_outcome_tells():
 
 
 # the measures predict-model.js knows (its `measure` and `fromEvents`)
-MEASURES = {"attempts", "state", "peak", "counter", "pertick", "count", "gap", "spread", "moment", "events",
-            "distinct", "concurrent", "backlog", "meanwait", "panel"}
+MEASURES = {
+    "attempts",
+    "state",
+    "peak",
+    "counter",
+    "pertick",
+    "count",
+    "gap",
+    "spread",
+    "moment",
+    "events",
+    "distinct",
+    "concurrent",
+    "backlog",
+    "meanwait",
+    "panel",
+}
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: f"ch{c.number}")

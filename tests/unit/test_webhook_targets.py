@@ -33,11 +33,20 @@ def test_signature_verifies_and_tamper_fails():
     assert not verify(secret, {**headers, "webhook-timestamp": "1700000001"}, body)
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/hook", "http://10.1.2.3/hook", "http://169.254.169.254/latest/meta-data",
-    "http://[::1]/hook", "http://localhost:8000/hook", "http://0.0.0.0/", "http://224.0.0.1/",
-    "http://[::ffff:127.0.0.1]/", "http://192.168.0.5/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://10.1.2.3/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/hook",
+        "http://localhost:8000/hook",
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://192.168.0.5/",
+    ],
+)
 def test_internal_targets_refused(url):
     with pytest.raises(TargetRefused) as err:
         validate_target(url)
@@ -60,35 +69,69 @@ def test_public_literal_allowed_and_own_receiver_exempt():
 # Address by address, from the IANA IPv4 and IPv6 special-purpose address registries: every range that is not
 # globally reachable is refused (the first address of each, and one inside), and ordinary public ones pass.
 REFUSED = [
-    "0.0.0.0", "0.1.2.3",  # "this network"
-    "10.0.0.1", "172.16.0.1", "172.31.255.254", "192.168.1.1",  # private
-    "100.64.0.1", "100.127.255.254",  # shared address space (CGNAT)
-    "127.0.0.1", "127.255.255.254",  # loopback
+    "0.0.0.0",
+    "0.1.2.3",  # "this network"
+    "10.0.0.1",
+    "172.16.0.1",
+    "172.31.255.254",
+    "192.168.1.1",  # private
+    "100.64.0.1",
+    "100.127.255.254",  # shared address space (CGNAT)
+    "127.0.0.1",
+    "127.255.255.254",  # loopback
     "169.254.169.254",  # link-local (cloud metadata)
-    "192.0.0.1", "192.0.0.9", "192.0.0.170",  # IETF protocol assignments, NAT64 discovery
-    "192.0.2.1", "198.51.100.1", "203.0.113.1",  # documentation
+    "192.0.0.1",
+    "192.0.0.9",
+    "192.0.0.170",  # IETF protocol assignments, NAT64 discovery
+    "192.0.2.1",
+    "198.51.100.1",
+    "203.0.113.1",  # documentation
     "192.88.99.1",  # 6to4 relay anycast
-    "198.18.0.1", "198.19.255.254",  # benchmarking
-    "224.0.0.1", "239.255.255.250",  # multicast
-    "240.0.0.1", "255.255.255.255",  # reserved, limited broadcast
-    "::", "::1",  # unspecified, loopback
+    "198.18.0.1",
+    "198.19.255.254",  # benchmarking
+    "224.0.0.1",
+    "239.255.255.250",  # multicast
+    "240.0.0.1",
+    "255.255.255.255",  # reserved, limited broadcast
+    "::",
+    "::1",  # unspecified, loopback
     "::7f00:1",  # IPv4-compatible 127.0.0.1
-    "::ffff:127.0.0.1", "::ffff:100.64.0.1", "::ffff:10.0.0.1",  # IPv4-mapped: judged as the IPv4 inside
-    "64:ff9b::7f00:1", "64:ff9b::808:808", "64:ff9b:1::1",  # NAT64 (well-known and local-use)
+    "::ffff:127.0.0.1",
+    "::ffff:100.64.0.1",
+    "::ffff:10.0.0.1",  # IPv4-mapped: judged as the IPv4 inside
+    "64:ff9b::7f00:1",
+    "64:ff9b::808:808",
+    "64:ff9b:1::1",  # NAT64 (well-known and local-use)
     "100::1",  # discard-only
-    "2001::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+    "2001::1",
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
     "2001:2::1",  # benchmarking
     "2001:10::1",  # ORCHID (deprecated)
-    "2001:db8::1", "3fff::1", "3fff:fff::1",  # documentation
-    "2002::1", "2002:7f00:1::1",  # 6to4 (the second carries 127.0.0.1)
+    "2001:db8::1",
+    "3fff::1",
+    "3fff:fff::1",  # documentation
+    "2002::1",
+    "2002:7f00:1::1",  # 6to4 (the second carries 127.0.0.1)
     "5f00::1",  # segment routing SIDs
-    "fc00::1", "fd12:3456::1",  # unique local
+    "fc00::1",
+    "fd12:3456::1",  # unique local
     "fe80::1",  # link-local
     "fec0::1",  # site-local (deprecated)
-    "ff02::1", "ff0e::1",  # multicast, even global-scope
+    "ff02::1",
+    "ff0e::1",  # multicast, even global-scope
 ]
-ALLOWED = ["8.8.8.8", "93.184.216.34", "1.1.1.1", "100.63.255.255", "100.128.0.1", "198.17.255.255",
-           "198.20.0.1", "2606:4700:4700::1111", "2a00:1450:4001::200e", "2620:fe::fe"]
+ALLOWED = [
+    "8.8.8.8",
+    "93.184.216.34",
+    "1.1.1.1",
+    "100.63.255.255",
+    "100.128.0.1",
+    "198.17.255.255",
+    "198.20.0.1",
+    "2606:4700:4700::1111",
+    "2a00:1450:4001::200e",
+    "2620:fe::fe",
+]
 
 
 @pytest.mark.parametrize("raw", REFUSED)

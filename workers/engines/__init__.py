@@ -29,8 +29,9 @@ class Engine(Protocol):
     def busy(self, settings: dict, gauges: list) -> bool:
         """Whether the lab needs a pass on the housekeeping cadence for it (`gauges`: what `read` read, or [])."""
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         """Its work in the lab's pass, at the clock's reading `state`; the deliveries it left to dispatch."""
 
 

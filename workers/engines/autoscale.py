@@ -25,16 +25,18 @@ SCALE_IN_COOLDOWN_S = 60.0  # no scale-in this soon after any change (no flappin
 MAX_WORKERS = int(BY_NAME["workers"].max)
 
 
-def decide(depth: int, workers: int, lam: float, W: float, target_wait: float, floor: int,
-           ceiling: int = MAX_WORKERS) -> tuple[int, str]:
+def decide(
+    depth: int, workers: int, lam: float, W: float, target_wait: float, floor: int, ceiling: int = MAX_WORKERS
+) -> tuple[int, str]:
     """(target workers, why) from queue depth, requested workers and measured arrival rate."""
     drain = depth * W / workers if workers > 0 else math.inf
     if depth and drain > target_wait:
         needed = math.ceil(depth * W / target_wait - 1e-9)
         return min(ceiling, max(needed, floor)), f"drain time {drain:.0f} s > target {target_wait:g} s"
     if depth == 0:
-        want = max(floor, numbers.workers_for_utilisation(lam, W, numbers.Inputs().target_utilisation)
-                   if lam > 0 else floor)
+        want = max(
+            floor, numbers.workers_for_utilisation(lam, W, numbers.Inputs().target_utilisation) if lam > 0 else floor
+        )
         if want < workers:
             return want, f"queue empty; λ {lam:.3f}/s needs {want} at ρ ≤ {numbers.Inputs().target_utilisation:g}"
     return workers, "hold"
@@ -54,15 +56,21 @@ def tick(r: redis.Redis, lab: str, now: float, settings: dict, machine_max: int 
     depth = int(states.get("queued", 0)) + int(states.get("retrying", 0))
     current = int(settings["workers"])
     ceiling = min(MAX_WORKERS, max(current, machine_max - registry.workers_in_use(r, exclude=lab)))
-    target, why = decide(depth, current, loadgen.recent_rate(r, lab, now), loadgen.MIX_W,
-                         float(settings["autoscale_target_wait"]), int(settings["autoscale_min"]), ceiling)
+    target, why = decide(
+        depth,
+        current,
+        loadgen.recent_rate(r, lab, now),
+        loadgen.MIX_W,
+        float(settings["autoscale_target_wait"]),
+        int(settings["autoscale_min"]),
+        ceiling,
+    )
     if target == current:
         return None
     if target < current and last[1] is not None and now - float(last[1]) < SCALE_IN_COOLDOWN_S:
         return None
     try:  # its processes are reserved before they are asked for, as a PATCH's are (core/slots.py)
-        slots.reserve(r, [(lab, registry.processes_of({**settings, "workers": target}))], "autoscaler", 0,
-                      machine_max)
+        slots.reserve(r, [(lab, registry.processes_of({**settings, "workers": target}))], "autoscaler", 0, machine_max)
     except slots.Refused:
         return None
     r.hset(k, "changed_t", now)
@@ -87,8 +95,9 @@ class Autoscaler:
     def busy(self, settings: dict, gauges: list) -> bool:
         return bool(settings.get("autoscale"))
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         tick(r, lab, state["t_raw"], settings, config.max_workers)
         return 0
 

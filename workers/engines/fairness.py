@@ -12,7 +12,6 @@ hard split the wall is a count over one fleet, and the same storm kills the work
 The face both processes share (state keys, readers, commands) is core/engines/fairness.py.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -79,8 +78,15 @@ def capacity(settings: dict, rows: list[dict]) -> tuple[dict[str, int], int]:
     return cap, len(live)
 
 
-def choose(r: redis.Redis, lab: str, settings: dict, now: float, running: dict[str, int],
-           rng: random.Random, cap: dict[str, int] | None = None) -> tuple[str, str, float] | None:
+def choose(
+    r: redis.Redis,
+    lab: str,
+    settings: dict,
+    now: float,
+    running: dict[str, int],
+    rng: random.Random,
+    cap: dict[str, int] | None = None,
+) -> tuple[str, str, float] | None:
     """The next (tier, member, enqueued_at) a free worker takes under the lab's strategy, with at most
     `cap[tier]` jobs running per tier (the strategy's pools when not given)."""
     cap = pools(settings) if cap is None else cap
@@ -192,14 +198,22 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, settings: dict, now: fl
         rq_id = f"{lab}-fair-{seq}-{order}"
         # the record goes first, so a crash between the two leaves a record the sweep can take back
         queue = Queue(tier_queue_name(lab, tier), connection=rq_conn) if separate else reaper.rq_queue(rq_conn, lab)
-        r.hset(inflight_key(lab), member, json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id, "q": queue.key,
-                                                      "released": time.time()}))
+        r.hset(
+            inflight_key(lab),
+            member,
+            json.dumps({"tier": tier, "enq": enqueued, "rq": rq_id, "q": queue.key, "released": time.time()}),
+        )
         # held before RQ has it (the horse moves this barrier to the job's end) and, the first time, in the
         # same step as RELEASE goes: the clock does not run between the pass's picks and the horse's start
         clock.hold(r, lab, run_holder(member), now, ttl=HANDOFF_S, also_lift="" if sent else RELEASE)
-        queue.enqueue_call("workers.engines.fairness.run_job",
-                           args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
-                           timeout=-1, result_ttl=0, failure_ttl=300, job_id=rq_id)
+        queue.enqueue_call(
+            "workers.engines.fairness.run_job",
+            args=(lab, seq, tier, cust, enqueued, float(settings["fair_job_s"]), order),
+            timeout=-1,
+            result_ttl=0,
+            failure_ttl=300,
+            job_id=rq_id,
+        )
         running[tier] += 1
         free_workers -= 1
         sent += 1
@@ -220,13 +234,26 @@ def sweep(r: redis.Redis, lab: str, now: float) -> int:
     back = 0
     for member, raw in records.items():
         rec = json.loads(raw)
-        reason = lost_reason(rec, job_label(rec["tier"], member), r.hget(f"rq:job:{rec['rq']}", "status"),
-                             workers, lambda rq_id, q=rec["q"]: r.lpos(q, rq_id) is not None)
+        reason = lost_reason(
+            rec,
+            job_label(rec["tier"], member),
+            r.hget(f"rq:job:{rec['rq']}", "status"),
+            workers,
+            lambda rq_id, q=rec["q"]: r.lpos(q, rq_id) is not None,
+        )
         if reason and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
             enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
             r.hincrby(key(lab, "fair", "meta"), f"requeued_{rec['tier']}", 1)
-            stream.emit(r, lab, "fairness.requeued", now, worker_id=rec.get("worker") or "?", tier=rec["tier"],
-                        customer=member.split(":", 1)[1], reason=reason)
+            stream.emit(
+                r,
+                lab,
+                "fairness.requeued",
+                now,
+                worker_id=rec.get("worker") or "?",
+                tier=rec["tier"],
+                customer=member.split(":", 1)[1],
+                reason=reason,
+            )
             back += 1
     return back
 
@@ -266,8 +293,7 @@ return 1
 """
 
 
-def run_job(lab: str, seq: str, tier: str, customer: str, enqueued: float, duration: float,
-            order: int = 0) -> None:
+def run_job(lab: str, seq: str, tier: str, customer: str, enqueued: float, duration: float, order: int = 0) -> None:
     """One tier job in a real work horse: record its wait, hold a worker for `duration` simulated s.
     `order` is the strategy's pick order (start order can differ by a worker's hand-off latency)."""
     from workers.tasks import connection, set_worker, worker_id
@@ -296,8 +322,9 @@ def _poison(r: redis.Redis, lab: str, tier: str, customer: str, member: str, wid
     if crashes > POISON_CRASHES:
         if r.hdel(inflight_key(lab), member):
             r.hincrby(key(lab, "fair", "meta"), f"dead_{tier}", 1)
-            stream.emit(r, lab, "fairness.dead_lettered", now, worker_id=wid, tier=tier, customer=customer,
-                        crashes=crashes - 1)
+            stream.emit(
+                r, lab, "fairness.dead_lettered", now, worker_id=wid, tier=tier, customer=customer, crashes=crashes - 1
+            )
         clock.lift(r, lab, run_holder(member))
         return
     r.hincrby(key(lab, "fair", "meta"), f"crashes_{tier}", 1)
@@ -307,8 +334,17 @@ def _poison(r: redis.Redis, lab: str, tier: str, customer: str, member: str, wid
     os._exit(1)
 
 
-def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueued: float, duration: float,
-         order: int, wid: str) -> None:
+def _run(
+    r: redis.Redis,
+    lab: str,
+    tier: str,
+    customer: str,
+    member: str,
+    enqueued: float,
+    duration: float,
+    order: int,
+    wid: str,
+) -> None:
     """Start at the moment the clock was held at for this hand-off (`run_holder`, placed by the release), move
     that barrier to the job's end, and end there: a slow fork or a slow poll of the clock costs no simulated
     time. If jobs wait, the clock is held at the end (RELEASE) until the supervisor has released the next."""
@@ -317,12 +353,24 @@ def _run(r: redis.Redis, lab: str, tier: str, customer: str, member: str, enqueu
     clock.hold(r, lab, holder, start + duration)
     wait = max(0.0, start - enqueued)
     seq = int(member.split(":")[0])
-    r.rpush(key(lab, "fair", "waits"), json.dumps({"tier": tier, "customer": customer, "wait": round(wait, 3),
-                                                   "t": round(start, 3), "seq": seq,
-                                                   "order": order, "worker": wid}))
+    r.rpush(
+        key(lab, "fair", "waits"),
+        json.dumps(
+            {
+                "tier": tier,
+                "customer": customer,
+                "wait": round(wait, 3),
+                "t": round(start, 3),
+                "seq": seq,
+                "order": order,
+                "worker": wid,
+            }
+        ),
+    )
     r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
-    stream.emit(r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer,
-                wait=round(wait, 1), seq=seq)
+    stream.emit(
+        r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer, wait=round(wait, 1), seq=seq
+    )
     fresh_at = time.monotonic()
     while (now := clock.now(r, lab)) - start < duration:
         if time.monotonic() - fresh_at > REFRESH_S:
@@ -364,8 +412,9 @@ class Releaser:
     def busy(self, settings: dict, gauges: list) -> bool:
         return any(gauges) or float(settings.get("arrival_rate", 0)) > 0
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         if not state["paused"] and (float(settings["arrival_rate"]) > 0 or not quiet):
             tick(r, rq, lab, settings, state["t_raw"])
         return 0

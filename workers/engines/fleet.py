@@ -54,17 +54,32 @@ class SchedulerFleet:
                 os.setpriority(os.PRIO_PROCESS, 0, nice)  # a lab's replicas share its CPU weight
             except OSError:
                 pass
-        slot.proc = subprocess.Popen([sys.executable, "-m", "workers.engines.scheduler", fleet.lab, slot.id], env=env,
-                                     stdin=subprocess.DEVNULL, preexec_fn=start)
+
+        slot.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.engines.scheduler", fleet.lab, slot.id],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=start,
+        )
         slot.state = "running"
         self.write_row(fleet, slot)
-        stream.emit(self.r, fleet.lab, "replica.started", clock.now(self.r, fleet.lab), replica=slot.id,
-                    pid=slot.proc.pid, offset=round(clock_offset(settings, slot.id), 3))
+        stream.emit(
+            self.r,
+            fleet.lab,
+            "replica.started",
+            clock.now(self.r, fleet.lab),
+            replica=slot.id,
+            pid=slot.proc.pid,
+            offset=round(clock_offset(settings, slot.id), 3),
+        )
 
     def write_row(self, fleet: LabFleet, slot: ReplicaSlot) -> None:
         alive = slot.state == "running" and slot.proc is not None
-        self.r.hset(cron_key(fleet.lab, "replicas"), slot.id,
-                    json.dumps({"id": slot.id, "state": slot.state, "pid": slot.proc.pid if alive else None}))
+        self.r.hset(
+            cron_key(fleet.lab, "replicas"),
+            slot.id,
+            json.dumps({"id": slot.id, "state": slot.state, "pid": slot.proc.pid if alive else None}),
+        )
 
     def kill(self, lab: str, replica: str, settings: dict, state: str = "dead") -> dict:
         """SIGKILL the replica as a crash would; its run (if any) stops mid-way and is no longer running."""
@@ -180,8 +195,9 @@ class Replicas:
     def busy(self, settings: dict, gauges: list) -> bool:
         return int(settings.get("scheduler_replicas", 0)) > 0
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         return 0
 
 

@@ -14,7 +14,6 @@ times; the even mix has none of that spread and the lesson's blend far more, so 
 The face both processes share (state keys, readers, commands) is core/engines/loadgen.py.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -51,8 +50,9 @@ def real_budget(lab: str, per_s: float) -> float:
     return min(per_s, tokens + (now - last) * per_s)
 
 
-def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0,
-         speed: float = 20.0) -> int:
+def tick(
+    r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0, speed: float = 20.0
+) -> int:
     """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many. The clock
     is held at the next one's moment (`hold_next`), so each is enqueued at its own moment.
 
@@ -80,8 +80,16 @@ def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: 
         else:
             transcode = jt.name == "transcode"
             payload = producer.enqueue_job(
-                r, rq_conn, lab, job_type="transcode" if transcode else "thumbnail", video_id=f"load-{jt.name}",
-                source=src, duration_s=jt.mean_s, resolutions=["144p"], idempotency_key=None)
+                r,
+                rq_conn,
+                lab,
+                job_type="transcode" if transcode else "thumbnail",
+                video_id=f"load-{jt.name}",
+                source=src,
+                duration_s=jt.mean_s,
+                resolutions=["144p"],
+                idempotency_key=None,
+            )
             r.zadd(arrivals_key(lab), {payload["job_id"]: payload["created_at"]})
             in_flight += 1
             made += 1
@@ -116,8 +124,9 @@ class Generator:
     def busy(self, settings: dict, gauges: list) -> bool:
         return gauges == ["1"]
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate, state["speed"])
 
 

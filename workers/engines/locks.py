@@ -9,7 +9,6 @@ expire early, which is the lesson's clock skew eating the TTL's margin.
 The face both processes share (state keys, readers, commands) is core/engines/locks.py.
 """
 
-
 from __future__ import annotations
 
 import redis

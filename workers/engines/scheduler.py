@@ -20,7 +20,6 @@ Run: `python -m workers.engines.scheduler <lab> <replica>` (the fleet does).
 The face both processes share (state keys, readers, commands) is core/engines/scheduler.py.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -160,8 +159,12 @@ class Replica:
         elif strategy in ("lock", "heartbeat"):
             got = locks.acquire(self.r, self.lab, TASK, self.id, now, float(self.settings["cron_lock_ttl"]))
             if not got["won"]:
-                self.emit("cron.skipped", tick=tick, reason=f"lock held by {got['holder']}",
-                          remaining=round(got["expires"] - now, 3))
+                self.emit(
+                    "cron.skipped",
+                    tick=tick,
+                    reason=f"lock held by {got['holder']}",
+                    remaining=round(got["expires"] - now, 3),
+                )
                 return
             # A replica that reaches the tick after the holder finished and released finds the lock free:
             # the last-run record (the one catch-up keeps) says the tick is done. On the lab's compressed
@@ -171,8 +174,9 @@ class Replica:
                 locks.release(self.r, self.lab, TASK, self.id)
                 self.emit("cron.skipped", tick=tick, reason=f"tick {tick} already ran")
                 return
-        self.run_thread = threading.Thread(target=self.run, args=(tick, strategy, dict(self.settings), now),
-                                           daemon=True)
+        self.run_thread = threading.Thread(
+            target=self.run, args=(tick, strategy, dict(self.settings), now), daemon=True
+        )
         self.run_thread.start()
 
     # --- leader election --------------------------------------------------------------------
@@ -202,8 +206,12 @@ class Replica:
         self.watch(None if got["won"] else got["expires"])
         if got["won"]:
             self.leader_until, self.next_renew = got["expires"], now + lease / 3
-            self.emit("leader.elected", lease=lease, previous=got["previous"] or "none",
-                      vacant=round(max(0.0, now - got["previous_expires"]), 3) if got["previous"] else 0)
+            self.emit(
+                "leader.elected",
+                lease=lease,
+                previous=got["previous"] or "none",
+                vacant=round(max(0.0, now - got["previous_expires"]), 3) if got["previous"] else 0,
+            )
             if got["previous"] and got["previous"] != self.id:
                 self.record_failover(got["previous"], lease)
 
@@ -232,8 +240,13 @@ class Replica:
         """How long the schedule had no leader: from the old leader's SIGKILL (if it was killed) to now."""
         t = clock.now(self.r, self.lab)
         killed = self.r.hget(cron_key(self.lab, "killed"), previous)
-        row = {"from": previous, "to": self.id, "t": round(t, 3), "lease": lease,
-               "gap_s": round(t - float(killed), 3) if killed is not None else None}
+        row = {
+            "from": previous,
+            "to": self.id,
+            "t": round(t, 3),
+            "lease": lease,
+            "gap_s": round(t - float(killed), 3) if killed is not None else None,
+        }
         with self.r.pipeline() as pipe:
             pipe.lpush(cron_key(self.lab, "failovers"), json.dumps(row))
             pipe.ltrim(cron_key(self.lab, "failovers"), 0, 19)
@@ -245,8 +258,9 @@ class Replica:
         """The task, from `start` (when the tick fired and the lock, if any, was taken) to start + duration."""
         r, lab = self.r, self.lab
         ticks = cron_key(lab, "ticks")
-        runs, others = self.start_script(keys=[ticks, cron_key(lab, "running")],
-                                         args=[tick, self.id, json.dumps({"tick": tick, "since": start})])
+        runs, others = self.start_script(
+            keys=[ticks, cron_key(lab, "running")], args=[tick, self.id, json.dumps({"tick": tick, "since": start})]
+        )
         slow = r.getdel(cron_key(lab, "slow_next"))
         duration = float(slow) if slow else float(s["cron_task_s"])
         interval, buckets = float(s["cron_interval"]), int(s["shard_buckets"])
@@ -260,13 +274,24 @@ class Replica:
             r.hincrby(ticks, f"{tick}:catch_up", 1)
             # the missed ticks' buckets, at most one day back (older digests are not worth sending late)
             missed = range(max(int(last["tick"]) + 1, tick - buckets + 1), tick)
-            self.emit("cron.catch_up" if s["cron_catch_up"] else "cron.missed", tick=tick,
-                      ago=round(ago, 3), factor=CATCH_UP_FACTOR, missed=tick - int(last["tick"]) - 1,
-                      covered=len(missed) if s["cron_catch_up"] else 0)
+            self.emit(
+                "cron.catch_up" if s["cron_catch_up"] else "cron.missed",
+                tick=tick,
+                ago=round(ago, 3),
+                factor=CATCH_UP_FACTOR,
+                missed=tick - int(last["tick"]) - 1,
+                covered=len(missed) if s["cron_catch_up"] else 0,
+            )
             if s["cron_catch_up"]:
                 covers = [*missed, tick]
-        self.emit("cron.run_started", tick=tick, strategy=strategy, duration=duration, run=int(runs),
-                  catch=" — a catch-up run" if catch_up else (" — AGAIN" if int(runs) > 1 else ""))
+        self.emit(
+            "cron.run_started",
+            tick=tick,
+            strategy=strategy,
+            duration=duration,
+            run=int(runs),
+            catch=" — a catch-up run" if catch_up else (" — AGAIN" if int(runs) > 1 else ""),
+        )
         if others:
             self.emit("cron.overlap", tick=tick, others=others)
         everyone = shards.users(int(s["cron_users"]))
@@ -300,8 +325,9 @@ class Replica:
         catch-up after sharding was switched on owes each missed bucket its own digest, not a repeat of
         that one."""
         args = [tick, int(idempotent), SENT_TTL_S, *(digest(t, u) for t, u in due)]
-        sent, wasted = self.send_script(keys=[cron_key(self.lab, "ticks"), cron_key(self.lab, "emails"),
-                                              cron_key(self.lab, "sent")], args=args)
+        sent, wasted = self.send_script(
+            keys=[cron_key(self.lab, "ticks"), cron_key(self.lab, "emails"), cron_key(self.lab, "sent")], args=args
+        )
         return int(sent), int(wasted)
 
     def finish(self, tick: int, strategy: str, s: dict, start: float, sent: int, wasted: int) -> None:
@@ -316,8 +342,11 @@ class Replica:
         if strategy in ("lock", "heartbeat"):
             holder = locks.release(r, lab, TASK, self.id, s["cron_release"])
             if holder and holder != self.id:
-                self.emit("cron.foreign_release" if s["cron_release"] == "delete" else "cron.release_refused",
-                          tick=tick, holder=holder)
+                self.emit(
+                    "cron.foreign_release" if s["cron_release"] == "delete" else "cron.release_refused",
+                    tick=tick,
+                    holder=holder,
+                )
         self.emit("cron.run_finished", tick=tick, emails=sent, wasted=wasted)
 
     def stop(self) -> None:

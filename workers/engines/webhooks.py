@@ -17,7 +17,6 @@ lease rather than removed, so a supervisor killed mid-send leaves the try to com
 The face both processes share (state keys, readers, commands) is core/engines/webhooks.py.
 """
 
-
 from __future__ import annotations
 
 import http.client
@@ -68,11 +67,26 @@ def collect(r: redis.Redis, lab: str, reg: dict, now: float) -> int:
             if j is None:
                 continue
             msg_id = f"msg_{lab}_{ev['id'].replace('-', '_')}"
-            body = {"type": kind, "timestamp": datetime.fromtimestamp(ev["t_real"], UTC).isoformat(),
-                    "data": {**registry.status_body(j, lab), "status": "done" if kind == "job.done" else j["state"],
-                             "lab_id": lab, "completed_at": ev["t_real"], "t_sim": ev["t_sim"]}}
-            record = {"msg_id": msg_id, "type": kind, "job_id": ev["job_id"], "state": "pending", "tries": [],
-                      "body": json.dumps(body, separators=(",", ":")), "created": time.time()}
+            body = {
+                "type": kind,
+                "timestamp": datetime.fromtimestamp(ev["t_real"], UTC).isoformat(),
+                "data": {
+                    **registry.status_body(j, lab),
+                    "status": "done" if kind == "job.done" else j["state"],
+                    "lab_id": lab,
+                    "completed_at": ev["t_real"],
+                    "t_sim": ev["t_sim"],
+                },
+            }
+            record = {
+                "msg_id": msg_id,
+                "type": kind,
+                "job_id": ev["job_id"],
+                "state": "pending",
+                "tries": [],
+                "body": json.dumps(body, separators=(",", ":")),
+                "created": time.time(),
+            }
             pipe.hsetnx(messages(lab), msg_id, json.dumps(record))
             pipe.zadd(due(lab), {msg_id: now}, nx=True)
             made += 1
@@ -99,8 +113,11 @@ def post(url: str, addrs: list[str], headers: dict, body: bytes) -> int:
     https = parts.scheme == "https"
     port = parts.port or (443 if https else 80)
     if https:
-        conn = (_PinnedHTTPS(parts.hostname, addrs[0], port, TIMEOUT_S) if addrs
-                else http.client.HTTPSConnection(parts.hostname, port, timeout=TIMEOUT_S))
+        conn = (
+            _PinnedHTTPS(parts.hostname, addrs[0], port, TIMEOUT_S)
+            if addrs
+            else http.client.HTTPSConnection(parts.hostname, port, timeout=TIMEOUT_S)
+        )
     else:
         conn = http.client.HTTPConnection(addrs[0] if addrs else parts.hostname, port, timeout=TIMEOUT_S)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -218,12 +235,15 @@ class Deliverer:
         n = len(msg["tries"]) + 1
         sent_at = time.time()
         body = msg["body"].encode()
-        headers = {"Content-Type": "application/json", "User-Agent": "AsyncWorkLab-Webhooks/1",
-                   **sign(reg["secret"], msg_id, int(sent_at), body)}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "AsyncWorkLab-Webhooks/1",
+            **sign(reg["secret"], msg_id, int(sent_at), body),
+        }
         try:
             url, addrs = self.target(lab, reg["url"])
             status = post(url, addrs, headers, body)
-            reason = (f"redirect ({status}) not followed" if 300 <= status < 400 else f"HTTP {status}")
+            reason = f"redirect ({status}) not followed" if 300 <= status < 400 else f"HTTP {status}"
         except TargetRefused as e:  # the target now resolves somewhere it must not reach
             status, reason = None, f"refused: {e.reason}"
         except (OSError, http.client.HTTPException) as e:
@@ -242,8 +262,9 @@ class Deliverer:
             stream.emit(self.r, lab, "webhook.gave_up", now, **fields, reason=reason)
         else:
             # Chapter 4's full jitter, on the lab's clock and its retry settings, seeded per message and try.
-            delay = retry.full_jitter_delay(n, settings["retry_base"], settings["retry_cap"],
-                                            retry.jitter_rng(settings["jitter_seed"], msg_id, n))
+            delay = retry.full_jitter_delay(
+                n, settings["retry_base"], settings["retry_cap"], retry.jitter_rng(settings["jitter_seed"], msg_id, n)
+            )
             attempt["next_delay_s"] = round(delay, 3)
             self.r.zadd(due(lab), {msg_id: now + delay})
             stream.emit(self.r, lab, "webhook.attempted", now, **fields, reason=reason, delay=round(delay, 2))
@@ -266,8 +287,9 @@ class Delivery:
     def busy(self, settings: dict, gauges: list) -> bool:
         return False
 
-    def tick(self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config,
-             quiet: bool) -> int:
+    def tick(
+        self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
+    ) -> int:
         return 0
 
 
