@@ -135,24 +135,22 @@ export function install(W) {
     els.says.hidden = true;
     const spec = step.predict || {};
     const fid = `${root.id}-step-guess`;
+    // the guess and its button on one line under the question: the card stays short on the first screen
+    const run = h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' }, 'Lock in my guess and run');
     let field;
-    let answer = [];
     if (spec.kind === 'choice') {
-      field = h('fieldset', {}, h('legend', {}, spec.question), spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
-        h('input', { type: 'radio', name: fid, value: v, testid: `stepper-choice-${v}` }), ` ${label}`)));
+      field = h('fieldset', {}, h('legend', {}, spec.question), h('div', { class: 'lw-row lw-step-answer' },
+        ...spec.choices.map(([v, label]) => h('label', { class: 'lw-radio' },
+          h('input', { type: 'radio', name: fid, value: v, testid: `stepper-choice-${v}` }), ` ${label}`)), run));
     } else {
       const num = spec.kind === 'number';
-      field = h('label', { for: fid, testid: 'stepper-question' }, spec.question);
-      answer = [h('input', num
-        ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
-        : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
-      spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null];
+      field = [h('label', { for: fid, testid: 'stepper-question' }, spec.question), h('div', { class: 'lw-row lw-step-answer' },
+        h('input', num
+          ? { type: 'number', id: fid, testid: 'stepper-guess', min: spec.min, max: spec.max, step: 1, inputmode: 'numeric', class: 'lw-num' }
+          : { type: 'text', id: fid, testid: 'stepper-guess', class: 'lw-step-text', autocomplete: 'off' }),
+        spec.unit ? h('span', { class: 'lw-unit' }, spec.unit) : null, run)];
     }
-    // the guess and its button on one line under the question: the card stays short on the first screen
-    const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field,
-      h('div', { class: 'lw-row lw-step-answer' }, ...answer,
-        h('button', { type: 'submit', class: 'lw-btn lw-primary', testid: 'stepper-run' },
-          'Lock in my guess and run')));
+    const form = h('form', { class: 'lw-step-form', testid: 'stepper-form', novalidate: true }, field);
     form.addEventListener('submit', (e) => { e.preventDefault(); go(form); });
     els.body.replaceChildren(form);
     nav();
