@@ -13,13 +13,35 @@ in one process, and `/healthz`, pages and API calls are served alongside whateve
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import gevent
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
 from core.config import Config
+
+# A request gunicorn refuses before the app sees it, answered as the API answers (`{error, detail}` in JSON),
+# not with gunicorn's HTML page: status, reason, error code. Any other parse error is a plain 400.
+REFUSED: dict[type[Exception], tuple[int, str, str]] = {
+    http_errors.LimitRequestLine: (414, "URI Too Long", "uri_too_long"),
+    http_errors.LimitRequestHeaders: (431, "Request Header Fields Too Large", "headers_too_large"),
+    http_errors.ExpectationFailed: (417, "Expectation Failed", "expectation_failed"),
+    http_errors.UnsupportedTransferCoding: (501, "Not Implemented", "unsupported_transfer_coding"),
+    http_errors.ForbiddenProxyRequest: (403, "Forbidden", "forbidden_proxy"),
+}
+
+
+def refusal(exc: Exception) -> bytes:
+    """The whole HTTP response for a request gunicorn could not parse (the connection then closes)."""
+    status, reason, error = next(
+        (answer for kind, answer in REFUSED.items() if isinstance(exc, kind)), (400, "Bad Request", "bad_request")
+    )
+    body = json.dumps({"error": error, "detail": str(exc)}).encode()
+    head = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    return head.encode("latin-1") + f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
 
 class LabGeventWorker(GeventWorker):
@@ -55,3 +77,14 @@ class LabGeventWorker(GeventWorker):
             self.held[ip] -= 1
             if self.held[ip] <= 0:
                 del self.held[ip]
+
+    def handle_error(self, req, client, addr, exc):
+        """A request line or headers gunicorn refuses (too long, malformed): the same JSON as every API error."""
+        if not isinstance(exc, http_errors.ParseException) or isinstance(exc, http_errors.ConfigurationProblem):
+            super().handle_error(req, client, addr, exc)
+            return
+        self.log.warning("Invalid request from ip=%s: %s", addr[0] if addr else "", exc)
+        try:
+            client.sendall(refusal(exc))
+        except OSError:
+            self.log.debug("Failed to send error message.")

@@ -180,6 +180,21 @@ def test_a_multipart_body_labelled_json_and_a_missing_file_field_are_4xx(lab, fi
     assert res.status == 422 and res.json()["error"] == "missing_file"
 
 
+@pytest.mark.parametrize(
+    ("what", "status", "error"), [("request-line", 414, "uri_too_long"), ("header", 431, "headers_too_large")]
+)
+def test_a_request_too_long_for_the_web_server_is_refused_in_json(lab, what, status, error):
+    """gunicorn refuses these before the app sees them; the answer is still the API's JSON, not an HTML page."""
+    path, headers = f"/api/labs/{lab['lab_id']}", {}
+    if what == "request-line":
+        path += "?q=" + "x" * 9000
+    else:
+        headers["X-Long"] = "x" * 9000
+    res = lab["client"].call("GET", path, headers=headers, token=lab["token"])
+    assert res.status == status and res.headers["Content-Type"] == "application/json", res.body
+    assert res.json()["error"] == error and res.json()["detail"]
+
+
 def test_a_truncated_faststart_mp4_passes_the_door_and_is_dead_lettered_with_its_reason(lab, files):
     # the index and the first frames whole, the last fifth gone (the 1 s sample interleaves its audio: a cut at
     # two thirds already reaches into the packets the door decodes)
