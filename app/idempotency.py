@@ -7,6 +7,11 @@ response; a key reused with a different body is a client bug (422). Keys live fo
 numbers model derives from VT + transcode p99 (rounded up), measured on the lab's clock. When the
 dedup store is unavailable (the `dedup_outage` fault) the lab's `dedup_fail_mode` decides: open
 (proceed unchecked and risk a duplicate) or closed (refuse with 503 and let the client retry).
+
+A claim names the web process that holds it. Each web process beats (`heartbeat`, a key that lapses
+`ALIVE_TTL_S` after its last beat): when a resend meets a claim whose process no longer beats (a web worker
+killed mid-request), the claim is taken over at once instead of answering 409 until the window ends. A
+process that does not beat (a test client, a dev server) holds its claims for the whole window.
 """
 
 from __future__ import annotations
@@ -14,17 +19,45 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import secrets
+import socket
+import time
 from functools import cache
 
 import redis
 from flask import Response, jsonify, request
+from redis.client import Pipeline
 
 import chapters
 from app.errors import ApiError
 from core import clock, registry, stream
-from core.keys import key
+from core.keys import key, web_alive
 
 MAX_KEY_CHARS = 200
+ALIVE_EVERY_S = 2.0
+"""How often a web process beats."""
+ALIVE_TTL_S = 6
+"""How long a beat lasts: a killed web process's claims are taken over this long after its last beat."""
+_beating: str | None = None  # this process's name in its claims, while its heartbeat is written
+
+
+def heartbeat(r: redis.Redis) -> None:
+    """Beat for this web process, forever (runtime/web_worker.py runs it in a greenlet of its own)."""
+    global _beating
+    name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    while True:
+        try:
+            r.set(web_alive(name), 1, ex=ALIVE_TTL_S)
+            _beating = name
+        except redis.RedisError:
+            _beating = None  # unproven while the server is away: claims made meanwhile hold for the window
+        time.sleep(ALIVE_EVERY_S)
+
+
+def holder_gone(r: redis.Redis, prior: dict) -> bool:
+    """True if the claim's web process has stopped beating (killed mid-request): nobody will finish it."""
+    return bool(prior.get("holder")) and not r.exists(web_alive(prior["holder"]))
 
 
 @cache
@@ -62,12 +95,15 @@ class Claim:
         if self.redis_key and self.prior is None:
             self.r.delete(self.redis_key)
 
-    def finish(self, body: dict, response: dict, resp: Response) -> Response:
-        """Remember the response for the window; mark an unchecked (fail-open) request as such."""
+    def made(self, pipe: Pipeline, body: dict, response: dict) -> None:
+        """Remember the response for the window, written in the job's own transaction (`pipe`)."""
+        if self.redis_key is not None:
+            pipe.set(self.redis_key, record(fingerprint(body), response, self.now), ex=real_ttl(self.r, self.lab))
+
+    def checked(self, resp: Response) -> Response:
+        """Mark an unchecked (fail-open) request as such."""
         if self.redis_key is None:
             resp.headers["Idempotency-Checked"] = "false"
-            return resp
-        self.r.set(self.redis_key, record(fingerprint(body), response, self.now), ex=real_ttl(self.r, self.lab))
         return resp
 
 
@@ -76,7 +112,9 @@ def fingerprint(body: dict) -> str:
 
 
 def record(fp: str | None, response: dict | None, now: float) -> str:
-    return json.dumps({"fingerprint": fp, "response": response, "expires_sim": now + model()["dedup_window_s"]})
+    """A key's stored value: in progress (no response yet, held by this process) or finished."""
+    held = {"holder": _beating} if response is None and _beating else {}
+    return json.dumps({"fingerprint": fp, "response": response, "expires_sim": now + model()["dedup_window_s"], **held})
 
 
 def real_ttl(r: redis.Redis, lab: str) -> int:
@@ -113,6 +151,9 @@ def begin(r: redis.Redis, lab: str, settings: dict) -> Claim | None:
         if prior is None or prior["expires_sim"] <= now:
             r.delete(k)  # outlived its window on the lab's clock: a new operation
             continue
+        if prior["response"] is None and holder_gone(r, prior):
+            r.delete(k)  # its request died with its web process before any job existed (a job and its key's
+            continue  # answer are written in one transaction: a claim still in progress made no job)
         if prior["response"] is None:
             stream.emit(r, lab, "idempotency.conflict", now)
             raise ApiError(409, "request_in_progress", "a request with this Idempotency-Key is still in progress")

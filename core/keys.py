@@ -52,6 +52,11 @@ def spare_assignment(token: str) -> str:
     return f"pool:spare:{token}"
 
 
+def web_alive(process: str) -> str:
+    """A web process's heartbeat (app/idempotency.py): gone a few seconds after the process is."""
+    return f"web:alive:{process}"
+
+
 def host_running(host: str) -> str:
     """The processes a pool host really runs now (its workers and scheduler replicas), for /metrics."""
     return f"pool:host:{host}:running"

@@ -17,6 +17,7 @@ import json
 from collections import Counter
 
 import gevent
+import redis
 from gunicorn.http import errors as http_errors
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
@@ -55,9 +56,11 @@ class LabGeventWorker(GeventWorker):
 
     def load_wsgi(self):
         super().load_wsgi()
+        from app import idempotency
         from app.routes.pages import warm
 
         gevent.spawn(warm, self.wsgi)  # every chapter rendered once, in the background
+        gevent.spawn(idempotency.heartbeat, redis.Redis.from_url(Config.from_env().redis_url, socket_timeout=5))
 
     def timeout_ctx(self):
         """Wraps reading each request's headers (the keep-alive loop): too slow → close, silently."""

@@ -1,6 +1,6 @@
 """Small helpers the integration and lesson tests share: events by type, a job enqueued, chapter 7's
 schedule read, changed and waited on (all through the public HTTP contract); and what a connection costs the
-server (its own per-client count, and the requests a client sends)."""
+server (its own per-client count, and the requests a client sends), and what it answers a command."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import redis
 from redis.connection import Connection
 
 
@@ -164,3 +165,15 @@ def delete_page_labs(page, api, presets: list[str]) -> None:
         lab = page_lab(page, preset)
         if lab:
             api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+
+
+def refusal(url: str, *command: str) -> str:
+    """The server's answer to `command` from a client of `url`, as text ('' if it was carried out)."""
+    r = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        r.execute_command(*command)
+        return ""
+    except redis.RedisError as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        r.close()

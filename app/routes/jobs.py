@@ -10,6 +10,7 @@ import time
 
 import redis
 from flask import Blueprint, jsonify, request, send_file
+from redis.client import Pipeline
 
 from app import bodies, idempotency, internals, limits
 from app.auth import lab_access
@@ -53,7 +54,25 @@ def _create_job(r: redis.Redis, lab_id: str, lab_settings: dict, claim: idempote
         source, video_id = source_from_upload(lab_id)
     else:
         source, video_id = source_from_sample(lab_id, sample)
-    payload = producer.enqueue_job(
+
+    def accepted(payload: dict) -> dict:
+        return {
+            "job_id": payload["job_id"],
+            "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
+            "payload": payload,
+            "enqueue_ms": round((time.perf_counter() - started) * 1000, 2),
+        }
+
+    response: dict = {}
+
+    def remember(pipe: Pipeline, payload: dict) -> None:
+        """The answer, and the key's record of it in the job's own transaction: a web process killed between
+        the two cannot leave a job whose key still reads "in progress" (a resend would make it twice)."""
+        response.update(accepted(payload))
+        if claim:
+            claim.made(pipe, body, response)
+
+    producer.enqueue_job(
         r,
         get_rq(),
         lab_id,
@@ -63,16 +82,11 @@ def _create_job(r: redis.Redis, lab_id: str, lab_settings: dict, claim: idempote
         duration_s=clean["duration_s"],
         resolutions=["240p", "144p"],
         idempotency_key=request.headers.get("Idempotency-Key"),
+        also=remember,
     )
-    response = {
-        "job_id": payload["job_id"],
-        "status_url": f"/api/labs/{lab_id}/jobs/{payload['job_id']}",
-        "payload": payload,
-        "enqueue_ms": round((time.perf_counter() - started) * 1000, 2),
-    }
     resp = jsonify(response)
     resp.status_code = 202
-    return claim.finish(body, response, resp) if claim else resp
+    return claim.checked(resp) if claim else resp
 
 
 @bp.get("/api/labs/<lab_id>/jobs")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 
 from core import clock, stream
 from core.broker import handoff, reaper
@@ -35,8 +37,11 @@ def enqueue_job(
     idempotency_key: str | None,
     poison: str = "",
     job_input: dict[str, Any] | None = None,
+    also: Callable[[Pipeline, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Create job N of this lab in state queued (attempt 1) and send its first delivery."""
+    """Create job N of this lab in state queued (attempt 1) and send its first delivery. `also` adds writes to
+    the job's own transaction, given its payload (an Idempotency-Key's record: the key and its job exist
+    together or not at all)."""
     number = next_job_number(r, lab)
     job_id = str(number)
     # held before the clock is read: the job is enqueued, and claimed by an idle worker, at one instant
@@ -86,6 +91,8 @@ def enqueue_job(
             duration_s=duration_s,
             poison=poison or False,
         )
+        if also:
+            also(pipe, payload)
         pipe.execute()
     try:
         reaper.send(rq_conn, lab, job_id, 1)

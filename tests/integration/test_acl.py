@@ -12,11 +12,11 @@ the pool could CONFIG SET maxmemory-policy allkeys-random, a low maxmemory, appe
 from __future__ import annotations
 
 import pytest
-import redis
 
 from core.keys import key
 from core.procs import wait
 from runtime.harness.stack import Stack
+from tests.helpers import refusal
 
 REFUSED = [
     ("CONFIG", "SET", "maxmemory-policy", "allkeys-random"),
@@ -49,18 +49,6 @@ REFUSED = [
     ("MODULE", "LIST"),
     ("OBJECT", "ENCODING", "labs"),
 ]
-
-
-def refusal(url: str, *command: str) -> str:
-    """The server's answer to `command` from a client of `url`, as text ('' if it was carried out)."""
-    r = redis.Redis.from_url(url, socket_timeout=10)
-    try:
-        r.execute_command(*command)
-        return ""
-    except redis.RedisError as e:
-        return f"{type(e).__name__}: {e}"
-    finally:
-        r.close()
 
 
 @pytest.fixture(scope="module")

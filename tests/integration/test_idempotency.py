@@ -187,8 +187,8 @@ def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_email
 def test_a_web_worker_killed_with_job_posts_in_flight_makes_no_job_nobody_sent(tmp_path):
     """Issue 39: a gunicorn worker killed with 24 job POSTs in flight dropped 28 connections, and 6 of those
     had made a job; a client that resent them without a key made them twice. The widget resends under the
-    same Idempotency-Key (static/js/widget/lab.js postJob), so whatever the kill cut, each key makes at most one
-    job, and each key answered 202 has exactly its one job."""
+    same Idempotency-Key (static/js/widget/lab.js postJob), so whatever the kill cut, each key makes exactly one
+    job and every key is answered 202 with it."""
     with Stack("idemkill", root=tmp_path / "stack") as s:
         sapi = s.api(offline_ok=True, timeout=10)
         lab = sapi.lab("ch5", speed=20, workers=0)
@@ -226,5 +226,7 @@ def test_a_web_worker_killed_with_job_posts_in_flight_makes_no_job_nobody_sent(t
         assert len(made) == len(set(made)), "one key made two jobs"
         assert set(made) <= set(keys), "a job no request asked for"
         answered = {k for k, st in final.items() if st == 202}
-        assert answered <= set(made) and len(answered) >= len(keys) // 2, final
+        # a key claimed by the killed worker is taken over once its heartbeat lapses, not held (409) for the
+        # window: every resend gets its answer
+        assert answered == set(keys) == set(made), final
         assert dropped, "the kill cut no request: nothing was tested"

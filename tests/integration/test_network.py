@@ -11,14 +11,13 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import redis
 
 from chaos import pool_host_killed
 from core import media
 from core.keys import owner
 from core.procs import cmdline, wait
 from runtime.harness import netns
-from tests.helpers import enqueue
+from tests.helpers import enqueue, refusal
 from tests.integration.test_api import multipart
 from tests.integration.test_delivery import busy_worker
 from workers import reconcile
@@ -32,18 +31,6 @@ def net(tmp_path_factory):
     stack = netns.NetStack("net", root=tmp_path_factory.mktemp("net"))
     with stack:
         yield stack
-
-
-def refusal(url: str, *command: str) -> str:
-    """The server's answer to `command` from a client of `url`, as text ('' if it was carried out)."""
-    r = redis.Redis.from_url(url, socket_timeout=10)
-    try:
-        r.execute_command(*command)
-        return ""
-    except redis.RedisError as e:
-        return f"{type(e).__name__}: {e}"
-    finally:
-        r.close()
 
 
 def test_the_server_listens_on_its_own_address_and_each_role_only_with_its_own_password(net):
