@@ -14,6 +14,8 @@ in one process, and `/healthz`, pages and API calls are served alongside whateve
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections import Counter
 
 import gevent
@@ -80,6 +82,16 @@ class LabGeventWorker(GeventWorker):
             self.held[ip] -= 1
             if self.held[ip] <= 0:
                 del self.held[ip]
+
+    def handle_quit(self, sig, frame):
+        """Quit at once (Ctrl-C, the master's quick stop), as gunicorn's worker does, without the `SystemExit`
+        traceback gevent prints for the greenlet gunicorn's gevent worker calls `sys.exit` in: a web process
+        holds nothing an orderly interpreter exit would save (its claims lapse with its heartbeat)."""
+        self.alive = False
+        self.cfg.worker_int(self)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def handle_error(self, req, client, addr, exc):
         """A request line or headers gunicorn refuses (too long, malformed): the same JSON as every API error."""

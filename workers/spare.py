@@ -22,6 +22,7 @@ import json
 import math
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,14 @@ from core.procs import server_tag
 from workers.process import lab_env, start_lab_process
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
+
+
+def prestart(nice: int) -> None:
+    """In a spare, before it runs Python: a lab process, deaf to Ctrl-C. The terminal sends SIGINT to the whole
+    group, and a spare holds nothing yet: the supervisor stops it (a spare given a lab runs `rq worker`, which
+    sets its own handlers)."""
+    start_lab_process(nice)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Spares:
@@ -94,7 +103,7 @@ class Spares:
                         ],
                         env=env,
                         stdin=subprocess.DEVNULL,
-                        preexec_fn=lambda: start_lab_process(nice),
+                        preexec_fn=lambda: prestart(nice),
                     ),
                     token,
                 )
@@ -132,8 +141,6 @@ def main() -> None:
             if not persist_refused(e):
                 raise
             time.sleep(1)
-        except KeyboardInterrupt:  # Ctrl-C on `python3 lab.py`: a spare holds nothing yet, so it just goes
-            return
         if got is None and os.getppid() != parent:
             return  # the supervisor died without taking it (it is also sent SIGKILL by PR_SET_PDEATHSIG)
     r.close()

@@ -44,7 +44,13 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     errors = (tmp_path / "stderr").open("w+")
     out = tmp_path / "stdout"  # a file, read until it says where to go: a pipe's readline could block forever
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.launcher"], cwd=ROOT, env=env, stdout=out.open("w"), stderr=errors, text=True
+        [sys.executable, "-m", "runtime.launcher"],
+        cwd=ROOT,
+        env=env,
+        stdout=out.open("w"),
+        stderr=errors,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     deadline = time.monotonic() + 90
     while not re.search(r"open http://\S+\n", text := out.read_text()) and proc.poll() is None:
@@ -73,13 +79,15 @@ def test_the_launcher_starts_everything_and_ctrl_c_stops_everything(tmp_path):
     while len(processes_mentioning(*needles)) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)  # valkey, gunicorn (master + worker), rq workers
     assert len(processes_mentioning(*needles)) >= 4
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group, every process at once
     proc.wait(30)
     deadline = time.monotonic() + 10
     while processes_mentioning(*needles) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_mentioning(*needles) == []
     errors.close()
+    said = out.read_text() + (tmp_path / "stderr").read_text()
+    assert "Traceback" not in said and "stopped" in said, said  # a quiet stop: no process dies with a traceback
 
 
 def test_the_launcher_refuses_a_port_another_process_holds(tmp_path):
