@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from core.keys import key
+
 
 class HttpError(RuntimeError):
     """A call answered a status its caller did not expect."""
@@ -27,6 +29,17 @@ class HttpError(RuntimeError):
 
 class WaitTimeout(AssertionError, TimeoutError):
     """A condition on a lab did not hold in time (an assertion failure in a test, a timeout elsewhere)."""
+
+
+class ReaperStalled(AssertionError):
+    """The reaper held a lab's clock at a moment it had to act on (a lease deadline, a retry due) and did not act."""
+
+
+REAPER_STALL_S = 15.0
+"""Real seconds a live reaper may hold a lab's clock at one moment before a wait calls it stalled. It acts on
+what is due in one supervisor pass (milliseconds, seconds on a swamped box): a clock held longer while the
+reaper keeps its barrier alive is a reaper that does not act (a redelivery that would come late never comes),
+named at once instead of waiting out the caller's timeout."""
 
 
 @dataclass
@@ -154,8 +167,10 @@ class Api:
         what: str = "condition not met",
         every: float = 0.1,
     ) -> dict:
-        """Poll the snapshot until predicate(snapshot) holds; WaitTimeout names the last counts."""
+        """Poll the snapshot until predicate(snapshot) holds; WaitTimeout names the last counts. With the
+        server's URL, a clock the reaper holds without acting fails sooner, as ReaperStalled."""
         deadline = time.monotonic() + timeout
+        held: tuple[float, float] | None = None  # (simulated moment the reaper holds the clock at, since when)
         while True:
             try:
                 snap = self.snapshot(lab)
@@ -163,10 +178,32 @@ class Api:
                 snap = None
             if snap is not None and predicate(snap):
                 return snap
+            at = self.reaper_holds(lab, snap)
+            held = None if at is None else held if held and held[0] == at else (at, time.monotonic())
+            if held and time.monotonic() - held[1] > REAPER_STALL_S:
+                raise ReaperStalled(
+                    f"{what}: the reaper has held the clock at t = {at:.3f} for {REAPER_STALL_S:.0f} real s without "
+                    f"acting on what is due there; counts={snap and {k: v for k, v in snap['counts'].items() if v}}"
+                )
             if time.monotonic() > deadline:
                 counts = snap and {k: v for k, v in snap["counts"].items() if v}
                 raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} workers={snap and snap['workers']}")
             time.sleep(every)
+
+    def reaper_holds(self, lab: dict, snap: dict | None) -> float | None:
+        """The simulated moment a running clock waits at for the reaper (its lowest barrier, held by the reaper,
+        whose barrier its supervisor keeps alive), else None. Needs the server's URL; without it, None."""
+        if snap is None or not self.redis_url or snap["clock"]["paused"] or not snap["clock"]["waiting_on_real_work"]:
+            return None
+        r = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        try:
+            lowest = r.zrange(key(lab["lab_id"], "barriers"), 0, 0, withscores=True)
+            alive = float(r.hget(key(lab["lab_id"], "barrier_alive"), "reaper") or 0)
+        finally:
+            r.close()
+        if not lowest or lowest[0][0] != "reaper" or alive < time.time():
+            return None
+        return lowest[0][1]
 
     def workers_ready(self, lab: dict, n: int, timeout: float = 60) -> dict:
         """Wait until EXACTLY n workers are up: the lab's rows are n, each idle or busy, and each row's process
