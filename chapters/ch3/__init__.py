@@ -69,8 +69,6 @@ def _watch(jobs: int = 1, every_s: float = 0.5) -> dict[str, Any]:
     return {"click": "ch3-start", "fill": {"ch3-jobs": jobs, "ch3-interval": every_s}}
 
 
-_LEARN = {"kind": "number", "min": 0, "max": 60000, "unit": "ms"}
-
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch3": [
         {
@@ -78,11 +76,17 @@ STEPS: dict[str, list[dict[str, Any]]] = {
             "title": "Upload and watch",
             "do": [{"settings": {"job_duration": 300, "vt_seconds": 1200, "heartbeat": False}}, _watch()],
             "predict": {
-                **_LEARN,
+                "kind": "choice",
                 "id": "ch3-step-long",
                 "measure": "panel:ch3-row-long:data-mean-ms",
-                "question": "Five watchers on one job. The long-poll is held up to 25 s at a time. How many "
-                "milliseconds after the job is done does the long-poll know?",
+                "question": "Five watchers on one job. The long-poll is held up to 25 s at a time. When does it "
+                "learn that the job is done?",
+                "choices": [
+                    ["now", "at once: within a second"],
+                    ["midway", "a few seconds later, like a poller"],
+                    ["timeout", "when its 25 s hold runs out"],
+                ],
+                "buckets": {"now": [0, 999], "midway": [1000, 19999], "timeout": [20000, 10**9]},
             },
             "moment": "job.succeeded",
             "look": "ch3-methods",

@@ -47,8 +47,9 @@ export function install(W) {
           h('button', { type: 'button', class: 'lw-btn lw-small', testid: 'stepper-leave', onclick: leave }, 'Play freely'))),
       els.body, els.status, els.verdict, els.says);
     els.box = box;
-    // the docked bar's height, for the page's scroll padding: a focused control never hides under it (WCAG 2.4.11)
-    new ResizeObserver(() => padForDock()).observe(box);
+    // the docked bar's height, for the page's scroll padding: a focused control never hides under it (WCAG 2.4.11);
+    // a bar that grew over the panel it points at (the verdict arrived after the pause) brings the panel back up
+    new ResizeObserver(() => { padForDock(); keepInView(); }).observe(box);
     els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
       onclick: () => open(at) }, `Guided steps (${steps.length})`);
     mount.replaceChildren(box, els.opener);
@@ -102,6 +103,14 @@ export function install(W) {
     const html = document.documentElement;
     html.classList.toggle('lw-step-docking', docked);
     html.style.setProperty('--lw-dock-h', docked ? `${Math.ceil(els.box.offsetHeight) + 16}px` : '0px');
+  }
+
+  /** At a pause, the outlined panel back into view if the docked bar now covers its top. */
+  function keepInView() {
+    const el = document.querySelector(`.${LOOK}`);
+    if (!el || !els.box.classList.contains(DOCKED)) return;
+    const r = el.getBoundingClientRect();
+    if (r.top + Math.min(r.height, 100) > els.box.getBoundingClientRect().top) bring(el);
   }
 
   /** The panel into the room the bar leaves: centred between any pinned strip at the top (the phone's queue
