@@ -1,6 +1,7 @@
-"""The chapter 5 challenge in real Chromium on the real stack, as a student in a room: the starter handler fails
+"""The challenges in real Chromium on the real stack. Chapter 5's as a student in a room: the starter handler fails
 with the double-email counterexample outlined on the timeline; a claim fixes it (typed with the code box's own
-keys); the run passes, the pass is remembered, and the instructor's dashboard shows it."""
+keys); the run passes, the pass is remembered, and the instructor's dashboard shows it. The others on their
+chapter pages: the starter fails on its invariant, the reference passes."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def test_ch5_starter_fails_with_two_emails_a_claim_fixes_it_and_the_room_sees_th
     errors: list[str] = []
     teacher = browser.new_context().new_page()
     code = create_room(teacher, stack.url, start="preset:ch5")
-    lab = saved_lab(teacher, "ch5")
-    api.created.append({"lab_id": lab["id"], "token": lab["token"]})
+    room_lab = saved_lab(teacher, "ch5")
+    api.created.append({"lab_id": room_lab["id"], "token": room_lab["token"]})
     student = browser.new_context().new_page()
     student.on("pageerror", lambda e: errors.append(str(e)))
     student.goto(f"{stack.url}/join/{code}")
@@ -83,3 +84,32 @@ def test_ch5_starter_fails_with_two_emails_a_claim_fixes_it_and_the_room_sees_th
     assert not errors, errors
     teacher.context.close()
     student.context.close()
+
+
+OTHERS = [c for c, spec in chapters.CHALLENGES.items() if c != "effectively-once"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("challenge", OTHERS)
+def test_each_other_challenge_fails_its_starter_on_its_invariant_and_passes_its_reference(page, lab, challenge):
+    """Chapters 1, 4 and 7 in Chromium: the chapter page's code box holds the starter, which fails on the
+    invariant it is written to break, with a counterexample; the reference, put in the box, passes every one."""
+    spec = chapters.CHALLENGES[challenge]
+    lab(f"/chapters/{spec['chapter']}")
+    panel = page.get_by_test_id(f"challenge-{challenge}")
+    box, run = panel.get_by_test_id("challenge-code"), panel.get_by_test_id("challenge-run")
+    expect(box).to_have_value(spec["starter"])
+    expect(run).to_be_enabled(timeout=30_000)
+    run.click()
+    expect(panel).to_have_attribute("data-state", "failed", timeout=RUN)
+    broken = panel.locator(f'[data-testid^="challenge-inv-{spec["starter_breaks"]}"]')
+    expect(broken).to_have_attribute("data-held", "no")
+    expect(panel.locator(f'[data-testid^="challenge-cex-{spec["starter_breaks"]}"]')).not_to_be_empty()
+    box.fill(spec["reference"])
+    run.click()
+    expect(panel).to_have_attribute("data-state", "passed", timeout=RUN)
+    held = panel.locator('[data-testid^="challenge-inv-"]')
+    expect(held).to_have_count(len(spec["invariants"]))
+    for n in range(len(spec["invariants"])):
+        expect(held.nth(n)).to_have_attribute("data-held", "yes")
+    page.screenshot(path=f"test-artifacts/challenge-{challenge}-passed.png", full_page=False)

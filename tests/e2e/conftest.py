@@ -1,0 +1,30 @@
+"""What the browser tests share: chapter pages opened at test speed, each page's lab deleted afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.helpers import delete_page_labs, page_lab
+
+SPEED = 200
+
+
+@pytest.fixture
+def lab(page: Page, stack, api):
+    """Open chapter pages at test speed; each page's lab is deleted afterwards."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    opened: list[str] = []
+
+    def open_page(path: str) -> dict:
+        page.goto(f"{stack.url}{path}{'&' if '?' in path else '?'}speed={SPEED}")
+        expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
+        expect(page.get_by_test_id("conn-status")).to_have_attribute("data-conn", "live", timeout=15_000)
+        preset = page.locator("#lab-widget").get_attribute("data-preset")
+        opened.append(preset)
+        return page_lab(page, preset)
+
+    yield open_page
+    delete_page_labs(page, api, opened)
+    assert not errors, f"JavaScript errors on the page: {errors}"
