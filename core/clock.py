@@ -117,100 +117,104 @@ def _watched(r: redis.Redis, keys: list[str], step):
                 continue
 
 
-def _rebase(r: redis.Redis, lab: str, **changes) -> float:
-    """Move the base point to now, then apply changes; atomic with WATCH so writers never race."""
-    k = key(lab, "clock")
+def lanes(r: redis.Redis, lab: str) -> list[str]:
+    """`lab` first, then the other lanes of its race (`link`): the labs that pause, park and resume as one. A lab
+    in no race is its own only lane."""
+    peers = r.hget(key(lab, "clock"), "peers")
+    return [lab, *(json.loads(peers) if peers else [])]
 
-    def step(pipe) -> float:
-        real = time.time()
-        t = _now(pipe.hgetall(k), real) + float(changes.get("advance", 0))
-        pipe.multi()
-        pipe.hset(k, mapping={"base_sim": t, "base_real": real, **{n: v for n, v in changes.items() if n != "advance"}})
-        return t
 
-    return _watched(r, [k], step)
+def _together(states: dict[str, dict], real: float) -> float:
+    """The moment a race's lanes (their clock hashes, `{}` for one deleted) are all set to when one write moves them:
+    the furthest lane's at real time `real`, so a write never takes a clock back and lanes that two earlier
+    writes (or the rounding of one) left a hair apart are one timeline again."""
+    return max([_now(state, real) for state in states.values() if state] or [0.0])
 
 
 def _each_lane(r: redis.Redis, lab: str, **changes) -> float:
-    """Apply a rebase to the lab and to every other lane of its race (one timeline: pausing, stepping or
-    re-speeding one lane does the same to all); returns the lab's own new time."""
-    _rebase_peers(r, r.hget(key(lab, "clock"), "peers"), **changes)
-    return _rebase(r, lab, **changes)
+    """Move the base point of the lab's clock and of every other lane of its race to now, then apply changes, in
+    one transaction at one real instant (one timeline: pausing, stepping or re-speeding one lane does the same to
+    all, and no lane is paused or started a moment after another); returns the new time."""
+    ks = {lane: key(lane, "clock") for lane in lanes(r, lab)}
+    rest = {n: v for n, v in changes.items() if n != "advance"}
 
+    def step(pipe) -> float:
+        states = {lane: pipe.hgetall(k) for lane, k in ks.items()}
+        real = time.time()
+        t = _together(states, real) + float(changes.get("advance", 0))
+        pipe.multi()
+        for lane, k in ks.items():
+            if lane == lab or states[lane]:  # a lane already deleted keeps no clock (nothing outlives its lab)
+                pipe.hset(k, mapping={"base_sim": t, "base_real": real, **rest})
+        return t
 
-def _rebase_peers(r: redis.Redis, peers: str | None, **changes) -> None:
-    """The same rebase for the other lanes of a race (`peers`: the clock hash's JSON list of them)."""
-    for peer in json.loads(peers) if peers else []:
-        if r.exists(key(peer, "clock")):  # a lane already deleted keeps no clock (nothing outlives its lab)
-            _rebase(r, peer, **changes)
+    return _watched(r, list(ks.values()), step)
 
 
 def pause(r: redis.Redis, lab: str) -> float:
     return _each_lane(r, lab, paused=1)
 
 
-def park(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None:
-    """The clock's part of parking `lab`, only while it is still in `parked_set` (a resume that took it out
-    meanwhile wins: None, the clock untouched). A running clock pauses (every lane of its race) marked `parked`
-    "1"; a clock already paused (the learner's, or a race's) is marked "held", so the resume leaves it paused.
-    The moment, and whether the park paused it. Checked and written in one transaction."""
-    k = key(lab, "clock")
+def park(r: redis.Redis, labs: list[str], parked_set: str) -> dict[str, tuple[float, bool]] | None:
+    """The clock's part of parking a lab and the other lanes of its race (`labs`, as `lanes` gives them), only
+    while the first is still in `parked_set` (a resume that took them out meanwhile wins: None, no clock touched).
+    Each running clock pauses marked `parked` "1"; one already paused (the learner's, or a race's held at t = 0)
+    is marked "held", so the resume leaves it paused. Per lane still alive: the moment, and whether the park
+    paused it. Checked and written for every lane in one transaction."""
+    ks = [key(lab, "clock") for lab in labs]
 
-    def step(pipe) -> tuple[float, dict] | None:
-        if not pipe.sismember(parked_set, lab):
+    def step(pipe) -> dict[str, tuple[float, bool]] | None:
+        if not pipe.sismember(parked_set, labs[0]):
             return None
-        state = pipe.hgetall(k)
+        states = {lab: pipe.hgetall(k) for lab, k in zip(labs, ks, strict=True)}
         real = time.time()
-        t = _now(state, real)
+        t = _together(states, real)
         pipe.multi()
-        pipe.hset(
-            k,
-            mapping={"parked": "held"}
-            if state.get("paused") == "1"
-            else {"base_sim": t, "base_real": real, "paused": 1, "parked": "1"},
-        )
-        return t, state
+        out = {}
+        for lab, k in zip(labs, ks, strict=True):
+            state = states[lab]
+            if not state:
+                continue  # a lane already deleted keeps no clock
+            running = state.get("paused") != "1"
+            paused = {"base_sim": t, "base_real": real, "paused": 1, "parked": "1"}
+            pipe.hset(k, mapping=paused if running else {"parked": "held"})
+            out[lab] = (t, running)
+        return out
 
-    done = _watched(r, [k, parked_set], step)
-    if done is None:
-        return None
-    t, state = done
-    running = state.get("paused") != "1"
-    if running:
-        _rebase_peers(r, state.get("peers"), paused=1)
-    return t, running
+    return _watched(r, [*ks, parked_set], step)
 
 
-def unpark(r: redis.Redis, lab: str, parked_set: str) -> tuple[float, bool] | None:
-    """The clock's part of resuming a parked lab, and the resume itself: while `lab` is still in `parked_set`
-    it leaves the set, its `parked` mark goes, and a clock the park paused runs again, all in one transaction
-    (then the other lanes); one the learner had paused stays paused. The moment, and whether it runs; None
-    if it was not parked (another resume won). In one step with the membership, a park racing it either
-    finds the lab still parked (and parks nothing) or finds it running with no mark, and pauses it afresh:
-    never a clock paused by a park whose mark a resume already took."""
-    k = key(lab, "clock")
+def unpark(r: redis.Redis, labs: list[str], parked_set: str) -> dict[str, tuple[float, bool]] | None:
+    """The clock's part of resuming a parked lab and the other lanes of its race (`labs`, as `lanes` gives them),
+    and the resume itself: while the first is still in `parked_set` every lane leaves the set, its `parked` mark
+    goes, and a clock the park paused runs again, all in one transaction; one the learner had paused stays
+    paused. Per lane still alive: the moment, and whether it runs; None if it was not parked (another resume
+    won). In one step with the membership, a park racing it either finds the lanes still parked (and parks
+    nothing) or finds them running with no mark, and pauses them afresh: never a clock paused by a park whose
+    mark a resume already took, and never a race half parked."""
+    ks = [key(lab, "clock") for lab in labs]
 
-    def step(pipe) -> tuple[float, dict] | None:
-        if not pipe.sismember(parked_set, lab):
+    def step(pipe) -> dict[str, tuple[float, bool]] | None:
+        if not pipe.sismember(parked_set, labs[0]):
             return None
-        state = pipe.hgetall(k)
+        states = {lab: pipe.hgetall(k) for lab, k in zip(labs, ks, strict=True)}
         real = time.time()
-        t = _now(state, real)
+        t = _together(states, real)
         pipe.multi()
-        pipe.srem(parked_set, lab)
-        pipe.hdel(k, "parked")
-        if state.get("parked") == "1":
-            pipe.hset(k, mapping={"base_sim": t, "base_real": real, "paused": 0})
-        return t, state
+        pipe.srem(parked_set, *labs)
+        out = {}
+        for lab, k in zip(labs, ks, strict=True):
+            state = states[lab]
+            if not state:
+                continue
+            pipe.hdel(k, "parked")
+            if state.get("parked") == "1":
+                pipe.hset(k, mapping={"base_sim": t, "base_real": real, "paused": 0})
+            # (no mark: the resume came before the park's clock step, and the clock is as it was)
+            out[lab] = (t, state.get("parked") == "1" or state.get("paused") != "1")
+        return out
 
-    done = _watched(r, [k, parked_set], step)
-    if done is None:
-        return None
-    t, state = done
-    if state.get("parked") == "1":
-        _rebase_peers(r, state.get("peers"), paused=0)
-        return t, True
-    return t, state.get("paused") != "1"  # (no mark: the resume came before the park's clock step)
+    return _watched(r, [*ks, parked_set], step)
 
 
 def resume(r: redis.Redis, lab: str) -> float:

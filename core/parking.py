@@ -9,6 +9,12 @@ goes back to the ledger (core/slots.py) and every pool host stops its processes;
 outputs and settings stay. Opening its page again (a WebSocket, any owner call) resumes it: the slot is
 taken again first, then the clock runs and the supervisor starts its workers (from the spares).
 
+A race's lanes (core/clock.py `lanes`: the labs whose clocks `link` put on one timeline) park and resume as one:
+parking any lane parks them all (every lane joins the set, gives its slot back and stops its processes, every
+clock carries the mark), resuming any lane takes every lane's slot again in one reservation and resumes them all
+in one transaction, and a race is idle only while no lane of it is watched. A lane running on while another is
+parked would run its jobs on (or again) while the others wait, and the runs would no longer compare.
+
 `reserve` is the one door every way of opening or resuming a lab goes through: when the client is at its
 running-lab cap it first parks that client's own running labs that no page watches now (oldest first),
 and only if every one of them is watched is the request refused.
@@ -34,10 +40,15 @@ OWNER_WHY = "you parked it"
 
 _PARK = """
 local labs, parked, ledger = KEYS[1], KEYS[2], KEYS[3]  -- registered labs, labs:parked, slots:labs
-local lab = ARGV[1]
--- one step, so a resume that takes the slot again never has it released by a park it raced
-if redis.call('SISMEMBER', labs, lab) == 0 or redis.call('SADD', parked, lab) == 0 then return 0 end
-redis.call('HDEL', ledger, lab)
+-- ARGV: the lab, then the other lanes of its race. One step, so a resume that takes the slots again never has
+-- them released by a park it raced, and no race is ever seen with some lanes parked and others not
+if redis.call('SISMEMBER', labs, ARGV[1]) == 0 or redis.call('SISMEMBER', parked, ARGV[1]) == 1 then return 0 end
+for _, lab in ipairs(ARGV) do
+  if redis.call('SISMEMBER', labs, lab) == 1 then
+    redis.call('SADD', parked, lab)
+    redis.call('HDEL', ledger, lab)
+  end
+end
 return 1
 """
 
@@ -95,57 +106,68 @@ def parked(r: redis.Redis) -> set[str]:
 
 
 def park(r: redis.Redis, lab: str, why: str) -> bool:
-    """Park `lab` (False if it already was, is gone, or was resumed before its clock was paused): pause its
-    clock as parked, give back its slot. The pool host that runs it sees it in `labs:parked` and stops its
-    processes."""
-    if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, lab):
+    """Park `lab` and the other lanes of its race (False if it already was, is gone, or was resumed before its
+    clock was paused): pause their clocks as parked, give back their slots. The pool host that runs each sees it
+    in `labs:parked` and stops its processes."""
+    lanes = clock.lanes(r, lab)
+    if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, *lanes):
         return False
-    paused = clock.park(r, lab, PARKED)
+    paused = clock.park(r, lanes, PARKED)
     if paused is None:
-        return False  # a page or its owner resumed it between the two steps: it runs on, its clock untouched
-    stream.emit(r, lab, "lab.parked", paused[0], why=why)
+        return False  # a page or its owner resumed it between the two steps: it runs on, its clocks untouched
+    for lane, (t, _running) in paused.items():
+        stream.emit(r, lane, "lab.parked", t, why=why if lane == lab else f"with its race: {why}")
     return True
 
 
 def resume(
     r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S, max_labs: int = 0
 ) -> bool:
-    """Resume a parked lab (False if it was not parked): its slot is taken again first (slots.Refused
-    if the lab's client is at its cap with every other lab watched `patience` s on), then it leaves the
-    parked set and its clock runs, in one step (clock.unpark)."""
+    """Resume a parked lab and the other lanes of its race (False if it was not parked): their slots are taken
+    again first, in one reservation (slots.Refused if the lab's client is at its cap with every other lab watched
+    `patience` s on), then they leave the parked set and their clocks run, in one step (clock.unpark)."""
     if not r.sismember(PARKED, lab):
         return False
+    lanes = [lane for lane in clock.lanes(r, lab) if lane == lab or r.sismember(LABS, lane)]
     client = r.hget(key(lab, "meta"), "client") or "unknown"
-    archive.restore(r, lab)  # an archived lab's history is unfolded before anything reads it
+    for lane in lanes:
+        archive.restore(r, lane)  # an archived lab's history is unfolded before anything reads it
     reserve(
         r,
-        [(lab, registry.processes_of(registry.settings(r, lab)))],
+        [(lane, registry.processes_of(registry.settings(r, lane))) for lane in lanes],
         client,
         client_cap,
         web_ceiling,
         patience,
         max_labs,
     )
-    unparked = clock.unpark(r, lab, PARKED)  # out of the set and the clock running again: one step
+    unparked = clock.unpark(r, lanes, PARKED)  # out of the set and the clocks running again: one step
     if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
-    archive.restore(r, lab)  # folded between the first unfolding and the unpark (a fold needs it parked)
-    r.hset(key(lab, "meta"), "resumed", time.time())
-    t, runs = unparked
-    stream.emit(r, lab, "lab.resumed", t, clock="running" if runs else "still paused, as it was")
+    for lane, (t, runs) in unparked.items():
+        archive.restore(r, lane)  # folded between the first unfolding and the unpark (a fold needs it parked)
+        r.hset(key(lane, "meta"), "resumed", time.time())
+        stream.emit(r, lane, "lab.resumed", t, clock="running" if runs else "still paused, as it was")
     return True
 
 
 def park_idle(r: redis.Redis, park_after: float) -> list[str]:
-    """The supervisor's hook: park every running lab nobody has watched for `park_after` s (0: never)."""
+    """The supervisor's hook: park every running lab nobody has watched for `park_after` s (0: never); a race
+    only when none of its lanes was watched. The labs it parked (a race by the lane that parked it)."""
     if park_after <= 0:
         return []
     running = sorted(set(r.smembers(LABS)) - parked(r))
     if not running:
         return []
     now = time.time()
-    idle = [(lab, now - seen) for lab, seen in last_seen(r, running).items() if now - seen > park_after]
-    return [lab for lab, gone in idle if park(r, lab, IDLE_WHY.format(idle=round(gone)))]
+    seen = last_seen(r, running)
+    idle = {lab: now - at for lab, at in seen.items() if now - at > park_after}
+    return [
+        lab
+        for lab, gone in idle.items()
+        if all(lane in idle or lane not in seen for lane in clock.lanes(r, lab))
+        and park(r, lab, IDLE_WHY.format(idle=round(gone)))
+    ]
 
 
 def reserve(
@@ -172,8 +194,9 @@ def reserve(
             asking = {lab for lab, _n in want}
             mine = [e.lab for e in running_of(r, client) if e.lab not in asking]
             need = max(1, refused.running + len(want) - client_cap)
-            watched = watched_now(r, mine)
-            quiet = [lab for lab in mine if lab not in watched]
+            lanes = {lab: clock.lanes(r, lab) for lab in mine}  # a race parks as one: quiet if no lane is watched
+            watched = watched_now(r, sorted({lane for group in lanes.values() for lane in group}))
+            quiet = [lab for lab in mine if watched.isdisjoint(lanes[lab])]
             parked_now = sum(park(r, lab, MAKE_ROOM_WHY.format(cap=client_cap)) for lab in quiet[:need])
             if parked_now == 0 and time.time() >= deadline:
                 raise

@@ -72,7 +72,8 @@ def delete_lab(lab_id: str):
 @lab_access(write=True, resume=False)
 def park_lab(lab_id: str):
     """Park this lab now (the owner's choice, e.g. to make room under the running-lab cap): its processes
-    stop and its slot is freed; its history stays, and opening its page again resumes it. `parked` says what
+    stop and its slot is freed; its history stays, and opening its page again resumes it. A race's lane parks
+    with every other lane of its race (core/parking.py). `parked` says what
     happened: false if it was parked already, or a page resumed it while this call was parking it."""
     r = get_redis()
     did = parking.park(r, lab_id, parking.OWNER_WHY)

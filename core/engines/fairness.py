@@ -1,6 +1,11 @@
 """Chapter 6's fair queues as both processes see them: the per-tier keys, submitting jobs, the summary
 the chapter plots, and a reset. The pool's face (releasing jobs to free workers, the tier jobs themselves)
-is workers/engines/fairness.py."""
+is workers/engines/fairness.py.
+
+A reset starts the measurements afresh: it notes in the meta hash the first job sequence number it did not see
+(`since`), and a job queued before it (one already handed to a worker that starts or ends after the reset)
+runs on but is never measured: its wait, its worker-seconds and its completion are the step before's, not
+rows of the next step's tables."""
 
 from __future__ import annotations
 
@@ -117,6 +122,44 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     return {"n": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
 
 
+# KEYS: the lab's fair meta hash, its waits list, its used hash. ARGV: the job's sequence number, then either
+# 'start', its wait row (JSON), the rows kept; or 'end', its tier, its worker-seconds. Checked against the last
+# reset's `since` and written in one step, so a reset between the two never lets a job from before it count.
+_MEASURE = """
+local meta, waits, used = KEYS[1], KEYS[2], KEYS[3]
+if tonumber(ARGV[1]) < tonumber(redis.call('HGET', meta, 'since') or '0') then return 0 end
+if ARGV[2] == 'start' then
+  redis.call('RPUSH', waits, ARGV[3])
+  redis.call('LTRIM', waits, -tonumber(ARGV[4]), -1)
+else
+  redis.call('HINCRBYFLOAT', used, ARGV[3], ARGV[4])
+  redis.call('HINCRBY', meta, 'done_' .. ARGV[3], 1)
+end
+return 1
+"""
+
+# KEYS: the lab's fair meta hash. The first sequence number a reset has not seen (jobs from it on are measured).
+_SINCE = """
+redis.call('HSET', KEYS[1], 'since', redis.call('HGET', KEYS[1], 'seq') or '0')
+return 1
+"""
+
+
+def _measure(r: redis.Redis, lab: str, seq: int, *args) -> bool:
+    meta, waits_key, used = key(lab, "fair", "meta"), key(lab, "fair", "waits"), key(lab, "fair", "used")
+    return bool(r.eval(_MEASURE, 3, meta, waits_key, used, seq, *args))
+
+
+def record_start(r: redis.Redis, lab: str, seq: int, row: dict) -> bool:
+    """A tier job started: its wait row joins the measurements, unless it was queued before the last reset."""
+    return _measure(r, lab, seq, "start", json.dumps(row), WAITS_KEPT)
+
+
+def record_end(r: redis.Redis, lab: str, seq: int, tier: str, seconds: float) -> bool:
+    """A tier job ended: its worker-seconds and its completion count, unless it was queued before the last reset."""
+    return _measure(r, lab, seq, "end", tier, seconds)
+
+
 def waits(r: redis.Redis, lab: str) -> list[dict]:
     return [json.loads(x) for x in r.lrange(key(lab, "fair", "waits"), 0, -1)]
 
@@ -146,6 +189,7 @@ def summary(r: redis.Redis, lab: str, settings: dict, now: float) -> dict:
         "customers": by_customer,
         "used_worker_s": {t: round(used.get(t, 0.0), 1) for t in TIERS},
         "paid_worker_s": paid_worker_s(settings, used, now - float(meta.get("t0", now))),
+        "since": int(meta.get("since", 0)),  # moves with each reset that follows new jobs: a view starts afresh
     }
 
 
@@ -159,21 +203,25 @@ def paid_worker_s(settings: dict, used: dict[str, float], elapsed: float) -> dic
 
 
 def reset(r: redis.Redis, lab: str) -> None:
-    """Forget queued jobs and measurements (running jobs finish and are still counted)."""
+    """Forget queued jobs and measurements, in one step. Jobs already handed to workers run to their end (they
+    still count as running) but are not measured: what the tables show next is only what was queued after."""
     cust_keys = [customer_key(lab, t, c) for t in TIERS for c in r.smembers(customers_key(lab, t))]
-    r.delete(
-        *(pending_key(lab, t) for t in TIERS),
-        *(customers_key(lab, t) for t in TIERS),
-        *cust_keys,
-        key(lab, "fair", "waits"),
-        key(lab, "fair", "used"),
-        key(lab, "fair", "spike"),
-        poison_key(lab),
-        key(lab, "fair", "crashes"),
-    )
-    r.hdel(
-        key(lab, "fair", "meta"),
-        "t0",
-        *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
-        *(f"rr_{t}" for t in TIERS),
-    )
+    with r.pipeline(transaction=True) as pipe:
+        pipe.delete(
+            *(pending_key(lab, t) for t in TIERS),
+            *(customers_key(lab, t) for t in TIERS),
+            *cust_keys,
+            key(lab, "fair", "waits"),
+            key(lab, "fair", "used"),
+            key(lab, "fair", "spike"),
+            poison_key(lab),
+            key(lab, "fair", "crashes"),
+        )
+        pipe.hdel(
+            key(lab, "fair", "meta"),
+            "t0",
+            *(f"{name}_{t}" for name in COUNTERS for t in TIERS),
+            *(f"rr_{t}" for t in TIERS),
+        )
+        pipe.eval(_SINCE, 1, key(lab, "fair", "meta"))
+        pipe.execute()

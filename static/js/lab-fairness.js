@@ -10,6 +10,7 @@ const KEEP = 240;
 let cur = null; // {lab, api, gen}
 let gen = 0;
 let history = [];
+let since = null; // the server's last reset (`since`): a reset starts the chart afresh, as its tables do
 const chart = makeChart({ title: 'Wait percentiles per tier, live', xLabel: 'lab time (s)',
   yLabel: 'wait (s)', testid: 'ch6-chart' });
 $('ch6-charts')?.append(chart.el);
@@ -51,6 +52,8 @@ function render(d) {
   ], t === 'free' && starved ? 'fx-starved' : null)));
   const custs = Object.entries(d.customers).sort((a, b) => (b[1].p95 ?? 0) - (a[1].p95 ?? 0)).slice(0, 12);
   $('ch6-customer-rows').replaceChildren(...custs.map(([c, p]) => row([c, p.n, fmt(p.p50), fmt(p.p95), fmt(p.p99)])));
+  if (d.since !== since) history = []; // a guided step's reset, or the button's: this run's lines only
+  since = d.since;
   history.push({ t: d.now, pro: d.waits.pro, free: d.waits.free });
   if (history.length > KEEP) history = history.slice(-KEEP);
   const t0 = history[0].t;

@@ -323,9 +323,9 @@ def test_a_resume_between_a_parks_two_steps_wins_and_the_clock_is_left_as_it_was
         clock.pause(r, lab)
     parks = clock.park
 
-    def a_page_opens_meanwhile(r_, lab_, parked_set):
-        assert parking.resume(r_, lab_, CAP, MAX_WORKERS), "the lab was not parked when the page opened it"
-        return parks(r_, lab_, parked_set)
+    def a_page_opens_meanwhile(r_, lanes, parked_set):
+        assert parking.resume(r_, lanes[0], CAP, MAX_WORKERS), "the lab was not parked when the page opened it"
+        return parks(r_, lanes, parked_set)
 
     monkeypatch.setattr(clock, "park", a_page_opens_meanwhile)
     try:

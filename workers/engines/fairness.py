@@ -33,7 +33,6 @@ from core.engines.fairness import (
     RELEASE,
     SPIKE_FACTOR,
     TIERS,
-    WAITS_KEPT,
     customer_key,
     customers_key,
     enqueue,
@@ -42,6 +41,8 @@ from core.engines.fairness import (
     pending_key,
     poison_key,
     pools,
+    record_end,
+    record_start,
     run_holder,
     running_counts,
     submit,
@@ -353,21 +354,8 @@ def _run(
     clock.hold(r, lab, holder, start + duration)
     wait = max(0.0, start - enqueued)
     seq = int(member.split(":")[0])
-    r.rpush(
-        key(lab, "fair", "waits"),
-        json.dumps(
-            {
-                "tier": tier,
-                "customer": customer,
-                "wait": round(wait, 3),
-                "t": round(start, 3),
-                "seq": seq,
-                "order": order,
-                "worker": wid,
-            }
-        ),
-    )
-    r.ltrim(key(lab, "fair", "waits"), -WAITS_KEPT, -1)
+    row = {"tier": tier, "customer": customer, "wait": round(wait, 3), "t": round(start, 3), "seq": seq}
+    record_start(r, lab, seq, {**row, "order": order, "worker": wid})  # not if queued before the last reset
     stream.emit(
         r, lab, "fairness.started", start, worker_id=wid, tier=tier, customer=customer, wait=round(wait, 1), seq=seq
     )
@@ -379,8 +367,7 @@ def _run(
                 clock.hold(r, lab, holder, start + duration)
         time.sleep(TICK)
     if r.hdel(inflight_key(lab), member):  # 0: the sweep already gave up on this copy
-        r.hincrbyfloat(key(lab, "fair", "used"), tier, duration)
-        r.hincrby(key(lab, "fair", "meta"), f"done_{tier}", 1)
+        record_end(r, lab, seq, tier, duration)
         # the end of the run the bill pays for, so the bill can be checked against the time a worker was held
         stream.emit(r, lab, "fairness.finished", now, worker_id=wid, tier=tier, customer=customer, seq=seq)
     with r.pipeline(transaction=False) as pipe:
