@@ -36,6 +36,7 @@ NAVIGATION_S = 3.0  # how long a request at the cap waits for the previous page'
 IDLE_WHY = "nobody watched it for {idle} s"
 MAKE_ROOM_WHY = "it made room for another of your labs (you may run {cap} at once)"
 OWNER_WHY = "you parked it"
+OWNER_PARKED = "owner_parked"  # in a lab's meta while the park its owner asked for holds
 
 
 _PARK = """
@@ -105,10 +106,22 @@ def parked(r: redis.Redis) -> set[str]:
     return set(r.smembers(PARKED))
 
 
-def park(r: redis.Redis, lab: str, why: str) -> bool:
+def park(r: redis.Redis, lab: str, why: str, by_owner: bool = False) -> bool:
     """Park `lab` and the other lanes of its race (False if it already was, is gone, or was resumed before its
     clock was paused): pause their clocks as parked, give back their slots. The pool host that runs each sees it
-    in `labs:parked` and stops its processes."""
+    in `labs:parked` and stops its processes. `by_owner`: its owner asked, so a page left open on it does not
+    resume it on its own (`resume(..., still_open=True)`); opening a page, or any owner call, does."""
+    if by_owner:
+        r.hset(key(lab, "meta"), OWNER_PARKED, 1)  # before the park: a page's round never sees it parked without
+    else:
+        r.hdel(key(lab, "meta"), OWNER_PARKED)
+    did = _park(r, lab, why)
+    if by_owner and not did and not r.sismember(PARKED, lab):
+        r.hdel(key(lab, "meta"), OWNER_PARKED)  # a resume won: it runs on, with no mark left on it
+    return did
+
+
+def _park(r: redis.Redis, lab: str, why: str) -> bool:
     lanes = clock.lanes(r, lab)
     if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, *lanes):
         return False
@@ -121,12 +134,20 @@ def park(r: redis.Redis, lab: str, why: str) -> bool:
 
 
 def resume(
-    r: redis.Redis, lab: str, client_cap: int, web_ceiling: int, patience: float = NAVIGATION_S, max_labs: int = 0
+    r: redis.Redis,
+    lab: str,
+    client_cap: int,
+    web_ceiling: int,
+    patience: float = NAVIGATION_S,
+    max_labs: int = 0,
+    still_open: bool = False,
 ) -> bool:
     """Resume a parked lab and the other lanes of its race (False if it was not parked): their slots are taken
     again first, in one reservation (slots.Refused if the lab's client is at its cap with every other lab watched
-    `patience` s on), then they leave the parked set and their clocks run, in one step (clock.unpark)."""
-    if not r.sismember(PARKED, lab):
+    `patience` s on), then they leave the parked set and their clocks run, in one step (clock.unpark).
+    `still_open`: the call is a web process's round over the pages it keeps open, which leaves a lab its owner
+    parked as it is (else "Park my oldest lab" would be undone by that lab's own page in another tab)."""
+    if not r.sismember(PARKED, lab) or (still_open and r.hexists(key(lab, "meta"), OWNER_PARKED)):
         return False
     lanes = [lane for lane in clock.lanes(r, lab) if lane == lab or r.sismember(LABS, lane)]
     client = r.hget(key(lab, "meta"), "client") or "unknown"
@@ -144,6 +165,7 @@ def resume(
     unparked = clock.unpark(r, lanes, PARKED)  # out of the set and the clocks running again: one step
     if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
+    r.hdel(key(lab, "meta"), OWNER_PARKED)
     for lane, (t, runs) in unparked.items():
         archive.restore(r, lane)  # folded between the first unfolding and the unpark (a fold needs it parked)
         r.hset(key(lane, "meta"), "resumed", time.time())

@@ -76,5 +76,5 @@ def park_lab(lab_id: str):
     with every other lane of its race (core/parking.py). `parked` says what
     happened: false if it was parked already, or a page resumed it while this call was parking it."""
     r = get_redis()
-    did = parking.park(r, lab_id, parking.OWNER_WHY)
+    did = parking.park(r, lab_id, parking.OWNER_WHY, by_owner=True)
     return jsonify(lab_id=lab_id, parked=did, state="parked" if r.sismember(PARKED, lab_id) else "running")

@@ -238,7 +238,7 @@ class Hub:
     def keep_watching(self) -> None:
         """Every WATCH_REFRESH_S, stamp the labs this process has sockets on as watched, and resume any
         that was parked meanwhile (a park that crossed a socket's connect, or a resume refused at the
-        client's cap that a parked or closed lab has made room for since)."""
+        client's cap that a parked or closed lab has made room for since), unless its owner parked it."""
         cfg = self.config
         while True:
             threading.Event().wait(parking.WATCH_REFRESH_S)
@@ -251,7 +251,15 @@ class Hub:
                 continue  # the server is restarting: the next round stamps them again
             for lab in labs:
                 try:  # no waiting for other pages here: the stamps above must stay on time
-                    parking.resume(self.r, lab, cfg.max_client_labs, cfg.max_workers, patience=0, max_labs=cfg.max_labs)
+                    parking.resume(
+                        self.r,
+                        lab,
+                        cfg.max_client_labs,
+                        cfg.max_workers,
+                        patience=0,
+                        max_labs=cfg.max_labs,
+                        still_open=True,
+                    )
                 except (slots.Refused, redis.RedisError):
                     pass  # still at the cap (its page keeps its own message), or the server is restarting
 

@@ -212,6 +212,25 @@ def test_at_the_cap_with_every_lab_watched_the_answer_lists_them_and_parking_one
             ws.close()
 
 
+def test_a_lab_its_owner_parked_stays_parked_under_its_open_page_until_the_page_opens_it_again(pstack, papi, pr):
+    """ "Park my oldest lab" (the widget at the cap) parks a lab whose page is open in another tab: that page's
+    socket, refreshed every WATCH_REFRESH_S, must not resume it on its own, even with room under the cap; an
+    owner call (opening its page again) does."""
+    lab = papi.lab("ch0", speed=20)
+    page = connect(pstack, lab)
+    try:
+        wait(lambda: parking.watched_now(pr, [lab["lab_id"]]), 10, "the lab watched")
+        assert papi.ok("POST", f"/api/labs/{lab['lab_id']}/park", {}, lab["token"])["parked"]
+        time.sleep(2 * parking.WATCH_REFRESH_S + 1)  # two rounds of the web process over its open sockets
+        assert pr.sismember(parking.PARKED, lab["lab_id"]), "the open page resumed a lab its owner parked"
+        assert "lab.resumed" not in event_types(pr, lab["lab_id"])
+        papi.snapshot(lab)  # its page opened again: an owner call resumes it
+        assert not pr.sismember(parking.PARKED, lab["lab_id"])
+        assert not pr.hexists(key(lab["lab_id"], "meta"), parking.OWNER_PARKED)
+    finally:
+        page.close()
+
+
 def test_concurrent_patches_never_pass_the_worker_ceiling(pstack, papi, pr):
     labs = [papi.lab("ch7", speed=20) for _ in range(2)]  # ch7: scheduler replicas, no workers
     wanted = {"workers": 4, "scheduler_replicas": 4}  # 8 each: one lab may grow to it, not both
