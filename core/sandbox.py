@@ -19,10 +19,10 @@ Who it runs as depends on the caller. An unprivileged caller: bwrap makes a user
 `--disable-userns`: none nested), so the task count is this sandbox's alone. A root caller (the kernel never
 applies RLIMIT_NPROC to root, and root is what an escape should not find): bwrap runs as root, so it can bind
 any path, without a user namespace, and inside `setpriv` becomes uid/gid SANDBOX_UID_BASE + the caller's pid
-(one unprivileged uid per live caller, so the task count is that caller's sandboxes' alone) with no capability,
-no bounding set and no new privileges; the `write` directory is handed to that uid, and `read` files must be
-readable by others (the project writes them 0644). Such a sandbox can still make a user namespace of its own
-(it gains nothing outside it: its mounts stay locked under bwrap's).
+(+ `slot` × PID_SPAN: one unprivileged uid per live caller and slot, so the task count is that caller's sandboxes'
+alone) with no capability, no bounding set and no new privileges; the `write` directory is handed to that uid,
+and `read` files must be readable by others (the project writes them 0644). Such a sandbox can still make a user
+namespace of its own (it gains nothing outside it: its mounts stay locked under bwrap's).
 
 Where bwrap cannot make its namespaces (an unprivileged host without user namespaces, bwrap or util-linux
 missing), `unavailable()` says why; the process then runs as its caller with the clean environment and the CPU,
@@ -52,6 +52,7 @@ from core.procs import die_with_parent
 log = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 1_000_000_000  # + the caller's pid: whom a root caller's sandbox runs as (no passwd entry)
+PID_SPAN = 1 << 22  # the kernel's largest pid_max: a slot's uids (BASE + slot × SPAN + pid) never meet another's
 PATH = "/usr/bin:/bin"
 ENV = {"PATH": PATH}  # the whole environment of bwrap and of what runs inside
 SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin")  # bound read-only in every sandbox
@@ -125,15 +126,20 @@ def _tool(name: str) -> str:
     return path
 
 
-def _uid() -> int | None:
+def _uid(slot: int = 0) -> int | None:
     """The uid a root caller's sandbox runs as; None for an unprivileged caller (its user namespace does)."""
-    return SANDBOX_UID_BASE + os.getpid() if os.geteuid() == 0 else None
+    return SANDBOX_UID_BASE + slot * PID_SPAN + os.getpid() if os.geteuid() == 0 else None
 
 
 def _confine(
-    argv: list[str], read: list[Path], write: Path | None, tasks: int, scratch: tuple[str, int] | None = None
+    argv: list[str],
+    read: list[Path],
+    write: Path | None,
+    tasks: int,
+    scratch: tuple[str, int] | None = None,
+    slot: int = 0,
 ) -> list[str]:
-    uid = _uid()
+    uid = _uid(slot)
     read = [p for p in read if not any(p.is_relative_to(top) for top in SYSTEM)]  # already there
     args = [_bwrap(), "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", PATH]
     if uid is None:
@@ -176,11 +182,19 @@ def _confine(
 
 
 def sandboxed(
-    argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits, scratch: str | None = None
+    argv: list[str],
+    *,
+    read: Iterable[Path],
+    write: Path | None,
+    limits: Limits,
+    scratch: str | None = None,
+    slot: int = 0,
 ) -> Sandboxed:
     """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
     binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write, and
-    `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it."""
+    `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it. A root
+    caller's sandboxes share its uid, and so its task count; one that keeps two alive at once (a handler's runner
+    started ahead while the last still runs: core/challenges/box.py) gives them different `slot`s."""
     read = [Path(os.path.abspath(p)) for p in read]
     write = Path(os.path.abspath(write)) if write is not None else None
     preexec = partial(_limit, limits)
@@ -190,11 +204,11 @@ def sandboxed(
             "UNSANDBOXED: %s runs with a clean environment and rlimits only, no namespaces: %s", Path(argv[0]).name, why
         )
         return Sandboxed(list(argv), preexec, confined=False)
-    uid = _uid()
+    uid = _uid(slot)
     if write is not None and uid is not None:
         os.chown(write, uid, uid)
     box = (scratch, limits.scratch_bytes) if scratch is not None else None
-    return Sandboxed(_confine(argv, read, write, limits.tasks, box), preexec, confined=True)
+    return Sandboxed(_confine(argv, read, write, limits.tasks, box, slot), preexec, confined=True)
 
 
 def python(script: Path) -> tuple[list[str], list[Path]]:
