@@ -38,6 +38,13 @@ def proc_state(pid: int) -> str:
     return f[0] if f else ""
 
 
+def exit_status(pid: int) -> int | None:
+    """A dead, unreaped process's wait status (as os.wait gives it); None while it runs or once it is gone. Any
+    process of the caller's user, not only its children (whose parent has yet to reap them)."""
+    f = _stat(pid)
+    return int(f[49]) if len(f) > 49 and f[0] == "Z" else None
+
+
 def alive(pid: int) -> bool:
     return proc_state(pid) not in ("", "Z", "X")
 

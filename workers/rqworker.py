@@ -8,7 +8,9 @@ when it exits. Made here, before any fork:
 - the ffmpeg binary's path (`media.ffmpeg`: imageio_ffmpeg's import and an `ffmpeg -version` run): ~55 ms per
   job that runs ffmpeg, because its cache dies with the horse.
 - whether the sandbox works on this host (`sandbox.unavailable`: one bwrap start, logged if it does not): once
-  per worker instead of once per job.
+  per worker instead of once per job;
+- while its lab runs a challenge, the sandboxed runner of the next attempt (core/challenges/box.py `AHEAD`),
+  started while the last one runs: its ~60–300 ms start is off the attempt's path.
 A lab's hand-off holds its clock (core/broker/handoff.py), so every millisecond a horse spends getting
 ready is one the lab's other workers wait for too.
 """
@@ -25,6 +27,7 @@ from rq.utils import now
 import workers.challenge  # noqa: F401 - preloaded with the job module: forked horses inherit both warm
 import workers.tasks  # preloaded: forked horses inherit it warm
 from core import media, sandbox
+from core.challenges import box
 
 media.ffmpeg()
 sandbox.unavailable()
@@ -59,6 +62,20 @@ class LabWorker(Worker):
         if pipeline is None and state == self.get_state():
             return
         super().set_state(state, pipeline)
+
+    def fork_work_horse(self, job: Job, queue) -> None:
+        """The horse inherits the challenge handler's runner started ahead, if any (core/challenges/box.py
+        `AHEAD`); this parent lets go of it at once and starts the next while the horse works, if the last horse
+        ran a challenge attempt."""
+        super().fork_work_horse(job, queue)
+        box.AHEAD.handed()
+
+    def monitor_work_horse(self, job: Job, queue, execution) -> None:
+        """Once the horse has ended: the runner it was handed, ended too (used or not: one attempt each)."""
+        try:
+            super().monitor_work_horse(job, queue, execution)
+        finally:
+            box.AHEAD.settled()
 
     def execute_job(self, job: Job, queue) -> None:
         """Before the fork: whether the server sends keyspace notifications, looked at here at most every

@@ -1,11 +1,16 @@
 """The handler box: one attempt of a learner's handler, run in the sandbox and spoken to over its pipes.
 
-`HandlerBox(code, job).run(serve)` starts `runner.py` under core/sandbox.py (the runner every hostile input
-shares with ffmpeg) and answers each `ctx` message with `serve(op, args)`, the trusted work horse's side. The
-handler reaches nothing else: no network (a namespace of its own), no environment but PATH, no file system but
-the interpreter's, read-only, and a scratch tmpfs. What it may use, per attempt (`LIMITS`): CPU seconds, address
-space, processes, open files, file and scratch bytes, the length and number of its messages, and `TURN_S` real
-seconds between a reply and its next message (time inside a ctx call, a paced transcode, is the lab's, not its).
+`HandlerBox(code, job).run(serve)` runs the attempt on a `Runner`, `runner.py` under core/sandbox.py (the
+sandbox every hostile input shares with ffmpeg), and answers each `ctx` message with `serve(op, args)`, the
+trusted work horse's side. The runner is usually started ahead (`AHEAD`: by the RQ worker parent while the
+attempt before runs, the 60–300 ms of bwrap's and the interpreter's start off the attempt's path); it waits on
+its pipe for its one attempt, having run none of the handler's code, and serves no other: one process, one
+scratch, one attempt. Its limits are those of a runner started for the attempt: the wait costs no CPU, and the
+wall-clock limit counts from the attempt's first line. The handler reaches nothing else: no network (a namespace
+of its own), no environment but PATH, no file system but the interpreter's, read-only, and a scratch tmpfs. What
+it may use, per attempt (`LIMITS`): CPU seconds, address space, processes, open files, file and scratch bytes, the
+length and number of its messages, and `TURN_S` real seconds between a reply and its next message (time inside a
+ctx call, a paced transcode, is the lab's, not its).
 
 An attempt ends as an `Outcome`: `ack`, `backoff`, `raised` (the handler's exception: a failed attempt, which the
 retry policy decides), or `killed` (a limit or the protocol broken: the run ends with `why`).
@@ -14,6 +19,8 @@ retry policy decides), or `killed` (a limit or the protocol broken: the run ends
 from __future__ import annotations
 
 import json
+import logging
+import mmap
 import os
 import select
 import signal
@@ -22,9 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from core import sandbox
+from core import procs, sandbox
+
+log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("runner.py")
 LIMITS = sandbox.Limits(
@@ -32,6 +41,8 @@ LIMITS = sandbox.Limits(
 )
 SCRATCH = "/scratch"  # the handler's one writable directory (its working directory is / , read-only)
 TURN_S = 5.0  # real seconds a handler may run between a ctx reply and its next message
+IDLE_S = 10  # real seconds a runner started ahead waits for its attempt, then exits unused
+STARTED = '{"op": "started"}'  # the runner's first line, once it holds the attempt and before the handler runs
 LINE_MAX = 256 * 1024  # bytes of one message
 MESSAGES_MAX = 2000  # ctx calls in one attempt
 CODE_MAX = 20_000  # characters of a handler
@@ -65,44 +76,51 @@ class HandlerBox:
         self.code, self.job = code, job
 
     def run(self, serve: Callable[[str, dict], Any]) -> Outcome:
-        argv, read = sandbox.python(RUNNER)
-        box = sandbox.sandboxed(argv, read=read, write=None, limits=LIMITS, scratch=SCRATCH)
-        if not box.confined:  # never reached when `confined()` was asked first; never run unconfined all the same
+        """The attempt, on the runner started ahead for it if there is one (`AHEAD`), else on one started now. A
+        runner started ahead that ended before it took the attempt (it waited IDLE_S) gives way to a new one."""
+        ahead = AHEAD.take()
+        if ahead is not None and (out := self._on(ahead, serve)) is not None:
+            return out
+        runner = Runner.start()
+        if runner is None:  # never reached when `confined()` was asked first; never run unconfined all the same
             return Outcome("killed", "the sandbox cannot be made on this host: handlers stay off")
+        return self._on(runner, serve) or Outcome("killed", "the handler's process ended before it started")
+
+    def _on(self, runner: Runner, serve: Callable[[str, dict], Any]) -> Outcome | None:
+        """The attempt on this runner; None if the runner ended before it took the attempt."""
         began = time.monotonic()
-        proc = box.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
-        reaper = _Reaper(proc)
+        end = _End(runner.pid)
         try:
-            out = self._talk(proc, reaper, serve, began)
+            out = self._talk(runner, end, serve, began)
         finally:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.close()
-            proc.stdout.close()
-            if reaper.wait(0.5) is None:  # a handler that returned exits at once; one that lingers is killed
-                proc.kill()
-            cpu = reaper.wait(None) or 0.0
+            runner.tx.close()
+            runner.rx.close()
+            if end.wait(0.5) is None:  # a handler that returned exits at once; one that lingers is killed
+                os.kill(runner.pid, signal.SIGKILL)  # (its pid is held until its starter reaps it, after this)
+            cpu = end.wait(None) or 0.0
+            runner.reap()
+        if out is None:
+            return None
         out.cpu_s = cpu
         if out.kind == "killed" and cpu >= LIMITS.cpu_s:
             out.why = f"the handler used its {LIMITS.cpu_s} s of CPU time (an endless loop?)"
         return out
 
-    def _talk(
-        self, proc: subprocess.Popen, reaper: _Reaper, serve: Callable[[str, dict], Any], began: float
-    ) -> Outcome:
-        assert proc.stdin is not None and proc.stdout is not None
+    def _talk(self, runner: Runner, end: _End, serve: Callable[[str, dict], Any], began: float) -> Outcome | None:
         calls: list[str] = []
         start_ms = 0.0
-        try:
-            proc.stdin.write((json.dumps({"code": self.code, "job": self.job}) + "\n").encode())
-        except BrokenPipeError:
-            return Outcome("killed", "the handler's process ended before it started")
-        reader = _Lines(proc.stdout.fileno())
+        if not _send(runner, {"code": self.code, "job": self.job}):
+            return None
+        reader = _Lines(runner.rx.fileno())
+        line, why = reader.next(TURN_S)
+        if line != STARTED:  # its own first word, before any of the handler's code has run
+            return None if line is None and runner.ahead else Outcome("killed", _ended(end, why or "it did not start"))
         while True:
             line, why = reader.next(TURN_S)
             if not start_ms:
                 start_ms = (time.monotonic() - began) * 1000
             if line is None:
-                return Outcome("killed", _ended(reaper, why), calls=calls, start_ms=start_ms)
+                return Outcome("killed", _ended(end, why), calls=calls, start_ms=start_ms)
             try:
                 msg = json.loads(line)
                 op, args = str(msg["op"]), dict(msg.get("args") or {})
@@ -136,10 +154,124 @@ class HandlerBox:
                 reply = {"value": serve(op, args)}
             except CtxRefused as e:
                 reply = {"error": e.error, "message": str(e)[:300]}
-            try:
-                proc.stdin.write((json.dumps(reply) + "\n").encode())
-            except BrokenPipeError:
-                return Outcome("killed", _ended(reaper, "it closed its pipe"), calls=calls, start_ms=start_ms)
+            if not _send(runner, reply):
+                return Outcome("killed", _ended(end, "it closed its pipe"), calls=calls, start_ms=start_ms)
+
+
+@dataclass
+class Runner:
+    """One sandboxed runner process (runner.py), for exactly one attempt: started ahead of it (then it waits up to
+    IDLE_S on its pipe, having used no CPU since its start) or for it. `popen` is its starter's, the process whose
+    child it is (a worker parent's, for the one its horse takes): only that process waits for it."""
+
+    popen: subprocess.Popen
+    ahead: bool
+    starter: int = field(default_factory=os.getpid)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def tx(self) -> IO[bytes]:
+        assert self.popen.stdin is not None
+        return self.popen.stdin
+
+    @property
+    def rx(self) -> IO[bytes]:
+        assert self.popen.stdout is not None
+        return self.popen.stdout
+
+    @classmethod
+    def start(cls, slot: int = 0, ahead: bool = False) -> Runner | None:
+        """A runner in its sandbox, started now; None where the sandbox cannot be made."""
+        argv, read = sandbox.python(RUNNER)
+        box = sandbox.sandboxed([*argv, str(IDLE_S)], read=read, write=None, limits=LIMITS, scratch=SCRATCH, slot=slot)
+        if not box.confined:
+            return None
+        proc = box.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        return cls(proc, ahead)
+
+    def detach(self) -> None:
+        """Its starter's copies of its pipes closed: the forked horse holds the only ones."""
+        self.tx.close()
+        self.rx.close()
+
+    def reap(self) -> None:
+        """Waited for, by its starter (a horse leaves its worker parent's runner to that parent: `Ahead.settled`)."""
+        if self.starter == os.getpid():
+            self.popen.wait()
+
+    def discard(self) -> None:
+        """Ended and waited for, by its starter: used or not, a runner serves one attempt."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+
+
+class Ahead:
+    """The runner this process keeps started ahead of the next attempt: an rq worker parent's, which its next
+    horse inherits with the fork (`take`) and which the parent lets go of at once (`handed`, so the horse holds
+    its only pipes), then ends once the horse has (`settled`). While the horse works, the parent starts the next
+    one, in the other uid slot (sandbox.py: the task limit of the attempt running is its own), if the last horse
+    ran a challenge attempt: a one-byte page shared across the fork says so. In a plain process (the benchmark),
+    `start` then `HandlerBox.run` do the same."""
+
+    def __init__(self) -> None:
+        self.ready: Runner | None = None
+        self.handed_over: Runner | None = None
+        self.wanted = False
+        self.slot = 1
+        self.used = mmap.mmap(-1, 1)  # MAP_SHARED: a horse's `take` is seen by its parent
+
+    def start(self) -> None:
+        """A runner ready for the next attempt (if the one ready has ended, a new one)."""
+        if self.ready is not None and self.ready.popen.poll() is None:
+            return
+        if self.ready is not None:
+            self.ready.discard()
+        self.slot = 3 - self.slot
+        try:
+            self.ready = Runner.start(self.slot, ahead=True)
+        except OSError as e:  # (no process to spare, say): the next attempt starts its own
+            log.warning("no handler runner started ahead: %s", e)
+            self.ready = None
+
+    def take(self) -> Runner | None:
+        """In the attempt's process: the runner started ahead, given once, and never again."""
+        runner, self.ready = self.ready, None
+        self.used[0] = 1
+        return runner
+
+    def handed(self) -> None:
+        """In the worker parent, just after it forked a horse: the runner is the horse's now."""
+        runner, self.ready = self.ready, None
+        if runner is not None:
+            runner.detach()
+        self.handed_over = runner
+        if self.wanted:
+            self.start()
+
+    def settled(self) -> None:
+        """In the worker parent, once its horse has ended: the runner it held, ended; another if it was wanted."""
+        if self.handed_over is not None:
+            self.handed_over.discard()
+            self.handed_over = None
+        self.wanted, self.used[0] = bool(self.used[0]), 0
+        if self.wanted:
+            self.start()
+
+
+AHEAD = Ahead()
+
+
+def _send(runner: Runner, message: dict) -> bool:
+    """One JSON line to the runner; False if its process has closed its end."""
+    try:
+        runner.tx.write((json.dumps(message) + "\n").encode())
+    except BrokenPipeError:
+        return False
+    return True
 
 
 class _Lines:
@@ -166,34 +298,33 @@ class _Lines:
         return line.decode("utf-8", "replace"), ""
 
 
-def _ended(reaper: _Reaper, why: str) -> str:
+def _ended(end: _End, why: str) -> str:
     """Why the handler's process stopped talking, in a learner's words."""
-    if reaper.wait(0.5) is None:
+    if end.wait(0.5) is None:
         return f"the handler was stopped: {why}"
-    if reaper.status in (signal.SIGXCPU, signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
+    if end.status in (signal.SIGXCPU, signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
         return f"the handler was stopped by a limit (CPU {LIMITS.cpu_s} s, memory {LIMITS.memory_bytes >> 20} MB)"
     return f"the handler's process ended without returning: {why}"
 
 
-class _Reaper:
-    """Waits for the sandbox's process with wait4, so the CPU time of it and its reaped children is known."""
+class _End:
+    """The end of a runner's process, seen from /proc (a pidfd says when): the process may be another's child (a
+    runner started ahead is the worker parent's), which keeps it unreaped until this attempt's horse has ended."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, pid: int):
+        self.pid = pid
         self.cpu_s: float | None = None
         self.status = 0
+        try:
+            self.fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already reaped (a runner that expired in this very process): nothing to read
+            self.cpu_s = 0.0
 
     def wait(self, timeout: float | None) -> float | None:
         """The CPU seconds used, once the process has ended (within `timeout`; None: as long as it takes)."""
-        until = None if timeout is None else time.monotonic() + timeout
-        while self.cpu_s is None:
-            pid, status, usage = os.wait4(self.proc.pid, 0 if until is None else os.WNOHANG)
-            if pid:
-                self.proc.returncode = os.waitstatus_to_exitcode(status)
-                self.status = os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                self.cpu_s = usage.ru_utime + usage.ru_stime
-            elif until is None or time.monotonic() >= until:
-                break
-            else:
-                time.sleep(0.005)
+        if self.cpu_s is None and select.select([self.fd], [], [], timeout)[0]:
+            status = procs.exit_status(self.pid) or 0
+            self.status = os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            self.cpu_s = procs.cpu_s(self.pid)
+            os.close(self.fd)
         return self.cpu_s

@@ -1,10 +1,12 @@
 """The handler's side of the sandbox: the `ctx` a learner's handler is given, and nothing else of the lab.
 
 This file runs inside the sandbox (core/sandbox.py) under the interpreter's `-I -S`, on its own: standard library
-only, no import of the project. The trusted RQ work horse (workers/challenge.py) starts it with two pipes, sends
-one line `{"code", "job"}` and then answers each `ctx` call: one JSON line out, one JSON line back. The learner's
-`print` goes to `ctx.log`; the process's own stdout and stderr are /dev/null, so nothing but these messages
-leaves the sandbox.
+only, no import of the project. It is started with two pipes, usually ahead of its attempt (core/challenges/box.py:
+by the RQ worker parent, whose next horse takes it); the trusted horse (workers/challenge.py) sends one line
+`{"code", "job"}`, which it answers `{"op": "started"}` before any of the handler's code runs, and then answers
+each `ctx` call: one JSON line out, one JSON line back. One process runs one attempt. The learner's `print` goes
+to `ctx.log`; the process's own stdout and stderr are /dev/null, so nothing but these messages leaves the
+sandbox.
 
 The API (shown on the chapter page as it is written here):
 
@@ -31,6 +33,7 @@ The API (shown on the chapter page as it is written here):
 
 import json
 import os
+import select
 import sys
 
 LOG_LINE_MAX = 500  # characters of one log line (the event is at most 1 kB)
@@ -194,8 +197,13 @@ def main():
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
+    # started ahead of its attempt, it waits for it (argv[1] real seconds), then goes unused
+    if not select.select([rx], [], [], float(sys.argv[1]))[0]:
+        return
     pipe = _Pipe(rx, tx)
     start = json.loads(rx.readline())
+    tx.write('{"op": "started"}\n')  # box.STARTED: the attempt is this process's, and none of its code has run
+    tx.flush()
     ctx = Ctx(pipe, start["job"])
     sys.stdout = sys.stderr = _Printer(ctx)
     try:

@@ -7,11 +7,13 @@ by the invariant that names its mistake, with a counterexample told from the lab
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 import chapters
+from core import sandbox
 
 SPEED = 200
 
@@ -86,3 +88,28 @@ def test_each_mutant_is_caught_by_the_invariant_naming_its_mistake(api, challeng
     code, invariant = chapters.CHALLENGES[challenge]["mutants"][name]
     verdict = run(api, lab_for(api, challenge), challenge, code)
     assert invariant in broken(verdict), verdict
+
+
+def test_consecutive_attempts_on_a_worker_share_no_process_and_no_scratch(api, ch5):
+    """The runner a worker starts ahead for its next horse (core/challenges/box.py `AHEAD`) serves that one
+    attempt: every attempt of the run finds no mark of an earlier one (a file in its scratch, a module global, a
+    builtin), and, for a root server, its uid says it ran on a runner started ahead (slot 1 or 2) after the
+    first attempt on each worker."""
+    code = (
+        "import builtins, json, os\n"
+        "def handle(ctx):\n"
+        "    found = [os.path.exists('/scratch/mark'), hasattr(json, 'mark'), hasattr(builtins, 'mark')]\n"
+        "    ctx.log('MARKS %r %d' % (found, os.getuid()))\n"
+        "    with open('/scratch/mark', 'w') as f:\n"
+        "        f.write('left by an earlier attempt')\n"
+        "    json.mark = builtins.mark = True\n"
+    )
+    run(api, ch5, "effectively-once", code)
+    events = api.ok("GET", f"/api/labs/{ch5['lab_id']}/events?after=0", token=ch5["token"], expect=(200,))["events"]
+    said = [e["data"]["text"].split(" ", 1)[1] for e in events if e["type"] == "handler.log"]
+    marks = [line.rsplit(" ", 1) for line in said if line.startswith("[")]
+    assert len(marks) >= len(SPEC["workload"]), said  # every job ran at least one attempt
+    assert {found for found, _uid in marks} == {"[False, False, False]"}, said
+    if os.geteuid() == 0:
+        slots = [(int(uid) - sandbox.SANDBOX_UID_BASE) // sandbox.PID_SPAN for _found, uid in marks]
+        assert any(slot in (1, 2) for slot in slots), slots  # the hand-off ran: this is not a cold start each time

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from core import media, sandbox
+from core import media, sandbox, seccomp
 from runtime import embedded_redis
 
 PYTHON = os.path.realpath(sys.executable)  # the interpreter itself (-I -S: no venv, no site)
@@ -126,6 +126,41 @@ def test_no_secret_in_the_environment_nor_on_disk(server, tmp_path):
     assert env["PATH"] == sandbox.PATH and set(env) <= {"PATH", "PWD", "LC_CTYPE"}, env  # PWD: bwrap's chdir;
     assert not any(PASSWORD in v or str(server.port) in v for v in env.values())  # LC_CTYPE: Python's own
     assert got and all(v != "ok" for v in got.values()), got
+
+
+SYSCALLS = """
+import ctypes, errno, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    return "ok" if libc.syscall(*args) >= 0 else errno.errorcode[ctypes.get_errno()]
+out["unshare(CLONE_NEWUSER)"] = call(272, 0x10000000)
+out["ptrace(PTRACE_TRACEME)"] = call(101, 0, 0, 0, 0)
+out["keyctl(KEYCTL_GET_KEYRING_ID)"] = call(250, 0, -3, 0)
+out["io_uring_setup"] = call(425, 1, None)
+out["bpf"] = call(321, 0, None, 0)
+"""
+STILL = """
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+out["fork"] = os.waitpid(pid, 0)[1]
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+out["thread"] = 0
+out["spawn"] = subprocess.run(["/bin/true"]).returncode
+"""
+
+
+@pytest.mark.skipif(not seccomp.program(), reason="the filter is written for x86-64")
+def test_system_calls_an_escape_starts_from_are_refused_and_processes_still_start():
+    """Each call reaches the kernel outside (no EPERM there); inside, the filter answers EPERM for each, while
+    fork, threads and a subprocess (clone3 refused: the C library falls back to clone) still work."""
+    probe = "import json, os\nout = {}\n" + textwrap.dedent(SYSCALLS) + "\nprint(json.dumps(out))\n"
+    outside = json.loads(subprocess.run([PYTHON, "-I", "-S", "-c", probe], capture_output=True, text=True).stdout)
+    assert "EPERM" not in outside.values(), outside
+    got = inside(SYSCALLS + STILL)
+    assert got == {**{call: "EPERM" for call in outside}, "fork": 0, "thread": 0, "spawn": 0}, got
 
 
 def test_writes_only_its_directory_and_within_the_file_size_limit(tmp_path):

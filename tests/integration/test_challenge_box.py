@@ -1,0 +1,69 @@
+"""The handler box's runners (core/challenges/box.py): one process per attempt, even when started ahead of it.
+
+Each attempt here leaves marks where a next attempt in the same process or the same scratch would find them (a
+file in /scratch, a global of an imported module, a builtin) and reports which marks it found itself: the second
+of two consecutive attempts must find none, and must have run in another process, the first one gone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core import procs, sandbox
+from core.challenges import box
+
+MARKS = """
+import builtins, json, os
+def handle(ctx):
+    found = [os.path.exists('/scratch/mark'), hasattr(json, 'mark'), hasattr(builtins, 'mark')]
+    ctx.log(repr(found))
+    with open('/scratch/mark', 'w') as f:
+        f.write('left by an earlier attempt')
+    json.mark = builtins.mark = True
+"""
+JOB = {"id": "1", "attempt": 1, "idempotency_key": "k", "input": {}}
+
+
+@pytest.fixture(autouse=True)
+def confined():
+    assert sandbox.unavailable() == "", sandbox.unavailable()
+
+
+def attempt() -> tuple[box.Outcome, list[str]]:
+    said: list[str] = []
+    out = box.HandlerBox(MARKS, JOB).run(lambda op, args: said.append(args["text"]) if op == "log" else None)
+    return out, said
+
+
+def test_two_attempts_on_runners_started_ahead_share_no_process_and_no_scratch():
+    pids = []
+    for _ in range(2):
+        box.AHEAD.start()  # as the worker parent does while the attempt before runs
+        assert box.AHEAD.ready is not None
+        pids.append(box.AHEAD.ready.pid)
+        out, said = attempt()
+        assert out.kind == "ack", out
+        assert said == ["[False, False, False]"], said  # no file, no module global, no builtin of the one before
+        assert box.AHEAD.ready is None  # given once
+    assert pids[0] != pids[1]
+    assert procs.proc_state(pids[0]) == "", "the first attempt's runner outlived it"
+
+
+def test_an_attempt_without_a_runner_ahead_starts_its_own_after_one_that_ran_ahead():
+    box.AHEAD.start()
+    first = box.AHEAD.ready.pid if box.AHEAD.ready else 0
+    assert attempt()[1] == ["[False, False, False]"]
+    out, said = attempt()  # none started ahead this time
+    assert out.kind == "ack" and said == ["[False, False, False]"], (out, said)
+    assert procs.proc_state(first) == ""
+
+
+def test_a_runner_started_ahead_that_expired_gives_way_to_a_new_one(monkeypatch):
+    monkeypatch.setattr(box, "IDLE_S", 0)  # it waits no time for its attempt, and exits unused
+    box.AHEAD.start()
+    runner = box.AHEAD.ready
+    assert runner is not None
+    procs.wait(lambda: procs.proc_state(runner.pid) == "Z", 60, "the runner's exit")  # unreaped, as a worker's
+    monkeypatch.undo()
+    out, said = attempt()
+    assert out.kind == "ack" and said == ["[False, False, False]"], (out, said)
