@@ -41,7 +41,8 @@ LIMITS = sandbox.Limits(
 )
 SCRATCH = "/scratch"  # the handler's one writable directory (its working directory is / , read-only)
 TURN_S = 5.0  # real seconds a handler may run between a ctx reply and its next message
-IDLE_S = 10  # real seconds a runner started ahead waits for its attempt, then exits unused
+IDLE_S = 4  # real seconds a runner started ahead waits for its attempt, then exits unused (a run's attempts follow
+# each other within a few real seconds at the default speed; a test waits this long for a run's last one to go)
 STARTED = '{"op": "started"}'  # the runner's first line, once it holds the attempt and before the handler runs
 LINE_MAX = 256 * 1024  # bytes of one message
 MESSAGES_MAX = 2000  # ctx calls in one attempt
