@@ -91,6 +91,7 @@ def test_try4_paused_after_the_202_the_job_is_running_not_done(api, measured):
     """The claims list's row says what a paused lab shows: the idle worker has the job (running), not the queue."""
     lab = api.lab("ch0", speed=JOB_SPEED)
     lid, tok = lab["lab_id"], lab["token"]
+    api.workers_ready(lab, PRESET["workers"])  # the row's premise: an idle worker, not one still starting
     res = api.call("POST", f"/api/labs/{lid}/jobs", {"sample": "bigbuckbunny"}, tok)
     assert res.status == 202
     claimed = wait_event(api, lab, "job.claimed", timeout=60)[0]
