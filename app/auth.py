@@ -61,25 +61,22 @@ def refuse_foreign_origin() -> None:
         raise ApiError(403, "bad_origin", "a call from another site's page was refused")
 
 
-def authorise(lab_id: str, token: str | None, write: bool) -> tuple[str, float]:
-    """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); the token's role, and when
-    the lab's owner last called (read with it)."""
+def authorise(lab_id: str, token: str | None, write: bool) -> registry.Access:
+    """404 unknown lab, 401 no token, 403 wrong token (or a view token for a write); else what the lab's door
+    read in its one round trip (the token's role, when the owner last called, whether the lab is parked)."""
     r = get_redis()
-    if len(lab_id) > 32 or not valid_id(lab_id) or not registry.exists(r, lab_id):
-        why = (
-            registry.gone_why(r, lab_id, current_app.config["LAB"].lab_idle_ttl)
-            if len(lab_id) <= 32 and valid_id(lab_id)
-            else None
-        )
+    well_formed = len(lab_id) <= 32 and valid_id(lab_id)
+    seen = registry.access(r, lab_id, token, allow_view=not write) if well_formed else None
+    if seen is None or not seen.exists:
+        why = registry.gone_why(r, lab_id, current_app.config["LAB"].lab_idle_ttl) if well_formed else None
         if why:
             raise ApiError(404, "lab_expired", why)
         raise ApiError(404, "unknown_lab", f"no lab {lab_id!r}")
     if not token:
         raise ApiError(401, "missing_token", "send Authorization: Bearer <token>", {"WWW-Authenticate": "Bearer"})
-    role, last = registry.access(r, lab_id, token, allow_view=not write)
-    if role is None:
+    if seen.role is None:
         raise ApiError(403, "forbidden", "this token does not open this lab" + (" for changes" if write else ""))
-    return role, last
+    return seen
 
 
 TOUCH_GAP_S = 5.0  # an owner call within this many seconds of the last one it recorded records nothing
@@ -99,17 +96,17 @@ def lab_access(write: bool, resume: bool = True):
     def deco(fn):
         @wraps(fn)
         def wrapper(lab_id: str, *a, **kw):
-            role, last = authorise(lab_id, request_token(lab_id), write)
+            seen = authorise(lab_id, request_token(lab_id), write)
             if write and bearer_token() is None:
                 refuse_cross_site()
-            if role == "owner":
+            if seen.role == "owner":
                 try:
-                    registry.touch(get_redis(), lab_id, last, touch_gap(current_app.config["LAB"].park_after))
+                    registry.touch(get_redis(), lab_id, seen.last, touch_gap(current_app.config["LAB"].park_after))
                 except redis.ResponseError as e:
                     if write or not persist_refused(e):
                         raise
                     # the server's disk is full: a read still answers, without its record of the lab's use
-            if resume:
+            if resume and seen.parked:  # as read at the door, in the round trip that checked the token
                 limits.wake(get_redis(), lab_id)
             return fn(lab_id, *a, **kw)
 

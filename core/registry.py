@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis
 
@@ -79,21 +79,36 @@ def exists(r: redis.Redis, lab: str) -> bool:
 
 def check_token(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> str | None:
     """'owner' or 'viewer' if the token opens this lab, else None (constant-time compare)."""
-    return access(r, lab, token, allow_view)[0]
+    return access(r, lab, token, allow_view).role
 
 
-def access(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> tuple[str | None, float]:
-    """The token's role (as `check_token`) and, read with it, when the lab's owner last called (0: never)."""
-    if not token:
-        return None, 0.0
-    stored = r.hmget(key(lab, "meta"), "token", "view_token", "last_active")
-    given = _hash(token)
+class Access(NamedTuple):
+    """What a call at a lab's door learns in one round trip: whether the lab exists, the token's role there
+    (None: it opens nothing), when its owner last called (0: never) and whether it is parked."""
+
+    exists: bool
+    role: str | None
+    last: float
+    parked: bool
+
+
+def access(r: redis.Redis, lab: str, token: str | None, allow_view: bool = False) -> Access:
+    """The lab's `Access` for `token` (as `check_token`), read in one round trip."""
+    with r.pipeline(transaction=False) as pipe:
+        pipe.sismember(LABS, lab)
+        pipe.hmget(key(lab, "meta"), "token", "view_token", "last_active")
+        pipe.sismember(PARKED, lab)
+        exists, stored, parked = pipe.execute()
     last = float(stored[2] or 0)
-    if stored[0] and hmac.compare_digest(stored[0], given):
-        return "owner", last
-    if allow_view and stored[1] and hmac.compare_digest(stored[1], given):
-        return "viewer", last
-    return None, last
+    given = _hash(token) if token else None
+    role = (
+        "owner"
+        if given and stored[0] and hmac.compare_digest(stored[0], given)
+        else "viewer"
+        if given and allow_view and stored[1] and hmac.compare_digest(stored[1], given)
+        else None
+    )
+    return Access(bool(exists), role, last, bool(parked))
 
 
 def touch(r: redis.Redis, lab: str, last: float | None = None, gap: float = 0.0) -> None:
@@ -145,20 +160,30 @@ def workers(r: redis.Redis, lab: str) -> list[dict]:
 PROGRESS_LOOKBACK = 200
 """Newest events a snapshot reads for its busy workers' progress (a job.progress event per job about once a real
 second: workers/tasks.py report_progress); a worker with none among them shows none until its next one."""
+PROGRESS_FIRST = 32
+"""Of those, the newest read with the rest of the snapshot: a busy lab's busy workers have their newest tenths
+among them; only a worker with none there (an attempt just begun) has the rest read, in a second round trip."""
 
 
-def _sorted_workers(rows: dict[str, str], recent: list | None = None) -> list[dict]:
-    """The worker rows in id order; with the lab's `recent` events (newest first, as XREVRANGE gives them), each
-    busy worker's progress in the attempt it runs now: its newest job.progress event for that attempt."""
-    out = sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
-    busy = {(w["id"], w.get("job_id"), w.get("attempt")): w for w in out if w.get("state") == "busy"}
-    for _id, fields in recent or []:
+def _sorted_workers(rows: dict[str, str]) -> list[dict]:
+    """The worker rows in id order."""
+    return sorted((json.loads(v) for v in rows.values()), key=lambda w: int(w["id"].lstrip("w") or 0))
+
+
+def _show_progress(workers: list[dict], recent: list, missing: set[tuple] | None = None) -> set[tuple]:
+    """Each busy worker's progress in the attempt it runs now, from the lab's `recent` events (newest first, as
+    XREVRANGE gives them): its newest job.progress event for that attempt. Only the rows `missing` names (all
+    busy ones if None); the ones still without one are returned."""
+    busy = {(w["id"], w.get("job_id"), w.get("attempt")): w for w in workers if w.get("state") == "busy"}
+    if missing is not None:
+        busy = {k: w for k, w in busy.items() if k in missing}
+    for _id, fields in recent:
         if busy and '"job.progress"' in fields["e"]:
             ev = json.loads(fields["e"])
             w = busy.pop((ev.get("worker_id"), ev.get("job_id"), ev.get("attempt")), None)
             if w is not None:
                 w["progress"] = ev["data"]["percent"]
-    return out
+    return set(busy)
 
 
 def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
@@ -166,18 +191,21 @@ def read_job(r: redis.Redis, lab: str, job_id: str) -> dict | None:
     return found[0] if found else None
 
 
-JOB_READS = 4  # replies `_queue_job_reads` queues per job
+JOB_READS = 3  # replies `_queue_job_reads` queues per job
 
 
-def _queue_job_reads(pipe: redis.client.Pipeline, lab: str, job_id: str) -> None:
-    """What a job view folds (record, attempts, broker message, its lease's deadline), queued on `pipe`."""
-    pipe.hgetall(job(lab, job_id))
-    pipe.hgetall(job(lab, job_id) + ":attempts")
-    pipe.hgetall(msg(lab, job_id))
-    pipe.zscore(key(lab, "leases"), job_id)
+def _queue_job_reads(pipe: redis.client.Pipeline, lab: str, ids: list[str]) -> None:
+    """What the views of jobs `ids` fold, queued on `pipe`: each one's record, attempts and broker message
+    (JOB_READS replies a job), then their leases' deadlines in one ZMSCORE."""
+    for i in ids:
+        pipe.hgetall(job(lab, i))
+        pipe.hgetall(job(lab, i) + ":attempts")
+        pipe.hgetall(msg(lab, i))
+    if ids:
+        pipe.zmscore(key(lab, "leases"), ids)
 
 
-def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict, deadline: float | None) -> dict | None:
+def _fold_job(job_id: str, deadline: float | None, raw: dict, attempt_rows: dict, m: dict) -> dict | None:
     if not raw:
         return None
     attempts = sorted((json.loads(v) for v in attempt_rows.values()), key=lambda a: a["attempt"])
@@ -199,15 +227,19 @@ def _fold_job(job_id: str, raw: dict, attempt_rows: dict, m: dict, deadline: flo
 def read_jobs(r: redis.Redis, lab: str, ids: list[str]) -> list[dict]:
     """The jobs `ids` in that order (gone ones left out), read in one atomic round trip."""
     with r.pipeline(transaction=True) as pipe:
-        for i in ids:
-            _queue_job_reads(pipe, lab, i)
+        _queue_job_reads(pipe, lab, ids)
         raw = pipe.execute()
     return _fold_jobs(ids, raw)
 
 
 def _fold_jobs(ids: list[str], raw: list) -> list[dict]:
-    """The jobs from the replies of `_queue_job_reads` for each id in turn (gone ones left out)."""
-    return [j for j in (_fold_job(i, *raw[JOB_READS * n : JOB_READS * (n + 1)]) for n, i in enumerate(ids)) if j]
+    """The jobs from the replies `_queue_job_reads` queued for `ids` (gone ones left out)."""
+    deadlines = raw[JOB_READS * len(ids)] if ids else []
+    return [
+        j
+        for j in (_fold_job(i, deadlines[n], *raw[JOB_READS * n : JOB_READS * (n + 1)]) for n, i in enumerate(ids))
+        if j
+    ]
 
 
 def list_jobs(r: redis.Redis, lab: str, limit: int = 200) -> list[dict]:
@@ -272,47 +304,59 @@ def _fold_counts(state_rows: dict[str, str], counter_rows: dict[str, str]) -> di
     return out
 
 
+SNAPSHOT_READS = 10  # replies `snapshot` queues after its jobs'
+
+
 def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
-    """The lab at one instant: jobs, counts, workers and faults read in one MULTI/EXEC, so a
-    count never disagrees with the job list beside it (a job that finishes between two reads
-    would otherwise be counted done while listed as running)."""
+    """The lab at one instant: jobs, counts, workers, faults, settings and clock read in one MULTI/EXEC (after
+    the job index), so a count never disagrees with the job list beside it (a job that finishes between two
+    reads would otherwise be counted done while listed as running)."""
     ids = r.zrevrange(key(lab, "jobs"), 0, limit - 1)
     with r.pipeline(transaction=True) as pipe:
-        for i in ids:
-            _queue_job_reads(pipe, lab, i)
+        _queue_job_reads(pipe, lab, ids)
         pipe.hgetall(key(lab, "states"))
         pipe.hgetall(key(lab, "counts"))
         pipe.hgetall(key(lab, "workers"))
         pipe.hgetall(key(lab, "faults"))
         pipe.hgetall(key(lab, "breaker"))
-        pipe.xrevrange(key(lab, "events"), count=PROGRESS_LOOKBACK)
-        raw = pipe.execute()
-    state_rows, counter_rows, worker_rows, faults, breaker, recent = raw[JOB_READS * len(ids) :]
-    jobs = _fold_jobs(ids, raw)
-    s = settings(r, lab)
+        pipe.xrevrange(key(lab, "events"), count=PROGRESS_FIRST)
+        pipe.get(key(lab, "settings"))
+        pipe.hget(key(lab, "meta"), "preset")
+        pipe.hgetall(key(lab, "clock"))
+        pipe.xinfo_stream(key(lab, "events"))
+        raw = pipe.execute(raise_on_error=False)
+    real = time.time()
+    state_rows, counter_rows, worker_rows, faults, breaker, recent, stored, preset, clock_state, info = raw[
+        -SNAPSHOT_READS:
+    ]
+    for reply in raw[:-1]:  # the stream's info is an error while the lab has no events yet: none trimmed
+        if isinstance(reply, Exception):
+            raise reply
+    s = parse_settings(stored)
+    workers = _sorted_workers(worker_rows)
+    missing = _show_progress(workers, recent)
+    if missing and len(recent) == PROGRESS_FIRST:  # the older ones, as one read of PROGRESS_LOOKBACK would give
+        older = r.xrevrange(key(lab, "events"), max=f"({recent[-1][0]}", count=PROGRESS_LOOKBACK - PROGRESS_FIRST)
+        _show_progress(workers, older, missing)
     return {
         "lab_id": lab,
-        "preset": r.hget(key(lab, "meta"), "preset"),
+        "preset": preset,
         "settings": s,
         "retry_bucket_s": retry_bucket_s(s["retry_base"], s["retry_cap"]),
-        "clock": clock.read(r, lab),
+        "clock": clock.reading(clock_state, real),
         "counts": _fold_counts(state_rows, counter_rows),
-        "workers": _sorted_workers(worker_rows, recent),
-        "jobs": jobs,
+        "workers": workers,
+        "jobs": _fold_jobs(ids, raw),
         "faults": faults,
         "breaker": breaker or {"state": "closed"},
         "last_event_id": recent[0][0] if recent else "0",
-        "events_trimmed": events_trimmed(r, lab),
+        "events_trimmed": 0 if isinstance(info, Exception) else events_trimmed(info),
     }
 
 
-def events_trimmed(r: redis.Redis, lab: str) -> int:
-    """Events the stream no longer holds (it keeps about the newest 20,000): a view rebuilt from it
-    cannot show the lab before its first kept event, and says so."""
-    try:
-        info = r.xinfo_stream(key(lab, "events"))
-    except redis.ResponseError:  # no events yet
-        return 0
+def events_trimmed(info: dict) -> int:
+    """Events the stream no longer holds (it keeps about the newest 20,000), from its XINFO STREAM reply: a view
+    rebuilt from it cannot show the lab before its first kept event, and says so."""
     return max(0, int(info.get("entries-added", info["length"])) - int(info["length"]))
 
 

@@ -132,6 +132,7 @@ DATA = (
     "zrem",
     "zremrangebyscore",
     "zrevrange",
+    "zmscore",
     "zscore",
     "xadd",
     "xinfo|stream",

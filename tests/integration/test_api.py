@@ -6,9 +6,10 @@ import time
 import uuid
 
 import pytest
+import redis
 
-from core import media
-from tests.helpers import long_polls_held, sim_time_passes
+from core import media, registry
+from tests.helpers import commands_run, enqueue, long_polls_held, round_trips, sim_time_passes
 
 
 def multipart(field: str, filename: str, data: bytes, ctype: str = "video/mp4") -> tuple[bytes, dict]:
@@ -214,6 +215,29 @@ def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(a
     snap = api.snapshot(lab)
     kept = r.xlen(f"lab:{lab['lab_id']}:events")
     assert kept < before + added and snap["events_trimmed"] == before + added - kept, (before, kept)
+
+
+def test_a_snapshot_costs_two_round_trips_and_three_commands_a_job(api, r, redis_server, monkeypatch):
+    """The dashboard's poll, read at the door and then in two round trips whatever the history: the job index,
+    then one MULTI of every read (each job's record, attempts and message; one ZMSCORE for all their leases)."""
+    lab = api.lab("ch1", workers=0)
+    for _ in range(5):
+        enqueue(api, lab, sample="carphone_pristine")
+    name = f"t-snapshot-{uuid.uuid4().hex[:8]}"
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)
+    try:
+        own.ping()
+        before, trips = commands_run(r, name=name), round_trips(monkeypatch, own)
+        door = registry.access(own, lab["lab_id"], lab["token"])
+        assert (trips(), commands_run(r, name=name) - before) == (1, 3), "the door took more than one round trip"
+        assert door == (True, "owner", door.last, False) and door.last > 0, door
+        snap = registry.snapshot(own, lab["lab_id"])
+        assert len(snap["jobs"]) == 5 and snap["counts"]["queued"] == 5, snap["counts"]
+        # ZREVRANGE; MULTI, 3 a job, ZMSCORE, the lab's own reads, EXEC
+        assert (trips(), commands_run(r, name=name) - before) == (1 + 2, 3 + 1 + 1 + 3 * 5 + 1 + 10 + 1)
+        assert snap == {**api.snapshot(lab), "clock": snap["clock"]}, "the API's snapshot differs from the registry's"
+    finally:
+        own.close()
 
 
 def test_every_snapshot_counts_exactly_the_jobs_it_lists_in_each_state(api):
