@@ -111,18 +111,27 @@ def park(r: redis.Redis, lab: str, why: str, by_owner: bool = False) -> bool:
     clock was paused): pause their clocks as parked, give back their slots. The pool host that runs each sees it
     in `labs:parked` and stops its processes. `by_owner`: its owner asked, so a page left open on it does not
     resume it on its own (`resume(..., still_open=True)`); opening a page, or any owner call, does."""
+    lanes = clock.lanes(r, lab)
     if by_owner:
-        r.hset(key(lab, "meta"), OWNER_PARKED, 1)  # before the park: a page's round never sees it parked without
-    else:
-        r.hdel(key(lab, "meta"), OWNER_PARKED)
-    did = _park(r, lab, why)
+        _mark_owner_parked(r, lanes, True)  # before the park: a page's round never sees it parked without it
+    did = _park(r, lab, lanes, why)
     if by_owner and not did and not r.sismember(PARKED, lab):
-        r.hdel(key(lab, "meta"), OWNER_PARKED)  # a resume won: it runs on, with no mark left on it
+        _mark_owner_parked(r, lanes, False)  # a resume won: it runs on, with no mark left on it
     return did
 
 
-def _park(r: redis.Redis, lab: str, why: str) -> bool:
-    lanes = clock.lanes(r, lab)
+def _mark_owner_parked(r: redis.Redis, lanes: list[str], on: bool) -> None:
+    """The owner's park, marked (or cleared) on every lane of the race: a page open on any lane leaves it be."""
+    with r.pipeline(transaction=False) as pipe:
+        for lane in lanes:
+            if on:
+                pipe.hset(key(lane, "meta"), OWNER_PARKED, 1)
+            else:
+                pipe.hdel(key(lane, "meta"), OWNER_PARKED)
+        pipe.execute()
+
+
+def _park(r: redis.Redis, lab: str, lanes: list[str], why: str) -> bool:
     if not r.eval(_PARK, 3, LABS, PARKED, slots.LEDGER, *lanes):
         return False
     paused = clock.park(r, lanes, PARKED)
@@ -165,7 +174,7 @@ def resume(
     unparked = clock.unpark(r, lanes, PARKED)  # out of the set and the clocks running again: one step
     if unparked is None:
         return False  # another request resumed it meanwhile (its reservation is this one)
-    r.hdel(key(lab, "meta"), OWNER_PARKED)
+    _mark_owner_parked(r, lanes, False)
     for lane, (t, runs) in unparked.items():
         archive.restore(r, lane)  # folded between the first unfolding and the unpark (a fold needs it parked)
         r.hset(key(lane, "meta"), "resumed", time.time())
