@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -190,17 +191,18 @@ class Api:
                 raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} workers={snap and snap['workers']}")
             time.sleep(every)
 
+    @cached_property
+    def _server(self) -> redis.Redis:
+        """The stack's server (`redis_url`), opened once for every wait's look at a lab's barriers."""
+        return redis.Redis.from_url(self.redis_url or "", decode_responses=True)
+
     def reaper_holds(self, lab: dict, snap: dict | None) -> float | None:
         """The simulated moment a running clock waits at for the reaper (its lowest barrier, held by the reaper,
         whose barrier its supervisor keeps alive), else None. Needs the server's URL; without it, None."""
         if snap is None or not self.redis_url or snap["clock"]["paused"] or not snap["clock"]["waiting_on_real_work"]:
             return None
-        r = redis.Redis.from_url(self.redis_url, decode_responses=True)
-        try:
-            lowest = r.zrange(key(lab["lab_id"], "barriers"), 0, 0, withscores=True)
-            alive = float(r.hget(key(lab["lab_id"], "barrier_alive"), "reaper") or 0)
-        finally:
-            r.close()
+        lowest = self._server.zrange(key(lab["lab_id"], "barriers"), 0, 0, withscores=True)
+        alive = float(self._server.hget(key(lab["lab_id"], "barrier_alive"), "reaper") or 0)
         if not lowest or lowest[0][0] != "reaper" or alive < time.time():
             return None
         return lowest[0][1]
