@@ -449,6 +449,11 @@ def holders(r: redis.Redis, lab: str) -> list[str]:
     return r.zrange(_barriers(lab), 0, -1)
 
 
+def held_at(r: redis.Redis, lab: str, holders: list[str]) -> list[float]:
+    """The moments these holders' barriers stand at now (a holder holding none is left out)."""
+    return [float(at) for at in r.zmscore(_barriers(lab), holders) if at is not None] if holders else []
+
+
 def lowest_barrier(r: redis.Redis, lab: str, besides: str) -> float:
     """The lowest barrier held by anyone but `besides` (math.inf if none)."""
     for holder, at in r.zrange(_barriers(lab), 0, 1, withscores=True):

@@ -186,6 +186,7 @@ class Supervisor:
         holding = self.duties.release_branch(lab, settings, seen)
         self.duties.tick(pool, settings, seen)
         pool.due_at = time.time() + wait.next_pass(pool, settings, seen, holding, self.fleet.fleets)
+        wait.engine_moments(self.r, pool)
         # the clock, lease and retry heads were just read by the pass; a write since then notifies (Waker)
         wait.refresh_deadlines(self.r, [pool], {lab: set()})
 

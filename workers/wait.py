@@ -163,8 +163,16 @@ def next_pass(pool: LabPool, settings: dict, seen: Seen, holding: bool, replicas
     return max(0.0, min(min(due, default=math.inf) - real, INFLIGHT_S))
 
 
+def engine_moments(r: redis.Redis, pool: LabPool) -> None:
+    """Where the lab's working engines hold its clock for their next work (`Engine.holder`), read after the pass
+    ticked them: the lab is due when its clock gets there (`refresh_deadlines`). Without it each of the load
+    generator's arrivals waited a housekeeping cadence, and the clock with it, at the arrival's barrier."""
+    holders = [e.holder for e in ENGINES if e.holder and e.name not in pool.quiet]
+    pool.heads["engines"] = clock.held_at(r, pool.lab, holders)
+
+
 def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, set[str]] | None = None) -> None:
-    """Each lab's next deadline in real time: its earliest lease deadline or due retry, and any worker
+    """Each lab's next deadline in real time: its earliest lease deadline, due retry or engine moment, any worker
     due to respawn or finish booting; one round trip for all of them, reading only the keys that
     `changed` names for a lab (all of them without it).
 
@@ -191,7 +199,7 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
         barrier = state.get("barrier")
         speed = max(float(state.get("speed", 20)), 1e-9)
         held = math.inf if barrier in (None, "") else float(barrier)
-        moments = [s for _m, s in leases + scheduled]
+        moments = [s for _m, s in leases + scheduled] + pool.heads.get("engines", [])
         moments += [
             -math.inf if s.state == "respawning" else s.respawn_at
             for s in pool.slots.values()

@@ -22,14 +22,16 @@ import redis
 
 from core import clock, registry, stream
 from core.broker import leases, retry
+from core.engines import loadgen
 from core.keys import job, key, msg
 from core.procs import wait
 from core.settings import DEFAULTS
 from tests.helpers import commands_run, requests_sent, round_trips
 from workers import tasks
+from workers.engines.loadgen import ENGINE as GENERATOR
 from workers.pool import LabPool
 from workers.tasks import Watch, report_progress
-from workers.wait import Waker, note, refresh_deadlines
+from workers.wait import Waker, engine_moments, note, refresh_deadlines
 
 
 @pytest.fixture
@@ -245,6 +247,27 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         own.close()
+        r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
+
+
+def test_the_load_generators_next_arrival_makes_the_lab_due_when_the_clock_gets_there(r, lab):
+    """The generator holds the clock at its next arrival until a pass enqueues it: the lab's deadline is the moment
+    the clock gets there. Left to the housekeeping cadence, every arrival held the clock up to 0.1 real s, and a
+    chapter 2 overload at 20x ran at about 2x (one arrival a cadence)."""
+    pool = LabPool(lab)
+    at = clock.now(r, lab) + 2.0
+    loadgen.hold_next(r, lab, at, at - 2.0)
+    try:
+        reached = clock.reached_at(r.hgetall(key(lab, "clock")), at)
+        engine_moments(r, pool)
+        refresh_deadlines(r, [pool])
+        assert pool.heads["engines"] == [pytest.approx(at)]
+        assert pool.deadline == pytest.approx(reached, abs=1e-3), "not due when the clock gets there"
+        pool.quiet = {GENERATOR.name}  # the generator is off: its barrier is nobody's deadline
+        engine_moments(r, pool)
+        refresh_deadlines(r, [pool])
+        assert pool.heads["engines"] == [] and pool.deadline > reached + 0.5
+    finally:
         r.delete(key(lab, "barriers"), key(lab, "barrier_alive"))
 
 

@@ -85,6 +85,7 @@ class Autoscaler:
 
     name = "autoscale"
     wakes = ()
+    holder = None
 
     def start(self, config: Config) -> None:
         """Nothing runs beside the pass."""

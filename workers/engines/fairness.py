@@ -386,6 +386,7 @@ class Releaser:
 
     name = "fairness"
     wakes = ("fair:pending:*",)
+    holder = None
 
     def start(self, config: Config) -> None:
         """Nothing runs beside the pass."""

@@ -185,6 +185,7 @@ class Replicas:
 
     name = "scheduler"
     wakes = ()
+    holder = None
 
     def start(self, config: Config) -> None:
         """Nothing runs beside the pass."""

@@ -25,6 +25,7 @@ from core import media
 from core.broker import producer
 from core.config import Config
 from core.engines.loadgen import (
+    ARRIVAL,
     MAX_IN_FLIGHT,
     MIXES,
     arrivals_key,
@@ -113,6 +114,7 @@ class Generator:
 
     name = "loadgen"
     wakes = ("loadgen",)
+    holder = ARRIVAL
 
     def start(self, config: Config) -> None:
         """Nothing runs beside the pass."""

@@ -277,6 +277,7 @@ class Delivery:
 
     name = "webhooks"
     wakes = ()
+    holder = None
 
     def start(self, config: Config) -> None:
         Deliverer(config).start()  # outbound calls off the reaper loop
