@@ -15,7 +15,7 @@ import chapters
 from core import clock
 from core.engines import fairness
 
-SPEED = 50
+SPEED = 500
 JOB_S = 30
 
 
