@@ -55,8 +55,19 @@ def ppid(pid: int) -> int:
 
 
 def children(pid: int) -> list[int]:
-    """Direct children of a process."""
-    return sorted(int(d) for d in os.listdir("/proc") if d.isdigit() and ppid(int(d)) == pid)
+    """Direct children of a process, as the kernel lists each of its threads' (/proc/PID/task/TID/children: no
+    scan of every process); [] if it is gone."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            found.update(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def processes_matching(*needles: str) -> dict[int, str]:

@@ -156,6 +156,7 @@ def _confine(
     tasks: int,
     scratch: tuple[str, int] | None = None,
     slot: int = 0,
+    reaped: bool = False,
 ) -> list[str]:
     uid = _uid(slot)
     read = [p for p in read if not any(p.is_relative_to(top) for top in SYSTEM)]  # already there
@@ -196,7 +197,11 @@ def _confine(
         args += ["--ro-bind", str(path), str(path)]
     if scratch is not None:  # sticky and open to all: the sandbox's uid (not root) writes in it
         args += ["--perms", "1777", "--size", str(scratch[1]), "--tmpfs", scratch[0]]
-    return [*args, "--chdir", "/", "--", *inner, _tool("prlimit"), f"--nproc={tasks}", "--", *argv]
+    program = [*inner, _tool("prlimit"), f"--nproc={tasks}", "--", *argv]
+    if reaped:  # pid 1: a shell, the caller's uid as bwrap's init is, that waits for the program
+        args.append("--as-pid-1")
+        program = [_tool("sh"), "-c", '"$@"; exit $?', "sh", *program]
+    return [*args, "--chdir", "/", "--", *program]
 
 
 def sandboxed(
@@ -207,12 +212,18 @@ def sandboxed(
     limits: Limits,
     scratch: str | None = None,
     slot: int = 0,
+    reaped: bool = False,
 ) -> Sandboxed:
     """`argv` (absolute paths only) made to run in the sandbox: `read` (files or directories, the program's own
     binary among them if it is not under /usr) bound read-only, `write` (one directory, or None) read-write, and
     `scratch` (a path inside, or None) a private tmpfs of `limits.scratch_bytes` that vanishes with it. A root
     caller's sandboxes share its uid, and so its task count; one that keeps two alive at once (a handler's runner
-    started ahead while the last still runs: core/challenges/box.py) gives them different `slot`s."""
+    started ahead while the last still runs: core/challenges/box.py) gives them different `slot`s.
+
+    `reaped`: bwrap's own child, pid 1 of the sandbox's pid namespace, is a shell that waits for the program and
+    exits with its status, in place of bwrap's init (which bwrap never reaps): every process of the sandbox is
+    reaped into it (the kernel kills and reaps those left when it ends), and it into bwrap, so bwrap's CPU time
+    with its children's, once bwrap has ended, is the whole sandbox's. Like bwrap's init, it dies with bwrap."""
     read = [Path(os.path.abspath(p)) for p in read]
     write = Path(os.path.abspath(write)) if write is not None else None
     preexec = partial(_limit, limits)
@@ -226,7 +237,7 @@ def sandboxed(
     if write is not None and uid is not None:
         os.chown(write, uid, uid)
     box = (scratch, limits.scratch_bytes) if scratch is not None else None
-    return Sandboxed(_confine(argv, read, write, limits.tasks, box, slot), preexec, True, seccomp.program())
+    return Sandboxed(_confine(argv, read, write, limits.tasks, box, slot, reaped), preexec, True, seccomp.program())
 
 
 def python(script: Path) -> tuple[list[str], list[Path]]:

@@ -62,7 +62,7 @@ class Outcome:
     kind: str  # ack | backoff | raised | killed
     why: str = ""  # raised: "ValueError: …"; killed: which limit
     line: int | None = None  # raised: the handler's line
-    cpu_s: float = 0.0
+    cpu_s: float = 0.0  # the handler's: its sandbox's processes' CPU time from its first line to its end
     start_ms: float = 0.0  # real milliseconds from the start to the handler's first message (or its end)
     calls: list[str] = field(default_factory=list)
 
@@ -94,16 +94,15 @@ class HandlerBox:
         try:
             out = self._talk(runner, end, serve, began)
         finally:
+            end.stop()
             runner.tx.close()
             runner.rx.close()
-            if end.wait(0.5) is None:  # a handler that returned exits at once; one that lingers is killed
-                os.kill(runner.pid, signal.SIGKILL)  # (its pid is held until its starter reaps it, after this)
-            cpu = end.wait(None) or 0.0
+            used = end.wait(None) or 0.0
             runner.reap()
         if out is None:
             return None
-        out.cpu_s = cpu
-        if out.kind == "killed" and cpu >= LIMITS.cpu_s:
+        out.cpu_s = max(0.0, used - end.before)
+        if out.kind == "killed" and (used >= LIMITS.cpu_s or end.status in (signal.SIGXCPU, 128 + signal.SIGXCPU)):
             out.why = f"the handler used its {LIMITS.cpu_s} s of CPU time (an endless loop?)"
         return out
 
@@ -116,6 +115,7 @@ class HandlerBox:
         line, why = reader.next(TURN_S)
         if line != STARTED:  # its own first word, before any of the handler's code has run
             return None if line is None and runner.ahead else Outcome("killed", _ended(end, why or "it did not start"))
+        end.started()
         while True:
             line, why = reader.next(TURN_S)
             if not start_ms:
@@ -187,7 +187,9 @@ class Runner:
     def start(cls, slot: int = 0, ahead: bool = False) -> Runner | None:
         """A runner in its sandbox, started now; None where the sandbox cannot be made."""
         argv, read = sandbox.python(RUNNER)
-        box = sandbox.sandboxed([*argv, str(IDLE_S)], read=read, write=None, limits=LIMITS, scratch=SCRATCH, slot=slot)
+        box = sandbox.sandboxed(
+            [*argv, str(IDLE_S)], read=read, write=None, limits=LIMITS, scratch=SCRATCH, slot=slot, reaped=True
+        )
         if not box.confined:
             return None
         proc = box.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
@@ -309,23 +311,83 @@ def _ended(end: _End, why: str) -> str:
 
 
 class _End:
-    """The end of a runner's process, seen from /proc (a pidfd says when): the process may be another's child (a
-    runner started ahead is the worker parent's), which keeps it unreaped until this attempt's horse has ended."""
+    """The end of a runner's sandbox, seen from /proc (a pidfd says when): its process, bwrap, may be another's child
+    (a runner started ahead is the worker parent's), which keeps it unreaped until this attempt's horse has ended.
+
+    The CPU time the sandbox used is bwrap's with its children's, once bwrap has ended: it is started
+    `sandboxed(reaped=True)`, so its pid 1, a shell, reaps runner.py into itself and is reaped into bwrap, and the
+    kernel counts every process of the handler's that the shell, runner.py or another reaped. It does not count
+    those still running when the shell ends (the kernel kills and reaps them uncounted), so the attempt ends with
+    `stop`: all stopped, every process but runner.py killed and seen dead, then runner.py killed. What the sandbox used
+    before runner.py said `started` (bwrap's and the interpreter's start, the wait of a runner started ahead) is
+    `before`, not the attempt's."""
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.cpu_s: float | None = None
+        self.used: float | None = None
+        self.before = 0.0
+        self.shell = self.runner = 0  # the sandbox's pid 1 and runner.py, once it has said `started`
         self.status = 0
         try:
             self.fd = os.pidfd_open(pid)
         except ProcessLookupError:  # already reaped (a runner that expired in this very process): nothing to read
-            self.cpu_s = 0.0
+            self.used = 0.0
+
+    def started(self) -> None:
+        """The handler is about to run: bwrap, its shell and runner.py (no other process yet), and their CPU time."""
+        tree = self._tree()
+        self.shell, self.runner = (tree[0][0], tree[1][0]) if len(tree) > 1 else (0, 0)
+        self.before = procs.cpu_s(self.pid) + sum(procs.cpu_s(pid) for pid, _ in tree)
 
     def wait(self, timeout: float | None) -> float | None:
-        """The CPU seconds used, once the process has ended (within `timeout`; None: as long as it takes)."""
-        if self.cpu_s is None and select.select([self.fd], [], [], timeout)[0]:
+        """The CPU seconds the sandbox used, once bwrap has ended (within `timeout`; None: as long as it takes)."""
+        if self.used is None and select.select([self.fd], [], [], timeout)[0]:
             status = procs.exit_status(self.pid) or 0
             self.status = os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            self.cpu_s = procs.cpu_s(self.pid)
+            self.used = procs.cpu_s(self.pid)
             os.close(self.fd)
-        return self.cpu_s
+        return self.used
+
+    def stop(self) -> None:
+        """Every process of the sandbox ended, runner.py's last, each seen dead before its shell ends: the shell
+        then ends, and bwrap with it."""
+        if self.used is not None:
+            return
+        stopped: set[int] = set()  # a process sent SIGSTOP forks no more (one forked meanwhile is stopped too)
+        while fresh := [(pid, parent) for pid, parent in self._tree()[1:] if pid not in stopped]:
+            for pid, parent in fresh:
+                _signal(pid, parent, signal.SIGSTOP)
+                stopped.add(pid)
+        while [pid for pid, parent in self._tree()[1:] if pid != self.runner and _signal(pid, parent, signal.SIGKILL)]:
+            pass  # the children of those killed are the shell's now: the next round kills them
+        _signal(self.runner, self.shell, signal.SIGKILL)
+
+    def _tree(self) -> list[tuple[int, int]]:
+        """(pid, parent) of each process under bwrap, parents first: its shell, runner.py, the handler's others."""
+        tree: list[tuple[int, int]] = []
+        parents = [self.pid]
+        for parent in parents:
+            kids = procs.children(parent)
+            tree += [(kid, parent) for kid in kids]
+            parents += kids
+        return tree
+
+
+def _signal(pid: int, parent: int, sig: int) -> bool:
+    """`sig` sent to `pid` if it is alive and still `parent`'s child (not a process given the same pid since); with
+    SIGKILL, once it has ended. False if it was not sent."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone (or no pid yet: 0)
+        return False
+    try:
+        if not (procs.alive(pid) and procs.ppid(pid) == parent):
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        if sig == signal.SIGKILL:
+            select.select([fd], [], [])  # readable once the process has ended
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
