@@ -31,6 +31,7 @@ _MOVES = {
     "job.enqueued": "queued",
     "job.claimed": "running",
     "job.redelivered": "queued",
+    "job.resumed": "queued",
     "job.retry_started": "queued",
     "job.replayed": "queued",
     "job.retry_scheduled": "retrying",

@@ -280,6 +280,7 @@ AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below 
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (workers/wait.py: Waker)
 REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
+WORKER_READY_S = 30.0  # real seconds the clock waits for a started worker to be ready (a hung start: then goes on)
 REAPER_LEAD_S = 0.25  # real seconds before the clock reaches the reaper's barrier that it is moved on (duties.py)
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # a lab whose engines run on time (load generator, fairness, autoscale, drains, faults)

@@ -17,6 +17,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     ),
     "lease.expired": ("leases_expired", "lease on job {job} expired at t={t}s"),
     "job.redelivered": ("redelivered", "job {job} visible again: redelivered as attempt {attempt}"),
+    "job.resumed": (None, "job {job} sent again as attempt {attempt}: its run stopped when the lab was parked"),
     "job.progress": (None, "job {job} {percent}% done on worker {worker}"),
     "job.succeeded": ("succeeded", "job {job} done by worker {worker} (attempt {attempt})"),
     "job.failed": ("failed", "attempt {attempt} of job {job} failed: {error}"),

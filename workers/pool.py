@@ -24,13 +24,13 @@ import redis
 from core import clock, registry, stream
 from core.broker import handoff, reaper
 from core.broker.state import end_attempt
-from core.config import REAPER_BARRIER_S, STOP_GRACE_S, Config
+from core.config import REAPER_BARRIER_S, STOP_GRACE_S, WORKER_READY_S, Config
 from core.keys import key, lab_dir, queue_name
 from core.procs import server_tag
 from workers import reconcile
 from workers.engines import fairness
 from workers.engines.fleet import SchedulerFleet
-from workers.process import lab_env, lab_nice, renice, start_lab_process
+from workers.process import lab_env, lab_nice, renice, start_holder, start_lab_process
 from workers.spare import Spares
 
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
@@ -55,11 +55,6 @@ def worker_argv(name: str, queues: list[str]) -> list[str]:
     ]
 
 
-def start_holder(slot_id: str) -> str:
-    """The clock barrier of a worker waiting to start (booting, or dead until its respawn)."""
-    return f"start:{slot_id}"
-
-
 @dataclass
 class Slot:
     id: str
@@ -69,7 +64,8 @@ class Slot:
     generation: int = 0
     fleet: str | None = None  # the tier this worker alone serves (chapter 6's full separation)
     quiet_since: float | None = None  # real time a warm-stopped worker was first seen holding no job
-    held_until: float | None = None  # real time its start barrier (`start_holder`) lapses, while it waits to start
+    held_until: float | None = None  # real time its start barrier (`start_holder`) lapses: while it waits to start,
+    # or started and not yet ready (the worker lifts it: workers/process.py ready)
 
 
 @dataclass
@@ -116,16 +112,26 @@ class Keeper:
         self.spares = spares
 
     def spawn(self, pool: LabPool, slot: Slot) -> None:
+        """Start the worker's process. Its start barrier stands at this moment until the worker is first idle
+        (workers/process.py ready), or for WORKER_READY_S real seconds if it never gets there: a job sent now
+        waits no simulated time for the interpreter, the imports and RQ's registration, however busy the host.
+        The barrier is placed before the process starts, so a fast one can never lift it first."""
         slot.generation += 1
-        slot.fleet = self.fleet_of(pool, slot, registry.settings(self.r, pool.lab))
+        settings = registry.settings(self.r, pool.lab)
+        slot.fleet = self.fleet_of(pool, slot, settings)
         name = f"{queue_name(pool.lab)}-{slot.id}-{slot.generation}-{os.getpid()}{server_tag(self.config.redis_url)}"
-        env = lab_env(self.config, LAB_WORKER_ID=slot.id)
+        ids = {"LAB_WORKER_ID": slot.id, "LAB_ID": pool.lab}
         queues = [fairness.tier_queue_name(pool.lab, slot.fleet)] if slot.fleet else []
-        nice = lab_nice(self.config, registry.settings(self.r, pool.lab))
+        nice = lab_nice(self.config, settings)
         pool.nice = nice
         argv = worker_argv(name, [*queues, queue_name(pool.lab)])
-        slot.proc = self.spares.take(argv, {"LAB_WORKER_ID": slot.id}, nice) or subprocess.Popen(
-            [RQ_BIN, *argv], env=env, stdin=subprocess.DEVNULL, preexec_fn=lambda: start_lab_process(nice)
+        slot.respawn_at = clock.now(self.r, pool.lab)
+        self.hold_start(pool, slot, WORKER_READY_S)
+        slot.proc = self.spares.take(argv, ids, nice) or subprocess.Popen(
+            [RQ_BIN, *argv],
+            env=lab_env(self.config, **ids),
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: start_lab_process(nice),
         )
         slot.state = "idle"
         slot.quiet_since = None
@@ -134,19 +140,18 @@ class Keeper:
             self.r,
             pool.lab,
             "worker.started",
-            clock.now(self.r, pool.lab),
+            slot.respawn_at,
             worker_id=slot.id,
             pid=slot.proc.pid,
             fleet=slot.fleet or "",
         )
-        self.release_start(pool, slot)
 
-    def hold_start(self, pool: LabPool, slot: Slot) -> None:
+    def hold_start(self, pool: LabPool, slot: Slot, margin: float = REAPER_BARRIER_S) -> None:
         """The clock may not pass `respawn_at` before this loop has started the worker: a busy host delays a
         boot or a respawn in real time, never in simulated time, so `worker.started` lands on the boot lag
-        or the respawn delay exactly. The barrier lapses REAPER_BARRIER_S real seconds after the clock would
+        or the respawn delay exactly. The barrier lapses `margin` real seconds after the clock would
         get there; `check_process` renews it while the worker waits (a paused clock gets nowhere)."""
-        ttl = clock.lapse(clock.read(self.r, pool.lab), slot.respawn_at, REAPER_BARRIER_S)
+        ttl = clock.lapse(clock.read(self.r, pool.lab), slot.respawn_at, margin)
         clock.hold(self.r, pool.lab, start_holder(slot.id), slot.respawn_at, ttl=ttl)
         slot.held_until = time.time() + ttl
 
@@ -340,7 +345,11 @@ class Keeper:
                 self.r.hdel(key(pool.lab, "workers"), slot.id)
                 stream.emit(self.r, pool.lab, "worker.stopped", clock.now(self.r, pool.lab), worker_id=slot.id)
             return
-        if slot.held_until is not None and time.time() > slot.held_until - REAPER_BARRIER_S / 2:
+        if (
+            slot.state in ("booting", "dead", "respawning")
+            and slot.held_until is not None
+            and time.time() > slot.held_until - REAPER_BARRIER_S / 2
+        ):
             self.hold_start(pool, slot)  # still waiting to start (the clock was paused or slow): kept
         if slot.state == "booting":
             if clock.now(self.r, pool.lab) >= slot.respawn_at:
@@ -367,9 +376,12 @@ class Keeper:
     def let_go(self, pool: LabPool) -> None:
         """Another host holds this lab's lease (this one was cut off longer than a lease), or the lab is
         parked (core/parking.py): stop its workers now and drop the local cache. An ack-early job one of
-        them held is lost, as with any stopped worker; an ack-late one comes back when its lease runs out."""
+        them held is lost, as with any stopped worker; an ack-late one is sent again at the lab's next reaper pass
+        (reaper.mark_stopped), counted as no redelivery: it did not run twice."""
         lab = pool.lab
         rows = {s.id: self.row(pool, s) for s in pool.slots.values()}
+        for slot in pool.slots.values():  # a resumed lab's clock waits for none of these
+            self.release_start(pool, slot)
         for row in rows.values():  # a busy worker's work horse too, as kill() does: it must not outlive its worker
             if row.get("horse_pid") and row.get("host") == self.host_id:
                 try:
@@ -381,8 +393,10 @@ class Keeper:
         now = clock.now(self.r, lab)
         for wid, row in rows.items():
             if row.get("job_id") and row.get("attempt"):
-                reaper.mark_lost(self.r, lab, row["job_id"], int(row["attempt"]), wid, now)
-                end_attempt(self.r, lab, row["job_id"], int(row["attempt"]), now, "stopped (lab parked or moved)")
+                job_id, attempt = row["job_id"], int(row["attempt"])
+                if not reaper.mark_lost(self.r, lab, job_id, attempt, wid, now):
+                    reaper.mark_stopped(self.r, lab, job_id, attempt, now)
+                end_attempt(self.r, lab, job_id, attempt, now, "parked")  # or moved: stopped with its lab
             if row.get("host") == self.host_id:
                 self.r.hdel(key(lab, "workers"), wid)
         self.drop_cache(lab)

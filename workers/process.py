@@ -1,12 +1,15 @@
-"""A lab process's lifetime and priority: its start (a child that must not outlive its parent), its
-environment and its nice level."""
+"""A lab process's lifetime and priority: its start (a child that must not outlive its parent, and a worker's
+barrier on the lab's clock until it is ready), its environment and its nice level."""
 
 from __future__ import annotations
 
 import math
 import os
 
+import redis
+
 from core import registry
+from core.broker import handoff
 from core.config import Config
 from core.procs import die_with_parent
 
@@ -27,6 +30,28 @@ def lab_env(config: Config, **extra: str) -> dict[str, str]:
     return dict(
         os.environ, REDIS_URL=config.redis_url, RQ_REDIS_URL=config.redis_url, VAR_DIR=str(config.var_dir), **extra
     )
+
+
+def start_holder(slot_id: str) -> str:
+    """The clock barrier of a worker waiting to start (booting, or dead until its respawn) or started and not yet
+    ready (workers/pool.py Keeper.spawn): the clock may not pass that moment until the worker takes jobs."""
+    return f"start:{slot_id}"
+
+
+def ready() -> None:
+    """In a lab's worker, the first time it is idle (registered with RQ, about to take its first job): its start
+    barrier goes, so no simulated time passed while the process started (an interpreter, imports, its first round
+    trips: real seconds on a busy host). A job that waited in the queue for it holds the clock in the same step
+    until this worker receives it, as after any job (handoff.hold_for_next). Its lab and id are in its environment
+    (workers/pool.py Keeper.spawn); the connection is its own (RQ's is binary) and closed, so no horse inherits it."""
+    lab, wid = os.environ.get("LAB_ID"), os.environ.get("LAB_WORKER_ID")
+    if not (lab and wid):
+        return
+    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, driver_info=None)
+    try:
+        handoff.hold_for_next(r, lab, 0.0, start_holder(wid))
+    finally:
+        r.close()
 
 
 def start_lab_process(nice: int) -> None:

@@ -23,11 +23,13 @@ from rq.job import Job, JobStatus
 from rq.results import Result
 from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
+from rq.worker import WorkerStatus
 
 import workers.challenge  # noqa: F401 - preloaded with the job module: forked horses inherit both warm
 import workers.tasks  # preloaded: forked horses inherit it warm
 from core import media, sandbox
 from core.challenges import box
+from workers import process
 
 media.ffmpeg()
 sandbox.unavailable()
@@ -50,6 +52,7 @@ class LabWorker(Worker):
     commands a job, two fifths of it redundant."""
 
     _beat: tuple[int, float] = (0, 0.0)  # the TTL of this process's last heartbeat, and when (monotonic)
+    _ready = False  # whether it has been idle yet (its start barrier lifted: workers/process.py ready)
 
     def heartbeat(self, timeout: int | None = None, pipeline=None) -> None:
         ttl = timeout or self.worker_ttl + 60
@@ -62,6 +65,9 @@ class LabWorker(Worker):
         if pipeline is None and state == self.get_state():
             return
         super().set_state(state, pipeline)
+        if state == WorkerStatus.IDLE and not self._ready:
+            self._ready = True
+            process.ready()
 
     def fork_work_horse(self, job: Job, queue) -> None:
         """The horse inherits the challenge handler's runner started ahead, if any (core/challenges/box.py

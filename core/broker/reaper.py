@@ -28,12 +28,31 @@ local record, states, events, counts, message, leases = KEYS[1], KEYS[2], KEYS[3
 local alive, dispatch, dlq = KEYS[8], KEYS[9], KEYS[10]
 local job_id, now, max_receives, expired_ev, redelivered_ev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local dead_ev, dlq_reason, real_now, speed, guard, stale_ev = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local resent_ev = ARGV[12]
 local deadline = redis.call('ZSCORE', leases, job_id)
 if not deadline or tonumber(deadline) > tonumber(now) then return -1 end
 redis.call('ZREM', leases, job_id)
 if redis.call('HGET', message, 'state') ~= 'inflight' then return -1 end
 local rc = tonumber(redis.call('HGET', message, 'receives'))
 local base = tonumber(redis.call('HGET', message, 'base') or '0')
+-- a delivery whose run a park stopped (`stopped`): no lease ran out and no receive was spent, so it is sent
+-- again, counted as nothing, and its record (held by that run, which nothing runs now) is queued again
+if tonumber(redis.call('HGET', message, 'stopped') or '-1') == rc then
+  redis.call('HDEL', message, 'stopped')
+  redis.call('HSET', message, 'state', 'pending', 'base', base + 1)
+  redis.call('ZADD', dispatch, real_now, job_id .. ':' .. (rc + 1))
+  local st = redis.call('HGET', record, 'state')
+  if st == 'running' and tonumber(redis.call('HGET', record, 'holder') or '0') == rc then
+    redis.call('HSET', record, 'state', 'queued')
+    redis.call('HDEL', record, 'holder')
+    move(states, 'running', 'queued')
+    redis.call('ZREM', alive, job_id)
+  end
+  local rs = cjson.decode(resent_ev)
+  rs['attempt'] = rc + 1
+  emit(events, counts, cjson.encode(rs), '')
+  return rc + 1
+end
 local ev = cjson.decode(expired_ev)
 ev['attempt'] = rc
 ev['data']['deadline'] = tonumber(deadline)
@@ -92,6 +111,19 @@ local ev = cjson.decode(retry_ev)
 ev['attempt'] = n
 emit(events, counts, cjson.encode(ev), '')
 return n
+"""
+
+# Keys: leases.keys_for's. A delivery in flight whose run was stopped with its lab (parked, or moved to another host):
+# marked `stopped` and its lease brought to `now`, so the next reaper pass (the resume's first) sends it again.
+_STOP = """
+local message, leases = KEYS[6], KEYS[7]
+local job_id, delivery, now = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', message, 'state') ~= 'inflight' then return 0 end
+if tonumber(redis.call('HGET', message, 'receives')) ~= tonumber(delivery) then return 0 end
+if not redis.call('ZSCORE', leases, job_id) then return 0 end
+redis.call('HSET', message, 'stopped', delivery)
+redis.call('ZADD', leases, now, job_id)
+return 1
 """
 
 # Ack early and the worker died: the message was deleted on receive, so nothing will bring it back.
@@ -203,6 +235,7 @@ def redeliver_expired(
         freed = stream.encode(
             "job.stale_freed", now, job_id=job_id, reason="its holder's heartbeat lapsed: presumed dead"
         )
+        resent = stream.encode("job.resumed", now, job_id=job_id)
         res = script(r, _REDELIVER)(
             keys=leases.keys_for(lab, job_id, key(lab, "dispatch"), key(lab, "dlq")),
             args=[
@@ -217,6 +250,7 @@ def redeliver_expired(
                 max(speed, 1e-9),
                 settings["guard"],
                 freed,
+                resent,
             ],
         )
         n += res >= 0
@@ -256,6 +290,14 @@ def sweep_stale(r: redis.Redis, lab: str, now: float, settings: LabSettings) -> 
         )
         n += script(r, _SWEEP)(keys=leases.keys_for(lab, job_id), args=[job_id, now, stale, ev])
     return n
+
+
+def mark_stopped(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float) -> bool:
+    """An ack-late delivery whose run was stopped with its lab (parked or moved, not killed: workers/pool.py
+    let_go) is sent again at the lab's next reaper pass, as `job.resumed`: no lease ran out and the job did not
+    run twice, so it counts as no redelivery, no expired lease and no receive (max receives). False if the
+    delivery was not in flight (ack early: `mark_lost`; or already ended)."""
+    return bool(script(r, _STOP)(keys=leases.keys_for(lab, job_id), args=[job_id, attempt, now]))
 
 
 def mark_lost(r: redis.Redis, lab: str, job_id: str, attempt: int, worker_id: str, now: float) -> bool:

@@ -123,17 +123,20 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 
 
 # KEYS: the lab's fair meta hash, its waits list, its used hash. ARGV: the job's sequence number, then either
-# 'start', its wait row (JSON), the rows kept; or 'end', its tier, its worker-seconds. Checked against the last
-# reset's `since` and written in one step, so a reset between the two never lets a job from before it count.
+# 'start', its wait row (JSON), the rows kept; or 'end', its tier, its worker-seconds; or 'count', the meta counter
+# (`crashes_free`). Checked against the last reset's `since` and written in one step, so a reset between the two
+# never lets a job from before it count.
 _MEASURE = """
 local meta, waits, used = KEYS[1], KEYS[2], KEYS[3]
 if tonumber(ARGV[1]) < tonumber(redis.call('HGET', meta, 'since') or '0') then return 0 end
 if ARGV[2] == 'start' then
   redis.call('RPUSH', waits, ARGV[3])
   redis.call('LTRIM', waits, -tonumber(ARGV[4]), -1)
-else
+elseif ARGV[2] == 'end' then
   redis.call('HINCRBYFLOAT', used, ARGV[3], ARGV[4])
   redis.call('HINCRBY', meta, 'done_' .. ARGV[3], 1)
+else
+  redis.call('HINCRBY', meta, ARGV[3], 1)
 end
 return 1
 """
@@ -158,6 +161,13 @@ def record_start(r: redis.Redis, lab: str, seq: int, row: dict) -> bool:
 def record_end(r: redis.Redis, lab: str, seq: int, tier: str, seconds: float) -> bool:
     """A tier job ended: its worker-seconds and its completion count, unless it was queued before the last reset."""
     return _measure(r, lab, seq, "end", tier, seconds)
+
+
+def record_count(r: redis.Redis, lab: str, member: str, name: str, tier: str) -> bool:
+    """A tier job (`seq:customer`) crashed its worker, was dead-lettered or was taken back (`name`: crashes, dead,
+    requeued): counted for its tier unless it was queued before the last reset, so a step's poison counters never
+    show the step before's."""
+    return _measure(r, lab, int(member.split(":", 1)[0]), "count", f"{name}_{tier}")
 
 
 def waits(r: redis.Redis, lab: str) -> list[dict]:

@@ -14,6 +14,7 @@ import redis
 import chapters
 from core import clock
 from core.engines import fairness
+from core.keys import key
 
 SPEED = 500
 JOB_S = 30
@@ -317,6 +318,51 @@ def test_a_job_queued_before_a_reset_that_starts_after_it_shows_in_no_table(redi
         table = fairness.summary(r, lab, settings, clock.now(r, lab))
         assert list(table["customers"]) == ["this-step"] and table["done"]["free"] == 1, table
         assert table["since"] == int(before[0].split(":")[0]) + 1  # what the panel's chart starts afresh from
+    finally:
+        r.flushdb()
+        r.close()
+
+
+def test_a_poison_job_queued_before_a_reset_counts_in_no_poison_counter_after_it(redis_server):
+    """The poison counters measure from the reset's first job number on, as the tables do: a poison job of the step
+    before that crashes its last time (dead-lettered) or is taken back (its worker died) after the next step's
+    reset counts in neither `dead` nor `requeued`; the same of a job queued after the reset counts. The worker's
+    own poison path and the supervisor's sweep (workers/engines/fairness.py), on a database no supervisor watches."""
+    from workers.engines.fairness import _poison, sweep
+
+    r = redis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/15", decode_responses=True)
+    r.flushdb()
+    lab = "tfairpoison"
+    settings = {**chapters.settings_for("ch6"), "fairness": "shared"}
+    clock.start(r, lab, speed=200)
+    r.hset(key(lab, "workers"), "w1", json.dumps({"id": "w1", "state": "dead"}))
+
+    def in_flight(customer: str) -> str:
+        """Two poison free jobs for `customer`, released to (dead) w1: taken from their queues, in flight."""
+        fairness.submit(r, lab, "free", customer, 2, now=clock.now(r, lab), poison=True)
+        members = r.zrange(fairness.pending_key(lab, "free"), 0, -1)
+        for member in members:
+            r.zrem(fairness.pending_key(lab, "free"), member)
+            r.zrem(fairness.customer_key(lab, "free", customer), member)
+            rec = {"tier": "free", "enq": 0.0, "worker": "w1", "rq": "gone", "q": "none"}
+            r.hset(fairness.inflight_key(lab), member, json.dumps(rec))
+        return members
+
+    def dead_lettered_and_swept(members: list[str]) -> dict:
+        r.hset(key(lab, "fair", "crashes"), members[0], fairness.POISON_CRASHES)  # its last crash comes next
+        _poison(r, lab, "free", members[0].split(":", 1)[1], members[0], "w1")
+        sweep(r, lab, clock.now(r, lab))
+        return fairness.summary(r, lab, settings, clock.now(r, lab))
+
+    try:
+        before = in_flight("old-step")
+        fairness.reset(r, lab)  # the next step's set-up
+        table = dead_lettered_and_swept(before)
+        counted = {name: table[name]["free"] for name in ("dead", "requeued", "crashes")}
+        assert counted == {"dead": 0, "requeued": 0, "crashes": 0}, f"the step before's poison shows: {counted}"
+        r.delete(fairness.pending_key(lab, "free"), fairness.customer_key(lab, "free", "old-step"))
+        table = dead_lettered_and_swept(in_flight("this-step"))  # the new step's own are counted as before
+        assert (table["dead"]["free"], table["requeued"]["free"]) == (1, 1), table
     finally:
         r.flushdb()
         r.close()

@@ -1,6 +1,7 @@
 """An honest first claim: a job that arrives while a worker is idle is claimed at the simulated instant it
 was enqueued, on a quiet box and beside two CPU hogs. The clock waits for the real hand-off (RQ's pick-up,
-the fork of a work horse), as it does between jobs, so no queue wait shows that no queue caused.
+the fork of a work horse), as it does between jobs, so no queue wait shows that no queue caused. A job that
+waits for a worker to respawn is claimed the instant that worker started: its start-up takes no simulated time.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import chapters
-from tests.lesson.helpers import of_type, wait_event
+from tests.lesson.helpers import enqueue, kill, of_type, wait_event
 from tests.lesson.races import claim_lags, cpu_hogs
 
 SPEED = 100  # the issue's figure; at 100× a real second of hand-off would be 100 simulated seconds
@@ -37,3 +38,22 @@ def test_a_job_sent_to_an_idle_worker_is_claimed_the_instant_it_was_enqueued(api
         f"{preset}: an idle worker claimed the job {lag:.1f} simulated s after it was enqueued "
         f"(at t = {claimed['t_sim']})"
     )
+
+
+def test_a_job_waiting_for_a_respawn_is_claimed_the_instant_the_worker_started(api):
+    """A worker's start (an interpreter, its imports, RQ's registration and first round trips) is real seconds
+    beside two CPU hogs, hundreds of simulated seconds at 100×: the clock holds at the respawn until the new
+    worker is first idle and has the waiting job in hand."""
+    lab = api.lab("ch1", speed=SPEED, workers=1, respawn_delay=5)
+    api.workers_ready(lab, 1)
+    (worker,) = api.snapshot(lab)["workers"]
+    with cpu_hogs(2):
+        kill(api, lab, worker["id"])
+        enqueue(api, lab)
+        wait_event(api, lab, "job.claimed")
+    ev = api.events(lab)
+    started = of_type(ev, "worker.started")[-1]
+    claimed = of_type(ev, "job.claimed")[0]
+    assert started["t_sim"] >= of_type(ev, "worker.killed")[0]["t_sim"] + 5  # the respawn, not the first start
+    gap = claimed["t_sim"] - started["t_sim"]
+    assert gap <= 1, f"the job was claimed {gap:.1f} simulated s after its worker respawned (at t = {started['t_sim']})"

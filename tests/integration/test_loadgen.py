@@ -10,7 +10,10 @@ import time
 import pytest
 
 from core.engines import loadgen
+from core.keys import key
 from tests.helpers import types
+from tests.lesson.races import cpu_hogs
+from workers.engines import autoscale
 
 
 def control(api, lab, **body):
@@ -176,3 +179,23 @@ def test_bad_loadgen_input_is_a_clear_4xx(api):
     assert (
         api.call("POST", path, raw=b"{", headers={"Content-Type": "application/json"}, token=lab["token"]).status == 400
     )
+
+
+def test_the_autoscaler_decides_every_ten_simulated_seconds_on_the_lab_clock_beside_two_cpu_hogs(api, r):
+    """Its decisions are moments on the lab's clock, EVERY_S apart exactly: the clock is held at the next one
+    until the supervisor's pass has decided there. Before, a decision came at whichever pass found EVERY_S gone
+    (a pass every 0.1 real s is 5 simulated s at 50×, more on a busy box), so each drifted later than the last."""
+    lab = api.lab("ch2", speed=50, workers=1, autoscale_min=1, boot_lag=0)
+    api.workers_ready(lab, 1)
+    decided: list[float] = []
+    with cpu_hogs(2):
+        api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"autoscale": True}, lab["token"])
+        deadline = time.monotonic() + 60
+        while len(decided) < 8 and time.monotonic() < deadline:
+            at = r.hget(key(lab["lab_id"], "autoscale"), "decided_t")
+            if at is not None and (not decided or float(at) != decided[-1]):
+                decided.append(float(at))
+            time.sleep(0.02)  # 1 simulated s at 50×: no decision goes unseen
+    assert len(decided) >= 8, decided
+    gaps = [round(b - a, 6) for a, b in zip(decided, decided[1:], strict=False)]
+    assert gaps == [autoscale.EVERY_S] * len(gaps), f"decisions at {decided}: gaps {gaps}"

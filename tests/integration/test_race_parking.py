@@ -73,8 +73,15 @@ def test_a_race_parked_mid_run_parks_and_resumes_every_lane_and_each_job_is_done
         api.wait_for(lane, lambda s: s["counts"].get("succeeded", 0) >= 1, 300, f"lane {lane['lab_id']} to finish")
     done = {lab: moved(sr, lab) for lab in ids}
     assert all(count[1] == 1 for count in done.values()), done  # each lane's job done once
-    # the lanes that keep one run (the long lease, the heartbeat) finished it once, with no duplicate
+    # the lanes that keep one run (the long lease, the heartbeat) finished it once, with no duplicate and no
+    # redelivery: the run the park stopped ended as `parked` and was sent again at the resume, counted as nothing
     assert [done[lab][2] for lab in ids[1:]] == [0, 0], done
+    redelivered = [int(sr.hget(key(lab, "counts"), "redelivered") or 0) for lab in ids[1:]]
+    assert redelivered == [0, 0], f"a park-stopped run counted as a redelivery: {redelivered}"
+    for lab in ids:
+        stopped = json.loads(sr.hget(key(lab, "job", "1", "attempts"), "1"))
+        assert stopped["outcome"] == "parked" and "end" in stopped, (lab, stopped)
+        assert [e["attempt"] for e in events(sr, lab, "job.resumed")] == [2], lab
     api.ok("POST", f"/api/labs/{first['lab_id']}/clock", {"action": "pause"}, first["token"])
     ts = [c["t_raw"] for c in clock.read_many(sr, ids)]
     assert max(ts) - min(ts) < 1e-6, f"the lanes' clocks came apart: {ts}"

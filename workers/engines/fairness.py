@@ -41,6 +41,7 @@ from core.engines.fairness import (
     pending_key,
     poison_key,
     pools,
+    record_count,
     record_end,
     record_start,
     run_holder,
@@ -244,7 +245,7 @@ def sweep(r: redis.Redis, lab: str, now: float) -> int:
         )
         if reason and r.hdel(inflight_key(lab), member):  # the finisher HDELs too: only one of us wins
             enqueue(r, lab, rec["tier"], member.split(":", 1)[1], {member: rec["enq"]})
-            r.hincrby(key(lab, "fair", "meta"), f"requeued_{rec['tier']}", 1)
+            record_count(r, lab, member, "requeued", rec["tier"])
             stream.emit(
                 r,
                 lab,
@@ -322,13 +323,13 @@ def _poison(r: redis.Redis, lab: str, tier: str, customer: str, member: str, wid
     crashes = r.hincrby(key(lab, "fair", "crashes"), member, 1)
     if crashes > POISON_CRASHES:
         if r.hdel(inflight_key(lab), member):
-            r.hincrby(key(lab, "fair", "meta"), f"dead_{tier}", 1)
+            record_count(r, lab, member, "dead", tier)
             stream.emit(
                 r, lab, "fairness.dead_lettered", now, worker_id=wid, tier=tier, customer=customer, crashes=crashes - 1
             )
         clock.lift(r, lab, run_holder(member))
         return
-    r.hincrby(key(lab, "fair", "meta"), f"crashes_{tier}", 1)
+    record_count(r, lab, member, "crashes", tier)
     stream.emit(r, lab, "fairness.crashed", now, worker_id=wid, tier=tier, customer=customer, crashes=crashes)
     clock.lift(r, lab, run_holder(member))  # the clock does not wait for a worker about to die
     os.kill(os.getppid(), signal.SIGKILL)

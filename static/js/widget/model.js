@@ -173,7 +173,7 @@ export function applyModel(state, ev, now) {
     }
     case 'lease.extended': if (job) job.lease_deadline = d.deadline; break;
     case 'lease.expired': if (job) delete job.lease_deadline; break;
-    case 'job.redelivered': case 'job.retry_started': case 'job.replayed':
+    case 'job.redelivered': case 'job.resumed': case 'job.retry_started': case 'job.replayed':
       if (job) { setJobState(state, job, 'queued'); job.attempt = ev.attempt ?? job.attempt; delete job.due; }
       break;
     case 'job.progress': {

@@ -73,6 +73,7 @@ export function applyTimeline(state, ev) {
     case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
     case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
     case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
+    case 'job.resumed': Object.assign(a, { queuedAt: t, how: 'sent again: its run stopped when the lab was parked' }); break;
     case 'job.retry_scheduled': if (a) Object.assign(a, { backoffFrom: t, backoffTo: d.due ?? null }); break;
     case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
     case 'job.replayed': Object.assign(a, { queuedAt: t, how: 'replayed from the DLQ' }); break;

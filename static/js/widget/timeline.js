@@ -15,7 +15,7 @@ const MAX_LANES = 6;
 
 const OUTCOME_WORD = {
   running: 'running', succeeded: 'done', refused: 'refused (stale)', failed: 'failed',
-  killed: 'killed', lost: 'lost', duplicate: 'completed again', crashed: 'crashed',
+  killed: 'killed', lost: 'lost', duplicate: 'completed again', crashed: 'crashed', parked: 'stopped by a park',
 };
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
