@@ -88,6 +88,7 @@ class LabPool:
     # and hand-offs (Duties.look; the clock, leases and retries again when they change: wait.refresh_deadlines)
     quiet: set = field(default_factory=set)  # engines found with nothing to do at its last pass (wait.next_pass),
     # until a change to their keys says otherwise (wait.note): their tick would only read that again
+    busy: set = field(default_factory=set)  # engines with work at its last pass (wait.next_pass: Engine.busy)
 
 
 def stop_pool(pool: LabPool) -> None:

@@ -138,7 +138,7 @@ def next_pass(pool: LabPool, settings: dict, seen: Seen, holding: bool, replicas
     # (Engine.wakes) while it is not busy, e.g. the load generator while it is off, chapter 6 traffic while none
     # arrives, waits or runs (a full tick at rate 0 has dropped its last generation time, so traffic that starts
     # again starts from its own moment). A quiet engine's gauges are not read (Duties.look): it stays quiet here.
-    busy = {e.name for e in ENGINES if e.busy(settings, seen.gauges.get(e.name, []))}
+    busy = pool.busy = {e.name for e in ENGINES if e.busy(settings, seen.gauges.get(e.name, []))}
     pool.quiet = {e.name for e in ENGINES if e.wakes and e.name not in busy}
     slots = {s.state for s in pool.slots.values()}
     in_flight = any(int(n or 0) for n in states) or pool.heads["dispatch"] or seen.alive or pool.reaper_at is not None
@@ -167,7 +167,7 @@ def engine_moments(r: redis.Redis, pool: LabPool) -> None:
     """Where the lab's working engines hold its clock for their next work (`Engine.holder`), read after the pass
     ticked them: the lab is due when its clock gets there (`refresh_deadlines`). Without it each of the load
     generator's arrivals waited a housekeeping cadence, and the clock with it, at the arrival's barrier."""
-    holders = [e.holder for e in ENGINES if e.holder and e.name not in pool.quiet]
+    holders = [e.holder for e in ENGINES if e.holder and e.name in pool.busy]
     pool.heads["engines"] = clock.held_at(r, pool.lab, holders)
 
 

@@ -20,8 +20,8 @@ class Engine(Protocol):
     """Lab keys (after `lab:<id>:`, glob patterns) whose change wakes a lab at rest for it. An engine with
     some is quiet while it is not busy: its gauges are not read and its tick is told so, until one changes."""
     holder: str | None
-    """The clock barrier it holds at the moment of its next work, if it keeps one (core/clock.py): while it is not
-    quiet, the lab is passed when its clock gets there (wait.engine_moments), not a housekeeping cadence later."""
+    """The clock barrier it holds at the moment of its next work, if it keeps one (core/clock.py): while it is
+    busy, the lab is passed when its clock gets there (wait.engine_moments), not a housekeeping cadence later."""
 
     def start(self, config: Config) -> None:
         """Once, as the supervisor starts: what runs beside its loop (a thread)."""

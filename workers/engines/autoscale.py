@@ -110,7 +110,7 @@ class Autoscaler:
 
     name = "autoscale"
     wakes = ()
-    holder = None
+    holder = HOLDER
 
     def start(self, config: Config) -> None:
         """Nothing runs beside the pass."""
