@@ -42,6 +42,7 @@ import logging
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from core import seccomp
-from core.procs import die_with_parent
+from core.procs import die_with_parent, ppid
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,40 @@ def python(script: Path) -> tuple[list[str], list[Path]]:
 
 
 @lru_cache(maxsize=1)
+def orphans() -> list[int]:
+    """Sandboxes whose starter is gone: processes of this project's bwrap left to init (parent pid 1). A sandbox dies
+    with its starter, but a starter killed in bwrap's first moments (a work horse killed as its ffmpeg starts) can
+    leave bwrap's child, the sandbox's pid 1, waiting for good for a word the dead parent never sent
+    (containers/bubblewrap#633). A live sandbox always has its starter; another program's bwrap is not ours."""
+    try:
+        ours = os.path.realpath(_bwrap())
+    except ImportError:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if ppid(int(entry)) == 1 and os.readlink(f"/proc/{entry}/exe") == ours:
+                    found.append(int(entry))
+            except OSError:  # gone meanwhile
+                continue
+    return found
+
+
+def sweep_orphans() -> int:
+    """Kill every orphaned sandbox (`orphans`); how many."""
+    swept = 0
+    for pid in orphans():
+        try:
+            os.kill(pid, signal.SIGKILL)
+            swept += 1
+        except ProcessLookupError:
+            pass
+    if swept:
+        log.warning("killed %d orphaned sandbox(es) whose starter had died as they started", swept)
+    return swept
+
+
 def unavailable() -> str:
     """Why bwrap cannot make its namespaces on this host ('' if it can), from one real start of `true` in the
     sandbox (asked once per process; an rq worker asks before it forks, so its horses inherit the answer)."""

@@ -25,7 +25,7 @@ import time
 
 import redis
 
-from core import archive, clock, parking, registry, stream
+from core import archive, clock, parking, registry, sandbox, stream
 from core.broker import reaper
 from core.config import Config
 from core.disk import persist_refused
@@ -47,6 +47,7 @@ class Supervisor:
         self.pools: dict[str, LabPool] = {}
         self.fleet = SchedulerFleet(self.r, config.redis_url, lambda s: lab_nice(config, s))  # ch7 replicas
         self.running = True
+        self.orphans_swept = 0.0  # real time of the last sweep of orphaned sandboxes (expire_idle)
         # this process as one pool host among many sharing the server (workers/hosts.py)
         self.host = hosts.HostAgent(self.r, config.pool_host_id, config.pool_lease_s, config.max_workers)
         self.spares = Spares(self.r, config)
@@ -195,6 +196,9 @@ class Supervisor:
         archive.keep_within(self.r, self.config.parked_memory, lambda labs: parking.last_seen(self.r, labs))
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
+        if time.time() - self.orphans_swept > ORPHAN_SWEEP_S:
+            self.orphans_swept = time.time()
+            sandbox.sweep_orphans()
         for lab in list(self.r.smembers(LABS)):
             if lab not in self.mine and self.r.exists(owner(lab)):
                 continue  # another host's lab: its owner expires it
@@ -254,6 +258,7 @@ class Supervisor:
 
 
 DISK_PROBE = "pool:disk_probe"  # the write that tells a waiting supervisor its server writes again
+ORPHAN_SWEEP_S = 60.0  # real seconds between two sweeps of sandboxes whose starter died (core/sandbox.py orphans)
 DISK_WAIT_S = 1.0  # real seconds between two tries while the server's disk is full
 
 
