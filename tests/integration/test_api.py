@@ -200,11 +200,13 @@ def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(a
 
     lab = api.lab("ch1", workers=0)
     assert api.snapshot(lab)["events_trimmed"] == 0
-    # the pool narrates picking the lab up on its own schedule: count from once it has gone quiet
-    before, deadline = -1, time.monotonic() + 10
+    # the pool narrates picking the lab up, and stopping the preset's workers, on its own schedule (later on a busy
+    # box): count from once no worker is left and the stream has stayed the same for a second
+    api.wait_for(lab, lambda s: not s["workers"], what="the preset's workers to stop")
+    before, deadline = -1, time.monotonic() + 30
     while time.monotonic() < deadline and before != r.xlen(f"lab:{lab['lab_id']}:events"):
         before = r.xlen(f"lab:{lab['lab_id']}:events")
-        time.sleep(0.5)
+        time.sleep(1.0)
     # past the stream's cap through the same append every event takes (the cap is approximate)
     added = stream.MAXLEN + 1000
     for start in range(0, added, 1000):

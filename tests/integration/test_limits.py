@@ -456,11 +456,12 @@ def full_disk(tmp_path):
 
 
 def fill(path: Path) -> None:
-    """Write zeros to `path` until its disk has no byte left: 64 kB writes, then ever smaller ones down to one
+    """Append zeros to `path` until its disk has no byte left: 64 kB writes, then ever smaller ones down to one
     byte (the few kB a 64 kB write leaves free let the server's small AOF appends through now and then, so it
-    took writes again between refusals)."""
+    took writes again between refusals). Called again, it takes back what was freed since (a server's failed
+    rewrite removing its temporary file)."""
     written = 0
-    with open(path, "wb", buffering=0) as out:
+    with open(path, "ab", buffering=0) as out:
         for size in (1 << 16, 1 << 12, 1 << 8, 1):
             try:
                 while written < 80 * 1024 * 1024:  # the disk is 64 MB
@@ -486,12 +487,14 @@ def test_a_full_disk_answers_507_with_the_cause_reads_still_work_and_healthz_say
         assert health["disk"]["var_dir_free_bytes"] < 1 << 16, health
         clip = media.sample_clip("carphone_pristine").read_bytes()
         body, headers = multipart("file", "one.mp4", clip)
-        answers = [
-            sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]),
-            sapi.call("POST", "/api/labs", {"preset": "ch0"}),
-            sapi.call("POST", jobs, token=lab["token"], headers=headers, raw=body),
+        calls = [
+            lambda: sapi.call("POST", jobs, {"sample": "carphone_pristine"}, lab["token"]),
+            lambda: sapi.call("POST", "/api/labs", {"preset": "ch0"}),
+            lambda: sapi.call("POST", jobs, token=lab["token"], headers=headers, raw=body),
         ]
-        for res in answers:
+        for call in calls:
+            fill(filler)  # still 0 B free at each call
+            res = call()
             assert res.status == 507 and res.json()["error"] in ("disk_full", "server_disk_full"), res.body
             assert "disk" in res.json()["detail"] and int(res.headers["Retry-After"]) >= 1
         snap = sapi.call("GET", f"/api/labs/{lab['lab_id']}", token=lab["token"])
