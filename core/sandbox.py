@@ -249,7 +249,6 @@ def python(script: Path) -> tuple[list[str], list[Path]]:
     return [exe, "-I", "-S", str(script)], [Path(sys.base_prefix), Path(exe), script]
 
 
-@lru_cache(maxsize=1)
 def orphans() -> list[int]:
     """Sandboxes whose starter is gone: processes of this project's bwrap left to init (parent pid 1). A sandbox dies
     with its starter, but a starter killed in bwrap's first moments (a work horse killed as its ffmpeg starts) can
@@ -284,6 +283,7 @@ def sweep_orphans() -> int:
     return swept
 
 
+@lru_cache(maxsize=1)
 def unavailable() -> str:
     """Why bwrap cannot make its namespaces on this host ('' if it can), from one real start of `true` in the
     sandbox (asked once per process; an rq worker asks before it forks, so its horses inherit the answer)."""
