@@ -170,10 +170,12 @@ export function install(W) {
   }
 
   function nav(extra = []) {
+    const had = els.nav.contains(document.activeElement); // its button goes: the bar keeps the keyboard
     els.nav.replaceChildren(...extra,
       h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-back', disabled: at === 0, onclick: () => show(at - 1) }, '← Back'),
       h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-next', disabled: at === steps.length - 1,
         onclick: () => show(at + 1) }, 'Next →'));
+    if (had) els.head.focus({ preventScroll: true });
   }
 
   async function go(form) {
@@ -440,9 +442,7 @@ export function install(W) {
     await W.clockAction({ action: 'resume' });
     if (run !== mine) return;
     setText(els.status, mine.p && mine.p.result ? 'Running on.' : 'Running on; the answer appears when the run has settled.');
-    const back = els.box.contains(document.activeElement);
-    nav([rerunButton()]);
-    if (back) els.head.focus({ preventScroll: true }); // Continue is gone: the bar keeps the keyboard, the verdict follows
+    nav([rerunButton()]); // Continue is gone (here, or by a verdict that came first): the bar keeps the keyboard
   }
 
   /** The verdict is in (predict.js): say what the lab measured, with its own numbers. */
