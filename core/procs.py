@@ -70,6 +70,22 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
+def tree(pids: list[int]) -> list[tuple[int, int]]:
+    """(pid, parent) of every live descendant of `pids` (children, grandchildren, …), parents first, walked from
+    the kernel's lists of each one's children."""
+    found: list[tuple[int, int]] = []
+    parents = list(pids)
+    for parent in parents:
+        kids = children(parent)
+        found += [(kid, parent) for kid in kids]
+        parents += kids
+    return found
+
+
+def descendants(pids: list[int]) -> list[int]:
+    return [pid for pid, _ in tree(pids)]
+
+
 def processes_matching(*needles: str) -> dict[int, str]:
     """Live (non-zombie) processes whose command line contains any needle: pid → cmdline."""
     found = {}

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from core import seccomp
-from core.procs import die_with_parent, ppid
+from core.procs import children, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -259,13 +259,12 @@ def orphans() -> list[int]:
     except ImportError:
         return []
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if ppid(int(entry)) == 1 and os.readlink(f"/proc/{entry}/exe") == ours:
-                    found.append(int(entry))
-            except OSError:  # gone meanwhile
-                continue
+    for pid in children(1):
+        try:
+            if os.readlink(f"/proc/{pid}/exe") == ours:
+                found.append(pid)
+        except OSError:  # gone meanwhile
+            continue
     return found
 
 

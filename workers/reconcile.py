@@ -27,10 +27,10 @@ from pathlib import Path
 
 import redis
 
-from core import blobs, registry
+from core import blobs, procs, registry
 from core.config import AOF_REWRITE_MIN, Config
 from core.keys import LABS
-from core.procs import cmdline, ppid, server_tag
+from core.procs import cmdline, server_tag
 
 AOF_MAX_RATIO = 4  # the AOF may be this many times the live data (plus the server's rewrite min-size)
 LOCK = "pool:reconcile"
@@ -39,23 +39,9 @@ _QUEUE = re.compile(r"\blab-([0-9a-f]+)\b")
 SCHEDULER = "workers.engines.scheduler"  # `python -m workers.engines.scheduler <lab> <replica>` (engines/fleet.py)
 
 
-def descendants(pids: list[int]) -> list[int]:
-    """Every live descendant of `pids` (children, grandchildren, …), from one pass over /proc."""
-    parent = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            parent[int(d)] = ppid(int(d))
-    out, frontier = [], set(pids)
-    while frontier:
-        kids = [p for p, pp in parent.items() if pp in frontier]
-        out += kids
-        frontier = set(kids)
-    return out
-
-
 def kill_tree(pids: list[int]) -> None:
     """SIGKILL processes and all their descendants (descendants first read, so none is reparented unseen)."""
-    for pid in [*descendants(pids), *pids]:
+    for pid in [*procs.descendants(pids), *pids]:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -364,13 +364,7 @@ class _End:
 
     def _tree(self) -> list[tuple[int, int]]:
         """(pid, parent) of each process under bwrap, parents first: its shell, runner.py, the handler's others."""
-        tree: list[tuple[int, int]] = []
-        parents = [self.pid]
-        for parent in parents:
-            kids = procs.children(parent)
-            tree += [(kid, parent) for kid in kids]
-            parents += kids
-        return tree
+        return procs.tree([self.pid])
 
 
 def _signal(pid: int, parent: int, sig: int) -> bool:

@@ -65,17 +65,16 @@ def effective_rate(state: dict[str, Any]) -> float:
     return state["rate"] * state["factor"]
 
 
-def hold_next(r: redis.Redis, lab: str, at: float, now: float, speed: float | None = None) -> None:
+def hold_next(r: redis.Redis, lab: str, at: float, state: dict | None = None) -> None:
     """The clock may not pass the next arrival's moment `at` before the supervisor's pass has enqueued it: a
     late pass delays the arrival in real time, never in simulated time (as the reaper's barrier does for a
     lease deadline), so arrivals are not bunched at the pass that finally came. It lapses REAPER_BARRIER_S real
-    seconds after the clock would get there (the pass refreshes it while it lives: workers/duties.py); none
-    while no arrival is due (`at` infinite)."""
+    seconds after the clock (`state`, a `clock.read`, else read now) would get there (the pass refreshes it while
+    it lives: workers/duties.py); none while no arrival is due (`at` infinite)."""
     if not math.isfinite(at):
         clock.lift(r, lab, ARRIVAL)
         return
-    speed = clock.read(r, lab)["speed"] if speed is None else speed
-    clock.hold(r, lab, ARRIVAL, at, ttl=max(0.0, at - now) / max(speed, 1e-9) + REAPER_BARRIER_S)
+    clock.hold(r, lab, ARRIVAL, at, ttl=clock.lapse(state or clock.read(r, lab), at, REAPER_BARRIER_S))
 
 
 def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str = "lesson") -> dict[str, Any]:
@@ -97,7 +96,7 @@ def start(r: redis.Redis, lab: str, now: float, rate: float, seed: int, mix: str
             "generated": 0,
         },
     )
-    hold_next(r, lab, now + gap, now)
+    hold_next(r, lab, now + gap)
     stream.emit(r, lab, "loadgen.started", now, rate=rate, seed=seed, mix=mix)
     return read_state(r, lab)
 
@@ -119,7 +118,7 @@ def retune(r: redis.Redis, lab: str, now: float, rate: float | None = None, peak
     lam = effective_rate(state)
     gap, _ = draw(state["seed"], state["k"], lam) if lam > 0 else (math.inf, None)
     r.hset(state_key(lab), mapping={"rate": state["rate"], "factor": state["factor"], "next_t": now + gap})
-    hold_next(r, lab, now + gap, now)
+    hold_next(r, lab, now + gap)
     stream.emit(r, lab, "loadgen.rate", now, rate=round(lam, 6), peak=state["factor"] != 1)
     return read_state(r, lab)
 

@@ -256,7 +256,7 @@ def test_the_load_generators_next_arrival_makes_the_lab_due_when_the_clock_gets_
     chapter 2 overload at 20x ran at about 2x (one arrival a cadence)."""
     pool = LabPool(lab, busy={GENERATOR.name})  # as a pass leaves it while the generator is on
     at = clock.now(r, lab) + 2.0
-    loadgen.hold_next(r, lab, at, at - 2.0)
+    loadgen.hold_next(r, lab, at)
     try:
         reached = clock.reached_at(r.hgetall(key(lab, "clock")), at)
         engine_moments(r, pool)

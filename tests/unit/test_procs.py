@@ -1,11 +1,14 @@
-"""core/procs.py's CPU readings of another process, against each other (no wall-clock thresholds)."""
+"""core/procs.py's CPU readings of another process, against each other (no wall-clock thresholds), and a process's
+tree as the kernel lists it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
-from core.procs import cpu_s, run_s
+from core.procs import cpu_s, descendants, run_s, tree, wait
 
 
 def test_run_s_reads_another_processs_cpu_to_below_a_tick_and_agrees_with_proc_stat():
@@ -25,3 +28,23 @@ def test_run_s_reads_another_processs_cpu_to_below_a_tick_and_agrees_with_proc_s
         child.kill()
         child.wait()
     assert run_s(child.pid) == 0.0
+
+
+def test_tree_lists_every_descendant_with_its_parent_parents_first():
+    """A shell with a subshell that starts a sleep, beside a sleep of its own: the tree names all three under their
+    own parents, each parent before its children; a process with none has an empty tree."""
+    top = subprocess.Popen(["sh", "-c", "(sleep 60; :) & sleep 60; wait"])
+    try:
+        found = wait(lambda: tree([top.pid]) if len(tree([top.pid])) == 3 else None, 10, "three descendants")
+        order = [pid for pid, _ in found]
+        sub = next(pid for pid, _ in found if any(parent == pid for _, parent in found))  # the subshell
+        grandchild = next(pid for pid, parent in found if parent == sub)
+        assert sorted(parent for _, parent in found) == sorted([top.pid, top.pid, sub])
+        assert order.index(sub) < order.index(grandchild)
+        assert descendants([top.pid]) == order
+        assert tree([grandchild]) == []
+    finally:
+        for pid in descendants([top.pid]):
+            os.kill(pid, signal.SIGKILL)
+        top.kill()
+        top.wait()

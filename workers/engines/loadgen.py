@@ -51,14 +51,14 @@ def real_budget(lab: str, per_s: float) -> float:
     return min(per_s, tokens + (now - last) * per_s)
 
 
-def tick(
-    r: redis.Redis, rq_conn: redis.Redis, lab: str, now: float, real_rate: float = 0.0, speed: float = 20.0
-) -> int:
-    """Enqueue every arrival due by `now` (the supervisor calls this each loop); returns how many. The clock
-    is held at the next one's moment (`hold_next`), so each is enqueued at its own moment.
+def tick(r: redis.Redis, rq_conn: redis.Redis, lab: str, clock_state: dict, real_rate: float = 0.0) -> int:
+    """Enqueue every arrival due by the clock's now (`clock_state`, a `clock.read`; the supervisor calls this each
+    loop); returns how many. The clock is held at the next one's moment (`hold_next`), so each is enqueued at its
+    own moment.
 
     `real_rate` caps the jobs created per *real* second whatever the clock speed (LAB_JOB_RATE): arrivals
     past it are shed and counted, as arrivals past the in-flight bound are."""
+    now = clock_state["t_raw"]
     state = read_state(r, lab)
     lam = effective_rate(state)
     if not state["on"] or lam <= 0 or state["next_t"] > now:
@@ -104,7 +104,7 @@ def tick(
         pipe.hincrby(state_key(lab), "shed", shed)
         pipe.execute()
     if not stopped:  # (a stop lifted the barrier)
-        hold_next(r, lab, t, now, speed)
+        hold_next(r, lab, t, clock_state)
     return made
 
 
@@ -129,7 +129,7 @@ class Generator:
     def tick(
         self, r: redis.Redis, rq: redis.Redis, lab: str, settings: dict, state: dict, config: Config, quiet: bool
     ) -> int:
-        return 0 if quiet else tick(r, rq, lab, state["t_raw"], config.lab_job_rate, state["speed"])
+        return 0 if quiet else tick(r, rq, lab, state, config.lab_job_rate)
 
 
 ENGINE = Generator()
