@@ -96,9 +96,18 @@ def now(r: redis.Redis, lab: str) -> float:
     return _now(r.hgetall(key(lab, "clock")))
 
 
-def start(r: redis.Redis, lab: str, speed: float, t0: float = 0.0) -> None:
-    """Start at t0 (0, or the parent's moment for a branch, so two runs share one time axis)."""
-    r.hset(key(lab, "clock"), mapping={"base_sim": t0, "base_real": time.time(), "speed": speed, "paused": 0})
+def start(r: redis.Redis, lab: str, speed: float, t0: float = 0.0, holder: str = "", ttl: float = BARRIER_TTL) -> None:
+    """Start at t0 (0, or the parent's moment for a branch, so two runs share one time axis). `holder`: a barrier
+    stands at t0 from the first instant (as `hold` with `ttl` would place it, but never behind a clock that has
+    already moved on, however long the call took)."""
+    real = time.time()
+    state: dict[str, float] = {"base_sim": t0, "base_real": real, "speed": speed, "paused": 0}
+    with r.pipeline(transaction=True) as pipe:
+        pipe.hset(key(lab, "clock"), mapping={**state, "barrier": t0} if holder else state)
+        if holder:
+            pipe.zadd(_barriers(lab), {holder: t0})
+            pipe.hset(_alive(lab), holder, real + ttl)
+        pipe.execute()
 
 
 def _watched(r: redis.Redis, keys: list[str], step):

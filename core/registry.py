@@ -21,9 +21,12 @@ import redis
 
 from core import archive, blobs, clock, slots, stream
 from core.backoff import retry_bucket_s
+from core.config import WORKER_READY_S
 from core.events import COUNTERS
 from core.keys import LABS, PARKED, job, key, lab_dir, msg, queue_name
 from core.settings import DEFAULTS, LabSettings
+
+BOOT = "boot"  # a new lab's barrier at its first moment, until a pass has started its workers (workers/pool.py)
 
 
 def _hash(token: str) -> str:
@@ -43,7 +46,9 @@ def create(
     meta: dict[str, Any] | None = None,
     lab: str | None = None,
 ) -> dict[str, Any]:
-    """Register a lab; the supervisor sees it in `labs` and starts its workers.
+    """Register a lab; the supervisor sees it in `labs` and starts its workers. Its clock starts at `t0` held
+    there (`BOOT`) until the supervisor's first pass has started them, whose own start barriers then hold it
+    until each is ready: a busy host delays a new lab in real time, never in simulated time.
 
     A branch (app/branch_seed.py) passes its own settings, a clock starting at the parent's moment and
     the meta fields that remember its parent. `lab`: the id its running-lab slot was reserved under
@@ -69,7 +74,7 @@ def create(
         pipe.set(key(lab, "settings"), json.dumps(settings))
         pipe.sadd(LABS, lab)
         pipe.execute()
-    clock.start(r, lab, speed, t0)
+    clock.start(r, lab, speed, t0, holder=BOOT, ttl=WORKER_READY_S)
     return {"lab_id": lab, "token": token, "view_token": view_token, "settings": settings}
 
 

@@ -270,6 +270,8 @@ class Keeper:
             else:
                 self.spawn(pool, slot)
             live.append(slot)
+        if not pool.reconciled:  # its workers' start barriers (or none: no worker) hold the clock from here
+            clock.lift(self.r, pool.lab, registry.BOOT)
         pool.reconciled = True
         self.rewire(pool, settings)
         for slot in sorted(live, key=lambda s: int(s.id[1:]), reverse=True)[: max(0, len(live) - want)]:

@@ -57,3 +57,18 @@ def test_a_job_waiting_for_a_respawn_is_claimed_the_instant_the_worker_started(a
     assert started["t_sim"] >= of_type(ev, "worker.killed")[0]["t_sim"] + 5  # the respawn, not the first start
     gap = claimed["t_sim"] - started["t_sim"]
     assert gap <= 1, f"the job was claimed {gap:.1f} simulated s after its worker respawned (at t = {started['t_sim']})"
+
+
+def test_a_job_sent_as_its_lab_opens_is_claimed_at_the_labs_first_moment(api):
+    """A new lab's workers start in real time (the supervisor's next pass, then an interpreter each), which beside
+    two CPU hogs is tens of real milliseconds, tens of simulated seconds at 1000×: the clock holds at the lab's first
+    moment until its first pass has started them, so a job sent as the page opens finds them started at t = 0."""
+    with cpu_hogs(2):
+        lab = api.lab("ch1", speed=1000)
+        enqueue(api, lab)
+        wait_event(api, lab, "job.claimed")
+    ev = api.events(lab)
+    late = [e["t_sim"] for e in of_type(ev, "worker.started") if e["t_sim"] > 1]
+    assert not late, f"workers started at t = {late}: the clock ran before the lab's first pass"
+    (lag,) = claim_lags(ev)
+    assert lag <= 1 and of_type(ev, "job.claimed")[0]["t_sim"] <= 1, f"claimed {lag:.1f} simulated s after its enqueue"
