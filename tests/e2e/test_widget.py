@@ -481,3 +481,27 @@ def test_a_job_post_whose_answer_is_lost_is_resent_with_its_key_and_makes_one_jo
     assert len(seen) == 2 and seen[0][0] and seen[0][0] == seen[1][0], seen
     assert [s[1] for s in seen] == [202, 202] and seen[1][2] == "true", "the resend was a replay"
     assert api.snapshot(lab_of(page))["counts"]["enqueued"] == 1, "a second job was made"
+
+
+def test_a_run_stopped_by_a_park_is_drawn_stopped_and_its_resend_is_no_redelivery(lab_page, api):
+    """A lab parked mid-job stops the job's run with its workers; when the lab resumes, the job is sent again at
+    once. The timeline draws the stopped attempt as stopped by the park (not running on, not killed), marks the
+    resend as a resume, not a redelivery, and the redelivered readout stays 0: what the counters say."""
+    page = lab_page.open_chapter(1, speed=50)  # a 600 s transcode takes 12 real s: parked inside it
+    lab = lab_of(page)
+    api.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", {"vt_seconds": 1200}, lab["token"])  # no lease runs out
+    page.get_by_test_id("sample-submit").click()
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "running", timeout=LONG)
+    page.wait_for_function("() => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) >= 150")
+    parked = api.call("POST", f"/api/labs/{lab['lab_id']}/park", token=lab["token"])
+    assert parked.status == 200 and parked.data["parked"], parked.body
+    api.snapshot(lab)  # its owner calls: it resumes
+    expect(page.get_by_test_id("tl-attempt-1-1")).to_have_attribute("data-outcome", "parked", timeout=LONG)
+    expect(page.get_by_test_id("tl-attempt-1-2")).to_be_visible(timeout=LONG)
+    expect(page.get_by_test_id("tl-mark-resume")).to_have_count(1)
+    expect(page.get_by_test_id("tl-mark-redeliver")).to_have_count(0)
+    expect(page.get_by_test_id("timeline")).to_contain_text("stopped by a park")
+    page.snap("resumed")
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG * 2)
+    expect_readout(page, "redelivered", 0)
+    assert api.snapshot(lab)["counts"]["redelivered"] == 0

@@ -231,7 +231,7 @@ function boot(root) {
     W.buildControls();
     W.buildLogFilters();
     if (S.controls.has('retry_policy')) W.buildRetryHistogram();
-    W.timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty') },
+    W.timeline = new Timeline({ axis: q('tl-axis'), rows: q('tl-rows'), empty: q('tl-empty'), parkedKey: q('tl-key-parked') },
       { onOpenJob: (id) => W.openJob(id, true), leases: S.shows.has('lease') });
     const hist = q('history');
     hist.addEventListener('toggle', () => { if (hist.open) later('history'); });

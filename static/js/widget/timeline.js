@@ -8,8 +8,9 @@ import { fmtT, h, setAttr, setText } from './util.js';
 
 const LANE_PX = 30;
 // the mark where a later attempt was queued, by how (the start of its `how` text): a redelivery is the lease
-// running out, a retry follows the policy's backoff wait (drawn with the same hourglass), a replay the DLQ
-const MARKS = [['redeliver', '↻'], ['retry', '⧗'], ['replay', '⇡']];
+// running out, a retry follows the policy's backoff wait (drawn with the same hourglass), a replay the DLQ, a
+// resume the lab's return from a park (no lease ran out)
+const MARKS = [['redeliver', '↻'], ['retry', '⧗'], ['replay', '⇡'], ['resume', '▸']];
 const MAX_ROWS = 8;
 const MAX_LANES = 6;
 
@@ -63,6 +64,7 @@ export class Timeline {
     this.axis = els.axis;
     this.rows = els.rows;
     this.empty = els.empty;
+    this.parkedKey = els.parkedKey; // its legend entry, shown once a park has stopped a run on screen
     this.onOpenJob = onOpenJob;
     this.rowEls = new Map();
   }
@@ -70,6 +72,7 @@ export class Timeline {
   render(model, now, stateOf) {
     const jobs = [...model.values()].sort((a, b) => Number(a.id) - Number(b.id)).slice(-MAX_ROWS);
     this.empty.hidden = jobs.length > 0;
+    if (this.parkedKey) this.parkedKey.hidden = !jobs.some((j) => [...j.attempts.values()].some((a) => a.outcome === 'parked'));
     this.axis.hidden = !jobs.length;
     if (!jobs.length) {
       this.rows.replaceChildren();
