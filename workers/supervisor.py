@@ -199,10 +199,15 @@ class Supervisor:
         if time.time() - self.orphans_swept > ORPHAN_SWEEP_S:
             self.orphans_swept = time.time()
             sandbox.sweep_orphans()
-        for lab in list(self.r.smembers(LABS)):
-            if lab not in self.mine and self.r.exists(owner(lab)):
+        labs = list(self.r.smembers(LABS))
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip for every lab, however many are parked
+            for lab in labs:
+                pipe.exists(owner(lab))
+                pipe.hget(key(lab, "meta"), "last_active")
+            seen = pipe.execute()
+        for lab, owned, last in zip(labs, seen[::2], seen[1::2], strict=True):
+            if lab not in self.mine and owned:
                 continue  # another host's lab: its owner expires it
-            last = self.r.hget(key(lab, "meta"), "last_active")
             if last is None or time.time() - float(last) > self.config.lab_idle_ttl:
                 if lab in self.pools:
                     stop_pool(self.pools.pop(lab))
