@@ -195,18 +195,24 @@ def test_clock_pause_freezes_simulated_time_and_step_advances_it(api):
     api.wait_for(lab, lambda s: s["clock"]["t"] > t1, timeout=20, what="the resumed clock to move on")
 
 
-def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(api, r):
-    from core import stream
-
-    lab = api.lab("ch1", workers=0)
-    assert api.snapshot(lab)["events_trimmed"] == 0
-    # the pool narrates picking the lab up, and stopping the preset's workers, on its own schedule (later on a busy
-    # box): count from once no worker is left and the stream has stayed the same for a second
+def workers_stopped(api, r, lab: dict) -> int:
+    """A lab opened with no workers: the pool narrates picking it up and stopping the preset's workers on its own
+    schedule (later on a busy box). Once no worker is left and its stream has stayed the same for a second: the
+    stream's length."""
     api.wait_for(lab, lambda s: not s["workers"], what="the preset's workers to stop")
     before, deadline = -1, time.monotonic() + 30
     while time.monotonic() < deadline and before != r.xlen(f"lab:{lab['lab_id']}:events"):
         before = r.xlen(f"lab:{lab['lab_id']}:events")
         time.sleep(1.0)
+    return before
+
+
+def test_the_snapshot_says_when_the_event_stream_has_trimmed_its_oldest_events(api, r):
+    from core import stream
+
+    lab = api.lab("ch1", workers=0)
+    assert api.snapshot(lab)["events_trimmed"] == 0
+    before = workers_stopped(api, r, lab)
     # past the stream's cap through the same append every event takes (the cap is approximate)
     added = stream.MAXLEN + 1000
     for start in range(0, added, 1000):
@@ -225,6 +231,7 @@ def test_a_snapshot_costs_two_round_trips_and_three_commands_a_job(api, r, redis
     lab = api.lab("ch1", workers=0)
     for _ in range(5):
         enqueue(api, lab, sample="carphone_pristine")
+    workers_stopped(api, r, lab)  # else their events could land between the two snapshots compared below
     name = f"t-snapshot-{uuid.uuid4().hex[:8]}"
     own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)
     try:
