@@ -119,7 +119,10 @@ export function install(W) {
     if (!took) return;
     if (took.live) {
       if (ev.type === 'settings.changed') W.syncControls();
-      if (!QUIET.has(ev.type)) refresh();
+      // parked: no re-fetch until it resumes (a re-fetch is an owner call, which would resume it at once, undoing
+      // "Park my oldest lab" asked from another tab; its workers' stops follow the park); opening the page resumes it
+      if (ev.type === 'lab.parked' || ev.type === 'lab.resumed') S.parked = ev.type === 'lab.parked';
+      if (!QUIET.has(ev.type) && !S.parked) refresh();
     }
     W.addLog(ev, took.live);
     root.dataset.lastEvent = ev.id; // the newest event applied (handy for tests and debugging)
