@@ -70,6 +70,7 @@ function boot(root) {
     tl: new Map(), redeliveries: [], retries: [], jobRetries: [], runFrom: null, deaths: new Map(), faultUntil: {}, dlq: [], dlqFetchedFor: -1,
     log: [], logPending: 0, logRebuild: true, announceQueue: [], selectedJob: null,
     history: new Map(), found: new Map(), foundPrefix: new Map(), pausedForInspect: false, renderMs: [],
+    parked: false, // its lab.parked arrived, its lab.resumed not yet: no snapshot re-fetch (stream.js)
     lost: null, // the stream is down: {t} the last simulated moment the page saw (stream.js)
     past: null, // while viewing a past moment: {at, stash (the live model), buffer (live events held)}
     inspect: null, // the worker or lease whose internals are open: {kind: 'worker'|'lease', id}
