@@ -48,7 +48,7 @@ import threading
 import time
 
 from bench.common import report, rnd
-from core.procs import children, cpu_s, rss_kb, wait
+from core.procs import cpu_s, descendants, rss_kb, wait
 from runtime.harness import netns
 from runtime.harness.drill import WsTail, drill_client
 from runtime.harness.hosts import HostsStack
@@ -75,12 +75,7 @@ def server_cpu_s(stack: HostsStack) -> float:
 
 
 def tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children(p)
-    return out
+    return [pid, *descendants([pid])]
 
 
 def web_cpu_s(stack: HostsStack) -> float:
