@@ -73,13 +73,16 @@ export function applyTimeline(state, ev) {
     case 'lease.extended': if (a) Object.assign(a, { deadline: d.deadline, leaseStart: t, extended: (a.extended || 0) + 1 }); break;
     case 'lease.expired': if (a) Object.assign(a, { expiredAt: t, expiredDeadline: d.deadline ?? a.deadline }); break;
     case 'job.redelivered': Object.assign(a, { queuedAt: t, how: 'redelivered: the lease ran out' }); break;
-    case 'job.resumed':
-      // the attempt before ran until the lab was parked (its workers stopped, no lease ran out): it ends there
-      for (const p of j.attempts.values()) {
-        if (p.n < a.n && p.start != null && (p.end == null || p.outcome === 'killed')) Object.assign(p, { end: p.end ?? t, outcome: 'parked' });
+    case 'job.resumed': {
+      // the attempt just before ran until the lab was parked (its workers stopped, no lease ran out): it ends there;
+      // an earlier one (killed, redelivered) keeps its own end
+      const stopped = j.attempts.get(a.n - 1);
+      if (stopped && stopped.start != null && (stopped.end == null || stopped.outcome === 'killed')) {
+        Object.assign(stopped, { end: stopped.end ?? t, outcome: 'parked' });
       }
       Object.assign(a, { queuedAt: t, how: 'resumed: sent again, its run stopped when the lab was parked' });
       break;
+    }
     case 'job.retry_scheduled': if (a) Object.assign(a, { backoffFrom: t, backoffTo: d.due ?? null }); break;
     case 'job.retry_started': Object.assign(a, { queuedAt: t, how: 'retry after a failure' }); break;
     case 'job.replayed': Object.assign(a, { queuedAt: t, how: 'replayed from the DLQ' }); break;
