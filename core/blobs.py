@@ -20,7 +20,9 @@ reconcile, workers/reconcile.py) rebuilds every counter from the blob indexes af
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
@@ -288,6 +290,37 @@ def recount(r: redis.Redis) -> int:
 
 def cache_path(var_dir: Path, lab: str, name: str) -> Path:
     return lab_dir(var_dir, lab) / "cache" / name
+
+
+def remove_partials(folders: list[Path], pattern: str, older_than: float | None = None) -> int:
+    """Remove the files named like `pattern` in `folders` (a killed or failed attempt's `.tmp-*` outputs); with
+    `older_than`, only files untouched that long. A folder removed while it is read (its lab reset, deleted or
+    moved to another host) is simply gone: nothing of it is left to remove."""
+    removed = 0
+    for folder in folders:
+        for entry in _entries(folder):
+            if not fnmatch(entry.name, pattern):
+                continue
+            try:
+                if older_than is None or time.time() - entry.stat().st_mtime > older_than:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def subfolders(folder: Path) -> list[Path]:
+    """The folders in `folder`, none if it is gone (or goes while it is read)."""
+    return [Path(e.path) for e in _entries(folder) if e.is_dir(follow_symlinks=False)]
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as found:
+            return list(found)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def local_path(r: redis.Redis, lab: str, source: str, var_dir: Path) -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from core import clock, registry, stream
+from core import blobs, clock, registry, stream
 from core.broker import handoff, reaper
 from core.broker.state import end_attempt
 from core.config import REAPER_BARRIER_S, STOP_GRACE_S, WORKER_READY_S, Config
@@ -411,15 +411,7 @@ class Keeper:
         if stale:
             self.r.delete(*stale)
 
-    def sweep_tmp(self, lab: str, pattern: str, older_than: float | None = None) -> int:
+    def sweep_tmp(self, lab: str, pattern: str, older_than: float | None = None) -> None:
         """Remove partial outputs (`transcoded/<job>/.tmp-*`) a killed attempt left; with `older_than`, only
         files untouched that long (no live ffmpeg run lasts past FFMPEG_TIMEOUT). Never counted as usage."""
-        removed = 0
-        for tmp in (lab_dir(self.config.var_dir, lab) / "transcoded").glob(f"*/{pattern}"):
-            try:
-                if older_than is None or time.time() - tmp.stat().st_mtime > older_than:
-                    tmp.unlink()
-                    removed += 1
-            except OSError:
-                pass
-        return removed
+        blobs.remove_partials(blobs.subfolders(lab_dir(self.config.var_dir, lab) / "transcoded"), pattern, older_than)

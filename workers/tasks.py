@@ -269,8 +269,7 @@ def do_work(
 def drop_temps(lab: str, job_id: str, attempt: int) -> None:
     """This attempt's partial outputs, gone (a failed attempt's, or a fenced-off one's)."""
     base = lab_dir(Config.from_env().var_dir, lab) / "transcoded" / job_id
-    for tmp in base.glob(f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*"):
-        tmp.unlink(missing_ok=True)
+    blobs.remove_partials([base], f"{registry.TMP_PREFIX}{worker_id()}-a{attempt}-*")
 
 
 def _do_work(
