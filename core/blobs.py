@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +31,7 @@ import redis
 from redis.client import NEVER_DECODE
 from redis.commands.core import Script
 
-from core.keys import LABS, key, lab_dir
+from core.keys import LABS, PARKED, key, lab_dir
 
 PREFIX = "blob:"  # a job `source` starting with this names a blob; anything else is a path on every host
 TOTAL = "blobs:bytes"  # bytes of every lab's blobs on this server
@@ -99,6 +100,28 @@ if client_bytes ~= '' then  -- never below 0: a branch's copied blobs land befor
   if left > 0 then redis.call('SET', client_bytes, left) else redis.call('DEL', client_bytes) end
 end
 return used
+"""
+
+# Clears a parked lab's outputs (every blob but its uploads): nothing if the lab is no longer parked (its page opened
+# it again meanwhile, and its jobs may be writing). Notes when on the lab's meta. Returns the bytes given back.
+_CLEAR = """#!lua flags=allow-oom
+local blob_index, lab_bytes, server_bytes, client_bytes, parked, meta = unpack(KEYS)
+local lab, blob_prefix, kept, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('SISMEMBER', parked, lab) == 0 then return 0 end
+local freed, rows = 0, redis.call('HGETALL', blob_index)
+for i = 1, #rows, 2 do
+  if string.sub(rows[i], 1, #kept) ~= kept then
+    redis.call('DEL', blob_prefix .. rows[i])
+    redis.call('HDEL', blob_index, rows[i])
+    freed = freed + tonumber(rows[i + 1])
+  end
+end
+if freed == 0 then return 0 end
+redis.call('DECRBY', lab_bytes, freed)
+redis.call('DECRBY', server_bytes, freed)
+if client_bytes ~= '' then redis.call('DECRBY', client_bytes, freed) end
+redis.call('HSET', meta, 'outputs_cleared', now)
+return freed
 """
 
 
@@ -250,6 +273,49 @@ def copy(r: redis.Redis, src_lab: str, dst_lab: str, name: str) -> bool:
         return False
     put(r, dst_lab, name, data)
     return True
+
+
+ROOM_AT, ROOM_TO = 0.9, 0.75
+"""Past ROOM_AT of MAX_BLOB_BYTES the supervisor clears the outputs of the least recently seen parked labs until the
+blobs hold at most ROOM_TO of it (`make_room`): a term's old labs never leave the labs in use without room."""
+KEPT = "uploads/"  # the blobs a clearing keeps: the learner's own clips, so the lab's jobs can run again
+
+
+def make_room(r: redis.Redis, cap: int, last_seen: Callable[[list[str]], dict[str, float]]) -> list[str]:
+    """The supervisor's hook: while every lab's blobs together hold more than ROOM_AT of `cap` (MAX_BLOB_BYTES),
+    clear the outputs of parked labs, least recently seen first (`last_seen`, asked only when over), until they
+    hold ROOM_TO of it. Their jobs, history and uploads stay; the lab's snapshot says when (`outputs_cleared`) and
+    an output asked for answers 410 `output_cleared`. The labs cleared."""
+    held = int(r.get(TOTAL) or 0)
+    if cap <= 0 or held <= ROOM_AT * cap:
+        return []
+    parked = sorted(r.smembers(PARKED))
+    seen = last_seen(parked)
+    cleared = []
+    for lab in sorted(parked, key=lambda lab: seen.get(lab, 0.0)):
+        if held <= ROOM_TO * cap:
+            break
+        keys = [_index(lab), _used(lab), TOTAL, _client_of(r, lab), PARKED, key(lab, "meta")]
+        freed = int(r.eval(_CLEAR, len(keys), *keys, lab, blob_key(lab, ""), KEPT, time.time()))
+        if freed:
+            held -= freed
+            cleared.append(lab)
+    return cleared
+
+
+def cleared_at(r: redis.Redis, lab: str) -> float | None:
+    """When `make_room` cleared this lab's outputs (None: never)."""
+    at = r.hget(key(lab, "meta"), "outputs_cleared")
+    return float(at) if at else None
+
+
+def cleared_sentence(at: float) -> str:
+    """What a learner reads about outputs `make_room` cleared at `at` (real time)."""
+    day = time.strftime("%d %B %Y", time.gmtime(at)).lstrip("0")
+    return (
+        f"The videos this lab's earlier jobs wrote were cleared on {day} to make room for labs in use; the jobs and "
+        "their history are kept. Send a job again to make a new one."
+    )
 
 
 def forget_lab(r: redis.Redis, lab: str) -> None:

@@ -326,12 +326,12 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         pipe.hgetall(key(lab, "breaker"))
         pipe.xrevrange(key(lab, "events"), count=PROGRESS_FIRST)
         pipe.get(key(lab, "settings"))
-        pipe.hget(key(lab, "meta"), "preset")
+        pipe.hmget(key(lab, "meta"), "preset", "outputs_cleared")
         pipe.hgetall(key(lab, "clock"))
         pipe.xinfo_stream(key(lab, "events"))
         raw = pipe.execute(raise_on_error=False)
     real = time.time()
-    state_rows, counter_rows, worker_rows, faults, breaker, recent, stored, preset, clock_state, info = raw[
+    state_rows, counter_rows, worker_rows, faults, breaker, recent, stored, (preset, cleared), clock_state, info = raw[
         -SNAPSHOT_READS:
     ]
     for reply in raw[:-1]:  # the stream's info is an error while the lab has no events yet: none trimmed
@@ -356,6 +356,8 @@ def snapshot(r: redis.Redis, lab: str, limit: int = 200) -> dict[str, Any]:
         "breaker": breaker or {"state": "closed"},
         "last_event_id": recent[0][0] if recent else "0",
         "events_trimmed": 0 if isinstance(info, Exception) else events_trimmed(info),
+        # blobs.make_room took the earlier jobs' outputs (a term's old parked lab): when, and the sentence its page says
+        "outputs_cleared": {"at": float(cleared), "note": blobs.cleared_sentence(float(cleared))} if cleared else None,
     }
 
 
@@ -388,11 +390,19 @@ def gone_why(r: redis.Redis, lab: str, idle_ttl: float) -> str | None:
     """The plain sentence an expired lab's page shows, or None if the lab never existed (or expired long ago)."""
     if r.zscore(EXPIRED, lab) is None:
         return None
-    minutes = max(1, round(idle_ttl / 60))
     return (
-        f"This lab was removed after {minutes} minute{'s' if minutes != 1 else ''} without a visit, and its "
-        "history with it. A fresh lab starts in its place."
+        f"This lab was removed after {_span(idle_ttl)} without a visit, and its history with it. A fresh lab starts "
+        "in its place."
     )
+
+
+def _span(seconds: float) -> str:
+    """A lifetime in words: whole days from two days up, whole hours from two hours up, else minutes (at least 1)."""
+    for unit, size in (("day", 86400), ("hour", 3600)):
+        if (n := round(seconds / size)) >= 2:
+            return f"{n} {unit}s"
+    n = max(1, round(seconds / 60))
+    return f"{n} minute{'s' if n != 1 else ''}"
 
 
 def teardown(r: redis.Redis, lab: str, var_dir: Path) -> None:

@@ -25,7 +25,7 @@ import time
 
 import redis
 
-from core import archive, clock, parking, registry, sandbox, stream
+from core import archive, blobs, clock, parking, registry, sandbox, stream
 from core.broker import reaper
 from core.config import Config
 from core.disk import persist_refused
@@ -194,6 +194,7 @@ class Supervisor:
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
         archive.keep_within(self.r, self.config.parked_memory, lambda labs: parking.last_seen(self.r, labs))
+        blobs.make_room(self.r, self.config.max_blob_bytes, lambda labs: parking.last_seen(self.r, labs))
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         if time.time() - self.orphans_swept > ORPHAN_SWEEP_S:

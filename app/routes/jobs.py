@@ -139,7 +139,10 @@ def get_output(lab_id: str, job_id: str, name: str):
     job_or_404(lab_id, job_id)
     if "/" in name or name.startswith(".") or not name.endswith((".mp4", ".jpg")):
         raise ApiError(404, "unknown_output", f"no output {name!r}")
-    data = blobs.get(get_redis(), lab_id, f"transcoded/{job_id}/{name}")  # any web process, any host
+    r = get_redis()
+    data = blobs.get(r, lab_id, f"transcoded/{job_id}/{name}")  # any web process, any host
+    if data is None and (cleared := blobs.cleared_at(r, lab_id)) is not None:
+        raise ApiError(410, "output_cleared", blobs.cleared_sentence(cleared))
     if data is None:
         raise ApiError(404, "unknown_output", f"no output {name!r} for job {job_id}")
     return send_file(

@@ -1,10 +1,11 @@
 """A term of classes on one deployment: parked labs cost bytes, not slots; folded labs come back whole; one
 address keeps at most its cap of labs alive; a race's lanes count one by one in every budget.
 
-A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, MAX_WORKERS 64), with three changes:
-PARKED_MEMORY 1 byte, so every parked lab is folded (the path a full term takes once its parked labs pass the
-budget), MAX_CLIENT_LIVE_LABS 10 (tighter than the default 40: one student's nine chapters fit, and the cap is
-reached in a few calls) and RATE_LABS 10 (half the default 20; a student opens nine labs a minute here).
+A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, MAX_WORKERS 64, LAB_IDLE_TTL), with
+these changes: PARKED_MEMORY 1 byte, so every parked lab is folded (the path a full term takes once its parked labs
+pass the budget), MAX_CLIENT_LIVE_LABS 10 (tighter than the default 40: one student's nine chapters fit, and the cap
+is reached in a few calls), RATE_LABS 10 (half the default 20; a student opens nine labs a minute here) and the blobs
+a term's outputs fill, MAX_BLOB_BYTES 512 KiB with CLIENT_BLOB_SHARE 1 (a few jobs' outputs near it).
 Students leave a chapter by parking it (`POST …/park`), as PARK_AFTER would a minute after they closed its
 page.
 """
@@ -16,18 +17,20 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from core import archive
+from core import archive, blobs, media
 from core.config import Config
 from core.keys import PARKED, key
 from core.procs import wait
 from runtime.harness.client import Api
 from runtime.harness.stack import Stack
+from tests.integration.test_api import multipart
 
 DEFAULTS = Config()
 LIVE_CAP = 10
 RATE_LABS = 10  # half the default: the race test reaches it in three races
 CHAPTERS = [f"ch{i}" for i in range(9)]
 STUDENTS = [f"127.0.0.{i}" for i in range(2, 7)]  # five students: 45 labs, more than MAX_LABS
+BLOB_CAP = 512 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,13 @@ def term(redis_server, tmp_path_factory):
         "PARK_AFTER": DEFAULTS.park_after,
         "LAB_IDLE_TTL": DEFAULTS.lab_idle_ttl,
     }
-    env = {**{k: str(v) for k, v in defaults.items()}, "PARKED_MEMORY": "1", "MAX_CLIENT_LIVE_LABS": str(LIVE_CAP)}
+    env = {
+        **{k: str(v) for k, v in defaults.items()},
+        "PARKED_MEMORY": "1",
+        "MAX_CLIENT_LIVE_LABS": str(LIVE_CAP),
+        "MAX_BLOB_BYTES": str(BLOB_CAP),
+        "CLIENT_BLOB_SHARE": "1",
+    }
     with Stack("term", root=tmp_path_factory.mktemp("term"), redis_url=db, env=env) as s:
         yield s
 
@@ -192,3 +201,50 @@ def test_folding_and_unfolding_keep_the_event_stream_its_ids_and_its_count(term,
         assert not tr.exists(archive.archive_key(lab_id)) and not tr.sismember(archive.ARCHIVED, lab_id)
     finally:
         api.delete_created()
+
+
+def test_past_the_blob_budget_the_least_recently_seen_parked_labs_outputs_go_first_and_their_page_says_so(term, tr):
+    """Two weeks of labs fill the blobs with outputs: the supervisor clears the outputs of the parked lab seen
+    longest ago, keeps its jobs, history and upload, and stops once the blobs are back under ROOM_TO."""
+    apis = [term.api(source=f"127.0.0.{i}") for i in (30, 31, 32)]
+    sample = {"sample": "carphone_pristine", "duration_s": 30}
+    try:
+        old, recent, busy = (api.lab("ch1", speed=1000, workers=1, job_duration=10) for api in apis)
+        body, headers = multipart("file", "clip.mp4", media.sample_clip("bigbuckbunny").read_bytes())
+        up = apis[0].call("POST", f"/api/labs/{old['lab_id']}/jobs", raw=body, headers=headers, token=old["token"])
+        assert up.status == 202, up.body
+        apis[0].ok("POST", f"/api/labs/{old['lab_id']}/jobs", sample, old["token"])
+        apis[1].ok("POST", f"/api/labs/{recent['lab_id']}/jobs", sample, recent["token"])
+        first = apis[0].wait_for(old, lambda s: s["counts"]["done"] == 2)
+        second = apis[1].wait_for(recent, lambda s: s["counts"]["done"] == 1)
+        apis[0].ok("POST", f"/api/labs/{old['lab_id']}/park", token=old["token"])  # the old one is left first
+        apis[1].ok("POST", f"/api/labs/{recent['lab_id']}/park", token=recent["token"])
+        outs = {lab["lab_id"]: sum(blobs.names(tr, lab["lab_id"], "transcoded/").values()) for lab in (old, recent)}
+        upload = blobs.names(tr, old["lab_id"], "uploads/")
+        # another class's lab, in use, takes the blobs past ROOM_AT; clearing the old lab alone brings them to ROOM_TO
+        filler = int(blobs.ROOM_AT * BLOB_CAP) - int(tr.get(blobs.TOTAL)) + 4096
+        assert filler > 0 and outs[old["lab_id"]] > (blobs.ROOM_AT - blobs.ROOM_TO) * BLOB_CAP + 4096, outs
+        blobs.put(tr, busy["lab_id"], "uploads/another-class.bin", b"x" * filler)
+        wait(lambda: tr.hexists(key(old["lab_id"], "meta"), "outputs_cleared"), 60, "the old lab's outputs stayed")
+        assert int(tr.get(blobs.TOTAL)) <= blobs.ROOM_TO * BLOB_CAP
+        assert (
+            not blobs.names(tr, old["lab_id"], "transcoded/") and blobs.names(tr, old["lab_id"], "uploads/") == upload
+        )
+        assert sum(blobs.names(tr, recent["lab_id"], "transcoded/").values()) == outs[recent["lab_id"]]
+        assert not tr.hexists(key(recent["lab_id"], "meta"), "outputs_cleared")
+        # the old lab's page: its jobs and history are there, the sentence says what went, an output answers 410
+        snap = apis[0].snapshot(old)
+        assert snap["counts"]["done"] == 2 and "cleared on" in snap["outputs_cleared"]["note"]
+        url = next(iter(first["jobs"][0]["outputs"].values()))
+        gone = apis[0].call("GET", url, token=old["token"])
+        assert gone.status == 410 and gone.json()["error"] == "output_cleared", gone.body
+        kept = next(iter(second["jobs"][0]["outputs"].values()))
+        assert apis[1].call("GET", kept, token=recent["token"]).status == 200
+        # sent again, a job makes its outputs anew
+        again = apis[0].ok("POST", f"/api/labs/{old['lab_id']}/jobs", sample, old["token"])
+        done = apis[0].wait_for(old, lambda s: s["counts"]["done"] == 3)
+        made = next(j for j in done["jobs"] if j["id"] == again["job_id"])
+        assert all(apis[0].call("GET", u, token=old["token"]).status == 200 for u in made["outputs"].values())
+    finally:
+        for api in apis:
+            api.delete_created()

@@ -193,7 +193,9 @@ export function install(W) {
     const { lab, snap, socket, note } = await (W.early || openLab(openArgs(root, params)));
     S.lab = lab;
     held = socket;
-    if (note) W.banner(note);
+    // an expired lab's sentence, or a term's old lab whose outputs were cleared to make room (history kept)
+    const said = note || (snap && snap.outputs_cleared && snap.outputs_cleared.note);
+    if (said) W.banner(said);
     return snap;
   }
 
