@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 import chapters
 from tests.conftest import ARTIFACTS
+from tests.e2e.conftest import open_chapter
+from tests.helpers import delete_page_labs
 
 LONG = 90_000  # ms: a step's whole run, some simulated minutes, on a shared machine
 
@@ -466,19 +468,23 @@ def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page, m
     raise AssertionError(f"no check for the measure {kind}")
 
 
-def act_step(page: Page, step: dict, n: int, total: int) -> tuple[int, str]:
-    """Act step n out with a guess (the first choice, or the spec's minimum), pausing at its moment with the next move
-    on screen; returns the verdict's figure and its words."""
+def start_step(page: Page, step: dict, n: int, total: int) -> None:
+    """Begin step n with a guess (the first choice, or the spec's minimum): its run starts."""
     spec = step["predict"]
     expect(page.get_by_test_id("stepper-count")).to_contain_text(f"Step {n} of {total}")
-    says = page.get_by_test_id("stepper-says")
-    expect(says).to_be_hidden()  # nothing is told before the run
+    expect(page.get_by_test_id("stepper-says")).to_be_hidden()  # nothing is told before the run
     if spec.get("kind") == "choice":
         page.get_by_test_id(f"stepper-choice-{spec['choices'][0][0]}").check()
         page.get_by_test_id("stepper-run").click()
     else:
         page.get_by_test_id("stepper-guess").fill(str(spec["min"]))
         page.get_by_test_id("stepper-guess").press("Enter")
+
+
+def finish_step(page: Page, n: int) -> tuple[int, str]:
+    """Step n's run pauses at its moment with the next move on screen, then goes on to its verdict; the verdict's
+    figure and its words."""
+    says = page.get_by_test_id("stepper-says")
     status = page.get_by_test_id("stepper-status")
     expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
     expect(page.locator(".lw-step-look")).to_have_count(1)
@@ -506,28 +512,44 @@ def act_step(page: Page, step: dict, n: int, total: int) -> tuple[int, str]:
     return m, says.inner_text()
 
 
-@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("preset", ["ch0", "ch2", "ch3", "ch5", "ch6", "ch8"])
-def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(page: Page, lab, api, preset, size):
+def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(
+    page: Page, browser: Browser, stack, lab, api, preset
+):
     """Issue 38: each step sets the lab up, presses what it names, pauses at its moment with Continue and the
     outlined panel on screen, and its verdict's figure is the one the lab's own stream (or counters, or the
-    panel's measured row) gives."""
-    w, h = SIZES[size]
-    page.set_viewport_size({"width": w, "height": h})
-    ids = lab(f"/chapters/{preset[2:]}")
+    panel's measured row) gives. On a desktop and on a phone, each with its own lab, side by side: both runs
+    of a step go at once, and each is then checked in full."""
+    page.set_viewport_size(dict(zip(("width", "height"), SIZES["desktop"], strict=True)))
     steps = chapters.steps_public()[preset]
     ARTIFACTS.mkdir(exist_ok=True)
-    for n, step in enumerate(steps, 1):
-        if n > 1:
-            page.get_by_test_id("stepper-next").click()
-            expect(page.get_by_test_id("predict")).to_be_hidden()  # the step before's verdict is not left up
-        counts0 = api.snapshot(ids)["counts"]
-        m, words = act_step(page, step, n, len(steps))
-        moved = {k: v - counts0.get(k, 0) for k, v in api.snapshot(ids)["counts"].items()}
-        # the events the step's run watched: those after the newest the page had when the step began
-        evs = api.events(ids, after=page.get_by_test_id("stepper-mount").get_attribute("data-run-after"))
-        moment_id = page.get_by_test_id("stepper-mount").get_attribute("data-moment-id")
-        assert m == lab_figure(step, evs, moved, page, moment_id), f"{preset} step {n}: {words}"
+    phone_context = browser.new_context(viewport=dict(zip(("width", "height"), SIZES["phone"], strict=True)))
+    phone = phone_context.new_page()
+    errors: list[str] = []
+    phone.on("pageerror", lambda e: errors.append(str(e)))
+    walkers = [(page, lab(f"/chapters/{preset[2:]}"))]
+    try:
+        walkers.append((phone, open_chapter(phone, stack.url, f"/chapters/{preset[2:]}")[0]))
+        for n, step in enumerate(steps, 1):
+            before = []
+            for p, ids in walkers:
+                if n > 1:
+                    p.get_by_test_id("stepper-next").click()
+                    expect(p.get_by_test_id("predict")).to_be_hidden()  # the step before's verdict is not left up
+                before.append(api.snapshot(ids)["counts"])
+                start_step(p, step, n, len(steps))
+            for (p, ids), counts0 in zip(walkers, before, strict=True):
+                m, words = finish_step(p, n)
+                moved = {k: v - counts0.get(k, 0) for k, v in api.snapshot(ids)["counts"].items()}
+                # the events the step's run watched: those after the newest the page had when the step began
+                evs = api.events(ids, after=p.get_by_test_id("stepper-mount").get_attribute("data-run-after"))
+                moment_id = p.get_by_test_id("stepper-mount").get_attribute("data-moment-id")
+                where = f"{preset} step {n} at {p.viewport_size['width']} px"
+                assert m == lab_figure(step, evs, moved, p, moment_id), f"{where}: {words}"
+    finally:
+        delete_page_labs(phone, api, [preset])
+        phone_context.close()
+    assert not errors, f"JavaScript errors on the phone's page: {errors}"
 
 
 def test_the_completed_twice_tile_names_the_claim_guard_as_it_is_set(page: Page, lab, api):
