@@ -50,6 +50,10 @@ export function install(W) {
     // the docked bar's height, for the page's scroll padding: a focused control never hides under it (WCAG 2.4.11);
     // a bar that grew over the panel it points at (the verdict arrived after the pause) brings the panel back up
     new ResizeObserver(() => { padForDock(); keepInView(); }).observe(box);
+    // and a page whose content above the panel grew or shrank while paused has moved it; so has the panel's own
+    // growth (its words, its rows) where the page's height does not change (a taller column beside it)
+    els.lookSize = new ResizeObserver(() => keepInView());
+    els.lookSize.observe(document.body);
     els.opener = h('button', { type: 'button', class: 'lw-btn', testid: 'stepper-open', hidden: true,
       onclick: () => open(at) }, `Guided steps (${steps.length})`);
     mount.replaceChildren(box, els.opener);
@@ -105,12 +109,14 @@ export function install(W) {
     html.style.setProperty('--lw-dock-h', docked ? `${Math.ceil(els.box.offsetHeight) + 16}px` : '0px');
   }
 
-  /** At a pause, the outlined panel back into view if the docked bar now covers its top. */
+  /** At a pause, the outlined panel back into view if the docked bar now covers its top, or the page moved it up
+   * past the top of the screen (or of the pinned strip there). */
   function keepInView() {
     const el = document.querySelector(`.${LOOK}`);
     if (!el || !els.box.classList.contains(DOCKED)) return;
     const r = el.getBoundingClientRect();
-    if (r.top + Math.min(r.height, 100) > els.box.getBoundingClientRect().top) bring(el);
+    const top = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop) || 0;
+    if (r.top < top || r.top + Math.min(r.height, 100) > els.box.getBoundingClientRect().top) bring(el);
   }
 
   /** The panel into the room the bar leaves: centred between any pinned strip at the top (the phone's queue
@@ -405,6 +411,7 @@ export function install(W) {
     const panel = el.closest('.lw-panel') || el;
     if (panel.tagName === 'DETAILS') panel.open = true; // a folded panel (the DLQ) is unfolded to be seen
     panel.classList.add(LOOK);
+    els.lookSize.observe(panel);
     // the step's words travel with the element they point at, so the reader need not look back up
     els.callout = h('div', { class: 'lw-step-callout', testid: 'stepper-callout', 'aria-hidden': 'true' },
       h('strong', {}, `Step ${at + 1}: `), h('span', {}, ''));
@@ -421,7 +428,10 @@ export function install(W) {
   }
 
   function unlook() {
-    for (const el of document.querySelectorAll(`.${LOOK}`)) el.classList.remove(LOOK);
+    for (const el of document.querySelectorAll(`.${LOOK}`)) {
+      el.classList.remove(LOOK);
+      els.lookSize.unobserve(el);
+    }
     els.callout?.remove();
     els.callout = null;
   }
