@@ -65,7 +65,10 @@ LONG_TRANSCODE = {"sample": "bigbuckbunny", "job_type": "transcode", "duration_s
 #             run's worker / cuts its lease when that event arrives for the run's job, {"on": event type,
 #             "click": testid, "choose": {select testid: value}} picks an option and presses a control when it
 #             arrives (the DLQ's replay by reason, once the outage is over), {"fault": {...}} starts a fault;
-#             a click may `fill` fields first ({input testid: value}, a panel's rate or job count); an `on` action
+#             a click may `fill` fields first ({input testid: value}, a panel's rate or job count), and with
+#             `"answered": True` the next act waits until what the click sent was answered (a burst queued before
+#             the job that must find it there; a click that holds its request, the inline handler's, must not);
+#             an `on` action
 #             may wait for its `n`-th event, resize the pool (`settings`) or kill `kills` busy workers of the run;
 #             {"api": [method, path, body]} is a set-up the page has no button for (stop a load left running),
 #             {"wait": [testid, attribute, value]} waits for a panel to show it;

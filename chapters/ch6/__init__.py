@@ -41,7 +41,8 @@ def _clean(strategy: str) -> list[dict[str, Any]]:
 
 _QUIET = {"arrival_rate": 0.0, "pro_workers": 1, "fair_job_s": 30}  # no background traffic: the step's jobs only
 _WAIT = {"kind": "number", "min": 0, "max": 5000, "unit": "s"}
-_NOISY = {"click": "ch6-noisy"}  # the panel's burst: f0 drops 60 jobs, then f1…f9 one each
+_NOISY = {"click": "ch6-noisy", "answered": True}  # the panel's burst: f0 drops 60 jobs, then f1…f9 one each
+# (answered: every job of it is queued before the step's next act, the pro job that must find them there)
 
 STEPS: dict[str, list[dict[str, Any]]] = {
     "ch6": [

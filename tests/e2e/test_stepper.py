@@ -557,6 +557,14 @@ def note_verdict(page: Page, n: int, guess: str, measured: int, words: str) -> N
         out.write(json.dumps(row) + "\n")
 
 
+SAYS_HOLDS = {
+    # "the pro job sat behind every free job": it waited, so the burst reached the queue before it (a step whose
+    # burst was still on its way showed "waited 0 s" beside that sentence)
+    "ch6.shared_fifo": lambda wait: wait > 0,
+}
+"""Steps whose sentence holds only for some figures: each figure the lab measures must be one of them."""
+
+
 @pytest.mark.parametrize("preset", ["ch0", "ch2", "ch3", "ch5", "ch6", "ch8"])
 def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(
     page: Page, browser: Browser, stack, lab, api, preset
@@ -594,6 +602,8 @@ def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(
                 moment_id = p.get_by_test_id("stepper-mount").get_attribute("data-moment-id")
                 where = f"{preset} step {n} at {p.viewport_size['width']} px"
                 assert m == lab_figure(step, evs, moved, p, moment_id), f"{where}: {words}"
+                holds = SAYS_HOLDS.get(step["claim"])
+                assert holds is None or holds(m), f"{where}: the lab measured {m}, which its sentence denies: {words}"
     finally:
         delete_page_labs(phone, api, [preset])
         phone_context.close()

@@ -5,24 +5,42 @@
 import { errorText, h, section, setText, statusLine } from './util.js';
 
 /** fetch() with the lab's token (and `extra` headers); never throws: {ok, status, data} (status 0 on a network error). */
+let writing = 0; // calls that change something (any method but GET) under way, from any caller on the page
+let onSettled = [];
+
+/** Resolves once no call that changes something is under way: a control a step pressed (a panel's POST) has been
+ * answered before the step's next act, so the two land in the order the step names them. */
+export function writesSettled() {
+  return writing ? new Promise((done) => { onSettled.push(done); }) : Promise.resolve();
+}
+
 export function makeApi(getLab) {
   return async function call(method, path, body, extra = {}) {
-    const headers = { ...extra };
-    const lab = getLab();
-    if (lab && lab.token) headers.Authorization = `Bearer ${lab.token}`;
-    let payload;
-    if (body instanceof FormData) payload = body;
-    else if (body !== undefined) { headers['Content-Type'] = 'application/json'; payload = JSON.stringify(body); }
-    let res;
+    const write = method !== 'GET';
+    if (write) writing += 1;
     try {
-      res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
-    } catch {
-      return { ok: false, status: 0, data: null };
+      return await send(getLab(), method, path, body, extra);
+    } finally {
+      if (write && --writing === 0) for (const done of onSettled.splice(0)) done();
     }
-    let data = null;
-    if ((res.headers.get('content-type') || '').includes('json')) data = await res.json().catch(() => null);
-    return { ok: res.ok, status: res.status, data };
   };
+}
+
+async function send(lab, method, path, body, extra) {
+  const headers = { ...extra };
+  if (lab && lab.token) headers.Authorization = `Bearer ${lab.token}`;
+  let payload;
+  if (body instanceof FormData) payload = body;
+  else if (body !== undefined) { headers['Content-Type'] = 'application/json'; payload = JSON.stringify(body); }
+  let res;
+  try {
+    res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
+  } catch {
+    return { ok: false, status: 0, data: null };
+  }
+  let data = null;
+  if ((res.headers.get('content-type') || '').includes('json')) data = await res.json().catch(() => null);
+  return { ok: res.ok, status: res.status, data };
 }
 
 const JOB_TRIES = 4; // one job POST and up to three resends of it

@@ -11,6 +11,7 @@
 // Continue), with the panel it points at scrolled into the room above it, so the next move is where the
 // learner is looking. It stays docked until the step changes, when it returns to the top of the lab.
 
+import { writesSettled } from './lab.js';
 import { errorText, fmtT, h, narrate, setText } from './util.js';
 import { cleanGuess, shown, whyText } from './predict-model.js';
 
@@ -283,10 +284,12 @@ export function install(W) {
     return !!el;
   }
 
-  /** Press one of the page's own controls (a chapter panel's button), once it is enabled. */
-  async function press(testid) {
+  /** Press one of the page's own controls (a chapter panel's button), once it is enabled; `answered`: and wait
+   * until what it sent (a panel's POST) has been answered, so the step's next act lands after it. */
+  async function press(testid, answered = false) {
     const el = await control(testid, (x) => !x.disabled);
     el?.click();
+    if (el && answered) await writesSettled();
     return !!el;
   }
 
@@ -301,7 +304,7 @@ export function install(W) {
   async function operate(a) {
     const filled = await Promise.all(Object.entries(a.fill || {}).map(([id, v]) => fill(id, v)));
     const picked = await Promise.all(Object.entries(a.choose || {}).map(([id, v]) => choose(id, v)));
-    return filled.every(Boolean) && picked.every(Boolean) && press(a.click);
+    return filled.every(Boolean) && picked.every(Boolean) && press(a.click, a.answered);
   }
 
   // ---- the run's events: triggers, the moment, the measurement's input ------------------------------
