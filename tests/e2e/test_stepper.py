@@ -417,13 +417,19 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
 # ---- issue 38: every step of chapters 0, 2, 3, 5, 6 and 8 acted out, its verdict's figure the lab's own ---------
 
 
-def step_events(step: dict, evs: list[dict]) -> list[dict]:
-    """The events a step's run watches (stepper.js `sync`): all of them when it presses a panel's control, else
-    its own jobs' and the lab-wide ones."""
+def step_events(step: dict, evs: list[dict], setup_id: str = "0") -> list[dict]:
+    """The events a step's figure reads (stepper.js `sync`): when it presses a panel's control, all of them after
+    its set-up (`setup_id`, the newest event the page had seen when the set-up was done), else its own jobs' and
+    the lab-wide ones."""
     if any(a.get("click") and not a.get("on") for a in step["do"]):
-        return evs
+        return [e for e in evs if _stream_id(e["id"]) > _stream_id(setup_id)]
     ids = {e["job_id"] for e in evs if e["type"] == "job.enqueued"}
     return [e for e in evs if e.get("job_id") is None or e["job_id"] in ids]
+
+
+def _stream_id(i: str) -> tuple[int, int]:
+    ms, _, seq = i.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def moment_of(step: dict, mine: list[dict], moment_id: str) -> dict:
@@ -443,7 +449,7 @@ def field(e: dict, name: str):
 def lab_figure(step: dict, evs: list[dict], moved: dict[str, int], page: Page, moment_id: str) -> int:
     """The step's figure computed here from the lab's own stream (or its counters, or the panel's row)."""
     kind, *arg = step["predict"]["measure"].split(":")
-    mine = step_events(step, evs)
+    mine = step_events(step, evs, page.get_by_test_id("stepper-mount").get_attribute("data-setup-id") or "0")
     at_moment = kind in ("events", "distinct", "concurrent", "backlog", "moment")
     upto = mine[: mine.index(moment_of(step, mine, moment_id)) + 1] if at_moment else mine
     if kind == "gap":
@@ -561,6 +567,9 @@ SAYS_HOLDS = {
     # "the pro job sat behind every free job": it waited, so the burst reached the queue before it (a step whose
     # burst was still on its way showed "waited 0 s" beside that sentence)
     "ch6.shared_fifo": lambda wait: wait > 0,
+    # "the third worker, reserved for pro, sat idle": no more free jobs at once than the two workers not reserved
+    # (the jobs the step before left going, released as this one's set-up began, once made it read 3)
+    "ch6.hard_split_idle": lambda most: most <= 2,
 }
 """Steps whose sentence holds only for some figures: each figure the lab measures must be one of them."""
 

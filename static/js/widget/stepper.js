@@ -262,6 +262,7 @@ export function install(W) {
       sync();
     }
     mine.setupId = S.lastId || '0'; // the set-up is done: its moment is an event after this one
+    els.mount.dataset.setupId = mine.setupId; // (a test reads the same)
     sync();
     return [...mine.ids];
   }
@@ -319,7 +320,10 @@ export function install(W) {
     // a step that presses a chapter panel's control (a schedule, no jobs) watches every event after it
     // (and a lab-wide event, such as an outage ending, is every run's)
     const mine = run.jobless ? run.all : run.all.filter((e) => e.job_id == null || run.ids.has(String(e.job_id)));
-    if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = mine;
+    // its figure reads what came after its set-up: a jobless step watches every event, and jobs the step before
+    // left going (released as its set-up reset the panel) are not this step's runs
+    const measured = run.jobless && run.setupId ? mine.filter((e) => later(e.id, run.setupId)) : mine;
+    if (S.predict && S.predict.scenario === `step:${run.step.claim}`) S.predict.events = measured;
     for (const [i, a] of run.step.do.entries()) {
       if (!a.on || run.done.has(i)) continue;
       const ev = mine.filter((e) => e.type === a.on)[(a.n || 1) - 1]; // its n-th such event (the first by default)
