@@ -371,7 +371,7 @@ def remove_partials(folders: list[Path], pattern: str, older_than: float | None 
                 if older_than is None or time.time() - entry.stat().st_mtime > older_than:
                     os.unlink(entry.path)
                     removed += 1
-            except FileNotFoundError:
+            except OSError:  # gone meanwhile, or not a file: nothing to remove
                 pass
     return removed
 

@@ -4,9 +4,8 @@
 
 import { errorText, h, section, setText, statusLine } from './util.js';
 
-/** fetch() with the lab's token (and `extra` headers); never throws: {ok, status, data} (status 0 on a network error). */
 let writing = 0; // calls that change something (any method but GET) under way, from any caller on the page
-let onSettled = [];
+const onSettled = [];
 
 /** Resolves once no call that changes something is under way: a control a step pressed (a panel's POST) has been
  * answered before the step's next act, so the two land in the order the step names them. */
@@ -14,6 +13,7 @@ export function writesSettled() {
   return writing ? new Promise((done) => { onSettled.push(done); }) : Promise.resolve();
 }
 
+/** fetch() with the lab's token (and `extra` headers); never throws: {ok, status, data} (status 0 on a network error). */
 export function makeApi(getLab) {
   return async function call(method, path, body, extra = {}) {
     const write = method !== 'GET';
