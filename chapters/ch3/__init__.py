@@ -109,8 +109,8 @@ STEPS: dict[str, list[dict[str, Any]]] = {
             },
             "moment": "job.succeeded",
             "look": "ch3-methods",
-            "says": "{measured} answers were 304 with no body: every poll of an unchanged job costs a round trip and "
-            "headers, and only the polls that found a change carried the status.",
+            "says": "304s with no body: {measured}. Every poll of an unchanged job costs a round trip and headers, "
+            "and only the polls that found a change carried the status.",
         },
         {
             "claim": "ch3.watch_panel",
