@@ -12,9 +12,9 @@ import signal
 import time
 
 from chaos.common import Result, workers_registered
-from core import clock
+from core import clock, stream
 from core.procs import wait
-from runtime.harness.drill import WsTail, drill_client, drill_stack, id_key
+from runtime.harness.drill import WsTail, drill_client, drill_stack
 
 NAME = "web_restart"
 INVARIANT = (
@@ -124,7 +124,7 @@ def run(
             extra = [x for x in got if x not in set(truth)]
             if extra:  # ids the stream got after `truth` was read name their type
                 res.notes.append(f"client {i}: unknown ids {[(x, later.get(x, '?')) for x in extra[:5]]}")
-            order = got == sorted(got, key=id_key)
+            order = got == sorted(got, key=stream.order)
             res.violations.append(
                 f"client {i}: {len(got)} ids vs {len(truth)} in the stream "
                 f"(repeats {dup}, gaps {len(missing)} e.g. {missing[:3]}, unknown {len(extra)}, "

@@ -148,6 +148,12 @@ def emit_all(
     _EMIT(keys=[key(lab, "events"), key(lab, "counts")], args=args, client=r)
 
 
+def order(entry_id: str) -> tuple[int, int]:
+    """An event id's place in its stream ("<ms>-<seq>"): ids compare as these tuples, never as strings."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def decode(entry_id: str, fields: dict) -> dict:
     ev = json.loads(fields["e"])
     ev["id"] = entry_id

@@ -71,12 +71,7 @@ def text_frame(text: str) -> bytes:
 
 
 def encode(ev: dict) -> tuple[tuple[int, int], bytes]:
-    return id_tuple(ev["id"]), text_frame(json.dumps(ev))
-
-
-def id_tuple(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+    return stream.order(ev["id"]), text_frame(json.dumps(ev))
 
 
 class Mailbox(queue.Queue):
@@ -268,8 +263,8 @@ class Hub:
         with self.lock:
             if lab not in self.subs:
                 return
-            after = id_tuple(self.last[lab])
-            entries = [(i, f) for i, f in entries if id_tuple(i) > after]  # (a lab watched again meanwhile)
+            after = stream.order(self.last[lab])
+            entries = [(i, f) for i, f in entries if stream.order(i) > after]  # (a lab watched again meanwhile)
             if not entries:
                 return
             self.last[lab] = entries[-1][0]
@@ -390,7 +385,7 @@ def _serve(ws, lab: str) -> None:
         pass  # its client is at the cap with every lab watched: the hub retries while this socket stays
     guard = ws.sock = GuardedSocket(ws, q)
     try:
-        last = id_tuple(after) if after != "0" else (0, 0)
+        last = stream.order(after) if after != "0" else (0, 0)
         while True:  # catch up from the stream itself, then switch to the hub's queue
             batch = stream.read_after(get_redis(), lab, after, count=1000)
             if batch:
@@ -399,7 +394,7 @@ def _serve(ws, lab: str) -> None:
                 break
             after = batch[-1]["id"]
         if batch:
-            last = id_tuple(batch[-1]["id"])
+            last = stream.order(batch[-1]["id"])
         q.last = last
         q.guard = guard  # from now on the hub may write to this socket itself
         while ws.connected:

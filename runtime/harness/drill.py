@@ -11,6 +11,7 @@ from pathlib import Path
 
 import websocket
 
+from core import stream
 from runtime.harness.client import Api
 from runtime.harness.stack import Stack
 
@@ -46,7 +47,7 @@ class WsTail(threading.Thread):
         return f"{self.stack.ws_base}/ws/labs/{self.lab['lab_id']}?after={after}&token={self.lab['token']}"
 
     def reached(self) -> bool:
-        return self.target is not None and bool(self.ids) and id_key(self.ids[-1]) >= id_key(self.target)
+        return self.target is not None and bool(self.ids) and stream.order(self.ids[-1]) >= stream.order(self.target)
 
     def run(self) -> None:
         try:
@@ -80,8 +81,3 @@ class WsTail(threading.Thread):
             self.error = f"{type(e).__name__}: {e}"
         finally:
             self.finished.set()
-
-
-def id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)

@@ -18,6 +18,7 @@ import redis
 from playwright.sync_api import Browser, Page, expect
 
 import chapters
+from core import stream
 from runtime.harness.stack import UNLIMITED, Stack
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import open_chapter
@@ -89,12 +90,12 @@ def next_move_on_screen(page: Page) -> None:
             t: page.locator(t).bounding_box()
             for t in ("[data-testid=stepper-continue]", "[data-testid=stepper]", ".lw-step-look")
         }
-        shot = ARTIFACTS / f"offscreen-{page.locator('#lab-widget').get_attribute('data-preset')}.png"
-        page.screenshot(path=str(shot))
+        picture = ARTIFACTS / f"offscreen-{page.locator('#lab-widget').get_attribute('data-preset')}.png"
+        page.screenshot(path=str(picture))
         scroll = page.evaluate("[scrollY, document.documentElement.scrollHeight, innerHeight]")
         raise AssertionError(
             f"at the pause the next move is off screen ({page.viewport_size}, scrollY, page height, innerHeight "
-            f"{scroll}, see {shot.name}): {boxes}"
+            f"{scroll}, see {picture.name}): {boxes}"
         ) from e
 
 
@@ -422,14 +423,9 @@ def step_events(step: dict, evs: list[dict], setup_id: str = "0") -> list[dict]:
     its set-up (`setup_id`, the newest event the page had seen when the set-up was done), else its own jobs' and
     the lab-wide ones."""
     if any(a.get("click") and not a.get("on") for a in step["do"]):
-        return [e for e in evs if _stream_id(e["id"]) > _stream_id(setup_id)]
+        return [e for e in evs if stream.order(e["id"]) > stream.order(setup_id)]
     ids = {e["job_id"] for e in evs if e["type"] == "job.enqueued"}
     return [e for e in evs if e.get("job_id") is None or e["job_id"] in ids]
-
-
-def _stream_id(i: str) -> tuple[int, int]:
-    ms, _, seq = i.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def moment_of(step: dict, mine: list[dict], moment_id: str) -> dict:
@@ -582,11 +578,12 @@ def test_every_step_is_acted_out_to_a_verdict_whose_figure_the_lab_measured(
     outlined panel on screen, and its verdict's figure is the one the lab's own stream (or counters, or the
     panel's measured row) gives. On a desktop and on a phone, each with its own lab, side by side: both runs
     of a step go at once, and each is then checked in full."""
-    page.set_viewport_size(dict(zip(("width", "height"), SIZES["desktop"], strict=True)))
+    (w, h), (phone_w, phone_h) = SIZES["desktop"], SIZES["phone"]
+    page.set_viewport_size({"width": w, "height": h})
     steps = chapters.steps_public()[preset]
     ARTIFACTS.mkdir(exist_ok=True)
     phone_context = browser.new_context(
-        viewport=dict(zip(("width", "height"), SIZES["phone"], strict=True)),
+        viewport={"width": phone_w, "height": phone_h},
         extra_http_headers={"X-Forwarded-For": PHONE_LEARNER},
     )
     phone = phone_context.new_page()

@@ -11,6 +11,7 @@ import re
 
 from playwright.sync_api import expect
 
+from core import stream
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_widget import LONG, wait_readout_at_least
@@ -137,6 +138,6 @@ def test_replay_a_finished_run_at_speed_shows_every_event_in_order_with_pause(la
     assert len(seen) > 3  # animated through the run, not one jump
     # at the end of the replay the log shows the run newest first, as it happened
     logged = page.locator("[data-testid=log-item]").evaluate_all("els => els.map(e => e.dataset.id)")
-    assert logged == sorted(logged, key=lambda i: tuple(map(int, i.split("-"))), reverse=True)
+    assert logged == sorted(logged, key=stream.order, reverse=True)
     expect(page.get_by_test_id("readout-done")).to_have_attribute("data-value", "1")
     lab_page.snap("replayed")
