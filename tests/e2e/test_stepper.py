@@ -377,6 +377,12 @@ PAUSING = {
     if any(st.get("moment") and st.get("do") for st in steps)
 }
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+# the outlined panel moved up the page by a translation until its top is 40 px above the screen: no observed box
+# changes size
+NUDGE = """() => {
+  const look = document.querySelector('.lw-step-look');
+  look.style.translate = `0 ${-(look.getBoundingClientRect().top + 40)}px`;
+}"""
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -393,6 +399,11 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
     status = page.get_by_test_id("stepper-status")
     expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
     next_move_on_screen(page)
+    # something moves the panel off the top of the screen and resizes nothing: the pause brings it back all the same
+    page.evaluate(NUDGE)
+    next_move_on_screen(page)
+    page.evaluate("() => { document.querySelector('.lw-step-look').style.translate = ''; }")  # and back again
+    next_move_on_screen(page)
     expect(page.get_by_test_id("stepper-continue")).to_be_focused()
     expect(page.get_by_test_id("stepper-mount")).to_have_attribute("data-docked", "yes")
     expect(status).to_be_in_viewport(ratio=1)
@@ -401,6 +412,15 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
         for theme in ("light", "dark"):
             page.emulate_media(color_scheme=theme)
             page.screenshot(path=str(ARTIFACTS / f"step-pause-{preset}-{size}-{theme}.png"))
+    # the learner's own scrolling is theirs: a key (or a wheel, a touch) ends the watch, the page stays put
+    # (with the keyboard on Continue: the bar has nothing to scroll, so the key scrolls the page)
+    y = page.evaluate("scrollY")
+    page.keyboard.press("PageUp" if y >= 300 else "PageDown")
+    page.wait_for_function(f"() => Math.abs(scrollY - {y}) >= 200")
+    page.wait_for_timeout(300)  # the key's scroll lands
+    theirs = page.evaluate("scrollY")
+    page.wait_for_timeout(600)  # three of the watch's rounds
+    assert page.evaluate("scrollY") == theirs, "the page was scrolled back against the learner"
     # Continue with the keyboard: the bar keeps the focus, the verdict arrives in view
     page.keyboard.press("Enter")
     expect(page.get_by_test_id("stepper-verdict")).to_contain_text("the lab measured", timeout=LONG)

@@ -17,6 +17,7 @@ import { cleanGuess, shown, whyText } from './predict-model.js';
 
 const LOOK = 'lw-step-look';
 const DOCKED = 'lw-step-docked';
+const HOLD_MS = 8000; // how long a pause keeps its panel in place unless the learner moves first
 
 export function install(W) {
   const { S, root, preset } = W;
@@ -127,7 +128,27 @@ export function install(W) {
     const room = els.box.getBoundingClientRect().top - top;
     const r = panel.getBoundingClientRect();
     const gap = Math.max(8, (room - r.height) / 2);
-    window.scrollBy({ top: r.top - top - gap, behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+    // to a place on the page, not by an amount: a second call while the first scroll still glides lands the same
+    window.scrollTo({ top: window.scrollY + r.top - top - gap, behavior: W.reduceMotion.matches ? 'auto' : 'smooth' });
+  }
+
+  /** For the first seconds of a pause, whatever moves the panel without resizing anything observed (a late row
+   * beside it, the browser's own scroll adjustments) is undone as well; the learner's own wheel, touch, key or
+   * pointer ends that watch at once, so their scrolling is never fought. */
+  function hold(mine) {
+    const quit = new AbortController();
+    const end = performance.now() + HOLD_MS;
+    let glide = performance.now(); // the last scroll event: a scroll still gliding is left to land
+    const opts = { passive: true, capture: true, signal: quit.signal };
+    for (const t of ['wheel', 'touchstart', 'keydown', 'pointerdown']) addEventListener(t, () => quit.abort(), opts);
+    addEventListener('scroll', () => { glide = performance.now(); }, opts);
+    const tick = () => {
+      if (quit.signal.aborted) return;
+      if (run !== mine || !mine.paused || performance.now() > end) { quit.abort(); return; }
+      if (performance.now() - glide > 150) keepInView();
+      setTimeout(tick, 200);
+    };
+    setTimeout(tick, 200);
   }
 
   // ---- one step: ask, then act it out (or reveal) ----------------------------------------------------
@@ -399,6 +420,7 @@ export function install(W) {
     const f = document.activeElement;
     if (!f || f === document.body || els.box.contains(f)) go.focus({ preventScroll: true });
     if (el) bring(el); // once the bar has its words: the room above it is what is left
+    hold(run);
   }
 
   /** A figure a chapter panel measured itself (the watchers' rows): its element's attribute, once the panel
