@@ -75,19 +75,22 @@ def check_rate(r: redis.Redis, name: str, n: int = 1) -> None:
 
 
 def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
-    """The 429 a refused reservation answers: the client's cap (with its running labs listed, so the
-    widget can offer to park or close the oldest) or a host's process ceiling."""
+    """The 429 a refused reservation answers: the client's cap on running labs (with them listed, so the
+    widget can offer to park or close the oldest) or on labs kept (listed too: the widget offers to close the
+    oldest), the deployment's cap, or a host's process ceiling."""
     cfg = current_app.config["LAB"]
     if e.kind == "labs":
         return labs_full(cfg.max_labs)
     if e.kind == "live":
-        return too_many(
+        err = too_many(
             "client_labs_kept",
             f"one client may keep {cfg.max_client_live_labs} labs at once, parked "
             f"ones included, and you keep {e.running}: close one (or wait for one to expire), then "
             "open this lab",
             60,
         )
+        err.extra = {"kept": [{"lab_id": lab, "since": since} for lab, since in slots.kept_by(r, who)]}
+        return err
     if e.kind == "client":
         cap = cfg.max_client_labs
         running = [{"lab_id": x.lab, "since": x.since, "processes": x.processes} for x in parking.running_of(r, who)]

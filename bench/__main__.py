@@ -28,7 +28,7 @@ BENCHMARKS = (
     "sandbox",
     "challenge",
 )
-ON_DEMAND = ("classroom", "parked")  # minutes each (multi-host stacks; 18 labs run to the end): run only when named
+ON_DEMAND = ("classroom", "parked", "term")  # minutes each (multi-host stacks, labs run to the end, a class's day)
 
 
 def _terminate(signum, frame):

@@ -25,7 +25,7 @@ READ = """() => {
       learned: cell('learned'), mean_ms: cell('mean'), worst_ms: cell('worst'), per_job: cell('perJob')};
   }
   out.round = document.querySelector('[data-role="round"]').textContent;
-  out.lab = JSON.parse(sessionStorage.getItem('awl:lab:ch3'));
+  out.lab = JSON.parse(localStorage.getItem('awl:lab:ch3'));
   return out;
 }"""
 

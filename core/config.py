@@ -76,7 +76,8 @@ class Config:
     a silent host's labs move within about this long, plus worker start-up. Heartbeats every third of it."""
     max_labs: int = 40
     """Labs *running* at once on this deployment (each holds worker processes; parked labs do not count:
-    they are bounded by `parked_memory`); opening or resuming one more answers 429 `labs_full`. 0: no cap."""
+    they are bounded by `parked_memory`). Opening or resuming one more first parks labs nobody has looked at for
+    a while (core/parking.py `quiet`); only if every lab is in use does it answer 429 `labs_full`. 0: no cap."""
     parked_memory: int = 128 * 1024 * 1024
     """Bytes parked labs may hold unfolded in the Redis-protocol server (their records, events and RQ keys;
     uploads and outputs are `max_blob_bytes`'). Past it the supervisor folds the least recently used parked
@@ -86,11 +87,15 @@ class Config:
     """Labs one client (IP address) may keep alive at once, parked ones included (each lane of a race is one
     lab); opening one more answers 429 `client_labs_kept` until one is closed or expires. One reader walking
     every chapter and every race keeps 20 (nine chapters, eleven race lanes). 0: unlimited."""
-    lab_idle_ttl: int = 1800
-    """Real seconds without activity after which a lab is removed with its keys, files and workers."""
-    max_workers: int = 64
+    lab_idle_ttl: int = 14 * 24 * 3600
+    """Real seconds without activity after which a lab is removed with its keys, files and workers. Two weeks:
+    a term's weekly classes find every lab as they left it (a browser remembers its labs, widget/util.js
+    `labStore`); parked labs cost bytes, bounded by `parked_memory` and `max_blob_bytes`, not running slots."""
+    max_workers: int = 128
     """Processes all labs together may run on this machine: rq workers *and* chapter 7's scheduler replicas
-    (chapter 6's fleets are workers); a lab, resize or replica count past it answers 429."""
+    (chapter 6's fleets are workers); a lab, resize or replica count past it answers 429. A chapter's lab runs
+    1–4 (2.7 on average), so a class of 30 at their pages at once asks for about 80, and 120 when all are on
+    chapter 2 (`bench term`); each idle worker holds about 50 MB, so the ceiling is also about 6 GB of memory."""
     spare_workers: int = 3
     """Pre-started worker processes each pool host keeps ready (Python, RQ and the job code loaded, no lab
     yet): a new lab's workers and a killed worker's replacement are taken from them and ready in

@@ -16,8 +16,11 @@ in one transaction, and a race is idle only while no lane of it is watched. A la
 parked would run its jobs on (or again) while the others wait, and the runs would no longer compare.
 
 `reserve` is the one door every way of opening or resuming a lab goes through: when the client is at its
-running-lab cap it first parks that client's own running labs that no page watches now (oldest first),
-and only if every one of them is watched is the request refused.
+running-lab cap it first parks that client's own running labs that no page watches now (oldest first), and
+when the deployment is at MAX_LABS or a host at its process ceiling, anyone's labs nobody is using (`quiet`:
+no page open, no owner call for a while; least recently seen first): a class moving from one chapter to the
+next never waits out PARK_AFTER.
+Only if every candidate is in use is the request refused.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from core.keys import LABS, PARKED, key
 WATCH_REFRESH_S = 5.0  # how often a web process re-stamps the labs its sockets watch
 WATCH_STALE_S = 3 * WATCH_REFRESH_S  # a watcher entry older than this belongs to a web process that is gone
 NAVIGATION_S = 3.0  # how long a request at the cap waits for the previous page's socket to close
+QUIET_S = WATCH_STALE_S  # a lab driven by API calls alone is in use this long after its owner's last call
 
 IDLE_WHY = "nobody watched it for {idle} s"
 MAKE_ROOM_WHY = "it made room for another of your labs (you may run {cap} at once)"
+FULL_WHY = "the server was full and nobody had looked at it for a while: it made room for a lab in use"
 OWNER_WHY = "you parked it"
 OWNER_PARKED = "owner_parked"  # in a lab's meta while the park its owner asked for holds
 
@@ -211,28 +216,58 @@ def reserve(
     max_labs: int = 0,
     live_cap: int = 0,
 ) -> None:
-    """slots.reserve, but a reader at the cap is never stopped by their own forgotten labs: park the
-    client's running labs that no page watches (oldest first) and try again. A page that just replaced
-    another may still find the old one's socket open for a moment, so before refusing it waits up to
-    `patience` s for one of them to close. Raises slots.Refused."""
+    """slots.reserve, but no reader is stopped by labs nobody is looking at: at the client's cap, park the
+    client's running labs that no page watches (oldest first); at the deployment's running-lab cap or a host's
+    process ceiling, park anyone's labs nobody is using (`quiet`, least recently seen first), and try again. A page
+    that just replaced another may still find the old one's socket open for a moment, so before refusing it
+    waits up to `patience` s for one of them to close. Raises slots.Refused."""
     deadline = time.time() + patience
+    asking = {lab for lab, _n in want}
     while True:
         try:
             return slots.reserve(r, want, client, client_cap, web_ceiling, max_labs, live_cap)
         except slots.Refused as refused:
-            if refused.kind != "client":
+            if refused.kind == "client":
+                mine = [e.lab for e in running_of(r, client) if e.lab not in asking]
+                need = max(1, refused.running + len(want) - client_cap)
+                lanes = {lab: clock.lanes(r, lab) for lab in mine}  # a race parks as one: quiet if no lane is watched
+                watched = watched_now(r, sorted({lane for group in lanes.values() for lane in group}))
+                quiet_labs = [lab for lab in mine if watched.isdisjoint(lanes[lab])]
+                why = MAKE_ROOM_WHY.format(cap=client_cap)
+            elif refused.kind in ("labs", "workers"):
+                # one at a time for a process ceiling: the ledger does not say whose host is short
+                need = max(1, refused.running + len(want) - max_labs) if refused.kind == "labs" else 1
+                quiet_labs = quiet(r, [e.lab for e in slots.entries(r) if e.lab not in asking])
+                why = FULL_WHY
+            else:
                 raise
-            asking = {lab for lab, _n in want}
-            mine = [e.lab for e in running_of(r, client) if e.lab not in asking]
-            need = max(1, refused.running + len(want) - client_cap)
-            lanes = {lab: clock.lanes(r, lab) for lab in mine}  # a race parks as one: quiet if no lane is watched
-            watched = watched_now(r, sorted({lane for group in lanes.values() for lane in group}))
-            quiet = [lab for lab in mine if watched.isdisjoint(lanes[lab])]
-            parked_now = sum(park(r, lab, MAKE_ROOM_WHY.format(cap=client_cap)) for lab in quiet[:need])
+            parked_now = sum(park(r, lab, why) for lab in quiet_labs[:need])
             if parked_now == 0 and time.time() >= deadline:
                 raise
             if parked_now == 0:
                 time.sleep(0.2)
+
+
+def quiet(r: redis.Redis, labs: list[str]) -> list[str]:
+    """The labs among `labs` nobody is using (a race: none of its lanes), least recently seen first: those a full
+    server parks to let another lab run. In use: a page has it open now, or its owner called it within QUIET_S
+    and not from a page since closed (a script driving it through the API alone)."""
+    lanes = {lab: clock.lanes(r, lab) for lab in labs}
+    every = sorted({lane for group in lanes.values() for lane in group} | set(labs))
+    watched = watched_now(r, every)
+    seen = last_seen(r, every)
+    with r.pipeline(transaction=False) as pipe:
+        for lane in every:
+            pipe.hmget(key(lane, "meta"), "last_watched", "last_active")
+        stamps = {lane: [float(x or 0) for x in got] for lane, got in zip(every, pipe.execute(), strict=True)}
+    cutoff = time.time() - QUIET_S
+
+    def idle(lane: str) -> bool:
+        page_closed, called = stamps[lane]
+        return lane not in watched and (page_closed >= called or called < cutoff)
+
+    last = {lab: max(seen.get(lane, 0.0) for lane in {lab, *lanes[lab]}) for lab in labs}
+    return sorted((lab for lab in labs if all(idle(lane) for lane in {lab, *lanes[lab]})), key=last.__getitem__)
 
 
 def running_of(r: redis.Redis, client: str) -> list[slots.Entry]:

@@ -176,3 +176,14 @@ def entries(r: redis.Redis) -> list[Entry]:
         host, processes, client, since = raw.split(" ")
         out.append(Entry(lab, host, int(processes), client, float(since)))
     return sorted(out, key=lambda e: e.since)
+
+
+def kept_by(r: redis.Redis, client: str) -> list[tuple[str, float]]:
+    """The labs `client` keeps alive, parked ones too, as (lab, since), oldest first (what a refusal at
+    MAX_CLIENT_LIVE_LABS lists)."""
+    mine = []
+    for lab, raw in r.hgetall(OWNERS).items():
+        who, since = raw.rsplit(" ", 1)
+        if who == client:
+            mine.append((lab, float(since)))
+    return sorted(mine, key=lambda x: x[1])

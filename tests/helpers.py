@@ -154,8 +154,8 @@ def unfold(page, name: str, root: str = "#lab-widget") -> None:
 
 
 def page_lab(page, preset: str) -> dict | None:
-    """The lab a chapter page opened for its preset (kept in its sessionStorage), as {lab_id, token}."""
-    saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
+    """The lab a chapter page opened for its preset (kept in its localStorage), as {lab_id, token}."""
+    saved = page.evaluate(f"localStorage.getItem('awl:lab:{preset}')")
     return {"lab_id": json.loads(saved)["id"], "token": json.loads(saved)["token"]} if saved else None
 
 

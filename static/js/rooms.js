@@ -3,10 +3,10 @@
 //
 // Tokens travel only in Authorization headers, never in cookies the room reads, so no other site can
 // act for the instructor. The instructor token lives in localStorage (it must outlive the tab that made
-// the room); a lab's own token goes where the widget resumes labs from: sessionStorage
+// the room); a lab's own token goes where the widget resumes labs from, the lab store's
 // `awl:lab:<preset>` — so opening the chapter page after this drives that very lab.
 
-import { call, errorText, h, setAttr, setText } from './widget/util.js';
+import { call, errorText, h, labStore, setAttr, setText } from './widget/util.js';
 import { newRace } from './race.js';
 
 const root = document.querySelector('.rooms[data-page]');
@@ -14,9 +14,9 @@ const root = document.querySelector('.rooms[data-page]');
 const q = (role) => root.querySelector(`[data-role="${role}"]`);
 const roomStore = (code) => `awl:room:${code}`;
 
-/** Hand a lab to the widget: it resumes `awl:lab:<preset>` from sessionStorage instead of creating one. */
+/** Hand a lab to the widget: it resumes `awl:lab:<preset>` from the lab store instead of creating one. */
 function adoptLab(preset, lab) {
-  sessionStorage.setItem(`awl:lab:${preset}`, JSON.stringify({ id: lab.lab_id, token: lab.token, view: lab.view_token, ws: lab.ws_url }));
+  labStore.set(`awl:lab:${preset}`, { id: lab.lab_id, token: lab.token, view: lab.view_token, ws: lab.ws_url });
 }
 
 function roomsPage() {
@@ -92,8 +92,8 @@ async function dashboard() {
   const open = (present) => {
     adoptLab(preset, saved.lab);
     if (present) { location.assign(presentUrl); return; } // the projector: the lab fills this screen
-    // "Open my lab" keeps the dashboard in its tab and opens the lab beside it; a tab opened this way starts
-    // with a copy of this one's sessionStorage, so it finds the adopted lab. Popups blocked: this tab.
+    // "Open my lab" keeps the dashboard in its tab and opens the lab beside it (every tab shares the lab store).
+    // Popups blocked: this tab.
     if (!window.open(labUrl, '_blank')) location.assign(labUrl);
   };
   q('open-present').addEventListener('click', () => open(true));

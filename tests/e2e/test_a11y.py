@@ -63,7 +63,7 @@ def a11y_context(browser: Browser, stack, api):
     for ctx in contexts:
         for page in ctx.pages:
             for key in ("ch0", "ch1", "ch2", "ch3", "ch4", "ch5", "ch6", "ch7", "ch8"):
-                saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{key}')")
+                saved = page.evaluate(f"localStorage.getItem('awl:lab:{key}')")
                 if saved:
                     lab = json.loads(saved)
                     api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

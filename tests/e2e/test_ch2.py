@@ -18,7 +18,7 @@ def test_ch2_load_generator_main_path(page: Page, stack, api, shot):
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
     panel = page.get_by_test_id("ch2-panel")
     expect(panel).to_have_attribute("data-state", "stopped", timeout=15_000)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch2')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch2')"))
     try:
         expect(page.get_by_test_id("ch2-ordering")).to_have_attribute("data-ok", "true")
         page.get_by_label("Lab load λ").fill("0.1")

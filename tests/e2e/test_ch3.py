@@ -18,7 +18,7 @@ def ch3(page: Page, stack, api):
     page.goto(f"{stack.url}/chapters/3?speed=50")
     expect(page.get_by_test_id("ch3-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
     yield page
-    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch3')")
+    saved = page.evaluate("localStorage.getItem('awl:lab:ch3')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

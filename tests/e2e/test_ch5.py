@@ -20,7 +20,7 @@ def ch5(page: Page, stack, api, shot):
     page.goto(f"{stack.url}/chapters/5?speed=200")
     expect(page.get_by_test_id("ch5-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
     yield page
-    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch5')")
+    saved = page.evaluate("localStorage.getItem('awl:lab:ch5')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
@@ -61,7 +61,7 @@ def test_an_add_on_that_loads_after_the_lab_opened_still_starts(page: Page, stac
         route.continue_()
     expect(page.get_by_test_id("ch5-panel")).to_have_attribute("data-state", "ready", timeout=10_000)
     expect(page.get_by_test_id("ch5-redeliver")).to_be_enabled()
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch5')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch5')"))
     api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
 
 

@@ -19,7 +19,7 @@ def ch7(page: Page, stack, api):
     page.goto(f"{stack.url}/chapters/7?speed=100")
     expect(page.get_by_test_id("ch7-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
     yield page
-    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch7')")
+    saved = page.evaluate("localStorage.getItem('awl:lab:ch7')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

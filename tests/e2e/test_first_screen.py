@@ -38,7 +38,7 @@ def open_lab(page: Page, base: str, path: str, job: bool = False) -> None:
 
 def drop_lab(page: Page, api) -> None:
     preset = page.locator("#lab-widget").get_attribute("data-preset")
-    saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')")
+    saved = page.evaluate(f"localStorage.getItem('awl:lab:{preset}')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

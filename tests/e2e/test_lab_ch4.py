@@ -16,7 +16,7 @@ def test_an_outage_with_no_jitter_shows_the_whole_herd_in_one_bucket_and_replay_
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{stack.url}/chapters/4?speed=20")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch4')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch4')"))
     try:
         panel = page.get_by_test_id("lab-ch4")
         expect(panel).to_be_visible()
@@ -50,7 +50,7 @@ def test_the_outage_button_sends_the_jobs_first_and_storage_goes_down_with_their
     button used to start the outage first, so every job's parts failed at its own start)."""
     page.goto(f"{stack.url}/chapters/4?speed=20")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
-    saved = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch4')"))
+    saved = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch4')"))
     lab = {"lab_id": saved["id"], "token": saved["token"]}
     try:
         api.workers_ready(lab, 3)
@@ -80,7 +80,7 @@ def test_two_policies_runs_stay_overlaid_on_one_scale_in_the_panel(page: Page, s
     policy's tallest bar at least twice full jitter's, in pixels); the second outage waits for its own jobs."""
     page.goto(f"{stack.url}/chapters/4?speed=20")
     expect(page.locator("#lab-widget")).to_have_attribute("data-state", "ready", timeout=30_000)
-    saved = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch4')"))
+    saved = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch4')"))
     lab = {"lab_id": saved["id"], "token": saved["token"]}
     try:
         api.ok("PATCH", f"/api/labs/{saved['id']}/settings", {"breaker": False, "jitter_seed": 7}, lab["token"])

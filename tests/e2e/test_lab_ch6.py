@@ -33,7 +33,7 @@ def test_ch6_panel_runs_a_noisy_neighbour_burst_and_switches_strategy_live(page:
     expect(page.get_by_test_id("ch6-status")).to_contain_text("Free traffic doubled")
     page.get_by_test_id("ch6-strategy").focus()  # the controls are reachable by keyboard
     panel.screenshot(path=str(shot("ch6-page").with_name("ch6-panel.png")))  # cropped, for review
-    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch6')")
+    saved = page.evaluate("localStorage.getItem('awl:lab:ch6')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
@@ -70,7 +70,7 @@ def test_separate_fleets_label_each_worker_and_a_poison_storm_only_kills_free_on
     assert deaths and all(fleet == "free" for _, fleet in deaths), deaths
     page.get_by_test_id("ch6-panel").screenshot(path=str(shot("ch6-separate").with_name("ch6-separate-panel.png")))
     page.get_by_test_id("workers").screenshot(path=str(shot("ch6-separate").with_name("ch6-separate-workers.png")))
-    saved = page.evaluate("sessionStorage.getItem('awl:lab:ch6')")
+    saved = page.evaluate("localStorage.getItem('awl:lab:ch6')")
     if saved:
         lab = json.loads(saved)
         api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])

@@ -32,7 +32,7 @@ def open_page(browser: Browser, stack, api):
     yield make
     for page in pages:
         for key in ("ch1", "ch2", "ch4", "ch5", "ch8"):
-            saved = page.evaluate(f"sessionStorage.getItem('awl:lab:{key}')")
+            saved = page.evaluate(f"localStorage.getItem('awl:lab:{key}')")
             if saved:
                 lab = json.loads(saved)
                 api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
@@ -275,7 +275,7 @@ def test_dark_theme_follows_the_system_the_toggle_pins_one_and_the_projector_is_
 
 def test_a_kill_is_announced_at_once_not_held_for_the_batch(open_page, api):
     page = ready(open_page("/chapters/1?speed=50"))
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     page.evaluate("""() => { window.heard = []; const el = document.querySelector('[data-testid=announcer-urgent]');
         new MutationObserver(() => window.heard.push([performance.now(), el.textContent]))
           .observe(el, {childList: true, characterData: true, subtree: true});

@@ -1,5 +1,5 @@
 """Issue 27's reader: one tab walks every chapter, a race and back, on a stack started with the
-default limits (4 running labs per client, 20 lab openings a minute, 64 processes, parking after 60 s).
+default limits (4 running labs per client, 20 lab openings a minute, 128 processes, parking after 60 s).
 Every lab goes live and none says "could not start": labs the reader left are parked to make room, and
 the first chapter's lab, opened again, resumes with its history."""
 
@@ -105,3 +105,31 @@ def test_at_the_cap_with_every_lab_on_a_page_the_widget_offers_to_park_or_close_
         tabs[0].locator("#lab-widget").get_by_test_id("log-item").filter(has_text="you parked it")
     ).not_to_have_count(0)
     context.close()
+
+
+def test_at_the_cap_on_labs_kept_the_widget_offers_to_close_the_oldest(
+    browser: Browser, redis_server, tmp_path_factory
+):
+    """A reader who keeps MAX_CLIENT_LIVE_LABS labs (parked ones too): the next chapter says so and offers to close
+    the oldest in place; closing it opens this one, live, and the oldest is gone with its keys."""
+    db = redis_server.url.rsplit("/", 1)[0] + "/8"
+    redis.Redis.from_url(db).flushdb()
+    env = {**{name: "" for name in (*UNLIMITED, "MAX_LABS", "LAB_IDLE_TTL")}, "MAX_CLIENT_LIVE_LABS": "2"}
+    with Stack("kept", root=tmp_path_factory.mktemp("kept"), redis_url=db, env=env) as stack:
+        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        page.goto(f"{stack.url}/chapters/0")
+        live(page)
+        oldest = page.locator("#lab-widget").get_attribute("data-lab-id")
+        page.goto(f"{stack.url}/chapters/1")
+        live(page)
+        page.goto(f"{stack.url}/chapters/2")
+        banner = page.locator("#lab-widget [data-role='banner']")
+        expect(banner).to_contain_text("You keep 2 labs on this server", timeout=30_000)
+        expect(page.get_by_test_id("park-oldest")).to_have_count(0)  # parking would keep it: only closing helps
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "reader-kept-offer.png"), full_page=False)
+        page.get_by_test_id("close-oldest").click()
+        live(page)
+        r = stack.redis_client()
+        assert not r.sismember("labs", oldest) and r.hlen(slots.OWNERS) == 2
+        page.context.close()

@@ -40,7 +40,7 @@ def watch_errors():
 
 
 def saved_lab(page: Page, preset: str) -> dict:
-    return json.loads(page.evaluate(f"sessionStorage.getItem('awl:lab:{preset}')"))
+    return json.loads(page.evaluate(f"localStorage.getItem('awl:lab:{preset}')"))
 
 
 def widget_ready(page: Page) -> None:
@@ -109,7 +109,7 @@ def test_a_student_joins_by_code_and_watches_the_instructors_lab_live(browser: B
     teacher.screenshot(path=str(ARTIFACTS / "rooms-presenter.png"))
     student.screenshot(path=str(ARTIFACTS / "rooms-viewer.png"))
 
-    # the presenter link opened in another tab (its own sessionStorage) shows the same lab, not a new idle one
+    # the presenter link opened in another tab (the same browser) shows the same lab, not a new idle one
     # the room never sees (issue 38)
     tab = watch_errors(teacher.context.new_page())
     tab.goto(teacher.url)

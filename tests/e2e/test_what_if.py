@@ -26,7 +26,7 @@ def chapter_page(browser: Browser, stack, api):
     page.on("pageerror", lambda e: errors.append(str(e)))
     yield page
     labs = page.evaluate(
-        "Object.keys(sessionStorage).filter((k) => k.startsWith('awl:lab:')).map((k) => sessionStorage.getItem(k))"
+        "Object.keys(localStorage).filter((k) => k.startsWith('awl:lab:')).map((k) => localStorage.getItem(k))"
     )
     for raw in labs:
         lab = json.loads(raw)

@@ -321,7 +321,7 @@ def test_clock_actions_reach_the_server_in_the_order_asked_even_when_an_answer_i
 
 
 def lab_of(page: Page) -> dict:
-    saved = json.loads(page.evaluate(f"sessionStorage.getItem('awl:lab:{preset_of(page)}')"))
+    saved = json.loads(page.evaluate(f"localStorage.getItem('awl:lab:{preset_of(page)}')"))
     return {"lab_id": saved["id"], "token": saved["token"]}
 
 
@@ -398,7 +398,7 @@ def test_a_read_only_link_shows_the_same_lab_live_on_another_screen(lab_page, br
     page.get_by_text("Show this lab on other screens").click()
     url = page.get_by_test_id("share-url").input_value()
     assert "view=" in url and page.locator("#lab-widget").get_attribute("data-lab-id") in url
-    viewer_ctx = browser.new_context()  # another machine: no cookie, no sessionStorage
+    viewer_ctx = browser.new_context()  # another machine: no cookie, no stored lab
     try:
         viewer = viewer_ctx.new_page()
         viewer.goto(url)

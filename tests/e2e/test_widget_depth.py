@@ -112,7 +112,7 @@ def test_shortcuts_enqueue_pause_and_help_but_not_while_typing_and_find_by_id(la
 
 def test_2000_jobs_stay_findable_and_paged_and_the_render_cost_is_recorded(lab_page, api):
     page = lab_page.open_chapter(1)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     path = f"/api/labs/{lab['id']}"
     assert api.call("POST", f"{path}/clock", {"action": "pause"}, lab["token"]).status == 200
     page.evaluate("document.querySelector('#lab-widget').lwRenderStats.reset()")

@@ -104,7 +104,7 @@ def test_filter_by_type_and_worker_narrows_the_log_and_the_timeline(lab_page):
 
 def test_screen_reader_announcements_are_batched_and_focus_stays_put(lab_page, api):
     page = lab_page.open_chapter(1)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     # a lease far longer than any attempt on a busy host: six plain jobs, no redelivery
     assert api.call("PATCH", f"/api/labs/{lab['id']}/settings", {"vt_seconds": 7200}, lab["token"]).status == 200
     page.evaluate("""() => { window.said = [];
@@ -139,7 +139,7 @@ def test_screen_reader_announcements_are_batched_and_focus_stays_put(lab_page, a
 
 def test_2000_jobs_with_the_scrubber_old_prefixes_found_and_render_times_recorded(lab_page, api):
     page = lab_page.open_chapter(1)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     path = f"/api/labs/{lab['id']}"
     assert api.call("POST", f"{path}/clock", {"action": "pause"}, lab["token"]).status == 200
     widget = "document.querySelector('#lab-widget')"
@@ -225,7 +225,7 @@ def test_a_history_past_the_streams_cap_says_the_oldest_events_are_gone(lab_page
     from core import stream
 
     page = lab_page.open_chapter(1)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     unfold(page, "history")
     expect(page.get_by_test_id("scrub-where")).not_to_contain_text("trimmed")
     # more events than the stream keeps, through the append every event takes, pushed live to the page

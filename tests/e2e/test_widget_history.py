@@ -75,8 +75,8 @@ def test_scrub_back_then_branch_with_a_longer_vt_shows_both_runs_and_the_seeded_
     expect(b.get_by_test_id("readout-redelivered")).to_have_attribute("data-value", "0")
     assert int(a.get_by_test_id("readout-redelivered").get_attribute("data-value")) >= 1
     expect(b.get_by_test_id("tl-attempt-1-1")).to_have_attribute("data-outcome", "succeeded")
-    branch = page.evaluate("""() => Object.keys(sessionStorage).filter(k => k.startsWith('awl:owned:'))
-        .map(k => JSON.parse(sessionStorage.getItem(k)))""")
+    branch = page.evaluate("""() => Object.keys(localStorage).filter(k => k.startsWith('awl:owned:'))
+        .map(k => JSON.parse(localStorage.getItem(k)))""")
     assert [x["id"] for x in branch] == [b.get_attribute("data-lab-id")]
     api.created.extend({"lab_id": x["id"], "token": x["token"]} for x in branch)  # deleted after the test
     page.screenshot(path=str(ARTIFACTS / "compare-vt300-vs-vt1200.png"), full_page=True)
@@ -108,7 +108,7 @@ def test_replay_a_finished_run_at_speed_shows_every_event_in_order_with_pause(la
     page = lab_page.open_chapter(1)
     page.get_by_test_id("scenario-fix-vt").click()
     expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
-    lab = json.loads(page.evaluate("sessionStorage.getItem('awl:lab:ch1')"))
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch1')"))
     events = api.call("GET", f"/api/labs/{lab['id']}/events", token=lab["token"]).json()["events"]
     ids = [e["id"] for e in events]
     # record every moment the view passes through

@@ -1,7 +1,7 @@
 """A term of classes on one deployment: parked labs cost bytes, not slots; folded labs come back whole; one
 address keeps at most its cap of labs alive; a race's lanes count one by one in every budget.
 
-A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, MAX_WORKERS 64, LAB_IDLE_TTL), with
+A stack of its own at the defaults (MAX_LABS 40, MAX_CLIENT_LABS 4, MAX_WORKERS 128, LAB_IDLE_TTL), with
 these changes: PARKED_MEMORY 1 byte, so every parked lab is folded (the path a full term takes once its parked labs
 pass the budget), MAX_CLIENT_LIVE_LABS 10 (tighter than the default 40: one student's nine chapters fit, and the cap
 is reached in a few calls), RATE_LABS 10 (half the default 20; a student opens nine labs a minute here) and the blobs
@@ -12,12 +12,13 @@ page.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
 
-from core import archive, blobs, media
+from core import archive, blobs, media, parking
 from core.config import Config
 from core.keys import PARKED, key
 from core.procs import wait
@@ -113,6 +114,31 @@ def test_a_class_opening_every_chapter_twice_never_gets_labs_full_and_folded_lab
                 api.ok("POST", f"/api/labs/{lab['lab_id']}/park", token=lab["token"])
     finally:
         for api in students.values():
+            api.delete_created()
+
+
+def test_a_full_server_parks_the_labs_nobody_looked_at_lately_to_open_a_lab_in_use(term, tr):
+    """At MAX_LABS, every running lab left alone past WATCH_STALE_S (a class moved on to the next chapter before
+    PARK_AFTER parked the last one): a new lab opens, the least recently seen one parks to make room and its
+    stream says why, and a lab its owner called meanwhile is never the one parked."""
+    cap = DEFAULTS.max_client_labs
+    students = [term.api(source=f"127.0.1.{i}") for i in range(DEFAULTS.max_labs // cap)]
+    labs = [(api, api.lab("ch0", speed=20, workers=0)) for api in students for _ in range(cap)]
+    late = term.api(source="127.0.1.99")
+    try:
+        assert len(labs) == DEFAULTS.max_labs
+        refused = late.call("POST", "/api/labs", {"preset": "ch0"})
+        assert refused.status == 429 and refused.json()["error"] == "labs_full", "labs in use are never parked"
+        time.sleep(parking.WATCH_STALE_S + 1)  # nobody looks at any of them for a while ...
+        first, second = labs[0], labs[1]
+        first[0].snapshot(first[1])  # ... but the first one's owner is back
+        assert open_chapter(late, "ch0")
+        parked = {lab["lab_id"] for _api, lab in labs} & tr.smembers(PARKED)
+        assert parked == {second[1]["lab_id"]}, "the least recently seen lab, and only it, parks"
+        why = [e["data"]["why"] for e in second[0].events(second[1]) if e["type"] == "lab.parked"]
+        assert why == [parking.FULL_WHY], why
+    finally:
+        for api in (*students, late):
             api.delete_created()
 
 

@@ -1,7 +1,7 @@
 // Try again from here: branch the run at the moment being viewed into a new lab with different
 // settings, then open both runs side by side on the compare page.
 
-import { errorText, fmtSetting, fmtT, h, setText } from './util.js';
+import { errorText, fmtSetting, fmtT, h, labStore, setText } from './util.js';
 
 export function install(W) {
   const { root, S } = W;
@@ -48,8 +48,8 @@ export function install(W) {
         return;
       }
       const b = res.data;
-      // the branch is this tab's lab too: keep its token (the compare page itself only needs view tokens)
-      try { sessionStorage.setItem(`awl:owned:${b.lab_id}`, JSON.stringify({ id: b.lab_id, token: b.token, view: b.view_token })); } catch { /* private mode */ }
+      // the branch is this browser's lab too: keep its token (the compare page itself only needs view tokens)
+      labStore.set(`awl:owned:${b.lab_id}`, { id: b.lab_id, token: b.token, view: b.view_token });
       const u = new URL('/compare', location.origin);
       u.searchParams.set('a', S.lab.id);
       u.searchParams.set('av', S.lab.view || S.lab.token);

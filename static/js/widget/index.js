@@ -177,15 +177,17 @@ function boot(root) {
 
   function fatal(e) {
     const b = q('banner');
-    const refusal = e && e.data && e.data.error === 'client_labs_full' && (e.data.running || []).length ? e.data : null;
-    if (refusal) {
-      // at the running-lab cap with a page open on every lab: offer the way out here, then open this lab
+    const d = (e && e.data) || {};
+    const labs = (d.error === 'client_labs_full' && d.running) || (d.error === 'client_labs_kept' && d.kept) || [];
+    if (labs.length) {
+      // at a cap of the client's own (labs running, each with a page open; labs kept, parked ones too): offer the
+      // way out here, then open this lab
       const status = h('span', { role: 'status' });
       const free = (how) => async () => {
         for (const btn of b.querySelectorAll('button')) btn.disabled = true;
         setText(status, how === 'park' ? 'parking your oldest lab…' : 'closing your oldest lab…');
         try {
-          await lab.freeOldest(refusal, how);
+          await lab.freeOldest(labs, how);
           W.early = null;
           b.hidden = true;
           q('loading').hidden = false;
@@ -196,13 +198,17 @@ function boot(root) {
           for (const btn of b.querySelectorAll('button')) btn.disabled = false;
         }
       };
-      b.replaceChildren(
-        h('p', {}, `You already run ${refusal.running.length} labs, each open on a page. `
+      const close = h('button', { type: 'button', class: 'lw-btn', testid: 'close-oldest', onclick: free('close') }, 'Close my oldest lab');
+      b.replaceChildren(...(d.error === 'client_labs_full' ? [
+        h('p', {}, `You already run ${labs.length} labs, each open on a page. `
           + 'Park one (it stops, keeps its history, and resumes when you open its page again) or close it for good.'),
         h('div', { class: 'lw-row lw-wrap' },
-          h('button', { type: 'button', class: 'lw-btn', testid: 'park-oldest', onclick: free('park') }, 'Park my oldest lab'),
-          h('button', { type: 'button', class: 'lw-btn', testid: 'close-oldest', onclick: free('close') }, 'Close my oldest lab')),
-        status);
+          h('button', { type: 'button', class: 'lw-btn', testid: 'park-oldest', onclick: free('park') }, 'Park my oldest lab'), close),
+      ] : [
+        h('p', {}, `You keep ${labs.length} labs on this server, parked ones included, as many as one reader may. `
+          + 'Close your oldest (its history goes with it) to open this one.'),
+        h('div', { class: 'lw-row lw-wrap' }, close),
+      ]), status);
     } else {
       b.replaceChildren(`The lab could not start: ${(e && e.message) || String(e)} `,
         h('button', { type: 'button', onclick: () => location.reload() }, 'Try again'));

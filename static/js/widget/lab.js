@@ -2,7 +2,7 @@
 // viewer link), creating one, resetting it, replacing it when it expired, and the "Lab" controls
 // (reset, share a read-only link).
 
-import { errorText, h, section, setText, statusLine } from './util.js';
+import { errorText, h, labStore, section, setText, statusLine } from './util.js';
 
 let writing = 0; // calls that change something (any method but GET) under way, from any caller on the page
 const onSettled = [];
@@ -78,7 +78,7 @@ export class LabRefused extends Error {
 
 /**
  * Open the lab a widget for `preset` shows: a read-only viewer link's lab (`viewLab` + `viewToken`), else
- * this tab's lab for the preset (sessionStorage), else a new one. Resolves {lab, snap, socket, note?} (`note`: why
+ * this browser's lab for the preset (labStore), else a new one. Resolves {lab, snap, socket, note?} (`note`: why
  * the tab's lab was replaced, when it expired). Pure of any
  * widget state, so a page can start it before the widget's modules have loaded (boot.js). With `live`, the
  * lab's socket opens as soon as the lab is known (a new lab's: beside the snapshot's fetch) and holds what
@@ -104,13 +104,12 @@ export async function openLab({ preset, viewLab, viewToken, speed, storeKey, roo
     if (res.ok) return { lab, snap: res.data, socket: live ? heldSocket(lab) : null };
     throw new Error(`this read-only link no longer opens a lab (${errorText(res.data, res.status)})`);
   }
-  let saved = null;
-  try { saved = JSON.parse(sessionStorage.getItem(storeKey) || 'null'); } catch { saved = null; }
-  saved = saved || roomLab(room); // a room's presenter link opened in a new tab: the instructor's own lab
+  // a room's page in the browser that runs the room: the room's lab; else this browser's own lab for the chapter
+  const saved = roomLab(room) || labStore.get(storeKey);
   if (saved && saved.id && saved.token) {
     const res = await makeApi(() => saved)('GET', `/api/labs/${saved.id}`);
     if (res.ok && (!res.data.preset || res.data.preset === preset)) {
-      try { sessionStorage.setItem(storeKey, JSON.stringify(saved)); } catch { /* private mode */ }
+      labStore.set(storeKey, saved);
       return { lab: saved, snap: res.data, socket: live ? heldSocket(saved) : null };
     }
     if (!res.ok && ![401, 403, 404].includes(res.status)) throw new LabRefused(res);
@@ -120,7 +119,7 @@ export async function openLab({ preset, viewLab, viewToken, speed, storeKey, roo
   return createLab({ preset, speed, storeKey, live });
 }
 
-/** A new lab for the preset, remembered for this tab; resolves {lab, snap, socket} (see openLab). The POST carries no token. */
+/** A new lab for the preset, remembered by this browser; resolves {lab, snap, socket} (see openLab). The POST carries no token. */
 export async function createLab({ preset, speed, storeKey, live = false }) {
   const body = { preset };
   if (speed) body.speed = speed;
@@ -128,7 +127,7 @@ export async function createLab({ preset, speed, storeKey, live = false }) {
   if (res.status !== 201) throw new LabRefused(res);
   const d = res.data;
   const lab = { id: d.lab_id, token: d.token, view: d.view_token, ws: d.ws_url };
-  try { sessionStorage.setItem(storeKey, JSON.stringify(lab)); } catch { /* private mode */ }
+  labStore.set(storeKey, lab);
   const socket = live ? heldSocket(lab) : null;
   if (d.snapshot) return { lab, snap: d.snapshot, socket }; // the POST's answer carries it (app/routes/labs.py)
   const snap = await makeApi(() => lab)('GET', `/api/labs/${d.lab_id}`);
@@ -170,18 +169,13 @@ export function heldSocket(lab) {
 }
 
 /**
- * The client's oldest running lab (from a client_labs_full answer), parked or closed by its owner cookie, or
- * by the token this tab remembers for it: the way out a learner at the cap is offered in place.
+ * The oldest of the client's labs a refusal lists ({lab_id, since}: a client_labs_full answer's `running`, a
+ * client_labs_kept answer's `kept`), parked or closed by its owner cookie, or by the token this browser
+ * remembers for it: the way out a learner at a cap is offered in place.
  */
-export async function freeOldest(refusal, how) {
-  const oldest = [...refusal.running].sort((a, b) => a.since - b.since)[0];
-  let lab = { id: oldest.lab_id };
-  for (let i = 0; i < sessionStorage.length; i += 1) {
-    try {
-      const saved = JSON.parse(sessionStorage.getItem(sessionStorage.key(i)) || 'null');
-      if (saved && saved.id === oldest.lab_id && saved.token) lab = saved;
-    } catch { /* not one of ours */ }
-  }
+export async function freeOldest(labs, how) {
+  const oldest = [...labs].sort((a, b) => a.since - b.since)[0];
+  const lab = labStore.byId(oldest.lab_id) || { id: oldest.lab_id };
   const call = makeApi(() => lab);
   const res = how === 'park' ? await call('POST', `/api/labs/${lab.id}/park`)
     : await call('DELETE', `/api/labs/${lab.id}`);
@@ -259,7 +253,7 @@ export function install(W) {
       if (W.scrubber) W.scrubber.goLive();
       W.closeWs();
       await before();
-      try { sessionStorage.removeItem(openArgs(root, params).storeKey); } catch { /* ignore */ }
+      labStore.remove(openArgs(root, params).storeKey);
       clearModel();
       const snap = await recreate();
       W.applySnapshot(snap);

@@ -192,3 +192,32 @@ export async function call(method, path, body, token) {
     return { ok: false, status: 0, data: null };
   }
 }
+
+/**
+ * The labs this browser owns, by key (`awl:lab:<preset>`: a chapter page's lab; `awl:owned:<id>`: a branch it
+ * started), each as {id, token, view, ws}. Kept in localStorage, so a lab outlives its tab and the day: its page
+ * opens it again, history and all, for as long as the server keeps it (LAB_IDLE_TTL). A browser that refuses
+ * storage (a private mode, a full quota) just opens a new lab each time.
+ */
+export const labStore = {
+  get(key) {
+    try { return JSON.parse(localStorage.getItem(key) || 'null'); } catch { return null; }
+  },
+  set(key, lab) {
+    try { localStorage.setItem(key, JSON.stringify(lab)); } catch { /* refused: the lab is this page's only */ }
+  },
+  remove(key) {
+    try { localStorage.removeItem(key); } catch { /* refused */ }
+  },
+  /** The remembered lab with this id (its token with it), else null. */
+  byId(id) {
+    try {
+      for (let i = 0; i < localStorage.length; i += 1) {
+        const k = localStorage.key(i);
+        const lab = /^awl:(lab|owned):/.test(k) ? labStore.get(k) : null;
+        if (lab && lab.id === id && lab.token) return lab;
+      }
+    } catch { /* refused */ }
+    return null;
+  },
+};
