@@ -208,10 +208,10 @@ def forget(r: redis.Redis, lab: str) -> None:
         pipe.execute()
 
 
-def keep_within(r: redis.Redis, budget: int, last_seen: Callable[[list[str]], dict[str, float]]) -> list[str]:
+def keep_within(r: redis.Redis, budget: int, oldest_first: Callable[[list[str]], list[str]]) -> list[str]:
     """The supervisor's hook: measure the parked labs not measured yet, then fold the least recently seen
-    (`last_seen`: labs → lab → real time, asked only when over budget) until the unfolded ones hold at most
-    `budget` bytes (0: never fold). The labs folded."""
+    (`oldest_first`: labs → the same labs, least recently seen first; asked only when over budget) until the
+    unfolded ones hold at most `budget` bytes (0: never fold). The labs folded."""
     if budget <= 0:
         return []
     parked = set(r.smembers(PARKED)) - set(r.smembers(ARCHIVED))
@@ -226,9 +226,8 @@ def keep_within(r: redis.Redis, budget: int, last_seen: Callable[[list[str]], di
     held = sum(sizes.values())
     if held <= budget:
         return []
-    seen = last_seen(sorted(sizes))
     folded = []
-    for lab in sorted(sizes, key=lambda lab: seen.get(lab, 0.0)):
+    for lab in oldest_first(sorted(sizes)):
         if held <= budget:
             break
         try:

@@ -281,18 +281,16 @@ blobs hold at most ROOM_TO of it (`make_room`): a term's old labs never leave th
 KEPT = "uploads/"  # the blobs a clearing keeps: the learner's own clips, so the lab's jobs can run again
 
 
-def make_room(r: redis.Redis, cap: int, last_seen: Callable[[list[str]], dict[str, float]]) -> list[str]:
+def make_room(r: redis.Redis, cap: int, oldest_first: Callable[[list[str]], list[str]]) -> list[str]:
     """The supervisor's hook: while every lab's blobs together hold more than ROOM_AT of `cap` (MAX_BLOB_BYTES),
-    clear the outputs of parked labs, least recently seen first (`last_seen`, asked only when over), until they
+    clear the outputs of parked labs, least recently seen first (`oldest_first`, asked only when over), until they
     hold ROOM_TO of it. Their jobs, history and uploads stay; the lab's snapshot says when (`outputs_cleared`) and
     an output asked for answers 410 `output_cleared`. The labs cleared."""
     held = int(r.get(TOTAL) or 0)
     if cap <= 0 or held <= ROOM_AT * cap:
         return []
-    parked = sorted(r.smembers(PARKED))
-    seen = last_seen(parked)
     cleared = []
-    for lab in sorted(parked, key=lambda lab: seen.get(lab, 0.0)):
+    for lab in oldest_first(sorted(r.smembers(PARKED))):
         if held <= ROOM_TO * cap:
             break
         keys = [_index(lab), _used(lab), TOTAL, _client_of(r, lab), PARKED, key(lab, "meta")]

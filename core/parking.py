@@ -19,8 +19,7 @@ parked would run its jobs on (or again) while the others wait, and the runs woul
 running-lab cap it first parks that client's own running labs that no page watches now (oldest first), and
 when the deployment is at MAX_LABS or a host at its process ceiling, anyone's labs nobody is using (`quiet`:
 no page open, no owner call for a while; least recently seen first): a class moving from one chapter to the
-next never waits out PARK_AFTER.
-Only if every candidate is in use is the request refused.
+next never waits out PARK_AFTER. Only if every candidate is in use is the request refused.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ QUIET_S = WATCH_STALE_S  # a lab driven by API calls alone is in use this long a
 
 IDLE_WHY = "nobody watched it for {idle} s"
 MAKE_ROOM_WHY = "it made room for another of your labs (you may run {cap} at once)"
-FULL_WHY = "the server was full and nobody had looked at it for a while: it made room for a lab in use"
+FULL_WHY = "the server was full and nobody was using it: it made room for a lab in use"
 OWNER_WHY = "you parked it"
 OWNER_PARKED = "owner_parked"  # in a lab's meta while the park its owner asked for holds
 
@@ -105,6 +104,12 @@ def last_seen(r: redis.Redis, labs: list[str]) -> dict[str, float]:
             seen = max(seen, now if top[0][1] > now - WATCH_STALE_S else top[0][1])
         out[lab] = seen
     return out
+
+
+def least_recently_seen(r: redis.Redis, labs: list[str]) -> list[str]:
+    """`labs`, the one a page or its owner looked at longest ago first (what a full budget gives up first)."""
+    seen = last_seen(r, labs)
+    return sorted(labs, key=seen.__getitem__)
 
 
 def parked(r: redis.Redis) -> set[str]:

@@ -17,6 +17,7 @@ core/registry.py. Its timings are at the end of core/config.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -193,8 +194,9 @@ class Supervisor:
 
     def expire_idle(self) -> None:
         parking.park_idle(self.r, self.config.park_after)  # unwatched labs: tick() then stops their processes
-        archive.keep_within(self.r, self.config.parked_memory, lambda labs: parking.last_seen(self.r, labs))
-        blobs.make_room(self.r, self.config.max_blob_bytes, lambda labs: parking.last_seen(self.r, labs))
+        oldest_first = functools.partial(parking.least_recently_seen, self.r)  # what a full budget gives up first
+        archive.keep_within(self.r, self.config.parked_memory, oldest_first)
+        blobs.make_room(self.r, self.config.max_blob_bytes, oldest_first)
         for lab in self.pools:
             self.keeper.sweep_tmp(lab, f"{registry.TMP_PREFIX}*", older_than=self.config.ffmpeg_timeout + 10)
         if time.time() - self.orphans_swept > ORPHAN_SWEEP_S:
