@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 import redis
@@ -433,6 +434,25 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
     expect(status).to_be_hidden()
     for line in page.locator("#lab-widget :is(.lw-status, .lw-hint):not(.la-panel *)").all():
         assert not line.inner_text().strip(), f"a line from the step before: {line.inner_text()}"
+
+
+def test_a_moment_passed_before_the_set_up_answered_still_pauses_the_step(page: Page, lab):
+    """Chapter 4's herd at 200×: the outage's first retries (10 simulated s) come 50 ms of real time after the
+    fault starts. With the fault's answer held back 1.5 s, as a loaded server may, they came before the set-up was
+    done; the step still pauses at its jobs' second storage call."""
+    lab("/chapters/4")
+
+    def held(route) -> None:
+        answer = route.fetch()
+        time.sleep(1.5)
+        route.fulfill(response=answer)
+
+    page.route("**/api/labs/*/faults", held)
+    page.get_by_test_id("stepper-run").click()
+    expect(page.get_by_test_id("stepper-status")).to_have_attribute("data-paused", "yes", timeout=LONG)
+    mount = page.get_by_test_id("stepper-mount")
+    setup, moment = mount.get_attribute("data-setup-id"), mount.get_attribute("data-moment-id")
+    assert stream.order(moment) < stream.order(setup), "the moment came during the set-up, as this test means"
 
 
 # ---- issue 38: every step of chapters 0, 2, 3, 5, 6 and 8 acted out, its verdict's figure the lab's own ---------

@@ -357,9 +357,12 @@ export function install(W) {
     const acted = run.step.do.every((a, i) => !a.on || run.done.has(i));
     const anchor = run.step.moment_after ? mine.find((e) => e.type === run.step.moment_after) : run.after;
     const want = Object.entries(run.step.moment_data || {});
-    // never during the set-up: a job left running by the step before (a burst's start) is not this step's moment
+    // never before the set-up is done; and an event that is not one of the step's own jobs' counts only after it
+    // (a lab-wide one, a burst the step before left going). The step's own jobs' count from their start: a lab
+    // fast enough (200×) may pass the moment before the set-up's last answer is back (36 retries at 10 s)
+    const own = (e) => !run.jobless && e.job_id != null;
     const m = !run.moment && run.step.moment && acted && run.setupId && (anchor || !run.step.moment_after)
-      && mine.slice(mine.indexOf(anchor) + 1).filter((e) => later(e.id, run.setupId)
+      && mine.slice(mine.indexOf(anchor) + 1).filter((e) => (own(e) || later(e.id, run.setupId))
         && e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
     if (m) moment(m);
   }
