@@ -232,18 +232,27 @@ def test_a_lab_its_owner_parked_stays_parked_under_its_open_page_until_the_page_
 
 
 def test_concurrent_patches_never_pass_the_worker_ceiling(pstack, papi, pr):
+    """Both labs' pages are open, so neither parks (PARK_AFTER is seconds here) nor counts as quiet: a full
+    server would park a quiet lab to make room, and the ceiling would then never be met."""
     labs = [papi.lab("ch7", speed=20) for _ in range(2)]  # ch7: scheduler replicas, no workers
+    pages = [connect(pstack, lab) for lab in labs]
     wanted = {"workers": 4, "scheduler_replicas": 4}  # 8 each: one lab may grow to it, not both
     answers: list = []
 
     def patch(lab: dict) -> None:
         answers.append(papi.call("PATCH", f"/api/labs/{lab['lab_id']}/settings", wanted, lab["token"]))
 
-    threads = [threading.Thread(target=patch, args=(lab,)) for lab in labs * 2]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        wait(lambda: len(parking.watched_now(pr, [x["lab_id"] for x in labs])) == 2, 10, "both labs watched")
+        assert not pr.smembers(PARKED) & {x["lab_id"] for x in labs}
+        threads = [threading.Thread(target=patch, args=(lab,)) for lab in labs * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for ws in pages:
+            ws.close()
     assert sorted(a.status for a in answers).count(429) >= 1
     reserved = sum(e.processes for e in slots.entries(pr))
     assert reserved <= MAX_WORKERS
