@@ -101,7 +101,17 @@ TWENTY = 20  # jobs in the issue's timed run
 
 def scaled(spec: dict[str, Any], jobs: int = TWENTY) -> dict[str, Any]:
     """`spec` with its workload repeated to `jobs` jobs, each job's fault repeated with it (a fault named by a key,
-    not a job, stays once) and its deadline stretched by the repeats."""
+    not a job, stays once) and its deadline stretched by the repeats. A scheduled one (its replicas fire its jobs)
+    runs more ticks instead, all replicas up after its plan: at least `jobs` firings, its invariants counted to
+    the new last tick."""
+    if "schedule" in spec:
+        ticks = int(spec["schedule"]["ticks"])
+        more = ticks + math.ceil(jobs / int(spec["settings"]["scheduler_replicas"])) - 1
+        return {
+            **spec,
+            "schedule": {**spec["schedule"], "ticks": more},
+            "invariants": [i.replace(f":{ticks}", f":{more}") for i in spec["invariants"]],
+        }
     n = len(spec["workload"])
     repeats = math.ceil(jobs / n)
     faults = [f for f in spec.get("faults", []) if "job" not in f]

@@ -61,7 +61,7 @@ EVENT_TYPES: dict[str, tuple[str | None, str]] = {
     ),
     "output.written": ("outputs_written", "wrote {path}"),
     "email.sent": ("emails_sent", "completion email for job {job} sent"),
-    "challenge.started": (None, "challenge {challenge}: run {run} started with {jobs} jobs"),
+    "challenge.started": (None, "challenge {challenge}: run {run} started: {workload}"),
     "challenge.ended": (None, "challenge run ended: {error}"),
     "challenge.checked": (None, "challenge run {run} checked: passed {passed}"),
     "handler.log": (None, "job {job} (attempt {attempt}) logged: {text}"),

@@ -223,7 +223,7 @@ def report(lab: str) -> dict[str, Any]:
         row["running_tick"] = running.get(row["id"], {}).get("tick")
         row["seen_tick"] = int(seen[row["id"]]) if row["id"] in seen else None
         if row["state"] == "running" and row["seen_tick"] is None:
-            row["state"] = "starting"  # the process is up, its loop has not reached a tick boundary yet
+            row["state"] = "starting"  # the process is up, its loop has not taken its first step yet
         replicas.append(row)
     replicas.sort(key=lambda x: int(x["id"][1:]))
     complete = [rows[t] for t in sorted(rows) if t <= last_complete]

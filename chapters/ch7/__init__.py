@@ -219,7 +219,7 @@ STEPS: dict[str, list[dict[str, Any]]] = {
 
 _REFERENCE = """\
 def handle(ctx):
-    tick = ctx.job.input["tick"]  # the schedule's tick, never this replica's own clock
+    tick = ctx.job.input["tick"]  # the tick this replica fired
     for t in range(1, tick + 1):  # this tick, and any earlier one nobody ran (catch-up)
         if ctx.kv.get(f"emailed:{t}"):
             continue
@@ -230,27 +230,25 @@ def handle(ctx):
             ctx.email.send(f"Daily digest, tick {t}")
         ctx.kv.release(f"tick:{t}", token)
 """
-_SKEW = {1: 0, 2: 0, 3: 70}  # replica 3's clock runs 70 s ahead
-
-
-def _fired(tick: int, replicas: tuple[int, ...] = tuple(_SKEW)) -> list[dict[str, Any]]:
-    """Each up replica's cron fires the tick: one job each, with the tick and the replica's own clock reading."""
-    return [{"duration_s": 20, "input": {"tick": tick, "replica": r, "clock": 60 * tick + _SKEW[r]}} for r in replicas]
-
 
 CHALLENGES: dict[str, dict[str, Any]] = {
     "once-per-tick": {
         "chapter": 7,
         "title": "Once per tick",
-        "task": "Three replicas each fire the daily digest on every tick. Write the task so that each of ticks 1–4 "
-        "sends its digest exactly once: through a replica killed holding tick 2's lock, a clock 70 s "
-        "ahead, and tick 3, when every replica was down.",
+        "task": "The lab's three scheduler replicas each enqueue this task at every tick of their own clocks "
+        "(replica 3's runs 20 s ahead, replica 2's 10 s). Write it so that each of ticks 1–4 sends its digest "
+        "exactly once: replicas 2 and 3 are down for tick 2, the worker running tick 2 is killed while it "
+        "holds the lock, and every replica is down for tick 3.",
         "section": "a-lock-makes-the-task-a-singleton",
         "hint": "A lock per tick makes one replica run it; its TTL frees a dead holder's; and the tick that never "
         "fired is run by the next one (The other failure: the tick that never fired).",
         "settings": {
             "workers": 3,
-            "scheduler_replicas": 0,
+            "scheduler_replicas": 3,
+            "cron_strategy": "none",  # no lock of the scheduler's own: the task is the learner's
+            "cron_interval": 60,
+            "cron_late": 0,
+            "clock_skew": 20,
             "guard": "off",
             "vt_seconds": 120,
             "heartbeat": False,
@@ -261,9 +259,14 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             "retry_base": 10,
             "notify_guard": False,
         },
-        # tick 2: only replica 1 is up; tick 3: every replica was down
-        "workload": _fired(1) + _fired(2, (1,)) + _fired(4),
-        "faults": [  # whichever replica first takes tick 2's lock is killed holding it
+        # the replicas fire the jobs (core/challenges/run.py `fire`); each replica's window down, in simulated
+        # seconds from tick 1 on replica 1's clock (the fleet follows them: workers/engines/fleet.py)
+        "schedule": {
+            "ticks": 4,
+            "duration_s": 20,
+            "down": {"r2": [20, 150], "r3": [20, 150], "r1": [90, 150]},
+        },
+        "faults": [  # whichever attempt first takes tick 2's lock is killed holding it
             {"key": "tick:2", "op": "kv.claim", "when": "after", "do": "crash"},
         ],
         "invariants": ["every_tick:4", "no_double_tick:4"],
@@ -277,10 +280,10 @@ def handle(ctx):
         "mutants": {
             "a lock that never lapses": (_REFERENCE.replace("ttl=60", "ttl=None"), "every_tick"),
             "no catch-up": (_REFERENCE.replace("range(1, tick + 1)", "[tick]"), "every_tick"),
-            "the tick from the replica's clock": (
-                _REFERENCE.replace(
-                    "ctx.job.input[\"tick\"]  # the schedule's tick, never this replica's own clock",
-                    'ctx.job.input["clock"] // 60',
+            # the flag's lines gone: the lock alone, let go after each run, lets every later run mail it again
+            "a lock and no flag": (
+                _REFERENCE.replace('        if ctx.kv.get(f"emailed:{t}"):\n            continue\n', "").replace(
+                    'if ctx.kv.cas(f"emailed:{t}", None, "1"):', "if True:"
                 ),
                 "no_double_tick",
             ),

@@ -19,6 +19,14 @@ def api_doc() -> str:
     return "\n".join(line[4:] for line in lines if line.startswith("    "))
 
 
+def workload(spec: dict[str, Any]) -> str:
+    """What a run of the challenge runs, in words (its page, its start event)."""
+    if "schedule" in spec:
+        n = spec["settings"]["scheduler_replicas"]
+        return f"the jobs the lab's {n} scheduler replicas enqueue at each tick of their own clocks, on its workers"
+    return f"{len(spec['workload'])} jobs on this lab's workers"
+
+
 def describe(challenge_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     """What a page shows of a challenge (the reference and the mutants stay on the server)."""
     return {
@@ -29,7 +37,7 @@ def describe(challenge_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         "starter": spec["starter"],
         "hint": spec["hint"],
         "section": spec["section"],
-        "jobs": len(spec["workload"]),
+        "workload": workload(spec),
         "api": api_doc(),
         "invariants": [{"id": i.partition(":")[0], "title": checker.title_of(i)} for i in spec["invariants"]],
     }

@@ -8,6 +8,12 @@ their first read (workers/tasks.py) and run the jobs' attempts in the sandbox (w
 waits for nothing: it answers `running` until every job of the run has settled, then checks the lab's events once
 (core/challenges/checker.py) and keeps the answer.
 
+A challenge with a `schedule` (chapter 7's) has no workload of its own: the lab's real scheduler replicas make it.
+At each tick of its own clock each replica that is up enqueues one job of the run (`fire`); the run's `plan`
+(`plan_of`) says when each replica goes down and comes back, and the fleet (workers/engines/fleet.py) follows it,
+holding the lab's clock at each of its moments until the replicas have done what the plan says, so the same
+replicas fire the same ticks at any speed and load.
+
 The handler's key-value store and claims live beside it (`kv`, `claims`): one Lua step each, on the lab's
 simulated clock, so a claim's TTL runs out in simulated seconds like a lease.
 """
@@ -15,18 +21,30 @@ simulated clock, so a claim's TTL runs out in simulated seconds like a lease.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 
-from core import blobs, clock, media, stream
+from core import blobs, clock, media, registry, stream
 from core.broker import producer
-from core.challenges import checker
+from core.challenges import checker, workload
+from core.engines.scheduler import PLAN, clock_offset, cron_key
 from core.keys import job, key, msg
 
 FINISHED = ("done", "dlq", "lost")
 DEADLINE_S = 3600.0  # simulated seconds a run may take before it is checked as it stands (a job never finished)
 VIDEO_PREFIX = "challenge-"  # a challenge job's video id: challenge-<run>-<n>, + checker.POISON_SUFFIX for a pill
+LEAD_S = 10.0  # simulated seconds between the replicas' last start-up check and the first of them firing tick 1
+# the run's jobs (a JSON list in its row) with one more: in the job's own transaction, so no worker takes a job
+# its run does not list yet, and two replicas firing at once both land
+_JOIN = """
+local ids = cjson.decode(redis.call('HGET', KEYS[1], 'jobs') or '[]')
+table.insert(ids, ARGV[1])
+redis.call('HSET', KEYS[1], 'jobs', cjson.encode(ids))
+"""
 
 
 def row_key(lab: str) -> str:
@@ -52,7 +70,13 @@ def start(
     last = r.xrevrange(key(lab, "events"), count=1)
     started = last[0][0] if last else "0"
     r.delete(key(lab, "kv"), key(lab, "claims"))
-    r.hdel(row_key(lab), "verdict", *[k for k in r.hkeys(row_key(lab)) if k.startswith("struck:")])
+    r.hdel(row_key(lab), "verdict", "schedule", *[k for k in r.hkeys(row_key(lab)) if k.startswith("struck:")])
+    now = clock.now(r, lab)
+    plan = ""
+    if "schedule" in spec:
+        clock.hold(r, lab, PLAN, now)  # the clock waits here until the fleet has the plan (workers/engines/fleet.py)
+        plan = json.dumps(plan_of(spec["schedule"], registry.settings(r, lab), now))
+        r.hset(cron_key(lab, "fault"), "plan", plan)
     r.hset(
         row_key(lab),
         mapping={
@@ -64,13 +88,13 @@ def start(
             "started": started,
             "jobs": "[]",
             "faults": json.dumps(spec.get("faults", [])),
-            "started_at": clock.now(r, lab),
+            "started_at": now,
             "deadline_s": spec.get("deadline_s", DEADLINE_S),
             "invariants": json.dumps(spec["invariants"]),
+            **({"schedule": plan} if plan else {}),
         },
     )
-    now = clock.now(r, lab)
-    stream.emit(r, lab, "challenge.started", now, challenge=challenge_id, run=n, jobs=len(spec["workload"]))
+    stream.emit(r, lab, "challenge.started", now, challenge=challenge_id, run=n, workload=workload(spec))
     outage = spec.get("outage")
     if outage:
         r.hset(
@@ -81,29 +105,81 @@ def start(
             },
         )
         stream.emit(r, lab, "fault.started", now, fault="storage_outage", duration=outage["duration_s"])
+    ids = [
+        _enqueue(r, rq_conn, lab, f"{n}-{i}", entry if isinstance(entry, dict) else {"duration_s": entry})
+        for i, entry in enumerate(spec.get("workload", []), 1)
+    ]
+    return {"run": n, "challenge": challenge_id, "jobs": ids, "workload": workload(spec), "state": "running"}
+
+
+def _enqueue(r: redis.Redis, rq_conn: redis.Redis, lab: str, name: str, job_spec: dict[str, Any]) -> str:
+    """One job of the run (`name`: its place, unique in the lab), listed in the run's row as it is created."""
     clip = media.sample_clip()
     if clip is None:
         raise FileNotFoundError("the sample clip is missing: the lab is not installed whole")
-    ids = []
-    for i, entry in enumerate(spec["workload"], 1):
-        job_spec = entry if isinstance(entry, dict) else {"duration_s": entry}
-        pill = bool(job_spec.get("poison"))
-        source = blobs.poison(r, lab, clip.read_bytes()) if pill else str(clip)
-        payload = producer.enqueue_job(
+    pill = bool(job_spec.get("poison"))
+
+    def join(pipe: Pipeline, payload: dict[str, Any]) -> None:
+        pipe.eval(_JOIN, 1, row_key(lab), payload["job_id"])
+
+    return producer.enqueue_job(
+        r,
+        rq_conn,
+        lab,
+        job_type="transcode",
+        video_id=f"{VIDEO_PREFIX}{name}{checker.POISON_SUFFIX if pill else ''}",
+        source=blobs.poison(r, lab, clip.read_bytes()) if pill else str(clip),
+        duration_s=float(job_spec["duration_s"]),
+        resolutions=["360p"],
+        idempotency_key=f"upload-{name}",
+        job_input=job_spec.get("input"),
+        also=join,
+    )["job_id"]
+
+
+def plan_of(schedule: dict[str, Any], settings: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """Where a scheduled run stands on the lab's clock, started at `now`: its tick 1 (`base` + 1 on the replicas'
+    own count) is the first tick boundary every replica's clock reaches at least LEAD_S after the replicas are up;
+    `down` each replica's window (absolute), `moments` where the fleet holds the clock (the replicas up, each
+    window's ends, the last tick fired) and `end`, the last of them: the run's jobs are all fired once the clock
+    is past it."""
+    interval = float(settings["cron_interval"])
+    ahead = max(clock_offset(settings, f"r{k}") for k in range(1, int(settings["scheduler_replicas"]) + 1))
+    ready = now + 2 * LEAD_S  # where the clock waits for the replicas to be up
+    first = interval * math.ceil((ready + LEAD_S + ahead) / interval)  # tick 1 on replica 1's clock
+    down = {rid: [first + a, first + b] for rid, (a, b) in schedule["down"].items()}
+    end = first + (int(schedule["ticks"]) - 1) * interval + LEAD_S
+    moments = sorted({ready, end, *(t for window in down.values() for t in window)})
+    return {
+        "base": round(first / interval) - 1,
+        "ticks": int(schedule["ticks"]),
+        "duration_s": float(schedule["duration_s"]),
+        "interval": interval,
+        "down": down,
+        "moments": moments,
+        "end": end,
+    }
+
+
+def fire(r: redis.Redis, rq_conn: redis.Redis, lab: str, tick: int, replica: str, reading: float) -> bool:
+    """Replica `replica`'s cron fired `tick` (its own count; its clock read `reading`). During a scheduled run this
+    tick's task is the learner's handler: one job of the run for ticks 1 … `ticks`, none past them, and True. False
+    when no scheduled run is going (the replica runs its own task)."""
+    state, raw, n = r.hmget(row_key(lab), "state", "schedule", "run")
+    if state != "running" or not raw:
+        return False
+    plan = json.loads(raw)
+    nth = tick - int(plan["base"])
+    if 1 <= nth <= plan["ticks"]:
+        reading_s = round(reading - plan["base"] * plan["interval"], 3)  # on the run's own count: tick n at n × 60
+        _enqueue(
             r,
             rq_conn,
             lab,
-            job_type="transcode",
-            video_id=f"{VIDEO_PREFIX}{n}-{i}{checker.POISON_SUFFIX if pill else ''}",
-            source=source,
-            duration_s=float(job_spec["duration_s"]),
-            resolutions=["360p"],
-            idempotency_key=f"upload-{n}-{i}",
-            job_input=job_spec.get("input"),
+            f"{n}-t{nth}{replica}",
+            {"duration_s": plan["duration_s"], "input": {"tick": nth, "replica": replica, "clock": reading_s}},
         )
-        ids.append(payload["job_id"])
-        r.hset(row_key(lab), "jobs", json.dumps(ids))  # each as it goes: a worker may take it at once
-    return {"run": n, "challenge": challenge_id, "jobs": ids, "state": "running"}
+    return True
 
 
 def job_index(row: dict[str, str], job_id: str) -> int | None:
@@ -240,8 +316,10 @@ def verdict(r: redis.Redis, lab: str, spec: dict[str, Any] | None) -> dict[str, 
         return {**base, **json.loads(row["verdict"])}
     if row.get("state") == "error":
         return {**base, "state": "error", "passed": False, "error": row.get("error", "")}
-    overdue = clock.now(r, lab) >= float(row.get("started_at") or 0) + float(row.get("deadline_s") or DEADLINE_S)
-    if spec is None or not (settled(r, lab, base["jobs"]) or overdue):
+    now = clock.now(r, lab)
+    overdue = now >= float(row.get("started_at") or 0) + float(row.get("deadline_s") or DEADLINE_S)
+    firing = bool(row.get("schedule")) and now <= float(json.loads(row["schedule"])["end"])  # replicas still to fire
+    if spec is None or not ((settled(r, lab, base["jobs"]) and not firing) or overdue):
         return {**base, "state": "running"}
     events = stream.read_after(r, lab, row["started"], count=20000)
     records = {j: r.hgetall(job(lab, j)) for j in base["jobs"]}

@@ -3,20 +3,39 @@ clock runs ahead. The replica process itself is workers/engines/scheduler.py."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 from core.keys import key
 
 TASK = "send-digest"
+PLAN = "replicas:plan"  # the barrier at a challenge plan's next moment (core/challenges/run.py, the fleet follows it)
 
 
 def cron_key(lab: str, *parts: str) -> str:
     return key(lab, "cron", *parts)
 
 
-def clock_offset(settings: dict, replica: str) -> float:
+def clock_offset(settings: Mapping[str, Any], replica: str) -> float:
     """How far this replica's clock runs ahead of replica 1's (replica k of N: skew·(k−1)/(N−1))."""
     n = int(settings["scheduler_replicas"])
     k = int(replica.lstrip("r") or 1)
     return float(settings["clock_skew"]) * (k - 1) / (n - 1) if n > 1 else 0.0
+
+
+def fire_delay(settings: Mapping[str, Any], replica: str) -> float:
+    """How long after each tick this replica's scheduler fires (replica k of N: late·(k−1)/(N−1)), on its
+    own clock: replicas do not all fire on the tick, and a late one may find a short lock already expired."""
+    n = int(settings["scheduler_replicas"])
+    k = int(replica.lstrip("r") or 1)
+    return float(settings.get("cron_late", 0.0)) * (k - 1) / (n - 1) if n > 1 else 0.0
+
+
+def tick_of(settings: Mapping[str, Any], replica: str, lab_now: float) -> int:
+    """The tick this replica's scheduler is on when the lab's clock reads `lab_now` (its own clock, its delay)."""
+    now = lab_now + clock_offset(settings, replica)
+    return math.floor((now - fire_delay(settings, replica)) / float(settings["cron_interval"]))
 
 
 def digest(tick: int, user: int) -> str:

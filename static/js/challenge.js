@@ -158,7 +158,7 @@ function panel(root) {
         root.dataset.state = 'error';
         return;
       }
-      setText(q('status'), `Running ${res.data.jobs.length} jobs with the challenge's faults: watch the lab above.`);
+      setText(q('status'), `Running ${res.data.workload}, with the challenge's faults: watch the lab above.`);
       for (;;) {
         await new Promise((r) => setTimeout(r, POLL_MS));
         const got = await lab.api('GET', `/api/labs/${lab.lab.id}/challenge`);

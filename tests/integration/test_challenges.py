@@ -7,6 +7,7 @@ by the invariant that names its mistake, with a counterexample told from the lab
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -14,6 +15,7 @@ import pytest
 
 import chapters
 from core import sandbox
+from core.challenges import run as runs
 
 SPEED = 200
 
@@ -88,6 +90,35 @@ def test_each_mutant_is_caught_by_the_invariant_naming_its_mistake(api, challeng
     code, invariant = chapters.CHALLENGES[challenge]["mutants"][name]
     verdict = run(api, lab_for(api, challenge), challenge, code)
     assert invariant in broken(verdict), verdict
+
+
+def test_ch7_runs_jobs_its_replicas_fire_as_the_plan_takes_them_down_and_up(api, r):
+    """Chapter 7's run has no workload of its own: the lab's scheduler replica processes fire its jobs at the ticks
+    of their own clocks, and the fleet takes them down and back at exactly the plan's moments (it holds the clock
+    there), so at 200× as at 20× all three fire tick 1, replica 1 alone tick 2, none tick 3 and all three tick 4."""
+    spec = chapters.CHALLENGES["once-per-tick"]
+    lab = lab_for(api, "once-per-tick")
+    verdict = run(api, lab, "once-per-tick", spec["reference"])
+    assert verdict["passed"], verdict
+    plan = json.loads(r.hget(runs.row_key(lab["lab_id"]), "schedule"))
+    jobs = {j["id"]: j for j in api.snapshot(lab)["jobs"]}
+    inputs = {i: jobs[i]["payload"]["input"] for i in verdict["jobs"]}
+    fired = sorted((x["tick"], x["replica"]) for x in inputs.values())
+    assert fired == [(1, "r1"), (1, "r2"), (1, "r3"), (2, "r1"), (4, "r1"), (4, "r2"), (4, "r3")]
+    skew = float(spec["settings"]["clock_skew"])
+    for i, x in inputs.items():  # the reading is the replica's own clock: the lab's time then, plus its offset
+        ahead = x["clock"] - (jobs[i]["payload"]["created_at"] - plan["base"] * plan["interval"])
+        offset = skew * (int(x["replica"][1:]) - 1) / 2
+        assert offset - 15 < ahead <= offset + 0.01, (x, ahead)
+    first = (plan["base"] + 1) * plan["interval"]  # tick 1 on replica 1's clock
+    events = api.events(lab)
+    events = events[next(n for n, e in enumerate(events) if e["type"] == "challenge.started") :]
+
+    def at(kind: str) -> list[tuple[str, float]]:
+        return sorted((e["data"]["replica"], round(e["t_sim"] - first, 2)) for e in events if e["type"] == kind)
+
+    assert [x for x in at("replica.killed") if x[1] > 0] == [("r1", 90.0), ("r2", 20.0), ("r3", 20.0)]
+    assert [x for x in at("replica.started") if x[1] > 0] == [("r1", 150.0), ("r2", 150.0), ("r3", 150.0)]
 
 
 def test_consecutive_attempts_on_a_worker_share_no_process_and_no_scratch(api, ch5):

@@ -4,6 +4,11 @@ Like the worker pool: one process per replica, SIGKILL on *kill replica* (a cras
 runs, so a held lock or lease stays until it expires), a replacement after the respawn delay,
 scale-in by SIGTERM. A downtime fault takes every replica down at once, which is what the lesson's
 missed-tick catch-up is for. Replicas get PR_SET_PDEATHSIG: a dead supervisor leaves no orphans.
+
+A challenge's plan (core/challenges/run.py `plan_of`) takes replicas down and back one by one on the lab's
+clock, and the fleet holds that clock at each of the plan's moments (the barrier PLAN) until every replica up
+then has caught up with it: started and stepped, and fired every tick its clock has reached. So which replicas
+fire which ticks is the plan's, not the machine's load or the lab's speed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import redis
 
 from core import clock, stream
 from core.config import Config
-from core.engines.scheduler import clock_offset, cron_key, lease_watch
+from core.engines.scheduler import PLAN, clock_offset, cron_key, lease_watch, tick_of
 from core.procs import die_with_parent
 
 
@@ -36,6 +41,7 @@ class LabFleet:
     lab: str
     slots: dict[str, ReplicaSlot] = field(default_factory=dict)
     down: bool = False
+    plan_at: float | None = None  # where the fleet holds the clock for a challenge's plan (PLAN), if it does
 
 
 class SchedulerFleet:
@@ -47,6 +53,7 @@ class SchedulerFleet:
     def spawn(self, fleet: LabFleet, slot: ReplicaSlot, settings: dict) -> None:
         env = dict(os.environ, REDIS_URL=self.redis_url)
         nice = self.nice_of(settings)
+        self.r.hdel(cron_key(fleet.lab, "seen"), slot.id)  # "starting" until the new process takes its first step
 
         def start() -> None:
             die_with_parent()
@@ -112,7 +119,10 @@ class SchedulerFleet:
                 return
             fleet = self.fleets[lab] = LabFleet(lab)
         now = clock.now(self.r, lab)
-        down_until = float(self.r.hget(cron_key(lab, "fault"), "down_until") or -1)
+        fault = self.r.hgetall(cron_key(lab, "fault"))
+        down_until = float(fault.get("down_until") or -1)
+        plan = json.loads(fault["plan"]) if fault.get("plan") else None
+        windows = plan["down"] if plan else {}
         for rid in [f"r{k}" for k in range(1, want + 1) if f"r{k}" not in fleet.slots]:
             fleet.slots[rid] = ReplicaSlot(rid, state="dead")
         if fleet.down and now >= down_until:
@@ -126,7 +136,7 @@ class SchedulerFleet:
                 del fleet.slots[rid]
                 self.r.hdel(cron_key(lab, "replicas"), rid)
                 continue
-            if now < down_until:
+            if now < down_until or (rid in windows and windows[rid][0] <= now < windows[rid][1]):
                 if slot.state == "running":
                     self.kill(lab, rid, settings, state="down")
                 elif slot.state != "down":
@@ -141,6 +151,28 @@ class SchedulerFleet:
                 stream.emit(self.r, lab, "replica.died", now, replica=rid)
             if slot.state == "dead" and now >= slot.respawn_at:
                 self.spawn(fleet, slot, settings)
+        if plan:
+            self.follow(fleet, plan, settings, now)
+
+    def follow(self, fleet: LabFleet, plan: dict, settings: dict, now: float) -> None:
+        """Hold the lab's clock at the plan's next moment; at a moment, until every running replica has caught up
+        (stepped since it started, fired every tick its clock has reached); past the last, let it go."""
+        seen = self.r.hgetall(cron_key(fleet.lab, "seen"))
+        behind = any(
+            slot.state == "running" and int(seen.get(rid, "-1") or -1) < tick_of(settings, rid, now)
+            for rid, slot in fleet.slots.items()
+        )
+        ahead = [m for m in plan["moments"] if m > now or (behind and m >= now)]
+        at = ahead[0] if ahead else None
+        if at is None:  # done: the plan goes (the run keeps its copy for the verdict)
+            clock.lift(self.r, fleet.lab, PLAN)
+            self.r.hdel(cron_key(fleet.lab, "fault"), "plan")
+            fleet.plan_at = None
+        elif at != fleet.plan_at:
+            clock.hold(self.r, fleet.lab, PLAN, at)
+            fleet.plan_at = at
+        elif not clock.refresh(self.r, fleet.lab, PLAN):
+            clock.hold(self.r, fleet.lab, PLAN, at)  # swept while this process stalled: place it again
 
     def renice(self, lab: str, nice: int) -> None:
         fleet = self.fleets.get(lab)

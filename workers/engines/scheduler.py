@@ -33,8 +33,9 @@ import time
 import redis
 
 from core import clock, registry, stream
+from core.challenges import run as runs
 from core.engines import shards
-from core.engines.scheduler import TASK, clock_offset, cron_key, digest, lease_watch
+from core.engines.scheduler import TASK, clock_offset, cron_key, digest, lease_watch, tick_of
 from workers.engines import locks
 
 FOLLOWER_POLL_S = 5.0  # simulated seconds between a follower's tries for the leader lease
@@ -86,14 +87,6 @@ def loop_sleep(settings: dict) -> float:
     return min(0.05, max(0.004, 1 / max(float(settings.get("speed", 20)), 1e-9)))
 
 
-def fire_delay(settings: dict, replica: str) -> float:
-    """How long after each tick this replica's scheduler fires (replica k of N: late·(k−1)/(N−1)), on its
-    own clock: replicas do not all fire on the tick, and a late one may find a short lock already expired."""
-    n = int(settings["scheduler_replicas"])
-    k = int(replica.lstrip("r") or 1)
-    return float(settings.get("cron_late", 0.0)) * (k - 1) / (n - 1) if n > 1 else 0.0
-
-
 class Replica:
     def __init__(self, r: redis.Redis, lab: str, replica: str):
         self.r, self.lab, self.id = r, lab, replica
@@ -104,10 +97,10 @@ class Replica:
         self.next_renew = self.next_try = -math.inf
         self.watch_at: float | None = None  # where (lab clock) my lease-watch barrier stands, if I hold one
         self.watch_refreshed = 0.0  # real time of its last refresh
+        self.rq = redis.Redis.from_url(os.environ["REDIS_URL"])  # RQ's side of a challenge job's enqueue: bytes
         self.start_script = r.register_script(_START)
         self.send_script = r.register_script(_SEND)
         self.settings = registry.settings(r, lab)
-        r.hdel(cron_key(lab, "seen"), replica)  # "starting" until this process sees its first tick
 
     # --- clock ------------------------------------------------------------------------------
     def now(self) -> float:
@@ -132,10 +125,14 @@ class Replica:
         self.stop()
 
     def step(self) -> None:
-        now = self.now()
+        lab_now = clock.now(self.r, self.lab)
+        now = lab_now + clock_offset(self.settings, self.id)
         self.lead(now)
-        tick = math.floor((now - fire_delay(self.settings, self.id)) / float(self.settings["cron_interval"]))
-        if self.last_tick is None or tick < self.last_tick:  # start-up, or the interval was raised
+        tick = tick_of(self.settings, self.id, lab_now)
+        if self.last_tick is None:  # start-up: up from here ("starting" until now; a challenge's plan waits for it)
+            self.r.hset(cron_key(self.lab, "seen"), self.id, tick)
+            self.last_tick = tick
+        elif tick < self.last_tick:  # the interval was raised
             self.last_tick = tick
         elif tick > self.last_tick:
             self.last_tick = tick
@@ -145,6 +142,9 @@ class Replica:
         # Fresh settings for the tick itself: a reset measures from the next tick, and a replica still
         # on the strategy it read a loop ago would record that tick under the old one.
         self.settings = registry.settings(self.r, self.lab)
+        if runs.fire(self.r, self.rq, self.lab, tick, self.id, now):  # a challenge's run: the learner's task
+            self.r.hset(cron_key(self.lab, "seen"), self.id, tick)  # once fired: the fleet's plan waits for it
+            return
         strategy = self.settings["cron_strategy"]
         with self.r.pipeline() as pipe:
             pipe.hsetnx(cron_key(self.lab, "ticks"), f"{tick}:strategy", strategy)  # what this tick measures
