@@ -25,6 +25,7 @@ next never waits out PARK_AFTER. Only if every candidate is in use is the reques
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import redis
 
@@ -88,22 +89,38 @@ def watched_now(r: redis.Redis, labs: list[str]) -> set[str]:
         return {lab for lab, n in zip(labs, pipe.execute(), strict=True) if n}
 
 
-def last_seen(r: redis.Redis, labs: list[str]) -> dict[str, float]:
-    """Per lab, the last real time a page or its owner looked at it (now, if a socket is open)."""
+@dataclass(frozen=True)
+class Look:
+    """How a lab was last looked at (real times; 0 for never): `watched` a page has it open now; `page_closed` its
+    last page closed; `called` its owner's last call; `seen` the latest of every look (now, while watched)."""
+
+    watched: bool
+    page_closed: float
+    called: float
+    seen: float
+
+
+def looks(r: redis.Redis, labs: list[str]) -> dict[str, Look]:
+    """Each lab's `Look`, in one round trip however many labs."""
     now = time.time()
     with r.pipeline(transaction=False) as pipe:
         for lab in labs:
-            pipe.zrange(watchers(lab), -1, -1, withscores=True)
+            pipe.zrange(watchers(lab), -1, -1, withscores=True)  # the newest watcher's stamp
             pipe.hmget(key(lab, "meta"), "last_watched", "last_active", "created", "resumed")
         res = pipe.execute()
     out = {}
     for i, lab in enumerate(labs):
         top, stamps = res[2 * i], res[2 * i + 1]
-        seen = max([float(s) for s in stamps if s] or [0.0])
-        if top:
-            seen = max(seen, now if top[0][1] > now - WATCH_STALE_S else top[0][1])
-        out[lab] = seen
+        page_closed, called, *_ = [float(s or 0) for s in stamps]
+        watched = bool(top) and top[0][1] > now - WATCH_STALE_S
+        seen = max([float(s or 0) for s in stamps] + ([now if watched else top[0][1]] if top else []))
+        out[lab] = Look(watched, page_closed, called, seen)
     return out
+
+
+def last_seen(r: redis.Redis, labs: list[str]) -> dict[str, float]:
+    """Per lab, the last real time a page or its owner looked at it (now, if a socket is open)."""
+    return {lab: look.seen for lab, look in looks(r, labs).items()}
 
 
 def least_recently_seen(r: redis.Redis, labs: list[str]) -> list[str]:
@@ -258,20 +275,14 @@ def quiet(r: redis.Redis, labs: list[str]) -> list[str]:
     server parks to let another lab run. In use: a page has it open now, or its owner called it within QUIET_S
     and not from a page since closed (a script driving it through the API alone)."""
     lanes = {lab: clock.lanes(r, lab) for lab in labs}
-    every = sorted({lane for group in lanes.values() for lane in group} | set(labs))
-    watched = watched_now(r, every)
-    seen = last_seen(r, every)
-    with r.pipeline(transaction=False) as pipe:
-        for lane in every:
-            pipe.hmget(key(lane, "meta"), "last_watched", "last_active")
-        stamps = {lane: [float(x or 0) for x in got] for lane, got in zip(every, pipe.execute(), strict=True)}
+    seen = looks(r, sorted({lane for group in lanes.values() for lane in group} | set(labs)))
     cutoff = time.time() - QUIET_S
 
     def idle(lane: str) -> bool:
-        page_closed, called = stamps[lane]
-        return lane not in watched and (page_closed >= called or called < cutoff)
+        look = seen[lane]
+        return not look.watched and (look.page_closed >= look.called or look.called < cutoff)
 
-    last = {lab: max(seen.get(lane, 0.0) for lane in {lab, *lanes[lab]}) for lab in labs}
+    last = {lab: max(seen[lane].seen for lane in {lab, *lanes[lab]}) for lab in labs}
     return sorted((lab for lab in labs if all(idle(lane) for lane in {lab, *lanes[lab]})), key=last.__getitem__)
 
 
