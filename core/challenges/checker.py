@@ -167,8 +167,11 @@ def _by_tick(records: dict[str, dict], events: list[Event]) -> dict[int, list[Ev
     return by_tick
 
 
-def _who(e: Event) -> str:
-    return f"job {e['job_id']} (attempt {e.get('attempt')}) at {_t(e)}"
+def _who(e: Event, records: dict[str, dict]) -> str:
+    """Which job sent it, and (a job a scheduler replica fired) which replica fired it for which tick."""
+    fired = json.loads(records.get(e["job_id"], {}).get("payload") or "{}").get("input") or {}
+    by = f", fired by replica {fired['replica']} for tick {fired['tick']}" if "replica" in fired else ""
+    return f"job {e['job_id']} (attempt {e.get('attempt')}{by}) at {_t(e)}"
 
 
 def every_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[Event]], Found]:
@@ -194,9 +197,9 @@ def no_double_tick(ticks: float) -> Callable[[list[str], dict[str, dict], list[E
         for tick in sorted(by_tick):
             sent = by_tick[tick]
             if not 1 <= tick <= ticks:
-                return f"an email for tick {tick}, which the schedule does not have: {_who(sent[0])}", sent[:1]
+                return f"an email for tick {tick}, which the schedule does not have: {_who(sent[0], records)}", sent[:1]
             if len(sent) > 1:
-                return f"tick {tick}: {len(sent)} emails — " + "; ".join(_who(e) for e in sent), sent
+                return f"tick {tick}: {len(sent)} emails — " + "; ".join(_who(e, records) for e in sent), sent
         return None
 
     return rule

@@ -102,10 +102,12 @@ def test_every_tick_and_no_double_tick_read_the_tick_from_the_subject():
         for i, t in enumerate([1, 2, 2, 4], 1)
     ]
     records = {str(i): DONE for i in range(1, 5)}
+    records["3"] = {**DONE, "payload": json.dumps({"input": {"tick": 2, "replica": "r3", "clock": 140.0}})}
     every, double = checker.check(["every_tick:4", "no_double_tick:4"], list(records), records, mail)
     assert every["counterexample"]["text"] == "tick 3: no email — no replica ran it"
     assert double["counterexample"]["text"] == (
-        "tick 2: 2 emails — job 2 (attempt 1) at t = 20 s; job 3 (attempt 1) at t = 30 s"
+        "tick 2: 2 emails — job 2 (attempt 1) at t = 20 s; "
+        "job 3 (attempt 1, fired by replica r3 for tick 2) at t = 30 s"
     )
     stray = checker.check(
         ["no_double_tick:4"], ["1"], {"1": DONE}, [ev(1, "email.sent", 5, subject="Daily digest, tick 5")]
