@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 import redis
@@ -26,6 +27,8 @@ from core import clock, stream
 from core.config import Config
 from core.engines.scheduler import PLAN, clock_offset, cron_key, lease_watch, tick_of
 from core.procs import die_with_parent
+
+PLAN_PATIENCE_S = 15.0  # real seconds the clock waits at a plan's moment for the replicas before it goes on
 
 
 @dataclass
@@ -42,6 +45,7 @@ class LabFleet:
     slots: dict[str, ReplicaSlot] = field(default_factory=dict)
     down: bool = False
     plan_at: float | None = None  # where the fleet holds the clock for a challenge's plan (PLAN), if it does
+    waited_since: float | None = None  # real time (monotonic) the clock began to wait at plan_at for the replicas
 
 
 class SchedulerFleet:
@@ -162,6 +166,11 @@ class SchedulerFleet:
             slot.state == "running" and int(seen.get(rid, "-1") or -1) < tick_of(settings, rid, now)
             for rid, slot in fleet.slots.items()
         )
+        if behind and fleet.plan_at == now:  # the clock waits here: for a replica that hangs, not for ever
+            fleet.waited_since = fleet.waited_since or time.monotonic()
+            behind = time.monotonic() - fleet.waited_since < PLAN_PATIENCE_S
+        else:
+            fleet.waited_since = None
         ahead = [m for m in plan["moments"] if m > now or (behind and m >= now)]
         at = ahead[0] if ahead else None
         if at is None:  # done: the plan goes (the run keeps its copy for the verdict)

@@ -129,10 +129,8 @@ class Replica:
         now = lab_now + clock_offset(self.settings, self.id)
         self.lead(now)
         tick = tick_of(self.settings, self.id, lab_now)
-        if self.last_tick is None:  # start-up: up from here ("starting" until now; a challenge's plan waits for it)
-            self.r.hset(cron_key(self.lab, "seen"), self.id, tick)
-            self.last_tick = tick
-        elif tick < self.last_tick:  # the interval was raised
+        if self.last_tick is None or tick < self.last_tick:  # start-up, or the interval was raised: on from here
+            self.r.hset(cron_key(self.lab, "seen"), self.id, tick)  # ("starting" until then; a plan waits for it)
             self.last_tick = tick
         elif tick > self.last_tick:
             self.last_tick = tick

@@ -363,7 +363,7 @@ export function install(W) {
     const own = (e) => !run.jobless && e.job_id != null;
     const m = !run.moment && run.step.moment && acted && run.setupId && (anchor || !run.step.moment_after)
       && mine.slice(mine.indexOf(anchor) + 1).filter((e) => (own(e) || later(e.id, run.setupId))
-        && e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[(run.step.moment_n || 1) - 1];
+        && e.type === run.step.moment && want.every(([k, v]) => (e.data || {})[k] === v))[Math.min(run.step.moment_n || 1, run.landed || Infinity) - 1];
     if (m) moment(m);
   }
 
@@ -389,9 +389,21 @@ export function install(W) {
     if (!a.kill && !a.kills && !a.expire) return;
     await W.clockAction({ action: 'pause' });
     if (a.kill && ev.worker_id) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(ev.worker_id)}/kill`), {});
-    if (a.kills) { // rapid kills: every worker busy with one of the step's jobs, one after another
-      const busy = [...S.workers.values()].filter((w) => w.state === 'busy' && mine.ids.has(String(w.job_id)));
-      for (const w of busy.slice(0, a.kills)) await W.api('POST', W.labPath(`/workers/${encodeURIComponent(w.id)}/kill`), {});
+    if (a.kills) { // rapid kills: the workers that claimed the step's jobs (read from the claims themselves, not the
+      // workers panel, which may not have drawn the last one yet), one after another; a pool slow to answer is asked
+      // again. The moment then waits for as many redeliveries as kills landed on a job of the step, never more.
+      const holders = new Map();
+      for (const e of mine.all) if (e.type === 'job.claimed' && mine.ids.has(String(e.job_id))) holders.set(String(e.job_id), e.worker_id);
+      let landed = 0;
+      for (const id of [...new Set(holders.values())].slice(0, a.kills)) {
+        for (let tries = 0; tries < 3; tries += 1) {
+          const res = await W.api('POST', W.labPath(`/workers/${encodeURIComponent(id)}/kill`), {});
+          if (res.ok && mine.ids.has(String(res.data.job_id))) landed += 1;
+          if (res.ok || res.status === 409 || res.status === 429) break; // done, or nothing to kill, or not ours to retry
+          await new Promise((r) => setTimeout(r, 300));
+        }
+      }
+      mine.landed = landed;
     }
     if (a.expire) await W.api('POST', W.labPath(`/jobs/${encodeURIComponent(ev.job_id)}/lease/expire`), {});
     if (run === mine && !mine.moment) await W.clockAction({ action: 'resume' }); // unless its moment came meanwhile
