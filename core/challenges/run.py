@@ -222,6 +222,8 @@ def end(r: redis.Redis, lab: str, why: str) -> None:
     """The run ends now with `why` (a handler broke a limit): no job of it runs the handler again."""
     if r.hget(row_key(lab), "state") == "running":
         r.hset(row_key(lab), mapping={"state": "error", "error": why[:500]})
+        if r.hdel(cron_key(lab, "fault"), "plan"):  # a scheduled run's replicas go back to their own ticks
+            clock.lift(r, lab, PLAN)
         stream.emit(r, lab, "challenge.ended", clock.now(r, lab), error=why[:300])
 
 

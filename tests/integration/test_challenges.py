@@ -14,8 +14,9 @@ import time
 import pytest
 
 import chapters
-from core import sandbox
+from core import clock, sandbox
 from core.challenges import run as runs
+from core.engines.scheduler import PLAN, cron_key
 
 SPEED = 200
 
@@ -119,6 +120,21 @@ def test_ch7_runs_jobs_its_replicas_fire_as_the_plan_takes_them_down_and_up(api,
 
     assert [x for x in at("replica.killed") if x[1] > 0] == [("r1", 90.0), ("r2", 20.0), ("r3", 20.0)]
     assert [x for x in at("replica.started") if x[1] > 0] == [("r1", 150.0), ("r2", 150.0), ("r3", 150.0)]
+
+
+def test_a_ch7_run_a_handler_ends_gives_the_replicas_and_the_clock_back(api, r):
+    """A handler that breaks a limit ends the run at its first job: the plan goes with it, so the fleet neither
+    holds the clock at its moments nor takes replicas down, and the replicas run their own ticks again."""
+    lab = lab_for(api, "once-per-tick")
+    lid = lab["lab_id"]
+    verdict = run(api, lab, "once-per-tick", "def handle(ctx):\n    while True:\n        pass\n")
+    assert verdict["state"] == "error", verdict
+    assert r.hget(cron_key(lid, "fault"), "plan") is None
+    assert PLAN not in clock.holders(r, lid)
+    t = clock.now(r, lid)
+    snap = api.wait_for(lab, lambda s: s["clock"]["t"] > t + 600, timeout=60, what="the clock runs on, held by no plan")
+    replicas = api.ok("GET", f"/api/labs/{lid}/schedule", token=lab["token"], expect=(200,))["replicas"]
+    assert [x["state"] for x in replicas] == ["running"] * 3, (replicas, snap["clock"])
 
 
 def test_consecutive_attempts_on_a_worker_share_no_process_and_no_scratch(api, ch5):
