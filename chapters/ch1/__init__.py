@@ -271,14 +271,15 @@ CHALLENGES: dict[str, dict[str, Any]] = {
     "keep-the-lease": {
         "chapter": 1,
         "title": "Keep the lease",
-        "task": "The lease is 120 s and job 1 takes 600 s. Write the handler so that no job runs twice at once, and "
-        "a job whose worker is killed still finishes: ack late, and keep the lease with a heartbeat.",
+        "task": "The lease is 120 s; job 1 takes 600 s and the other 19 take 30 s each. Write the handler so that no "
+        "job runs twice at once, and a job whose worker is killed still finishes: ack late, and keep the lease with "
+        "a heartbeat.",
         "section": "two-fixes-one-clearly-better",
         "hint": "A lease that outlives its worker by less than a heartbeat finds a crash quickly and never "
         "expires under a live one (Two fixes, one clearly better).",
         # the lab's own heartbeat off: the handler's lease.extend is the only one
         "settings": {
-            "workers": 2,
+            "workers": 4,
             "guard": "off",
             "vt_seconds": 120,
             "heartbeat": False,
@@ -287,10 +288,12 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             "retry_policy": "none",
             "notify_guard": False,
         },
-        "workload": [600, 60],
-        "deadline_s": 3000,
-        "faults": [  # job 1's first worker is killed as it finishes, before it uploads
-            {"job": 1, "attempt": 1, "op": "storage.put", "when": "before", "do": "crash"},
+        # twenty jobs: one longer than the lease, nineteen within it, on four workers, so a copy of job 1 sent back
+        # while it runs finds a free worker (the 19 short ones are through in about 150 s)
+        "workload": [600, *[30] * 19],
+        "deadline_s": 1800,
+        "faults": [  # job 2's first worker is killed as it finishes, before it uploads
+            {"job": 2, "attempt": 1, "op": "storage.put", "when": "before", "do": "crash"},
         ],
         "invariants": ["every_job_done", "one_at_a_time"],
         "starter_breaks": "one_at_a_time",  # the invariant the starter must break

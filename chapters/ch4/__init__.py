@@ -396,7 +396,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
     "retry-policy": {
         "chapter": 4,
         "title": "Write the retry policy",
-        "task": "Storage is down for the first 600 s. Write retry_delay(n), the wait before a part's next call, so "
+        "task": "Storage is down for the first 300 s. Write retry_delay(n), the wait before a part's next call, so "
         "every job finishes within 1,200 s of its upload, storage never takes more than 12 retried calls "
         "in one second, and the dead-letter queue takes only the poison pill.",
         "section": "full-jitter-spread-the-wave-out",
@@ -408,7 +408,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             "vt_seconds": 600,
             "heartbeat": True,
             "ack_mode": "late",
-            "max_attempts": 3,
+            "max_attempts": 2,  # a job that fails both attempts inside the 300 s outage dead-letters
             "max_receives": 6,
             "retry_policy": "fixed",
             "retry_base": 30,
@@ -416,7 +416,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             "notify_guard": False,
         },
         "workload": [60, 60, 60, 60, 60, 60, {"duration_s": 60, "poison": True}],
-        "outage": {"at": 0, "duration_s": 600},
+        "outage": {"at": 0, "duration_s": 300},
         "invariants": ["finished_within:1200", "busiest_second:12", "dlq_only_poison"],
         "starter_breaks": "busiest_second",
         "starter": _REFERENCE.replace(

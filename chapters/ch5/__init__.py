@@ -204,6 +204,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
         "it (Which side effects repeat safely).",
         # the lab's own guards off: the handler is the only one
         "settings": {
+            "workers": 4,
             "guard": "off",
             "notify_guard": False,
             "idempotent_outputs": True,
