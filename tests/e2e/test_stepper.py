@@ -380,9 +380,18 @@ PAUSING = {
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 # the outlined panel moved up the page by a translation until its top is 40 px above the screen: no observed box
 # changes size
-NUDGE = """() => {
-  const look = document.querySelector('.lw-step-look');
-  look.style.translate = `0 ${-(look.getBoundingClientRect().top + 40)}px`;
+# The page moves under the paused panel, as the browser's own scroll adjustments move it (scroll anchoring, when
+# something beside the panel grows): up past the top of the screen, then down under the step bar. Each time the
+# pause must bring the panel back. (Moving the panel itself instead, a `translate` up past the top, cannot be undone
+# when the page already stands at its top: no scroll brings back what sits above the document.)
+NUDGE_UP = """() => {
+  const look = document.querySelector('.lw-step-look').getBoundingClientRect();
+  window.scrollBy({ top: look.top + 40, behavior: 'instant' });
+}"""
+NUDGE_DOWN = """() => {
+  const look = document.querySelector('.lw-step-look').getBoundingClientRect();
+  const bar = document.querySelector('[data-testid=stepper]').getBoundingClientRect();
+  window.scrollBy({ top: -(bar.top - 50 - look.top), behavior: 'instant' });
 }"""
 
 
@@ -400,10 +409,11 @@ def test_at_every_chapters_pause_continue_and_the_outlined_panel_are_on_screen(p
     status = page.get_by_test_id("stepper-status")
     expect(status).to_have_attribute("data-paused", "yes", timeout=LONG)
     next_move_on_screen(page)
-    # something moves the panel off the top of the screen and resizes nothing: the pause brings it back all the same
-    page.evaluate(NUDGE)
+    # the page moves the panel off the top of the screen, then under the bar, and resizes nothing: the pause brings
+    # it back all the same
+    page.evaluate(NUDGE_UP)
     next_move_on_screen(page)
-    page.evaluate("() => { document.querySelector('.lw-step-look').style.translate = ''; }")  # and back again
+    page.evaluate(NUDGE_DOWN)
     next_move_on_screen(page)
     expect(page.get_by_test_id("stepper-continue")).to_be_focused()
     expect(page.get_by_test_id("stepper-mount")).to_have_attribute("data-docked", "yes")
