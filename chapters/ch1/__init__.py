@@ -289,7 +289,7 @@ CHALLENGES: dict[str, dict[str, Any]] = {
             "notify_guard": False,
         },
         # twenty jobs: one longer than the lease, nineteen within it, on four workers, so a copy of job 1 sent back
-        # while it runs finds a free worker (the 19 short ones are through in about 150 s)
+        # while it runs finds a free worker (the 19 short ones, and job 2 again, are through in about 200 s)
         "workload": [600, *[30] * 19],
         "deadline_s": 1800,
         "faults": [  # job 2's first worker is killed as it finishes, before it uploads

@@ -378,8 +378,6 @@ PAUSING = {
     if any(st.get("moment") and st.get("do") for st in steps)
 }
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
-# the outlined panel moved up the page by a translation until its top is 40 px above the screen: no observed box
-# changes size
 # The page moves under the paused panel, as the browser's own scroll adjustments move it (scroll anchoring, when
 # something beside the panel grows): up past the top of the screen, then down under the step bar. Each time the
 # pause must bring the panel back. (Moving the panel itself instead, a `translate` up past the top, cannot be undone
