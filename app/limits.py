@@ -74,6 +74,13 @@ def check_rate(r: redis.Redis, name: str, n: int = 1) -> None:
         )
 
 
+def refund(r: redis.Redis, name: str) -> None:
+    """Give back one use of `name` that `check_rate` counted in this client's window: a call refused after it for
+    another reason (no room for its processes) spends nothing of the client's budget."""
+    cfg = current_app.config["LAB"]
+    spend(r, name, client(), getattr(cfg, RATES[name][0]), cfg.rate_window, time.time(), -1)
+
+
 def refused(r: redis.Redis, e: slots.Refused, who: str, whose: str = "the roomiest pool host") -> ApiError:
     """The 429 a refused reservation answers: the client's cap on running labs (with them listed, so the
     widget can offer to park or close the oldest) or on labs kept (listed too: the widget offers to close the

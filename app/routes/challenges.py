@@ -75,7 +75,11 @@ def run_challenge(lab_id: str):
         raise ApiError(409, "challenge_running", "a run of this lab's challenge is still going: wait for its verdict")
     limits.check_rate(r, "challenges")
     if "workers" in spec["settings"]:
-        limits.resize(r, lab_id, registry.processes_of({**registry.settings(r, lab_id), **spec["settings"]}))
+        try:
+            limits.resize(r, lab_id, registry.processes_of({**registry.settings(r, lab_id), **spec["settings"]}))
+        except ApiError:
+            limits.refund(r, "challenges")  # a run the host has no room for spends none of the client's runs
+            raise
     registry.update_settings(r, lab_id, spec["settings"])
     started = runs.start(r, get_rq(), lab_id, body["challenge"], spec, body["code"])
     return jsonify(**started, verdict_url=f"/api/labs/{lab_id}/challenge"), 202

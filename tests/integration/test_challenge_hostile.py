@@ -17,6 +17,7 @@ import time
 import pytest
 import redis
 
+import chapters
 from core import sandbox
 
 CHALLENGE = "effectively-once"
@@ -74,8 +75,11 @@ def hostile(api, stack, neighbour, r):
     assert out["state"] == "done" and out["outputs"], out
     api.ok("POST", f"/api/labs/{other['lab_id']}/jobs", {"sample": "carphone_pristine"}, other["token"], expect=(202,))
     api.wait_for(other, lambda s: s["counts"]["done"] == 2, what="the neighbour still runs a new job")
-    rows = api.snapshot(lab)["workers"]
-    assert len(rows) == 2 and all(w["state"] in ("idle", "busy") for w in rows), rows  # its own lab survives
+    snap = api.snapshot(lab)
+    rows = snap["workers"]
+    # its own lab survives: as many workers as it asks for (the challenge's, once a run has started), each alive
+    assert snap["settings"]["workers"] in (2, chapters.CHALLENGES[CHALLENGE]["settings"]["workers"]), snap["settings"]
+    assert len(rows) == snap["settings"]["workers"] and all(w["state"] in ("idle", "busy") for w in rows), rows
     assert wait_no_sandbox_processes() == [], "a sandboxed process outlived its run"
     assert abs(shutil.disk_usage(stack.root).free - before["free"]) < 200 << 20, "the disk filled"
 

@@ -116,12 +116,25 @@ def test_one_client_gets_429_with_retry_after_past_its_job_budget_and_others_do_
 
 
 def test_challenge_runs_are_rate_limited_per_client(tight, tapi):
-    labs = [tapi.lab("ch5", speed=20, workers=0) for _ in range(2)]  # no worker: the runs wait, costing nothing
-    body = {"challenge": "effectively-once", "code": chapters.CHALLENGES["effectively-once"]["starter"]}
-    runs = [post_from(tight, "127.0.0.6", f"/api/labs/{lab['lab_id']}/challenge", body, lab["token"]) for lab in labs]
+    def body(challenge: str) -> dict:
+        return {"challenge": challenge, "code": chapters.CHALLENGES[challenge]["starter"]}
+
+    def run(lab: dict, challenge: str, source_ip: str = "127.0.0.6") -> tuple[int, dict, dict]:
+        return post_from(tight, source_ip, f"/api/labs/{lab['lab_id']}/challenge", body(challenge), lab["token"])
+
+    # chapter 5's run asks for more workers than this host runs (MAX_WORKERS): refused for that, and it spends
+    # nothing of the client's one run
+    big = tapi.lab("ch5", speed=20, workers=0)
+    assert chapters.CHALLENGES["effectively-once"]["settings"]["workers"] > MAX_WORKERS
+    status, _, refused = run(big, "effectively-once")
+    assert status == 429 and refused["error"] == "workers_full", refused
+    # chapter 4's fits (its 3 workers): the client's one run goes, its next is refused for the budget
+    labs = [tapi.lab("ch4", speed=20, workers=0) for _ in range(2)]
+    runs = [run(lab, "retry-policy") for lab in labs]
     assert runs[0][0] == 202 and runs[1][0] == 429 and runs[1][2]["error"] == "rate_limited", runs
-    # another client is not held back by the first one's budget
-    assert post_from(tight, "127.0.0.7", f"/api/labs/{labs[1]['lab_id']}/challenge", body, labs[1]["token"])[0] == 202
+    # another client is not held back by the first one's budget (the first run's lab gone, its workers free)
+    tapi.delete(labs[0])
+    assert run(labs[1], "retry-policy", "127.0.0.7")[0] == 202
 
 
 def test_worker_kills_are_rate_limited_per_client(tight, tapi):
