@@ -58,6 +58,20 @@ def pytest_collection_modifyitems(config, items):
     items[:] = run_order(items)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report kept on its test (`item.rep_call`), so a fixture's teardown knows the test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def failed(request) -> bool:
+    """Whether the test `request` belongs to failed in its call (read in a fixture's teardown)."""
+    report = getattr(request.node, "rep_call", None)
+    return bool(report and report.failed)
+
+
 def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """The unit tests first (a broken build fails in seconds); then the grouped modules, the drills first (the
     longest: started last, they would be the run's tail); then the rest in file order, with the browser tests

@@ -159,12 +159,28 @@ def page_lab(page, preset: str) -> dict | None:
     return {"lab_id": json.loads(saved)["id"], "token": json.loads(saved)["token"]} if saved else None
 
 
-def delete_page_labs(page, api, presets: list[str]) -> None:
-    """Delete the labs a browser test's pages opened (workers, keys and files)."""
+def delete_page_labs(page, api, presets: list[str], failed: bool = False) -> None:
+    """Delete the labs a browser test's pages opened (workers, keys and files); when the test `failed`, each lab's
+    event stream is printed first (pytest shows it under the failure: what the lab did, not only what the page
+    showed)."""
     for preset in presets:
         lab = page_lab(page, preset)
         if lab:
+            if failed:
+                tell_events(api, lab)
             api.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])
+
+
+def tell_events(api, lab: dict) -> None:
+    """Print the lab's events, one line each: real and simulated time, type, job, attempt, worker and the rest."""
+    got = api.call("GET", f"/api/labs/{lab['lab_id']}/events", token=lab["token"])
+    print(f"lab {lab['lab_id']}: {got.status}, {len(got.data['events']) if got.status == 200 else 0} events")
+    for e in got.data["events"] if got.status == 200 else []:
+        data = json.dumps(e.get("data") or {}, separators=(",", ":"))[:160]
+        print(
+            f"  {e.get('t_real')} t={e.get('t_sim')} {e.get('type')} job={e.get('job_id')}:{e.get('attempt')} "
+            f"worker={e.get('worker_id')} {data}"
+        )
 
 
 def refusal(url: str, *command: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.conftest import failed
 from tests.helpers import delete_page_labs, page_lab
 
 SPEED = 200
@@ -20,7 +21,7 @@ def open_chapter(page: Page, base: str, path: str) -> tuple[dict, str]:
 
 
 @pytest.fixture
-def lab(page: Page, stack, api):
+def lab(page: Page, stack, api, request):
     """Open chapter pages at test speed; each page's lab is deleted afterwards."""
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -32,5 +33,5 @@ def lab(page: Page, stack, api):
         return lab
 
     yield open_page
-    delete_page_labs(page, api, opened)
+    delete_page_labs(page, api, opened, failed(request))
     assert not errors, f"JavaScript errors on the page: {errors}"

@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from core import media
 from core.procs import wait
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, failed
 from tests.helpers import delete_page_labs, unfold
 
 SPEED = 200
@@ -45,7 +45,7 @@ def lab_page(page: Page, stack, api, shot, request):
     page.open_chapter = open_chapter
     page.snap = snap
     yield page
-    delete_page_labs(page, api, opened)
+    delete_page_labs(page, api, opened, failed(request))
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
