@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
+from tests.e2e.test_stream import clock_value
 from tests.e2e.test_widget import LONG, busy_worker
 from tests.helpers import unfold
 
@@ -39,6 +40,7 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     countdown = page.get_by_test_id("lease-countdown")
     expect(countdown).to_contain_text(re.compile(r"\d+ s left"), timeout=10_000)
     first = int(re.search(r"(\d+) s left", countdown.inner_text()).group(1))
+    deadline = clock_value(page) + first  # the dead worker's lease deadline, on the lab's clock
     page.wait_for_function(
         "(n) => { const m = /(\\d+) s left/.exec(document.querySelector("
         "'[data-testid=lease-countdown]').textContent); return m && Number(m[1]) < n; }",
@@ -47,7 +49,14 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     )
     expect(detail.get_by_test_id("attempt-1")).to_contain_text(worker)
     page.snap("inspect-leased")
-    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=LONG)
+    # the witness is the lab's own clock, not real time: by the deadline plus one 600 s run (and a minute more)
+    # the lease has brought the job back and its second attempt has ended, however slowly the host ran meanwhile
+    page.wait_for_function(
+        "(t) => Number(document.querySelector('[data-testid=readout-clock]').dataset.value) >= t",
+        arg=deadline + 600 + 60,
+        timeout=180_000,
+    )
+    expect(page.get_by_test_id("job-row-1")).to_have_attribute("data-state", "done", timeout=10_000)
     a1, a2 = detail.get_by_test_id("attempt-1"), detail.get_by_test_id("attempt-2")
     expect(a1).to_contain_text("lease expired", timeout=10_000)
     expect(a1.locator("td").nth(5)).to_have_text("1")  # fence
