@@ -92,6 +92,7 @@ if guard == 'claim' and st == 'running' then
 end
 local fields = {'attempt', tostring(tonumber(rec['attempt'] or '0') + 1), 'holder', delivery, 'worker', worker,
                 'claimed_at', now}
+local was = st  -- the record's state before this claim: running means another attempt still holds it
 if st == 'queued' or st == 'retrying' then
   fields[#fields + 1], fields[#fields + 2] = 'state', 'running'
   move(states, st, 'running')
@@ -101,7 +102,7 @@ redis.call('HSET', record, unpack(fields))
 if st == 'running' then redis.call('ZADD', alive, now, job_id) end
 redis.call('HSET', attempts, delivery, attempt_rec)
 local ev = cjson.decode(claimed_ev)
-ev['data']['record_was'] = st
+ev['data']['record_was'] = was
 emit(events, counts, cjson.encode(ev), '')
 for i = 1, #fields, 2 do rec[fields[i]] = fields[i + 1] end
 local out = {}

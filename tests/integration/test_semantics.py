@@ -79,6 +79,8 @@ def test_off_a_vt_shorter_than_the_job_runs_it_twice_done_once_with_300_s_of_ove
     claims = types(ev, "job.claimed")
     a, b = claims[0], claims[1]
     assert [c["attempt"] for c in claims] == [1, 2] and a["worker_id"] != b["worker_id"]
+    # each claim says what it found: A a queued record, B one A still holds (the duplicate the guard would stop)
+    assert [c["data"]["record_was"] for c in claims] == ["queued", "running"]
     # A runs 0–600; the lease runs out at 300 and B starts the same job while A is still busy
     assert b["t_sim"] - a["t_sim"] == pytest.approx(300, abs=tol)
     done = types(ev, "job.succeeded")
