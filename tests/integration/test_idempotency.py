@@ -162,6 +162,8 @@ def test_the_handler_runs_twice_under_redelivery_and_the_guards_decide_the_email
             s["counts"]["succeeded"] + s["counts"]["duplicate_completions"] >= 2
             and s["counts"]["running"] == 0
             and s["counts"]["queued"] == 0
+            # each handler run's email step comes after its completion, a round trip later: both decided
+            and s["counts"]["emails_sent"] + s["counts"]["emails_suppressed"] >= 2
         ),
         timeout=90,
     )
