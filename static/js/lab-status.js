@@ -235,11 +235,18 @@ async function lateDelivery() {
   showError(await ctx.api('POST', `/api/labs/${ctx.lab.id}/jobs/${done[done.length - 1]}/late-delivery`, {}));
 }
 
-async function registerHook(failTimes) {
-  const res = await ctx.api('PUT', `/api/labs/${ctx.lab.id}/webhook`, { url: 'builtin', fail_times: failTimes });
-  showError(res);
-  setText(q('hook-state'), res.ok ? `registered: the built-in receiver${failTimes ? `, failing the next ${failTimes}` : ''}`
-    : 'not registered');
+// Registrations go one after another, in the order asked: the page's own one on load must not land after a
+// learner's quick "fail the next N" and switch it off again (on the server, and in the line below)
+let hookQueue = Promise.resolve();
+
+function registerHook(failTimes) {
+  hookQueue = hookQueue.catch(() => {}).then(async () => { // one that failed does not stop the next
+    const res = await ctx.api('PUT', `/api/labs/${ctx.lab.id}/webhook`, { url: 'builtin', fail_times: failTimes });
+    showError(res);
+    setText(q('hook-state'), res.ok
+      ? `registered: the built-in receiver${failTimes ? `, failing the next ${failTimes}` : ''}` : 'not registered');
+  });
+  return hookQueue;
 }
 
 // ---- rendering ------------------------------------------------------------------------------------

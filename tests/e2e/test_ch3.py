@@ -73,3 +73,41 @@ def test_ch3_receiver_fail_switch_shows_retried_webhooks(ch3: Page):
     expect(arrivals).to_have_count(3)
     expect(arrivals.first).to_contain_text("answered 200")
     expect(page.get_by_test_id("ch3-arrivals").locator('li[data-status="500"]')).to_have_count(2)
+
+
+def test_a_fail_switch_pressed_while_the_pages_own_registration_is_slow_stays_on(page: Page, stack, api):
+    """The page registers the built-in receiver as it opens; a learner who presses *Fail the next 2* before that
+    answer is back must still get the failures (the page's registration once came last and undid them)."""
+    held: list = []  # the page's own registration, kept from the server until the learner has pressed
+    answered: list[int] = []
+
+    def hold_first_put(route):
+        if route.request.method == "PUT" and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    def until(what, ok) -> None:
+        for _ in range(100):
+            if ok():
+                return
+            page.wait_for_timeout(100)
+        pytest.fail(f"never: {what}")
+
+    page.route("**/api/labs/*/webhook", hold_first_put)
+    page.on("response", lambda r: answered.append(r.status) if r.request.method == "PUT" and "/webhook" in r.url else 0)
+    page.goto(f"{stack.url}/chapters/3?speed=50")
+    expect(page.get_by_test_id("ch3-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
+    until("the page registers the receiver as it opens", lambda: held)
+    page.get_by_test_id("ch3-fails").fill("2")
+    page.get_by_test_id("ch3-fail").click()
+    page.wait_for_timeout(500)  # room for a registration sent at once to be answered first
+    held[0].continue_()
+    until("both registrations answered", lambda: len(answered) >= 2)
+    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch3')"))
+    try:
+        expect(page.get_by_test_id("ch3-hook-state")).to_contain_text("failing the next 2")
+        hook = api.call("GET", f"/api/labs/{lab['id']}/webhook", token=lab["token"]).json()
+        assert hook["fail_times"] == 2, "the page's own registration landed last and switched the failures off"
+    finally:
+        api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
