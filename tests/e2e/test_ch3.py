@@ -3,10 +3,10 @@ polling, long-poll, WebSocket and webhook clients, counted per method; a late re
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from playwright.sync_api import Page, expect
+
+from tests.helpers import delete_page_labs, page_lab
 
 LONG = 90_000
 
@@ -18,10 +18,7 @@ def ch3(page: Page, stack, api):
     page.goto(f"{stack.url}/chapters/3?speed=50")
     expect(page.get_by_test_id("ch3-panel")).to_have_attribute("data-state", "ready", timeout=30_000)
     yield page
-    saved = page.evaluate("localStorage.getItem('awl:lab:ch3')")
-    if saved:
-        lab = json.loads(saved)
-        api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+    delete_page_labs(page, api, ["ch3"])
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
@@ -104,10 +101,10 @@ def test_a_fail_switch_pressed_while_the_pages_own_registration_is_slow_stays_on
     page.wait_for_timeout(500)  # room for a registration sent at once to be answered first
     held[0].continue_()
     until("both registrations answered", lambda: len(answered) >= 2)
-    lab = json.loads(page.evaluate("localStorage.getItem('awl:lab:ch3')"))
+    lab = page_lab(page, "ch3")
     try:
         expect(page.get_by_test_id("ch3-hook-state")).to_contain_text("failing the next 2")
-        hook = api.call("GET", f"/api/labs/{lab['id']}/webhook", token=lab["token"]).json()
+        hook = api.call("GET", f"/api/labs/{lab['lab_id']}/webhook", token=lab["token"]).json()
         assert hook["fail_times"] == 2, "the page's own registration landed last and switched the failures off"
     finally:
-        api.call("DELETE", f"/api/labs/{lab['id']}", token=lab["token"])
+        delete_page_labs(page, api, ["ch3"])
