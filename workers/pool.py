@@ -31,7 +31,7 @@ from workers import reconcile
 from workers.engines import fairness
 from workers.engines.fleet import SchedulerFleet
 from workers.process import lab_env, lab_nice, renice, start_holder, start_lab_process
-from workers.spare import Spares
+from workers.spare import Proc, Spares
 
 RQ_BIN = str(Path(sys.executable).with_name("rq"))
 
@@ -58,7 +58,7 @@ def worker_argv(name: str, queues: list[str]) -> list[str]:
 @dataclass
 class Slot:
     id: str
-    proc: subprocess.Popen | None = None
+    proc: Proc | None = None
     state: str = "idle"  # idle|busy (from the worker) · booting · dead · respawning · draining · rewiring
     respawn_at: float = 0.0  # simulated time (the lab's clock) a dead worker respawns or a booting one starts
     generation: int = 0

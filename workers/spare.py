@@ -35,6 +35,9 @@ from core.disk import persist_refused
 from core.keys import spare_assignment
 from core.procs import server_tag
 from workers.process import lab_env, start_lab_process
+from workers.zygote import Forked, Zygote
+
+Proc = subprocess.Popen | Forked  # a spare as the pool holds it: started afresh, or forked by the zygote
 
 WAIT_S = 2  # seconds per wait (under the client's 5 s socket timeout); between waits an orphan exits
 
@@ -48,21 +51,32 @@ def prestart(nice: int) -> None:
 
 
 class Spares:
-    """This host's pre-started worker processes, each with the token of the list it waits on."""
+    """This host's pre-started worker processes, each with the token of the list it waits on. They are forked
+    from the host's zygote (workers/zygote.py) while it answers, else started as fresh interpreters."""
 
     def __init__(self, r: redis.Redis, config: Config):
         self.r = r
         self.config = config
-        self.ready: list[tuple[subprocess.Popen, str]] = []  # pre-started worker processes, each with its token
+        self.ready: list[tuple[Proc, str]] = []  # pre-started worker processes, each with its token
         self.refill_at = 0.0
         self.can_renice = os.geteuid() == 0  # may lower a process's nice value (a spare's, once assigned)
+        self.zygote: Zygote | None = None
+        self.zygote_failed = False  # it could not be started or stopped answering: fresh interpreters from then on
 
-    def take(self, argv: list[str], env: dict[str, str], nice: int) -> subprocess.Popen | None:
+    def take(self, argv: list[str], env: dict[str, str], nice: int) -> Proc | None:
         """A pre-started worker process made into this worker: it runs `rq worker argv` in-process at once.
-        None if no spare is ready (then the caller starts one the slow way)."""
-        while self.ready:
-            proc, token = self.ready.pop(0)
-            self.refill_at = time.time() + SPARE_REFILL_S
+        With none ready, one forked for it now if the zygote answers; else None (the caller starts one the slow
+        way)."""
+        forks = 2  # spares forked for this worker at most (one that died at once is not forked for again and again)
+        while self.ready or (forks and self._zygote()):
+            if self.ready:
+                proc, token = self.ready.pop(0)
+                self.refill_at = time.time() + SPARE_REFILL_S
+            else:
+                forks, token = forks - 1, secrets.token_hex(8)
+                if (forked := self._zygote_start(token)) is None:
+                    continue
+                proc = forked
             if proc.poll() is not None:
                 continue
             try:
@@ -85,29 +99,62 @@ class Spares:
         self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
         if time.time() < self.refill_at:
             return
-        env = lab_env(self.config)
-        nice = 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
         while running() and len(self.ready) < self.config.spare_workers:
             token = secrets.token_hex(8)  # its own list to wait on (a pid may be reused)
-            self.ready.append(
-                (
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "workers.spare",
-                            "--server",
-                            server_tag(self.config.redis_url),
-                            "--token",
-                            token,
-                        ],
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        preexec_fn=lambda: prestart(nice),
-                    ),
-                    token,
+            proc = (self._zygote() and self._zygote_start(token)) or self._fresh(token)
+            self.ready.append((proc, token))
+
+    def exits(self) -> int | None:
+        """The fd that is readable when a forked spare (or the worker it became) exits, for the waker's select."""
+        return self.zygote.exits if self.zygote is not None else None
+
+    def exited(self) -> bool:
+        """Whether a forked spare exited since the last call (as SIGCHLD tells of the supervisor's own children)."""
+        return self.zygote is not None and self.zygote.exited()
+
+    def _nice(self) -> int:
+        return 19 if self.can_renice else max(0, min(19, self.config.lab_nice))
+
+    def _fresh(self, token: str) -> subprocess.Popen:
+        nice = self._nice()
+        return subprocess.Popen(
+            [sys.executable, "-m", "workers.spare", "--server", server_tag(self.config.redis_url), "--token", token],
+            env=lab_env(self.config),
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: prestart(nice),
+        )
+
+    def _zygote(self) -> Zygote | None:
+        """The host's zygote, started on first use; None once it has failed (or where there are no pidfds)."""
+        if self.zygote is not None and not self.zygote.alive():
+            self._zygote_failed()
+        if self.zygote is None and not self.zygote_failed:
+            if not hasattr(os, "pidfd_open"):
+                self.zygote_failed = True
+                return None
+            nice = self._nice()
+            try:
+                self.zygote = Zygote(
+                    ["--server", server_tag(self.config.redis_url)],
+                    lab_env(self.config),
+                    lambda: prestart(nice),
                 )
-            )
+            except OSError:
+                self.zygote_failed = True
+        return self.zygote
+
+    def _zygote_start(self, token: str) -> Forked | None:
+        assert self.zygote is not None
+        forked = self.zygote.fork(token, self._nice())
+        if forked is None:
+            self._zygote_failed()
+        return forked
+
+    def _zygote_failed(self) -> None:
+        if self.zygote is not None:
+            self.zygote.stop()
+        self.zygote, self.zygote_failed = None, True
+        self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
 
     def due_at(self) -> float:
         """Real time the host next starts spares (inf: it has all it keeps)."""
@@ -118,18 +165,26 @@ class Spares:
         for proc, _token in self.ready:
             proc.kill()
             proc.wait()
+        if self.zygote is not None:
+            self.zygote.stop()
 
 
-def main() -> None:
-    # The job code is loaded before the wait (that is what a spare is for), here and not at the top: the
-    # supervisor imports this module for `Spares` and runs no job code itself.
-    from rq.cli import main as rq_main
-    from setproctitle import setproctitle
+def preload() -> None:
+    """The job code, loaded before the wait (that is what a spare is for): here and not at the top, since the
+    supervisor imports this module for `Spares` and runs no job code itself."""
+    import rq.cli  # noqa: F401
+    import setproctitle  # noqa: F401
 
     import workers.rqworker  # noqa: F401  (what `rq worker --worker-class workers.rqworker.LabWorker` imports)
 
-    token = sys.argv[sys.argv.index("--token") + 1]
-    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+
+def serve(token: str) -> None:
+    """Wait for this spare's lab on `pool:spare:<token>`, then run `rq worker` in-process as that lab's worker."""
+    from rq.cli import main as rq_main
+    from setproctitle import setproctitle
+
+    # RESP2 and no client-info handshake: a spare's one connection starts with no round trips beyond its own
+    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True, protocol=2, driver_info=None)
     parent = os.getppid()
     got = None
     while got is None:
@@ -152,6 +207,11 @@ def main() -> None:
         pass
     setproctitle(" ".join(["rq", *job["argv"]]))  # as if started as `rq worker …`: ps, sweeps and tests see its lab
     rq_main(args=job["argv"], prog_name="rq")
+
+
+def main() -> None:
+    preload()
+    serve(sys.argv[sys.argv.index("--token") + 1])
 
 
 if __name__ == "__main__":

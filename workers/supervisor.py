@@ -110,7 +110,9 @@ class Supervisor:
                         self.spares.due_at(),
                     ]
                 )
-                changed = waker.wait(wake - time.time() + 0.0002)
+                changed = waker.wait(wake - time.time() + 0.0002, self.spares.exits())
+                if self.spares.exited():  # a forked spare or worker exited: as SIGCHLD for a child of this process
+                    waker.child = True
                 commands = self.host.commands in changed
                 if LABS in changed or PARKED in changed:
                     next_host = 0.0  # a new, deleted, parked or resumed lab: place or stop it now

@@ -82,14 +82,15 @@ class Waker:
         except redis.ResponseError:
             self.ps = None
 
-    def wait(self, timeout: float) -> set[str]:
-        """Sleep up to `timeout` s; the keys that changed meanwhile (empty: the timeout passed)."""
+    def wait(self, timeout: float, also: int | None = None) -> set[str]:
+        """Sleep up to `timeout` s, or until `also` (the zygote's exit pipe, workers/zygote.py) is readable; the
+        keys that changed meanwhile (empty: the timeout passed)."""
         if self.ps is None:
             time.sleep(min(timeout, LOOP_S))
             return set()
         conn = self.ps.connection
         if not conn.can_read(timeout=0):
-            select.select([conn._sock, self.sig_r], [], [], max(0.0, timeout))
+            select.select([conn._sock, self.sig_r, *([also] if also is not None else [])], [], [], max(0.0, timeout))
         try:
             while self.sig_r.recv(512):
                 self.child = True
