@@ -8,7 +8,7 @@ This module is the loop that ties the parts together, each in a module of its ow
 - wait.py     how the loop sleeps (Waker) and when each lab is next due (deadlines, next_pass)
 - pool.py     a lab's worker processes (Keeper: start, kill, respawn, boot, resize, rewire, stop)
 - duties.py   a lab's clock-driven duties each pass (reaper, engines, faults, barrier, pacing readout)
-- spare.py    pre-started workers handed to labs (Spares)
+- spare.py    pre-started workers handed to labs (Spares), forked by zygote.py
 - hosts.py    this process as one pool host: placement, ownership leases, commands routed to the owner
 - process.py  a lab process's priority and lifetime; reconcile.py  the periodic sweep of what is left
 Chapter 7's scheduler replicas are engines/fleet.py; parking is core/parking.py; teardown

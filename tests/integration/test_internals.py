@@ -1,5 +1,7 @@
 """GET /api/labs/{lab}/jobs/{job}?include=history: a job's internals folded from the real event stream."""
 
+import os
+import signal
 import time
 
 import pytest
@@ -84,3 +86,29 @@ def test_a_labs_workers_and_a_killed_workers_replacement_come_from_pre_started_p
     replacement = next(w for w in api.snapshot(lab)["workers"] if w["id"] == victim["id"])
     assert replacement["pid"] != victim["pid"] and 0 < started_at(replacement["pid"]) < killed_at
     wait(lambda: len(spares()) >= 2, 30, "the host to top its spares back up")
+
+
+def test_spares_are_forked_by_the_hosts_zygote_and_a_forked_worker_that_dies_on_its_own_is_replaced(spare_stack):
+    """workers/zygote.py: every spare is a child of the host's one zygote (a fork of the loaded job code, not an
+    interpreter of its own); a lab's worker made from one and killed from outside the pool (not by *kill
+    worker*) is seen dead though it is not the supervisor's child, and a new one takes its place."""
+    from core.procs import cmdline, ppid, processes_matching, server_tag, wait
+
+    stack, api = spare_stack
+    tag = server_tag(stack.redis_url)
+    wait(lambda: len(processes_matching(f"workers.spare --server {tag} ")) >= 2, 30, "two spare workers")
+    zygotes = processes_matching(f"workers.zygote --server {tag} ")
+    assert len(zygotes) == 1, zygotes
+    spares = processes_matching(f"workers.spare --server {tag} ")
+    assert {ppid(pid) for pid in spares} == set(zygotes), (spares, zygotes)
+    lab = api.lab("ch1", speed=200, workers=1, respawn_delay=10)
+    api.workers_ready(lab, 1)
+    (worker,) = api.snapshot(lab)["workers"]
+    assert ppid(worker["pid"]) in zygotes and "rq worker" in cmdline(worker["pid"])
+    os.kill(worker["pid"], signal.SIGKILL)
+    api.wait_for(
+        lab,
+        lambda s: any(w["state"] == "idle" and w["pid"] not in (None, worker["pid"]) for w in s["workers"]),
+        what="the dead worker replaced",
+    )
+    assert "worker.died" in {e["type"] for e in api.events(lab)}
