@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from core import media, sandbox, seccomp
+from core.procs import children, cmdline, wait
 from runtime import embedded_redis
 
 PYTHON = os.path.realpath(sys.executable)  # the interpreter itself (-I -S: no venv, no site)
@@ -276,16 +277,33 @@ def test_a_killed_caller_takes_its_sandbox_with_it(tmp_path):
 
 def test_a_sandbox_left_by_a_starter_that_died_as_it_started_is_swept_and_a_live_one_is_not():
     """bwrap's race (containers/bubblewrap#633) leaves our bwrap's child to init, blocked for good: here one is made
-    that way on purpose (a shell starts it in the background and exits), beside a sandbox whose starter lives."""
+    that way on purpose, beside a sandbox whose starter lives. The starter forks, says the child's pid and exits;
+    the child waits until it is init's, then becomes bwrap (a shell's `bwrap … &` raced: a bwrap that set its
+    parent-death signal before the shell exited died with it, and no orphan was left to find)."""
     bwrap = sandbox._bwrap()
-    shell = f"{bwrap} --ro-bind / / --die-with-parent /bin/sleep 300 >/dev/null 2>&1 & echo $!"
-    orphan = int(subprocess.run(["/bin/sh", "-c", shell], capture_output=True, text=True, check=True).stdout)
+    starter = textwrap.dedent(f"""
+        import os, time
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.01)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.execv({bwrap!r}, [{bwrap!r}, "--ro-bind", "/", "/", "--die-with-parent", "/bin/sleep", "300"])
+    """)
+    orphan = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True).stdout)
     live = subprocess.Popen([bwrap, "--ro-bind", "/", "/", "--die-with-parent", "/bin/sleep", "300"])
     try:
         deadline = time.monotonic() + 30
         while orphan not in sandbox.orphans() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert orphan in sandbox.orphans() and live.pid not in sandbox.orphans()
+        # its command started (set to die with it): a sweep before that could leave the command behind
+        wait(lambda: [p for p in children(orphan) if "sleep" in cmdline(p)], 30, "the orphan's command")
         assert sandbox.sweep_orphans() >= 1
         deadline = time.monotonic() + 30
         while Path(f"/proc/{orphan}").exists() and time.monotonic() < deadline:
