@@ -161,12 +161,18 @@ class Spares:
         return self.refill_at if len(self.ready) < self.config.spare_workers else math.inf
 
     def stop(self) -> None:
-        """The host stops: its spares hold no lab yet, so nothing to finish."""
+        """The host stops: its spares hold no lab yet, so nothing to finish. The zygote stays until `close`: the
+        lab workers it forked die with it, and a graceful stop lets them finish their job first."""
         for proc, _token in self.ready:
             proc.kill()
             proc.wait()
+        self.ready = []
+
+    def close(self) -> None:
+        """After the host's workers have stopped: the zygote too."""
         if self.zygote is not None:
             self.zygote.stop()
+            self.zygote = None
 
 
 def preload() -> None:

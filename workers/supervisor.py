@@ -265,6 +265,7 @@ class Supervisor:
             self.host.deregister()
         except redis.RedisError:
             pass
+        self.spares.close()
 
 
 DISK_PROBE = "pool:disk_probe"  # the write that tells a waiting supervisor its server writes again

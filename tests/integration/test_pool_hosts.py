@@ -266,6 +266,7 @@ def test_a_graceful_stop_hands_its_labs_over_without_losing_a_job(cluster):
     snap = b.wait_for(lab, lambda s: settled(s, len(accepted)), timeout=120)
     c = snap["counts"]
     assert c["done"] == len(accepted) and c["lost"] == 0 and c["dlq"] == 0, c
+    assert c["redelivered"] == 0, "a warm stop lets each busy worker finish its job: none comes back by its lease"
     assert not events(a, lab, "pool.host_silent")
     assert leaving not in live_hosts(cluster.client()), "a stopped host leaves the registry at once"
     a.call("DELETE", f"/api/labs/{lab['lab_id']}", token=lab["token"])

@@ -283,11 +283,11 @@ def test_a_sandbox_left_by_a_starter_that_died_as_it_started_is_swept_and_a_live
     bwrap = sandbox._bwrap()
     starter = textwrap.dedent(f"""
         import os, time
+        parent = os.getpid()
         pid = os.fork()
         if pid:
             print(pid, flush=True)
             os._exit(0)
-        parent = os.getppid()
         while os.getppid() == parent:
             time.sleep(0.01)
         null = os.open(os.devnull, os.O_RDWR)
