@@ -43,6 +43,14 @@ class Forked:
         os.close(self.fd)
         return self.returncode
 
+    def __del__(self) -> None:
+        fd = getattr(self, "fd", None)  # (none if pidfd_open failed)
+        if self.returncode is None and fd is not None:  # dropped unwaited (the process lives on): no pidfd kept open
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self.fd], [], [], 0)[0]:
             return self._exited()
