@@ -125,10 +125,12 @@ class Spares:
         )
 
     def _zygote(self) -> Zygote | None:
-        """The host's zygote, started on first use; None once it has failed (or where there are no pidfds)."""
-        if self.zygote is not None and not self.zygote.alive():
-            self._zygote_failed()
-        if self.zygote is None and not self.zygote_failed:
+        """The host's zygote, started on first use; None once it has failed (or where there are no pidfds). One
+        that stopped answering is not stopped here: the lab workers it forked would die with it (`close` stops it)."""
+        if self.zygote_failed or (self.zygote is not None and not self.zygote.alive()):
+            self.zygote_failed = True
+            return None
+        if self.zygote is None:
             if not hasattr(os, "pidfd_open"):
                 self.zygote_failed = True
                 return None
@@ -146,15 +148,8 @@ class Spares:
     def _zygote_start(self, token: str) -> Forked | None:
         assert self.zygote is not None
         forked = self.zygote.fork(token, self._nice())
-        if forked is None:
-            self._zygote_failed()
+        self.zygote_failed = forked is None
         return forked
-
-    def _zygote_failed(self) -> None:
-        if self.zygote is not None:
-            self.zygote.stop()
-        self.zygote, self.zygote_failed = None, True
-        self.ready = [(p, token) for p, token in self.ready if p.poll() is None]
 
     def due_at(self) -> float:
         """Real time the host next starts spares (inf: it has all it keeps)."""

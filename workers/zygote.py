@@ -78,8 +78,8 @@ class Forked:
 
 
 class Zygote:
-    """The supervisor's side: starts the process, asks it for spares, and stops using it (the caller then starts
-    spares as fresh interpreters) if it cannot be started, dies or does not answer."""
+    """The supervisor's side: starts the process and asks it for spares. If it cannot be started, dies or does not
+    answer, the caller stops asking and starts spares as fresh interpreters."""
 
     def __init__(self, argv: list[str], env: dict[str, str], preexec_fn):
         reply_r, reply_w = os.pipe()
@@ -99,7 +99,7 @@ class Zygote:
         self.reply = os.fdopen(reply_r, "rb", buffering=0)
 
     def fork(self, token: str, nice: int) -> Forked | None:
-        """A new spare waiting on `token`, or None if this process no longer answers (it is then stopped)."""
+        """A new spare waiting on `token`, or None if this process no longer answers (the caller stops asking)."""
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(f"{token} {nice}\n".encode())
@@ -114,7 +114,6 @@ class Zygote:
                 line += chunk
             return Forked(int(line))
         except (OSError, ValueError, TimeoutError, EOFError):
-            self.stop()
             return None
 
     def exited(self) -> bool:
