@@ -286,6 +286,10 @@ AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below 
 LOOP_S = 0.02  # fallback scan interval when the server refuses keyspace notifications (workers/wait.py: Waker)
 REAPER_BARRIER_S = 2.0  # real seconds the clock waits for a stalled reaper loop before going on
 WORKER_READY_S = 30.0  # real seconds the clock waits for a started worker to be ready (a hung start: then goes on)
+# a lease or retry due at the very moment another holder's barrier holds the clock waits for that holder (its work
+# at that moment comes first); that holder's lift may leave the clock as it was and wake nobody, so the lab is looked
+# at again a quarter of the wait so far later (from 1 ms), at most this many real seconds apart
+TIED_LOOK_S = 0.02
 REAPER_LEAD_S = 0.25  # real seconds before the clock reaches the reaper's barrier that it is moved on (duties.py)
 PACING_WINDOW_S = 3.0  # real seconds over which the clock's achieved speed is measured
 HOUSEKEEP_S = 0.1  # a lab whose engines run on time (load generator, fairness, autoscale, drains, faults)

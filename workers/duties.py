@@ -107,6 +107,10 @@ class Duties:
         # at 600 s is done before a lease that runs out at 600 s comes back.)
         other = next((at for holder, at in seen.barriers if holder != "reaper"), math.inf)
         upto = now if other > now else other - 1e-6
+        # a deadline due now behind another holder's barrier at its moment waits for that holder, whose lift need not
+        # move the clock (nor notify): the lab is looked at again soon (wait.refresh_deadlines), not over and over
+        behind = any(upto < at <= now for _m, at in pool.heads["leases"] + pool.heads["scheduled"])
+        pool.tied_since = (pool.tied_since or time.time()) if behind else None
         moved = 0
         if any(at <= upto for _m, at in pool.heads["leases"]):
             moved += reaper.redeliver_expired(self.r, lab, now, settings, state["speed"], upto, seen.clock)

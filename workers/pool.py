@@ -81,6 +81,7 @@ class LabPool:
     reaper_looked: float = 0.0  # real time it was last looked at (a pass or Duties.move_reaper)
     due_at: float = 0.0  # real time of the lab's next pass (0: at once; inf: only when something changes)
     passed_at: float = 0.0  # real time of its last pass
+    tied_since: float | None = None  # real time a due deadline began to wait behind another barrier at its moment
     sample_at: float = math.inf  # real time of the pacing readout's next sample (Duties.sample: no pass, no read)
     deadline: float = math.inf  # real time of its next lease deadline, due retry or worker (re)start
     settings: dict = field(default_factory=dict)  # as its last pass read them (empty before its first)

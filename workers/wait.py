@@ -20,7 +20,15 @@ import redis
 
 from core import clock
 from core.broker.handoff import HANDOFF_S
-from core.config import HOUSEKEEP_S, INFLIGHT_S, LOOP_S, MAINTAIN_S, NOTIFY_KEYSPACE_EVENTS, REAPER_LEAD_S
+from core.config import (
+    HOUSEKEEP_S,
+    INFLIGHT_S,
+    LOOP_S,
+    MAINTAIN_S,
+    NOTIFY_KEYSPACE_EVENTS,
+    REAPER_LEAD_S,
+    TIED_LOOK_S,
+)
 from core.keys import LABS, PARKED, key, keyspace
 from workers.duties import DISPATCH_AGE_S, Seen
 from workers.engines import ENGINES
@@ -211,7 +219,14 @@ def refresh_deadlines(r: redis.Redis, pools: list[LabPool], changed: dict[str, s
         def real_of(at: float, state: dict = state, speed: float = speed) -> float:
             return float(state.get("base_real", time.time())) + (at - float(state.get("base_sim", 0))) / speed
 
-        out = [0.0 if at <= t else real_of(at) for at in moments if at <= t or (not paused and at <= held)]
+        # a moment due now that waits behind another holder at the barrier the clock stands at: looked at again soon
+        tied = pool.tied_since is not None and not paused and held <= t + 1e-6
+        soon = pool.passed_at + min(TIED_LOOK_S, max(0.001, (pool.passed_at - (pool.tied_since or 0)) / 4))
+        out = [
+            (soon if tied and at >= held - 1e-6 else 0.0) if at <= t else real_of(at)
+            for at in moments
+            if at <= t or (not paused and at <= held)
+        ]
         if held < math.inf and not paused:
             # a clock that waits at a barrier is looked at every MAINTAIN_S (a holder that died is swept): from
             # MAINTAIN_S after it got there; a hand-off's wait of a few milliseconds never comes to that

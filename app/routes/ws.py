@@ -43,6 +43,10 @@ QUEUE_MAX = 2000  # events buffered for one slow socket before it is cut off (it
 HUB_BLOCK_MS = 2000  # the hub's XREAD returns at least this often with nothing new: well inside the client's
 # socket timeout (app/longpoll.py blocks likewise), and a lost server is noticed
 HUB_BATCH = 5000  # entries one XREAD takes from one lab's stream
+# after a read that brought events, the hub gathers this long before it reads again: one read then brings what every
+# watched lab wrote meanwhile, so a web process makes at most ~1/HUB_GATHER_S reads a second however many busy labs
+# it serves (each read names every watched stream), and an event waits at most this much longer to go out
+HUB_GATHER_S = 0.01
 STALL_S = 30.0  # a peer that takes no bytes for this long is cut even while its mailbox has room
 TOO_SLOW = "too slow: reconnect with after=<last id>"
 CLOSE_LIMIT = 4429  # refused: the client or the lab already holds its maximum of sockets
@@ -288,11 +292,14 @@ class Hub:
                 with self.lock:
                     streams = {key(lab, "events"): last for lab, last in self.last.items()}
                 streams[self.wake_key] = woke
-                for k, entries in self.r.xread(streams, count=HUB_BATCH, block=HUB_BLOCK_MS) or ():
+                got = self.r.xread(streams, count=HUB_BATCH, block=HUB_BLOCK_MS) or ()
+                for k, entries in got:
                     if k == self.wake_key:
                         woke = entries[-1][0]
                     else:
                         self.fan_out(k.split(":")[1], entries)
+                if got:
+                    threading.Event().wait(HUB_GATHER_S)
             except redis.RedisError:  # the server restarts, or a loaded box stalled a read past its timeout: read
                 threading.Event().wait(0.5)  # again from .last (the hub must outlive any one failed read)
 

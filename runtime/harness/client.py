@@ -167,10 +167,14 @@ class Api:
         timeout: float = 60,
         what: str = "condition not met",
         every: float = 0.1,
+        progress: Callable[[dict], object] | None = None,
     ) -> dict:
         """Poll the snapshot until predicate(snapshot) holds; WaitTimeout names the last counts. With the
-        server's URL, a clock the reaper holds without acting fails sooner, as ReaperStalled."""
+        server's URL, a clock the reaper holds without acting fails sooner, as ReaperStalled. `progress`: a
+        witness of the lab moving towards the predicate (a count, the simulated time); while it changes the wait
+        goes on, so `timeout` is how long the lab may stand still, however slowly a loaded box runs it."""
         deadline = time.monotonic() + timeout
+        witness: object = None
         held: tuple[float, float] | None = None  # (simulated moment the reaper holds the clock at, since when)
         while True:
             try:
@@ -179,6 +183,8 @@ class Api:
                 snap = None
             if snap is not None and predicate(snap):
                 return snap
+            if progress is not None and snap is not None and (now := progress(snap)) != witness:
+                witness, deadline = now, time.monotonic() + timeout
             at = self.reaper_holds(lab, snap)
             held = None if at is None else held if held and held[0] == at else (at, time.monotonic())
             if held and time.monotonic() - held[1] > REAPER_STALL_S:
@@ -188,7 +194,9 @@ class Api:
                 )
             if time.monotonic() > deadline:
                 counts = snap and {k: v for k, v in snap["counts"].items() if v}
-                raise WaitTimeout(f"{what} within {timeout:.0f} s; counts={counts} workers={snap and snap['workers']}")
+                still = " with no progress" if progress is not None else ""
+                workers = snap and snap["workers"]
+                raise WaitTimeout(f"{what} within {timeout:.0f} s{still}; counts={counts} workers={workers}")
             time.sleep(every)
 
     @cached_property

@@ -253,7 +253,8 @@ def test_after_all_of_it_a_good_clip_completes_and_no_worker_died(lab, files):
     assert all(w["state"] in ("idle", "busy") for w in snap["workers"])
     types = {e["type"] for e in lab["client"].events(lab)}
     assert not types & {"worker.died", "worker.killed", "job.crashed"}
-    assert snap["counts"]["dlq"] == 1  # only the truncated faststart file
+    dead = [case for case, what in lab["seen"].items() if "dead-lettered" in what]  # (run on this lab so far)
+    assert snap["counts"]["dlq"] == len(dead), dead  # only the truncated faststart file, if its test ran
 
 
 @pytest.mark.parametrize("kind", ["hls", "concat"])

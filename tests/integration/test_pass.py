@@ -21,7 +21,7 @@ import redis
 import chapters
 from core import clock
 from core.broker import handoff
-from core.config import MAINTAIN_S, Config
+from core.config import MAINTAIN_S, TIED_LOOK_S, Config
 from core.keys import job, key, msg, queue_name
 from core.procs import wait
 from tests.helpers import commands_run, round_trips
@@ -175,3 +175,31 @@ def test_a_lease_pushed_later_moves_the_reaper_barrier_before_the_clock_gets_the
     wait(lambda: clock.now(r, lab) > old, 10, "the clock stood at a lease deadline that had been pushed later")
     # the first lease, then the barrier's move (its script's own commands count on the server)
     assert trips == 2, f"moving the barrier took {trips} round trips ({commands} commands)"
+
+
+def test_a_lease_due_behind_another_holder_at_its_moment_waits_for_it_and_is_looked_at_soon_not_at_once(busy):
+    """A worker that starts at the moment a lease runs out holds the clock there (its start barrier) with the
+    reaper's: its start comes first. Its lift leaves the lowest barrier, the reaper's, where it was, so the clock
+    is not rebased and nobody is woken. The lab was due again at once for as long as the start took (a pass every
+    half millisecond: 15 of a busy lab's 25 round trips a second); now it is looked at again soon (TIED_LOOK_S),
+    and the lease still goes back at its deadline, right after the start."""
+    r, lab, sup, pool, count = busy
+    due = clock.now(r, lab) + 40  # two real seconds ahead
+    lease(r, lab, "2", due)
+    sup.lab_pass(pool)
+    clock.hold(r, lab, "start:w9", due, ttl=30)  # a worker starting at that very moment
+    wait(lambda: clock.now(r, lab) >= due, 10, "the clock never reached the lease deadline")
+    sup.lab_pass(pool)
+    assert r.hget(msg(lab, "2"), "state") == "inflight", "the lease went back before the start at its moment"
+    assert pool.passed_at < pool.deadline <= pool.passed_at + TIED_LOOK_S, (
+        f"a lease waiting behind another barrier made the lab due {pool.deadline - pool.passed_at:+.4f} s after it"
+    )
+    held = r.hgetall(key(lab, "clock"))
+    clock.lift(r, lab, "start:w9")  # the worker is ready
+    assert r.hgetall(key(lab, "clock")) == held, "the lift moved the clock (it would notify, and wake the lab)"
+    wait(lambda: time.time() >= pool.deadline, 10, "the lab's next look never came")
+    sup.lab_pass(pool)
+    assert r.hget(msg(lab, "2"), "state") == "pending", "the lease was not redelivered once the start was done"
+    [ev] = events(r, lab, "job.redelivered")
+    assert ev["t_sim"] == pytest.approx(due, abs=1e-3), ev
+    assert pool.tied_since is None

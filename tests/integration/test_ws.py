@@ -1,9 +1,13 @@
 """WebSocket push: events arrive live; a reconnect with the last id resumes with no gap or repeat."""
 
+import time
+
 import pytest
 import websocket
 
-from tests.helpers import ws_until
+from core import stream
+from core.procs import wait
+from tests.helpers import commands_run, ws_until
 
 
 def connect(stack, lab, after="0", origin=None):
@@ -60,3 +64,30 @@ def test_a_lab_watched_while_the_hub_waits_on_another_gets_its_own_events_and_on
     finally:
         ws_first.close()
         ws_second.close()
+
+
+def progress(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["type"] == "job.progress"]
+
+
+def test_the_hub_gathers_a_burst_of_events_into_few_reads_and_pushes_every_one(api, stack, r):
+    """One read names every watched lab's stream, so a read per event cost the server a round trip per event and
+    per lab watched; after a read that brought events the hub gathers for HUB_GATHER_S. 300 events written a
+    millisecond apart (about 0.3 s or more) reach the socket whole and in order, in a fraction of 300 reads."""
+    lab = api.lab("ch1", speed=20, workers=0)
+    ws = connect(stack, lab, after=api.snapshot(lab)["last_event_id"])
+    try:
+        hubs = set()  # the hub's connection: the one blocked in XREAD (this test opens no long-poll)
+        wait(lambda: hubs.update(c["id"] for c in r.client_list() if c["cmd"] == "xread") or hubs, 10, "no hub read")
+        before = sum(commands_run(r, id=i) for i in hubs)
+        sent = []
+        for n in range(300):
+            stream.append(r, lab["lab_id"], "job.progress", 0.0, job_id="1", worker_id="w1", attempt=1, percent=n)
+            sent.append(n)
+            time.sleep(0.001)
+        burst = ws_until(ws, lambda evs: len(progress(evs)) >= len(sent), what="the burst")
+        reads = sum(commands_run(r, id=i) for i in hubs) - before
+    finally:
+        ws.close()
+    assert [e["data"]["percent"] for e in progress(burst)] == sent, "lost, repeated or out of order"
+    assert reads < len(sent) / 4, f"the hub read {reads} times for {len(sent)} events"
