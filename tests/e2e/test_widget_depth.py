@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from tests.conftest import ARTIFACTS
 from tests.e2e import test_widget
 from tests.e2e.test_stream import clock_value
-from tests.e2e.test_widget import LONG, busy_worker
+from tests.e2e.test_widget import LONG, busy_worker, expect_killed
 from tests.helpers import unfold
 
 lab_page = test_widget.lab_page  # the same fixture: a fresh chapter lab, deleted afterwards
@@ -26,10 +26,9 @@ def test_inspect_shows_each_attempt_with_its_fence_and_the_lease_deadline_counti
     expect(page.get_by_test_id("setting-vt_seconds-number")).to_have_value("1200", timeout=10_000)
     card = busy_worker(page)
     worker = card.get_attribute("data-testid").removeprefix("worker-")
+    pid = card.locator(".lw-w-pid").inner_text()
     page.locator("#lab-widget").press("k")  # K kills a busy worker
-    expect(page.get_by_test_id(f"worker-{worker}")).to_have_attribute(
-        "data-state", re.compile("dead|respawning"), timeout=10_000
-    )
+    expect_killed(page, worker, pid)
     # focus + Enter opens the internals panel
     unfold(page, "jobs")
     page.get_by_test_id("job-open-1").focus()
