@@ -83,8 +83,9 @@ class Zygote:
 
     def __init__(self, argv: list[str], env: dict[str, str], preexec_fn):
         reply_r, reply_w = os.pipe()
-        self.exits, exits_w = os.pipe()
-        os.set_blocking(self.exits, False)
+        exits_r, exits_w = os.pipe()
+        os.set_blocking(exits_r, False)
+        self.exits: int | None = exits_r  # readable when a spare exits (None once the zygote is gone)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "workers.zygote", *argv, "--reply", str(reply_w), "--exits", str(exits_w)],
@@ -117,11 +118,17 @@ class Zygote:
             return None
 
     def exited(self) -> bool:
-        """Whether any spare exited since the last call (the exit pipe drained)."""
+        """Whether any spare exited since the last call (the exit pipe drained). A zygote that died closed the pipe
+        and took its spares and workers with it: True, and the pipe is closed here (`exits` None), as its end of
+        file would otherwise wake the supervisor's every wait at once."""
+        if self.exits is None:
+            return False
         seen = False
         try:
             while os.read(self.exits, 512):
                 seen = True
+            os.close(self.exits)  # (no BlockingIOError: end of file) the zygote is gone
+            self.exits, seen = None, True
         except (BlockingIOError, InterruptedError, OSError):
             pass
         return seen
@@ -141,9 +148,11 @@ class Zygote:
             except OSError:
                 pass
         try:
-            os.close(self.exits)
+            if self.exits is not None:
+                os.close(self.exits)
         except OSError:
             pass
+        self.exits = None
 
 
 def _reap(exits: int) -> None:

@@ -1,6 +1,7 @@
 """GET /api/labs/{lab}/jobs/{job}?include=history: a job's internals folded from the real event stream."""
 
 import os
+import select
 import signal
 import time
 
@@ -112,3 +113,25 @@ def test_spares_are_forked_by_the_hosts_zygote_and_a_forked_worker_that_dies_on_
         what="the dead worker replaced",
     )
     assert "worker.died" in {e["type"] for e in api.events(lab)}
+
+
+def test_a_zygote_that_died_is_heard_once_and_then_wakes_no_wait(redis_server, tmp_path):
+    """Its exit pipe's end of file is readable for good: taken as one exit (its spares and workers died with it),
+    then closed, so the supervisor's wait (which selects on `exits`) does not return at once ever after."""
+    from core.config import Config
+    from core.procs import wait
+    from workers.process import lab_env
+    from workers.zygote import Zygote
+
+    zygote = Zygote(["--server", "t-dead"], lab_env(Config(redis_url=redis_server.url, var_dir=tmp_path)), None)
+    try:
+        fd = zygote.exits
+        assert fd is not None and not zygote.exited(), "a live zygote with no exits reported one"
+        zygote.proc.kill()
+        zygote.proc.wait()
+        wait(lambda: select.select([fd], [], [], 0)[0], 10, "the dead zygote's pipe never became readable")
+        assert zygote.exited(), "the zygote's death was not heard"
+        assert zygote.exits is None, "the dead zygote's pipe is still there to wake every wait"
+        assert not zygote.exited()
+    finally:
+        zygote.stop()
