@@ -32,14 +32,9 @@ STAMP = VENV / ".installed"
 UV_VERSION = "0.13.9"
 INDEX = os.environ.get("UV_INDEX_URL") or os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
 
-# The suite on pytest-xdist workers, one per core up to three, each a session with its own stack (tests/conftest.py);
-# most of a test's time is a lab's clock running, so two workers on two cores finish in two thirds of the serial time.
-# `-n 0` after the command runs it serially.
-WORKERS = min(os.cpu_count() or 1, 3)
-PARALLEL = ["-n", str(WORKERS), "--dist", "loadgroup"] if WORKERS > 1 else []
 COMMANDS = {
     "run": [["-m", "runtime.launcher"]],
-    "test": [["-m", "ruff", "check", "."], ["-m", "ruff", "format", "--check", "."], ["-m", "pytest", *PARALLEL]],
+    "test": [["-m", "ruff", "check", "."], ["-m", "ruff", "format", "--check", "."], ["-m", "pytest"]],
     "bench": [["-m", "bench"]],
     "chaos": [["-m", "chaos"]],
 }
