@@ -109,7 +109,14 @@ def test_no_secret_in_the_environment_nor_on_disk(server, tmp_path):
     var = tmp_path / "var"
     (var / "labs").mkdir(parents=True)
     (var / "labs" / "secret").write_text(PASSWORD)
-    horse = subprocess.Popen(["/bin/sleep", "120"], env=dict(os.environ))  # a process started with the secret
+    # A process started with the secret. Its first line says its exec is done: between fork and exec the kernel
+    # shows an empty environ (CI read b"" from a /bin/sleep read too soon).
+    horse = subprocess.Popen(
+        [sys.executable, "-c", "print(flush=True); import time; time.sleep(120)"],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+    )
+    assert horse.stdout and horse.stdout.readline() == b"\n"
     me = f"/proc/{horse.pid}/environ"  # its environment, as the kernel keeps it
     for path in (acl, var / "labs" / "secret", Path(me)):
         assert path.read_bytes()  # readable from here (/proc/1/environ may not be: inside, pid 1 is bwrap's)
@@ -122,7 +129,7 @@ def test_no_secret_in_the_environment_nor_on_disk(server, tmp_path):
     code += attempt(f"os.listdir({str(var)!r})") + attempt(f"os.listdir({str(server.data_dir)!r})")
     got = inside(code, write=out)
     horse.kill()
-    horse.wait()
+    horse.communicate()
     env = got.pop("env")
     assert env["PATH"] == sandbox.PATH and set(env) <= {"PATH", "PWD", "LC_CTYPE"}, env  # PWD: bwrap's chdir;
     assert not any(PASSWORD in v or str(server.port) in v for v in env.values())  # LC_CTYPE: Python's own
