@@ -23,7 +23,7 @@ import redis
 
 from core import blobs, clock, registry, stream
 from core.broker import handoff, reaper
-from core.broker.state import end_attempt
+from core.broker.state import end_attempt, merge_worker_row
 from core.config import REAPER_BARRIER_S, STOP_GRACE_S, WORKER_READY_S, Config
 from core.keys import key, lab_dir, queue_name
 from core.procs import server_tag
@@ -169,18 +169,9 @@ class Keeper:
         return fairness.fleet_of(settings, live.index(slot) if slot in live else len(live))
 
     def write_row(self, pool: LabPool, slot: Slot, **extra) -> None:
-        raw = self.r.hget(key(pool.lab, "workers"), slot.id)
-        row = json.loads(raw) if raw else {"id": slot.id}
-        row.update(
-            {
-                "id": slot.id,
-                "state": slot.state,
-                "host": self.host_id,
-                "pid": slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None,
-            },
-            **extra,
-        )
-        self.r.hset(key(pool.lab, "workers"), slot.id, json.dumps(row))
+        pid = slot.proc.pid if slot.proc and slot.state not in ("dead", "respawning") else None
+        fields = {"id": slot.id, "state": slot.state, "host": self.host_id, "pid": pid, **extra}
+        merge_worker_row(self.r, pool.lab, slot.id, fields, owner=True)
 
     def row(self, pool: LabPool, slot: Slot) -> dict:
         raw = self.r.hget(key(pool.lab, "workers"), slot.id)

@@ -23,7 +23,7 @@ from rq import get_current_job
 from core import blobs, clock, media, registry, stream
 from core.broker import handoff, leases, retry
 from core.broker.retry import NonRetryable, StorageDown
-from core.broker.state import record_attempt, script
+from core.broker.state import merge_worker_row, record_attempt, script
 from core.challenges import run as runs
 from core.config import Config
 from core.keys import LABS, job, key, keyspace, lab_dir
@@ -78,24 +78,31 @@ def worker_id() -> str:
     return os.environ.get("LAB_WORKER_ID", "w?")
 
 
+IDLE = {"state": "idle", "job_id": None, "attempt": None, "horse_pid": None, "progress": None}  # a row between jobs
+
+
 def set_worker(r: redis.Redis, lab: str, **fields) -> None:
     """Merge fields into this worker's row (the supervisor owns pid and lifecycle states)."""
-    k, wid = key(lab, "workers"), worker_id()
-    raw = r.hget(k, wid)
-    if raw is None:
-        return
-    row = json.loads(raw)
-    if row.get("state") in ("dead", "respawning"):
-        return
-    row.update(fields)
-    r.hset(k, wid, json.dumps(row))
+    merge_worker_row(r, lab, worker_id(), fields)
+
+
+def progress_event(job_id: str, attempt: int, pct: int, now: float) -> str:
+    """The attempt's new tenth, as a job.progress event (a busy lab shows about one a second per job). Pages hear
+    it live; a snapshot finds it among the lab's newest events (core/registry.py PROGRESS_LOOKBACK) and shows it
+    on this worker's row while the row still runs this attempt."""
+    return stream.encode("job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
 
 
 def report_progress(r: redis.Redis, lab: str, job_id: str, attempt: int, pct: int, now: float) -> None:
-    """The attempt's new tenth, as a job.progress event: one command (a busy lab reports about one a second per
-    job). Pages hear it live; a snapshot finds it among the lab's newest events (core/registry.py
-    PROGRESS_LOOKBACK) and shows it on this worker's row while the row still runs this attempt."""
+    """A new tenth on its own: one command."""
     stream.append(r, lab, "job.progress", now, job_id=job_id, worker_id=worker_id(), attempt=attempt, percent=pct)
+
+
+def rides_with_beat(settings: dict, speed: float) -> bool:
+    """A new tenth waits for the attempt's next heartbeat and goes in its round trip (one wake-up of the server,
+    not two) where beats come at least once a PROGRESS_GAP_S real seconds: at 20× a 10 s heartbeat beats every
+    0.5 real s."""
+    return bool(settings["heartbeat"]) and speed > 0 and settings["heartbeat_interval"] / speed <= PROGRESS_GAP_S
 
 
 def output_paths(
@@ -134,9 +141,9 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
     # the clock waits here while the attempt checks its input (a real decode of a fraction of a second,
     # which would otherwise cost tens of simulated seconds at 200×); pace() moves the barrier on. Held in
     # the step the hand-off's barrier goes in, so the clock never runs between the two, and the row says busy
-    # before then, so a producer never counts this worker idle with no delivery on its way to it
-    set_worker(r, lab, state="busy", job_id=job_id, attempt=attempt, horse_pid=os.getpid())
-    handoff.received(r, lab, job_id, attempt, holder=holder, at=now)
+    # in that step too, so a producer never counts this worker idle with no delivery on its way to it
+    busy = {"state": "busy", "job_id": job_id, "attempt": attempt, "horse_pid": os.getpid()}
+    handoff.received(r, lab, job_id, attempt, holder=holder, at=now, row=busy, wid=wid)
     record = {"attempt": attempt, "worker": wid, "pid": os.getpid(), "start": round(now, 3)}
     rng = retry.jitter_rng(settings["jitter_seed"], job_id, attempt)
     watch: Watch | None = None
@@ -188,8 +195,7 @@ def run_attempt(lab: str, job_id: str, attempt: int) -> None:
         # the next delivery's barrier goes where the clock is now: a hold never takes the clock back (clock.py),
         # so the attempt's first moment places it at the present without another read of the clock; the
         # attempt's own barrier goes in the same step
-        handoff.hold_for_next(r, lab, now, holder)
-        set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+        handoff.hold_for_next(r, lab, now, holder, row=IDLE, wid=wid)  # and this worker's row says idle again
         if watch is not None:
             watch.close()
 
@@ -199,7 +205,7 @@ def crash(r: redis.Redis, lab: str, job_id: str, attempt: int, now: float, holde
     narrates the crash (as a crash log would) and the lease is left to expire."""
     record_attempt(r, lab, job_id, attempt, end=round(now, 3), outcome="crashed")
     stream.emit(r, lab, "job.crashed", now, job_id=job_id, worker_id=worker_id(), attempt=attempt)
-    set_worker(r, lab, state="idle", job_id=None, attempt=None, horse_pid=None, progress=None)
+    set_worker(r, lab, **IDLE)
     clock.lift(r, lab, holder)
     os._exit(70)
 
@@ -420,12 +426,17 @@ def pace(
         if now >= timeout_at - 1e-6:
             raise TimeoutError(f"execution timeout {settings['exec_timeout']:g} s")
         pct = min(100, int(elapsed / duration * 100)) if duration > 0 else 100
+        beat = settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6
+        rides = rides_with_beat(settings, state["speed"])
+        shown = ""  # a new tenth's event, sent in this heartbeat's round trip
         if pct // 10 > last_pct // 10 and pct < 100 and time.monotonic() - shown_at >= PROGRESS_GAP_S:
-            last_pct, shown_at = pct, time.monotonic()
-            report_progress(r, lab, job_id, attempt, pct, now)
+            if beat:
+                last_pct, shown_at, shown = pct, time.monotonic(), progress_event(job_id, attempt, pct, now)
+            elif not rides:
+                last_pct, shown_at = pct, time.monotonic()
+                report_progress(r, lab, job_id, attempt, pct, now)
         if now >= end_at - 1e-6 and all(p.poll() is not None for p in procs) and parts.all_ok():
             return
-        beat = settings["heartbeat"] and now - last_beat >= settings["heartbeat_interval"] - 1e-6
         if beat:
             last_beat = now
         # the clock waits at the attempt's end until ffmpeg is done; past its end, an attempt still waiting
@@ -450,13 +461,15 @@ def pace(
                 change = clock.barrier_call(lab, "hold", holder, nxt, refresh=False)  # (the refresh stamped it)
             fresh_at = time.monotonic()
         if beat:
-            leases.extend_lease(r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"], then=change)
+            leases.extend_lease(
+                r, lab, job_id, attempt, worker_id(), now, settings["heartbeat_extend"], then=change, progress=shown
+            )
         elif change is not None:
             clock.apply(r, change)
-        # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress, no sooner than
-        # PROGRESS_GAP_S after the last) or ffmpeg ends, looking at ffmpeg locally meanwhile: the clock is read
-        # only when something is due
-        step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 else math.inf
+        # sleep until the next moment this attempt acts at (a barrier, its next tenth of progress unless it rides
+        # with a heartbeat, no sooner than PROGRESS_GAP_S after the last) or ffmpeg ends, looking at ffmpeg
+        # locally meanwhile: the clock is read only when something is due
+        step = start + duration * (last_pct // 10 + 1) / 10 if duration > 0 and not rides else math.inf
         if state["speed"] > 0 and not state["paused"]:
             wait = min(
                 (nxt - now) / state["speed"],

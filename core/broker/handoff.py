@@ -12,16 +12,18 @@ receive count + 1 = delivery): whichever copy receives first runs, the other is 
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
 
 from core import clock, stream
-from core.broker.state import script
+from core.broker.state import MERGE_ROW_FN, script
 from core.config import REAPER_BARRIER_S
 from core.keys import key, msg, queue_name
 
 HANDOFF_S = 5.0  # real seconds a taken message may stay unclaimed (a horse claims within milliseconds)
+_TRANSIT_PREFIX = "transit:"  # the barrier of a delivery on its way (transit_holder)
 
 
 def hold_for_transit(r: redis.Redis, lab: str, job_id: str, n: int, now: float = 0.0) -> float | None:
@@ -73,33 +75,88 @@ return {held, now and string.format('%.17g', now) or false}
 )
 
 
-def received(r: redis.Redis, lab: str, job_id: str, n: int, holder: str = "", at: float = 0.0) -> None:
+def received(
+    r: redis.Redis,
+    lab: str,
+    job_id: str,
+    n: int,
+    holder: str = "",
+    at: float = 0.0,
+    row: dict | None = None,
+    wid: str = "",
+) -> None:
     """Delivery n has reached its worker: the hand-off is over, so its barrier goes. A delivery that went
     ahead of the one a barrier was placed for (two producers' sends crossing on the way to RQ's queue)
     takes that barrier instead: the other is queued behind a busy worker now, and holding the clock for it
     would stop the very jobs it waits for. With `holder`, the attempt's own barrier is held at `at` in the
-    same step (the clock never runs between the two)."""
+    same step (the clock never runs between the two), and with `row` the worker's row (`wid`) takes those
+    fields there too (state.merge_worker_row, as its own process writes it)."""
     mine = transit_holder(job_id, n)
     if holder:  # the choice made in the hold's own step: no read of the barriers first
-        clock.hold(r, lab, holder, at, also_lift=clock.either(mine))
+        keys, args = clock.barrier_call(lab, "hold", holder, at, also_lift=clock.either(mine))
+        if row:
+            script(r, _ROW_THEN_BARRIER)(keys=[*keys, key(lab, "workers")], args=[*args, wid, json.dumps(row)])
+        else:
+            clock.apply(r, (keys, args))
         return
     transit = [h for h in clock.holders(r, lab) if h.startswith(_TRANSIT_PREFIX)]
     if transit:
         clock.lift(r, lab, mine if mine in transit else transit[0])
 
 
-def hold_for_next(r: redis.Redis, lab: str, now: float, holder: str) -> None:
+# KEYS: clock.barrier_call's, then the lab's worker rows. ARGV: barrier_call's, then the worker's id and the
+# fields its row takes (JSON).
+_ROW_THEN_BARRIER = (
+    clock.BARRIER_FN
+    + MERGE_ROW_FN
+    + """
+local clock_key, barriers, barrier_alive, rows = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local op, holder, at, real_now, alive_until, refresh = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local also, wid, fields = ARGV[7], ARGV[8], ARGV[9]
+merge_row(rows, wid, fields, '0')
+return barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
+"""
+)
+
+
+def hold_for_next(r: redis.Redis, lab: str, now: float, holder: str, row: dict | None = None, wid: str = "") -> None:
     """A worker that finishes while jobs wait takes the next one only after a real hand-off (its horse
     exits, RQ dequeues, forks a new horse): the clock waits for that delivery as it does for one sent to an
     idle worker, so a queued job's wait is the simulated time the jobs ahead of it took, not that plus
     speed × the hand-off. The finishing attempt's own barrier (`holder`) goes in the same step, so no
-    simulated time slips between the two."""
-    head = r.lindex(f"rq:queue:{queue_name(lab)}", 0)
-    parts = head.split("-") if head else []
-    if len(parts) == 4 and parts[0] == lab and parts[2].isdigit():  # producer/reaper ids: lab-job-n-ns
-        clock.hold(r, lab, transit_holder(parts[1], int(parts[2])), now, ttl=HANDOFF_S, also_lift=holder)
-    else:
-        clock.lift(r, lab, holder)
+    simulated time slips between the two, and with `row` the worker's row (`wid`) takes those fields there too
+    (state.merge_worker_row, as its own process writes it): one round trip, however the queue stands."""
+    real = time.time()
+    script(r, _NEXT)(
+        keys=[f"rq:queue:{queue_name(lab)}", *clock.barrier_call(lab, "lift", holder)[0], key(lab, "workers")],
+        args=[lab, holder, repr(now), repr(real), repr(real + HANDOFF_S), wid, json.dumps(row) if row else ""],
+    )
+
+
+# KEYS: RQ's queue of the lab; the clock's hash, barriers and their stamps (clock.barrier_call); the worker rows.
+# ARGV: the lab, the finishing holder, now (simulated), now (real), when the hand-off's barrier lapses (real), the
+# worker's id and its row's new fields ('' for none). The queue's head is a delivery the producer or the reaper
+# sent (lab-job-n-ns, reaper.send): the clock waits for it; anything else (none, RQ's own) lifts the holder's.
+_NEXT = (
+    clock.BARRIER_FN
+    + MERGE_ROW_FN
+    + f"""
+local queue, clock_key, barriers, barrier_alive, rows = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lab, holder, now, real_now, alive_until = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local wid, fields = ARGV[6], ARGV[7]
+if fields ~= '' then merge_row(rows, wid, fields, '0') end
+local head = redis.call('LINDEX', queue, 0)
+local owner, job_id, n
+if head then owner, job_id, n = string.match(head, '^([^-]*)-([^-]*)-(%d+)-[^-]*$') end
+if owner == lab then
+  local next_holder = '{_TRANSIT_PREFIX}' .. job_id .. ':' .. string.format('%d', tonumber(n))
+  barrier(clock_key, barriers, barrier_alive, 'hold', next_holder, now, real_now, alive_until, '1', holder)
+else
+  barrier(clock_key, barriers, barrier_alive, 'lift', holder, '0', real_now, alive_until, '1', '')
+end
+return 1
+"""
+)
 
 
 def hold_until_due(r: redis.Redis, lab: str, job_id: str, due: float, now: float) -> None:
@@ -114,9 +171,6 @@ def hold_until_due(r: redis.Redis, lab: str, job_id: str, due: float, now: float
 
 def due_holder(job_id: str) -> str:
     return f"due:{job_id}"
-
-
-_TRANSIT_PREFIX = "transit:"
 
 
 def transit_holder(job_id: str, n: int) -> str:

@@ -188,8 +188,9 @@ _EXTEND = (
     + """
 local record, events, counts, message, leases, alive = KEYS[1], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8]
 local clock_key, barriers, barrier_alive = KEYS[9], KEYS[10], KEYS[11]
-local delivery, deadline, extended_ev, job_id, now, op = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local holder, at, real_now, alive_until, refresh, also = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local delivery, deadline, extended_ev, job_id, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local progress_ev, op, holder, at = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local real_now, alive_until, refresh, also = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 local function extend()
   local rec = redis.call('HMGET', record, 'state', 'holder')
   if rec[1] == 'running' and tonumber(rec[2] or '0') == tonumber(delivery) then
@@ -208,6 +209,7 @@ local function extend()
   emit(events, counts, extended_ev, 'leases_extended')
   return 1
 end
+emit(events, counts, progress_ev, '')
 local ok = extend()
 if clock_key then
   barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, alive_until, refresh, also)
@@ -226,17 +228,20 @@ def extend_lease(
     now: float,
     extend: float,
     then: tuple[list[str], list[str]] | None = None,
+    progress: str = "",
 ) -> bool:
-    """Heartbeat: push the message's deadline to now + extend (current receive only); then, in the same
-    round trip, the barrier change `then` (clock.barrier_call: the attempt's barrier moved on to its next
-    moment), whether or not the lease was still its own."""
+    """Heartbeat: push the message's deadline to now + extend (current receive only); in the same round trip,
+    first the attempt's `progress` event if it has one to show (a job.progress `stream.encode`d: a new tenth
+    rides with the beat, workers/tasks.py pace), then the barrier change `then` (clock.barrier_call: the
+    attempt's barrier moved on to its next moment), both whether or not the lease was still its own."""
     ev = stream.encode(
         "lease.extended", now, job_id=job_id, worker_id=worker_id, attempt=attempt, deadline=round(now + extend, 1)
     )
     keys, args = then or ([], [])
     return bool(
         script(r, _EXTEND)(
-            keys=keys_for(lab, job_id) + keys, args=[attempt, repr(now + extend), ev, job_id, repr(now)] + args
+            keys=keys_for(lab, job_id) + keys,
+            args=[attempt, repr(now + extend), ev, job_id, repr(now), progress] + args,
         )
     )
 

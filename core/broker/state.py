@@ -55,3 +55,29 @@ def record_attempt(r: redis.Redis, lab: str, job_id: str, attempt: int, **fields
     rec = json.loads(raw) if raw else {"attempt": attempt}
     rec.update(fields)
     r.hset(k, str(attempt), json.dumps(rec))
+
+
+# A worker's row (the lab's `workers` hash: id → JSON) merged in one step, where a read and a write from the
+# worker's process would be two round trips with room between them for the supervisor's own write.
+# `merge_row(rows, wid, fields, owner)`: `fields` a JSON object, `owner` '1' for the supervisor (merge_worker_row).
+MERGE_ROW_FN = """
+local function merge_row(rows, wid, fields, owner)
+  local raw = redis.call('HGET', rows, wid)
+  if not raw and owner ~= '1' then return 0 end
+  local row = raw and cjson.decode(raw) or {id = wid}
+  if owner ~= '1' and (row['state'] == 'dead' or row['state'] == 'respawning') then return 0 end
+  for k, v in pairs(cjson.decode(fields)) do row[k] = v end
+  redis.call('HSET', rows, wid, cjson.encode(row))
+  return 1
+end
+"""
+# KEYS[1]: the lab's worker rows. ARGV: the worker's id, the fields (JSON), '1' if the supervisor writes.
+_MERGE_ROW = MERGE_ROW_FN + "return merge_row(KEYS[1], ARGV[1], ARGV[2], ARGV[3])\n"
+
+
+def merge_worker_row(r: redis.Redis, lab: str, wid: str, fields: dict, owner: bool = False) -> bool:
+    """Merge `fields` into worker `wid`'s row, in one round trip. The supervisor is its `owner`: it makes a
+    missing row, and only it writes the lifecycle states; a worker's own process leaves a missing row missing
+    and a dead or respawning one as it is (False then)."""
+    args = [wid, json.dumps(fields), "1" if owner else "0"]
+    return bool(script(r, _MERGE_ROW)(keys=[key(lab, "workers")], args=args))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import websocket
@@ -33,6 +34,7 @@ class WsTail(threading.Thread):
         self.stack, self.lab = stack, lab
         self.first_after = after
         self.ids: list[str] = []
+        self.seen: Counter[str] = Counter()  # events received, by type
         self.lags: list[float] = []  # receive time − the event's t_real, seconds
         self.arrivals: list[float] = []
         self.connections = 0
@@ -71,6 +73,7 @@ class WsTail(threading.Thread):
                         ev = json.loads(msg)
                         now = time.time()
                         self.ids.append(ev["id"])
+                        self.seen[ev["type"]] += 1
                         self.arrivals.append(now)
                         self.lags.append(now - float(ev.get("t_real", now)))
                 except (OSError, websocket.WebSocketException):

@@ -123,22 +123,34 @@ def test_a_receive_lifts_its_own_barrier_and_leaves_the_others(rl):
 def test_an_attempt_takes_the_clock_from_its_hand_off_and_gives_it_to_the_next_in_one_step_each(rl, monkeypatch):
     """Its start holds its own barrier as its hand-off's goes; its end holds the next queued delivery's as its own
     goes: each one change of the barriers (one script, the clock rebased at most once), so the clock never runs
-    between the two."""
+    between the two. The end, with its look at the queue and the worker's row said idle again, is one round trip."""
     workers(rl, w1="idle")
+    handoff.received(rl, LAB, "0", 1, holder="nobody", row={"state": "idle"}, wid="w1")  # (loads both scripts;
+    handoff.hold_for_next(rl, LAB, 0.0, "nobody")  # nothing queued: its barrier goes again)
     handoff.hold_for_transit(rl, LAB, "1", 1)
     sent = requests_sent(rl, monkeypatch)
-    handoff.received(rl, LAB, "1", 1, holder="1:1", at=0.0)
+    handoff.received(rl, LAB, "1", 1, holder="1:1", at=0.0, row={"state": "busy", "job_id": "1"}, wid="w1")
     assert sent == ["EVALSHA"], f"the start was more than one step (the barriers read first?): {sent}"
     assert clock.holders(rl, LAB) == ["1:1"], "the attempt's barrier did not take the hand-off's place"
+    assert json.loads(rl.hget(key(LAB, "workers"), "w1")) == {"id": "w1", "state": "busy", "job_id": "1"}
     queue = f"rq:queue:{queue_name(LAB)}"
     rl.rpush(queue, f"{LAB}-2-1-123")  # the next delivery, as a producer names it
     try:
         sent.clear()
-        handoff.hold_for_next(rl, LAB, 0.0, "1:1")
+        handoff.hold_for_next(rl, LAB, 0.0, "1:1", row={"state": "idle", "job_id": None}, wid="w1")
+        assert sent == ["EVALSHA"], f"the end took more than one round trip: {sent}"
         assert clock.holders(rl, LAB) == [handoff.transit_holder("2", 1)], "the next delivery did not take the clock"
-        assert sent.count("EVALSHA") == 1, f"the end changed the barriers more than once: {sent}"
+        assert json.loads(rl.hget(key(LAB, "workers"), "w1")) == {"id": "w1", "state": "idle", "job_id": None}
         rl.delete(queue)
-        handoff.hold_for_next(rl, LAB, 0.0, handoff.transit_holder("2", 1))  # nothing queued: the barrier goes
+        rl.rpush(queue, "rq-own-job-id")  # a head no producer named: the clock does not wait for it
+        handoff.hold_for_next(rl, LAB, 0.0, handoff.transit_holder("2", 1))
+        assert clock.holders(rl, LAB) == []
+        rl.delete(queue)
+        rl.rpush(queue, f"{LAB}-3-02-9")  # a delivery number as RQ's id spells it
+        handoff.hold_for_next(rl, LAB, 0.0, "1:1")
+        assert clock.holders(rl, LAB) == [handoff.transit_holder("3", 2)]
+        rl.delete(queue)
+        handoff.hold_for_next(rl, LAB, 0.0, handoff.transit_holder("3", 2))  # nothing queued: the barrier goes
         assert clock.holders(rl, LAB) == []
     finally:
         rl.delete(queue)
@@ -195,3 +207,31 @@ def test_a_receive_takes_its_hand_off_note_away_and_answers_with_the_record_it_l
             attempts(LAB, "1"),
             *(key(LAB, k) for k in ("handoffs", "states", "events", "counts", "leases", "alive")),
         )
+
+
+def test_a_workers_row_is_merged_in_one_round_trip_and_a_dead_one_is_left_to_the_supervisor(rl, monkeypatch):
+    """A work horse marks its row busy (and idle again) in one round trip, where a read and a write left room for
+    the supervisor's own write between them: a row it marked dead came back busy. The supervisor, the row's
+    owner, makes a missing row and writes any state."""
+    from core.broker.state import merge_worker_row
+    from workers.tasks import set_worker
+
+    rows = key(LAB, "workers")
+    workers(rl, w1="idle", w2="dead")
+    monkeypatch.setenv("LAB_WORKER_ID", "w1")
+    set_worker(rl, LAB, state="idle")  # (the first call loads the script)
+    sent = round_trips(monkeypatch, rl)
+    set_worker(rl, LAB, state="busy", job_id="7", horse_pid=None)
+    assert sent() == 1, f"the horse's row took {sent()} round trips"
+    assert json.loads(rl.hget(rows, "w1")) == {"id": "w1", "state": "busy", "job_id": "7", "horse_pid": None}
+    assert not merge_worker_row(rl, LAB, "w2", {"state": "busy"}), "a horse brought a dead worker's row back"
+    assert json.loads(rl.hget(rows, "w2"))["state"] == "dead"
+    assert not merge_worker_row(rl, LAB, "w3", {"state": "busy"}) and not rl.hexists(rows, "w3")
+    assert merge_worker_row(rl, LAB, "w2", {"state": "idle", "pid": 12}, owner=True)
+    assert merge_worker_row(rl, LAB, "w3", {"state": "starting"}, owner=True)
+    assert {w: json.loads(v)["state"] for w, v in rl.hgetall(rows).items()} == {
+        "w1": "busy",
+        "w2": "idle",
+        "w3": "starting",
+    }
+    assert json.loads(rl.hget(rows, "w3"))["id"] == "w3"

@@ -343,3 +343,36 @@ def test_a_barrier_lifted_while_its_holder_still_paces_is_placed_again(r, redis_
         watch.close()
         own.close()
         r.delete(key(lab, "events"), key(lab, "counts"), key(lab, "barriers"), key(lab, "barrier_alive"))
+
+
+def test_a_new_tenth_goes_in_its_heartbeats_round_trip_where_beats_come_often(r, redis_server, lab, monkeypatch):
+    """At 20× a 10 s heartbeat beats every 0.5 real s, more often than a tenth may be shown (PROGRESS_GAP_S): each
+    tenth then waits for the next beat and goes in its script's call, so the attempt wakes the server once, not
+    twice. Every tenth shown is stamped at a beat, follows at once the stream entry before the beat's own, and the
+    attempt sends no request of its own for it."""
+    own = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    settings = {**DEFAULTS, "upload_parts": 0, "heartbeat": True, "heartbeat_interval": 10.0, "heartbeat_extend": 30}
+    assert tasks.rides_with_beat(settings, 20) and not tasks.rides_with_beat({**settings, "heartbeat": False}, 20)
+    start = clock.now(own, lab)
+    try:
+        r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
+        r.hset(msg(lab, "j"), mapping={"state": "inflight", "receives": 1})
+        r.zadd(key(lab, "leases"), {"j": start + 30})
+        sent = requests_sent(own, monkeypatch)
+        watch = Watch(own, lab)
+        tasks.pace(own, lab, "j", 1, settings, start, 60.0, [], retry.jitter_rng(0, "j", 1), watch)
+        watch.close()
+        rows = [json.loads(f["e"]) for _i, f in r.xrange(key(lab, "events"))]
+        shown = [i for i, e in enumerate(rows) if e["type"] == "job.progress"]
+        assert shown, f"no tenth was shown in 3 real seconds: {[e['type'] for e in rows]}"
+        for i in shown:
+            beat = rows[i + 1]
+            assert beat["type"] == "lease.extended" and beat["t_sim"] == rows[i]["t_sim"], (rows[i], beat)
+        assert "XADD" not in sent, f"a tenth went on its own: {sent}"
+    finally:
+        own.close()
+        r.delete(
+            job(lab, "j"),
+            msg(lab, "j"),
+            *(key(lab, k) for k in ("events", "counts", "alive", "leases", "barriers", "barrier_alive")),
+        )
