@@ -1,9 +1,11 @@
 """Classroom capacity: how many follow-along labs a pool host carries within the budgets, on 1, 2, 3 hosts.
 
 Each step starts its own stack (valkey, H pool hosts with their own data dirs, one web process:
-runtime/harness/hosts.py's HostsStack), opens N labs like a student's follow-along lab (ch1, 20×, 3 workers,
-heartbeat on), keeps 3 jobs of 120 simulated s in flight in each, kills a random busy worker every few
-seconds, and listens to every lab's WebSocket. Budgets (issue 20): redelivery lateness p99 ≤ 50 ms, paced-job
+runtime/harness/hosts.py's HostsStack), measures the server with no lab open, then runs a class as the product
+serves one (`Classroom`): a room on an instructor's lab (ch1, 20×, 3 workers, heartbeat on) that N − 1
+students follow, every page on its lab's WebSocket and checking in to the room, the dashboard polling it; each
+lab keeps 3 jobs of 120 simulated s in flight, and a random busy worker is killed every few seconds.
+Budgets (issue 20): redelivery lateness p99 ≤ 50 ms, paced-job
 overrun p99 ≤ 5 %, event delivery p99 ≤ 100 ms, and one of ours: no lab's clock runs more than 5 points
 further under its asked speed than one lab's alone on an unlimited host, measured first in the same run
 (`clock_lag_max_pct` ≤ floor + CLOCK_LAG_PP; the honest clock waits for every real hand-off, so even that lab
