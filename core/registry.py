@@ -164,7 +164,7 @@ def workers(r: redis.Redis, lab: str) -> list[dict]:
 
 PROGRESS_LOOKBACK = 200
 """Newest events a snapshot reads for its busy workers' progress (a job.progress event per job about once a real
-second: workers/tasks.py report_progress); a worker with none among them shows none until its next one."""
+second: workers/tasks.py progress_event); a worker with none among them shows none until its next one."""
 PROGRESS_FIRST = 32
 """Of those, the newest read with the rest of the snapshot: a busy lab's busy workers have their newest tenths
 among them; only a worker with none there (an attempt just begun) has the rest read, in a second round trip."""
