@@ -400,6 +400,12 @@ return barrier(clock_key, barriers, barrier_alive, op, holder, at, real_now, ali
 _scripts: dict[int, Script] = {}
 
 
+def barrier_keys(lab: str) -> list[str]:
+    """The KEYS of a barrier change: the lab's clock hash, its barriers and their stamps (as `barrier` takes them,
+    for a script that decides the change itself)."""
+    return [key(lab, "clock"), _barriers(lab), _alive(lab)]
+
+
 def barrier_call(
     lab: str, op: str, holder: str, at: float = 0.0, ttl: float = BARRIER_TTL, refresh: bool = True, also_lift: str = ""
 ) -> tuple[list[str], list[str]]:
@@ -408,7 +414,7 @@ def barrier_call(
     choice of one)."""
     real = time.time()
     return (
-        [key(lab, "clock"), _barriers(lab), _alive(lab)],
+        barrier_keys(lab),
         [op, holder, repr(at), repr(real), repr(real + ttl), "1" if refresh else "0", also_lift],
     )
 

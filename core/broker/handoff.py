@@ -128,7 +128,7 @@ def hold_for_next(r: redis.Redis, lab: str, now: float, holder: str, row: dict |
     (state.merge_worker_row, as its own process writes it): one round trip, however the queue stands."""
     real = time.time()
     script(r, _NEXT)(
-        keys=[f"rq:queue:{queue_name(lab)}", *clock.barrier_call(lab, "lift", holder)[0], key(lab, "workers")],
+        keys=[f"rq:queue:{queue_name(lab)}", *clock.barrier_keys(lab), key(lab, "workers")],
         args=[lab, holder, repr(now), repr(real), repr(real + HANDOFF_S), wid, json.dumps(row) if row else ""],
     )
 
