@@ -37,9 +37,15 @@ used, at most the box; the whole box where the hosts are unlimited), for the bes
 held, the projection from the cost of one busy lab measured at the largest step (host tree + server + web
 cores), which is what CPU alone would allow.
 
+At scale: this box cannot run hundreds of real labs, and a server serving a few sleeps between requests, so
+each one pays a wake-up it would share at hundreds. The last step records a class of RECORD_LABS labs (its
+server traffic, MONITOR), then stops its pool host and web process and replays that traffic as many copies at
+once on the same server, pinned to one core (runtime/harness/replay.py): the `at_scale` rows, and the most labs one
+server core held within SCALE_BUDGET.
+
 `python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS ("1,2,3"),
 CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per host; 0: no
-quota).
+quota), CLASSROOM_REPLAY_LABS ("150,300,450" busy labs replayed; "": no replay).
 """
 
 from __future__ import annotations
@@ -48,9 +54,9 @@ import os
 import random
 import time
 
-from bench.common import report, rnd
+from bench.common import report, rnd, table
 from core.procs import cpu_s, descendants, rss_kb, run_s, wait
-from runtime.harness import netns
+from runtime.harness import netns, replay
 from runtime.harness.drill import WsTail, drill_client
 from runtime.harness.hosts import HostsStack
 from runtime.harness.stats import pct
@@ -115,6 +121,28 @@ SETTINGS = {  # the instructor's lab, which every student's lab copies when it f
 DASHBOARD_S = 2.0  # the room dashboard polls its status this often (static/js/rooms.js)
 PRESENCE_S = 10.0  # each lab's page checks in to the room this often (static/js/classroom.js)
 IDLE_S = 5.0  # real seconds the server is measured with the hosts up and no lab open
+RECORD_LABS = 3  # the class recorded for the replay at scale: this many labs on one pool host
+# a replayed step holds when the server, on its one core, kept headroom and answered promptly (a fifth of the event
+# budget), the replayer kept to its schedule and the server refused or dropped no connection
+SCALE_BUDGET = {"server_cpu_pct": 90, "latency_p99_ms": 20, "late_p99_ms": 20, "dropped": 0, "rejected": 0, "forks": 0}
+SCALE_COLUMNS = [
+    "labs",
+    "copies",
+    "server_cpu_pct",
+    "server_ms_per_lab_s",
+    "requests_per_lab_s",
+    "commands_per_lab_s",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "late_p99_ms",
+    "connections",
+    "clients_at_end",
+    "dropped",
+    "rejected",
+    "forks",
+    "replayer_cores",
+    "ok",
+]
 
 
 class Classroom:
@@ -184,10 +212,30 @@ class Classroom:
         return kills
 
 
-def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool) -> dict:
+def recorded(kind: type[HostsStack]) -> type[HostsStack]:
+    """`kind` with a MONITOR recorder (runtime/harness/replay.py) on its server from before its first pool host
+    starts."""
+
+    class Recorded(kind):  # type: ignore[valid-type,misc]
+        recorder: replay.Recorder
+
+        def start_supervisor(self):
+            self.recorder = replay.Recorder(self.redis_url).start()
+            return super().start_supervisor()
+
+    return Recorded
+
+
+def step(
+    hosts: int, labs: int, seconds: float, host_cpus: float, network: bool, replay_copies: list[int] | None = None
+) -> dict:
     """One stack of `hosts` pool hosts carrying a class of `labs` busy labs for `seconds`: the budgets' figures
-    and costs. network: each part in a namespace of its own (netns.NetStack), else on loopback."""
+    and costs. network: each part in a namespace of its own (netns.NetStack), else on loopback. replay_copies:
+    record the server's traffic over the measured seconds, then (pool hosts and web stopped) replay that many
+    copies of it in turn on the same server (runtime/harness/replay.py): the row's `replay`."""
     kind = netns.NetStack if network else HostsStack
+    if replay_copies:
+        kind = recorded(kind)
     with kind("classroom", n_hosts=hosts, host_cpus=host_cpus) as stack:
         stack.wait_hosts()
         api, r = drill_client(stack), stack.redis_client()
@@ -208,8 +256,9 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool)
         thr0 = {h: throttled(stack, h) for h in stack.hosts}
         stats0, srv0, web0 = r.info("stats"), server_cpu_s(stack), web_cpu_s(stack)
         sim0 = [api.snapshot(lab)["clock"]["t_raw"] for lab in opened]
-        t0 = time.time()
+        t0 = stack.recorder.mark(r) if replay_copies else time.time()
         kills = room.run(seconds, kill_every=3.0)
+        t1 = time.time()
         sim = [api.snapshot(lab)["clock"]["t_raw"] - s0 for lab, s0 in zip(opened, sim0, strict=True)]
         elapsed = time.time() - t0
         clock_lag = [100 * (1 - s / elapsed / SPEED) for s in sim]  # % of the asked speed the clock did not run
@@ -263,6 +312,24 @@ def step(hosts: int, labs: int, seconds: float, host_cpus: float, network: bool)
             "load1": rnd(os.getloadavg()[0], 1),
         }
         print(f"  {row}", flush=True)
+        if replay_copies:
+            commands = stack.recorder.stop()
+            for h in list(stack.hosts):
+                stack.kill_host(h)
+            stack.stop_web()
+            assert stack.server_pid is not None
+            ids = [lab["lab_id"] for lab in opened] + [room.room["code"]]
+            row["replay"] = replay.at_scale(
+                stack.redis_url,
+                stack.server_pid,
+                commands,
+                (t0, t1),
+                stack.recorder.open_at_mark,
+                ids,
+                labs,
+                replay_copies,
+                stack.recorder.ignore,
+            )
         return row
 
 
@@ -273,6 +340,8 @@ def within(row: dict, budget: dict) -> bool:
 def run(b=None) -> dict:
     host_counts = [int(x) for x in os.environ.get("CLASSROOM_HOSTS", "1,2,3").split(",")]
     max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
+    replay_labs = [int(x) for x in os.environ.get("CLASSROOM_REPLAY_LABS", "150,300,450").split(",") if x.strip()]
+    replay_labs = [n for n in replay_labs if n >= RECORD_LABS]
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
     host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
     why = netns.unavailable()
@@ -302,6 +371,14 @@ def run(b=None) -> dict:
             n += h
     budget = rows[0]["host_cpus"] if rows else host_cpus  # as applied: cores, or "unlimited (why)"
     line = verdict(rows, budget_all)
+    scale: list[dict] = []
+    if replay_labs:  # a class recorded, then its server traffic replayed at the scale of hundreds of labs
+        recorded_row = step(1, RECORD_LABS, seconds, host_cpus, not why, [n // RECORD_LABS for n in replay_labs])
+        scale = recorded_row.pop("replay")
+        for r in scale:
+            r["ok"] = within(r, SCALE_BUDGET)
+        rows.append({**recorded_row, "hosts": "recorded", "ok": within(recorded_row, budget_all)})
+        print(table(SCALE_COLUMNS, scale), flush=True)
     doc = report(
         "classroom",
         "follow-along labs per pool host within the budgets",
@@ -336,7 +413,7 @@ def run(b=None) -> dict:
             "label": "labs within budget, by hosts",
             "value": capacity,
             "baseline": "1 host",
-            "also": server_projection(rows),
+            "also": f"{server_projection([r for r in rows if r['hosts'] != 'recorded'])}; {at_scale(scale)}",
         },
         {
             "budget": budget_all,
@@ -345,6 +422,8 @@ def run(b=None) -> dict:
             "host_cpus": budget,
             "floor_clock_lag_pct": floor["clock_lag_max_pct"],
             "network": network,
+            "replay_labs": replay_labs,
+            "scale_budget": SCALE_BUDGET,
         },
         notes=[
             f"parts on {network}",
@@ -359,11 +438,31 @@ def run(b=None) -> dict:
             "server with the hosts up and no lab, measured at the step's start)",
             f"the class: one room, every lab's page on its WebSocket and checking in every {PRESENCE_S:g} s, the "
             f"dashboard polling every {DASHBOARD_S:g} s, a busy worker killed every 3 s (a snapshot of its lab)",
+            f"at scale (at_scale): the 'recorded' row's class of {RECORD_LABS} labs, its server traffic recorded "
+            "(MONITOR) and replayed as many copies at once on the same server, pinned to one core "
+            f"(runtime/harness/replay.py); a step holds when {SCALE_BUDGET}",
         ],
-        extra={"verdict": line},
+        extra={"verdict": line, "at_scale": scale},
     )
     print(line, flush=True)
     return doc
+
+
+def at_scale(scale: list[dict]) -> str:
+    """The most busy labs one server core held in the replay, within SCALE_BUDGET, and at what cost."""
+    if not scale:
+        return "not replayed at scale"
+    held = [r for r in scale if r["ok"]]
+    if not held:
+        return f"at scale (replayed): no step within {SCALE_BUDGET}, from {scale[0]['labs']} labs"
+    top = max(held, key=lambda r: r["labs"])
+    over = next((r for r in scale if not r["ok"] and r["labs"] > top["labs"]), None)
+    return (
+        f"at scale (a recorded class replayed): one server core held {top['labs']} busy labs at "
+        f"{top['server_cpu_pct']} % of it, {top['server_ms_per_lab_s']} ms a lab-second, command latency p99 "
+        f"{top['latency_p99_ms']} ms"
+        + (f"; {over['labs']} did not ({over['server_cpu_pct']} %, p99 {over['latency_p99_ms']} ms)" if over else "")
+    )
 
 
 def cores_taken(row: dict) -> float:

@@ -280,6 +280,11 @@ class Config:
 NOTIFY_KEYSPACE_EVENTS = "$Khlsz"
 """The keyspace notifications the pool's loop wakes on (workers/wait.py): the embedded server starts with them, so
 no role but admin needs CONFIG SET; against another server the pool asks for them if its user may."""
+SERVER_MAX_CLIENTS = 50_000
+"""The embedded server's connection ceiling. A busy lab holds ≈ 30 connections (its rq workers and their
+subscriptions, its work horses', a share of its host's and the web's: `bench classroom`'s replay), so the
+server's own default of 10,000 stops a class at ≈ 340 busy labs. The server lowers this to what its
+open-files limit allows, and says so in its log."""
 AOF_REWRITE_MIN = 32 * 1024 * 1024  # the embedded server rewrites no AOF below this size (nor does the reconcile)
 
 # --- the pool supervisor's timings (workers/supervisor.py and the modules it ties together) -----------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import socket
 import stat
 import subprocess
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from core.config import AOF_REWRITE_MIN, NOTIFY_KEYSPACE_EVENTS
+from core.config import AOF_REWRITE_MIN, NOTIFY_KEYSPACE_EVENTS, SERVER_MAX_CLIENTS
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -211,6 +212,13 @@ class EmbeddedRedis:
                 self.process.wait()
 
 
+def max_clients() -> int:
+    """SERVER_MAX_CLIENTS, or as many as this process's open-files limit lets the server raise its own to (it
+    keeps 32 descriptors for itself): asked for more, it would lower it itself, with a warning in its log."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return SERVER_MAX_CLIENTS if hard == resource.RLIM_INFINITY else max(1, min(SERVER_MAX_CLIENTS, hard - 32))
+
+
 def start(
     data_dir: Path,
     port: int | None = None,
@@ -259,6 +267,8 @@ def start(
         str(maxmemory),
         "--maxmemory-policy",
         "noeviction",
+        "--maxclients",
+        str(max_clients()),
         "--auto-aof-rewrite-percentage",
         "100",
         "--auto-aof-rewrite-min-size",

@@ -91,6 +91,7 @@ class Supervisor:
                     self.tick()
                     next_host = self.host.last_beat + self.host.beat_every
                     commands, self.host.adopt_soon = commands or self.host.adopt_soon, False
+                waker.follow(self.pools)  # before any pass: a lab new to this host is heard before it is read
                 for pool in list(self.pools.values()):
                     if pool.lab in self.pools and min(pool.due_at, pool.deadline) <= time.time():
                         self.lab_pass(pool)

@@ -13,8 +13,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Container
-from fnmatch import fnmatchcase
+from collections.abc import Container, Iterable
 
 import redis
 
@@ -40,18 +39,19 @@ WAKING_KEYS = ("settings", "states", "dispatch", "faults", *(w for e in ENGINES 
 # The keyspace event of a lease pushed later (a ZINCRBY). The lab's known lease head can then only be early,
 # never late, so it is not read again: an early head wakes the lab at most once too soon, and its pass reads all.
 PUSHED_LATER = "zincr"
+FOLLOW_WAIT_S = 5.0  # real seconds a follow waits for the server to confirm its new subscriptions
 
 
 class Waker:
     """How the supervisor sleeps: until the next deadline of a lab, or until a change that concerns
     it, never on a fixed poll.
 
-    Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here), so
-    the code that claims, extends or ends a lease needs no extra call: a ZADD to `lab:*:leases`, a
-    new retry in `lab:*:scheduled`, a clock or settings change, a new job, a new, parked or resumed lab, or a command
-    pushed to this pool host's command list wakes the loop at once. A child process that exits (a
-    worker that crashed, a spare) wakes it too: SIGCHLD writes to a socket the same `select` watches.
-    The timeout is computed from the deadline in real time and enforced by that `select` (a
+    Changes arrive as Redis keyspace notifications (`notify-keyspace-events`, switched on here) of this
+    host's own labs' keys (`follow`), so the code that claims, extends or ends a lease needs no extra call: a
+    ZADD to `lab:<id>:leases`, a new retry in `lab:<id>:scheduled`, a clock or settings change, a new job, a
+    new, parked or resumed lab, or a command pushed to this pool host's command list wakes the loop at once. A
+    child process that exits (a worker that crashed, a spare) wakes it too: SIGCHLD writes to a socket the same
+    `select` watches. The timeout is computed from the deadline in real time and enforced by that `select` (a
     server-side BLPOP timeout rounds up to the server's 100 ms cron on an idle server). A server that
     refuses CONFIG SET falls back to a 20 ms poll.
 
@@ -63,7 +63,8 @@ class Waker:
     def __init__(self, r: redis.Redis, commands: str):
         self.r = r
         self.ps = None
-        self.published_pattern = clock.state_channel("*")
+        self.following: set[str] = set()  # the labs whose keys it hears (follow)
+        self.early: list[dict] = []  # messages read while a follow waited, heard at the next wait
         self.child = False  # a child process exited since the last wait
         self.published: dict[str, dict] = {}  # clock key → the hash a barrier's move left, heard last in this wait
         self.sig_r, sig_w = socket.socketpair()
@@ -81,11 +82,7 @@ class Waker:
             if want - set(flags):  # the embedded server starts with them: only another server is asked
                 r.config_set("notify-keyspace-events", "".join(sorted(want)))
             ps = r.pubsub(ignore_subscribe_messages=True)
-            ps.psubscribe(
-                *(keyspace(r, k) for k in (commands, LABS, PARKED)),
-                *(keyspace(r, f"lab:*:{k}") for k in DEADLINE_KEYS + WAKING_KEYS),
-                self.published_pattern,
-            )
+            ps.subscribe(*(keyspace(r, k) for k in (commands, LABS, PARKED)))
             self.ps = ps
         except redis.ResponseError:
             self.ps = None
@@ -97,7 +94,7 @@ class Waker:
             time.sleep(min(timeout, LOOP_S))
             return set()
         conn = self.ps.connection
-        if not conn.can_read(timeout=0):
+        if not self.early and not conn.can_read(timeout=0):
             select.select([conn._sock, self.sig_r, *([also] if also is not None else [])], [], [], max(0.0, timeout))
         try:
             while self.sig_r.recv(512):
@@ -106,18 +103,60 @@ class Waker:
             pass
         changed: set[str] = set()
         self.published = {}
+        for msg in self.early:  # heard while a follow waited for its subscriptions
+            self.hear(msg, changed)
+        self.early.clear()
         while conn.can_read(timeout=0):
-            msg = self.ps.get_message(timeout=0)
-            if msg and msg.get("type") == "pmessage" and msg["pattern"] == self.published_pattern:
-                changed.add(msg["channel"])
-                self.published[msg["channel"]] = json.loads(msg["data"])
-            elif msg and msg.get("type") == "pmessage":
-                k = msg["channel"].split(":", 1)[1]
-                if msg["data"] == PUSHED_LATER and k.endswith(":leases"):
-                    continue  # a heartbeat pushed a lease later: no deadline came earlier (leases.extend_lease)
-                changed.add(k)
-                self.published.pop(k, None)  # written again since: read
+            self.hear(self.ps.get_message(timeout=0), changed)
         return changed
+
+    def hear(self, msg: dict | None, changed: set[str]) -> None:
+        """One message into `changed`: a key whose change was notified, or a clock's state channel (its hash kept
+        in `published`)."""
+        if not msg or msg.get("type") != "message":
+            return
+        channel = msg["channel"]
+        if not channel.startswith("__keyspace@"):
+            changed.add(channel)  # a clock's state channel (clock.state_channel)
+            self.published[channel] = json.loads(msg["data"])
+            return
+        k = channel.split(":", 1)[1]
+        if msg["data"] == PUSHED_LATER and k.endswith(":leases"):
+            return  # a heartbeat pushed a lease later: no deadline came earlier (leases.extend_lease)
+        changed.add(k)
+        self.published.pop(k, None)  # written again since: read
+
+    def follow(self, labs: Iterable[str]) -> None:
+        """Hear exactly these labs' keys from now on: subscribe to the labs new to it, unsubscribe from those gone.
+
+        Each host subscribes to its own labs' channels by name, never to a pattern: the server matches every
+        keyspace notification against every pattern of every client and sends a match to each, so patterns over
+        all labs would cost each write a match per host and each host a message per lab of the whole server.
+        Called before the passes of each loop, and it returns once the server has made the new subscriptions (a
+        PING behind them on the same connection has come back; what arrived meanwhile waits in `early`): a lab
+        taken in this loop is heard before its first pass reads it, so no change falls between the two."""
+        labs = set(labs)
+        new, gone = labs - self.following, self.following - labs
+        self.following = labs
+        if self.ps is None:
+            return
+        if gone:
+            self.ps.unsubscribe(*(c for lab in sorted(gone) for c in self.channels(lab)))
+        if not new:
+            return
+        self.ps.subscribe(*(c for lab in sorted(new) for c in self.channels(lab)))
+        self.ps.ping()
+        deadline = time.monotonic() + FOLLOW_WAIT_S
+        while (left := deadline - time.monotonic()) > 0:
+            msg = self.ps.get_message(timeout=left)
+            if msg and msg.get("type") == "pong":
+                return
+            if msg:
+                self.early.append(msg)
+
+    def channels(self, lab: str) -> list[str]:
+        """A lab's channels: its deadline and waking keys' notifications, and its clock's state channel."""
+        return [*(keyspace(self.r, key(lab, k)) for k in DEADLINE_KEYS + WAKING_KEYS), clock.state_channel(lab)]
 
     def close(self) -> None:
         if self.ps is not None:
@@ -257,7 +296,7 @@ def note(r: redis.Redis, pools: dict[str, LabPool], changed: set[str], waker: Wa
         if parts[2] in DEADLINE_KEYS:
             stale[pool.lab] = pool
             keys.setdefault(pool.lab, set()).add(parts[2])
-        woken = {e.name for e in ENGINES if any(fnmatchcase(parts[2], w) for w in e.wakes)}
+        woken = {e.name for e in ENGINES if parts[2] in e.wakes}
         pool.quiet -= woken
         if parts[2] == "settings" or pool.due_at == math.inf:
             pool.due_at = 0.0

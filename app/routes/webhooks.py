@@ -51,6 +51,7 @@ def register(lab_id: str):
         webhooks.hook(lab_id),
         mapping={"url": url, "secret": secret, "fail_times": fails, "cursor": top[0][0] if top else "0"},
     )
+    r.publish(webhooks.REGISTERED, lab_id)  # every pool host's delivering thread takes the lab on now
     target = "the lab's built-in receiver" if url == webhooks.BUILTIN else url
     stream.emit(r, lab_id, "webhook.registered", clock.now(r, lab_id), target=target)
     return jsonify(url=url, secret=secret, fail_times=fails, receiver_url=webhooks.receiver_path(lab_id))

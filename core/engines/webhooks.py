@@ -8,6 +8,9 @@ from core.keys import key
 
 BUILTIN = "builtin"  # the registration value meaning "the lab's own receiver on this server"
 KEEP = 200  # messages shown and receiver arrivals kept per lab
+REGISTERED = "webhooks:registered"
+"""The channel a registration is announced on (its lab id), which every pool host's delivering thread subscribes
+to by name: a pattern over every lab's registration key would cost the server a match per host on every write."""
 
 
 def hook(lab: str) -> str:

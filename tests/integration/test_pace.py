@@ -23,7 +23,7 @@ import redis
 from core import clock, registry, stream
 from core.broker import leases, retry
 from core.engines import loadgen
-from core.keys import job, key, msg
+from core.keys import job, key, keyspace, msg
 from core.procs import wait
 from core.settings import DEFAULTS
 from tests.helpers import commands_run, requests_sent, round_trips
@@ -117,8 +117,43 @@ def test_a_paced_attempt_wakes_when_ffmpeg_exits_not_at_the_end_of_its_wait(r, r
         own.close()
 
 
+def test_a_pool_host_hears_only_the_labs_it_follows_and_holds_no_pattern(r, lab):
+    """Each host subscribes to its own labs' channels by name: another lab's writes reach it not at all, and the
+    server matches no pattern of its on any write (a pattern per host over every lab grows with hosts × labs)."""
+    other = f"t-pace-{uuid.uuid4().hex[:8]}"
+    patterns = r.pubsub_numpat()
+    waker = Waker(r, f"t-commands-{lab}")
+
+    def listeners(name: str) -> int:
+        return dict(r.pubsub_numsub(keyspace(r, key(name, "settings"))))[keyspace(r, key(name, "settings"))]
+
+    def heard_first(name: str) -> set[str]:
+        heard: set[str] = set()
+        wait(lambda: heard.update(waker.wait(0.1)) or key(name, "settings") in heard, 10, f"{name} was never heard")
+        return heard
+
+    try:
+        waker.follow([lab])
+        assert listeners(lab) == 1, "follow returned before the server had made its subscriptions"
+        assert r.pubsub_numpat() == patterns, "the host subscribed to a pattern"
+        r.hset(key(other, "settings"), "x", 1)  # notifications come in the order the writes were made
+        r.hset(key(lab, "settings"), "x", 1)
+        assert key(other, "settings") not in heard_first(lab), "a lab the host does not run woke it"
+        waker.follow([other])  # the lab moved to another host, this one took another
+        wait(lambda: (listeners(lab), listeners(other)) == (0, 1), 10, "the host's subscriptions did not follow")
+        r.hset(key(lab, "settings"), "y", 1)
+        r.hset(key(other, "settings"), "y", 1)
+        assert key(lab, "settings") not in heard_first(other), "a lab the host let go still woke it"
+    finally:
+        waker.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        r.delete(key(lab, "settings"), key(other, "settings"))
+
+
 def test_a_heartbeat_does_not_wake_the_supervisor_but_a_cut_lease_does(r, lab):
     waker = Waker(r, f"t-commands-{lab}")
+    waker.follow([lab])
     mine = key(lab, "leases")
     try:
         r.hset(job(lab, "j"), mapping={"state": "running", "holder": 1})
@@ -225,6 +260,7 @@ def test_a_barrier_that_moves_the_clock_refreshes_the_supervisors_deadline_witho
     name = f"t-sup-{uuid.uuid4().hex[:8]}"
     own = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=name)  # the supervisor's
     waker = Waker(own, f"t-commands-{lab}")
+    waker.follow([lab])
     pool = LabPool(lab)
     try:
         refresh_deadlines(own, [pool])

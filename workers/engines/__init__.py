@@ -17,8 +17,9 @@ class Engine(Protocol):
     name: str
     """Its naming key: core/engines/<name>.py, workers/engines/<name>.py."""
     wakes: tuple[str, ...]
-    """Lab keys (after `lab:<id>:`, glob patterns) whose change wakes a lab at rest for it. An engine with
-    some is quiet while it is not busy: its gauges are not read and its tick is told so, until one changes."""
+    """Lab keys (after `lab:<id>:`, whole names: a pool host subscribes to each of its own labs' keys,
+    workers/wait.py) whose change wakes a lab at rest for it. An engine with some is quiet while it is not busy:
+    its gauges are not read and its tick is told so, until one changes."""
     holder: str | None
     """The clock barrier it holds at the moment of its next work, if it keeps one (core/clock.py): while it is
     busy, the lab is passed when its clock gets there (wait.engine_moments), not a housekeeping cadence later."""

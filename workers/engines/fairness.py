@@ -386,7 +386,7 @@ class Releaser:
     while none arrives, waits or runs, until a tier's queue changes."""
 
     name = "fairness"
-    wakes = ("fair:pending:*",)
+    wakes = tuple(f"fair:pending:{t}" for t in TIERS)  # each tier's queue (pending_key, after lab:<id>:)
     holder = None
 
     def start(self, config: Config) -> None:

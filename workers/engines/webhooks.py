@@ -33,14 +33,14 @@ import redis
 from core import clock, registry, stream
 from core.broker import retry
 from core.config import Config
-from core.engines.webhooks import BUILTIN, due, hook, messages, receiver_path
-from core.keys import LABS, keyspace
+from core.engines.webhooks import BUILTIN, REGISTERED, due, hook, messages, receiver_path
+from core.keys import LABS
 from core.webhook_targets import TargetRefused, sign, validate_target
 
 TRIGGERS = {"job.succeeded": "job.done", "job.dead_lettered": "job.dead", "job.lost": "job.lost"}
 TIMEOUT_S = 3.0  # real seconds one try may take: a slow receiver fails the try, it does not stall the queue
 LOOP_S = 0.05  # real seconds between ticks while some lab has a webhook registered
-RESCAN_S = 5.0  # real seconds between looks for registrations a missed notification would hide
+RESCAN_S = 5.0  # real seconds between looks for registrations a missed announcement would hide
 TRY_LEASE_S = 30.0  # a try whose deliverer died mid-send is due again after this (real seconds)
 # Claim a due try by pushing its due time past the lease, only if it is still due: one deliverer wins,
 # and a deliverer that dies mid-send leaves it to come back (at-least-once, with the same webhook-id).
@@ -159,22 +159,22 @@ class Deliverer:
         return t
 
     def run(self) -> None:
-        """Tick every LOOP_S while a lab has a webhook; with none, sleep until one is registered (a keyspace
-        notification on `lab:*:webhook`, switched on by the supervisor's Waker, workers/wait.py) or RESCAN_S passes."""
+        """Tick every LOOP_S while a lab has a webhook; with none, sleep until one is registered (announced on
+        REGISTERED) or RESCAN_S passes."""
         ps, rescan_at = None, 0.0
         while self.running:
             try:
                 if ps is None:
                     ps = self.r.pubsub(ignore_subscribe_messages=True)
-                    ps.psubscribe(keyspace(self.r, "lab:*:webhook"))
+                    ps.subscribe(REGISTERED)
                 if time.time() >= rescan_at:
                     self.hooked = set(self.r.smembers(LABS))
                     rescan_at = time.time() + RESCAN_S
                 self.tick()
                 msg = ps.get_message(timeout=LOOP_S if self.hooked else max(0.0, rescan_at - time.time()))
                 while msg:
-                    if msg.get("type") == "pmessage":
-                        self.hooked.add(msg["channel"].split(":")[2])
+                    if msg.get("type") == "message":
+                        self.hooked.add(msg["data"])
                     msg = ps.get_message(timeout=0)
             except (redis.ConnectionError, redis.exceptions.OutOfMemoryError):  # restarting, or at maxmemory
                 ps, rescan_at = None, 0.0
