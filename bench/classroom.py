@@ -45,7 +45,7 @@ server core held within SCALE_BUDGET.
 
 `python -m bench classroom` (the bench runner's shared stack is not used). Knobs: CLASSROOM_HOSTS ("1,2,3"),
 CLASSROOM_MAX_LABS (8), CLASSROOM_SECONDS (30 per step), CLASSROOM_HOST_CPUS (0.5 cores per host; 0: no
-quota), CLASSROOM_REPLAY_LABS ("150,300,450" busy labs replayed; "": no replay).
+quota), CLASSROOM_REPLAY_LABS ("150,300,375,450" busy labs replayed; "": no replay).
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def within(row: dict, budget: dict) -> bool:
 def run(b=None) -> dict:
     host_counts = [int(x) for x in os.environ.get("CLASSROOM_HOSTS", "1,2,3").split(",")]
     max_labs = int(os.environ.get("CLASSROOM_MAX_LABS", "8"))
-    replay_labs = [int(x) for x in os.environ.get("CLASSROOM_REPLAY_LABS", "150,300,450").split(",") if x.strip()]
+    replay_labs = [int(x) for x in os.environ.get("CLASSROOM_REPLAY_LABS", "150,300,375,450").split(",") if x.strip()]
     replay_labs = [n for n in replay_labs if n >= RECORD_LABS]
     seconds = float(os.environ.get("CLASSROOM_SECONDS", "30"))
     host_cpus = float(os.environ.get("CLASSROOM_HOST_CPUS", "0.5"))
