@@ -42,9 +42,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from typing import BinaryIO
 
 import redis
+from redis.connection import parse_url
 
 from core.procs import run_s
 from runtime.harness.stats import pct
@@ -105,10 +106,10 @@ def reply_end(buf: bytes | bytearray, pos: int) -> int:
 
 
 def _connect_args(url: str) -> tuple[str, int, list[bytes]]:
-    """(host, port, AUTH argv or []) of a redis:// URL."""
-    u = urlsplit(url)
-    auth = [b"AUTH", *(unquote(x).encode() for x in (u.username, u.password) if x)] if u.password else []
-    return u.hostname or "127.0.0.1", u.port or 6379, auth
+    """(host, port, AUTH argv or []) of a redis:// URL, as redis-py reads it."""
+    kw = parse_url(url)
+    auth = [b"AUTH", *(kw[k].encode() for k in ("username", "password") if kw.get(k))] if kw.get("password") else []
+    return kw.get("host", "127.0.0.1"), kw.get("port", 6379), auth
 
 
 class Recorder:
@@ -121,6 +122,7 @@ class Recorder:
         self.open_at_mark: set[str] = set()
         self.ignore: set[str] = set()  # the bench's own connections (its INFO, this CLIENT LIST)
         self.sock: socket.socket | None = None
+        self.file: BinaryIO | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
 
     def start(self) -> Recorder:
@@ -137,6 +139,7 @@ class Recorder:
         return self
 
     def _read(self) -> None:
+        assert self.file is not None
         try:
             for line in self.file:
                 got = parse_line(line)
@@ -240,11 +243,12 @@ def rewrite(data: bytes, names: dict[bytes, bytes], shift_s: float, span: tuple[
     return _UNIX.sub(move, data)
 
 
-def clone_keys(r: redis.Redis, names: dict[bytes, bytes]) -> int:
-    """Copy every key whose name holds a recorded name under the copy's name (DUMP, RESTORE REPLACE, its TTL kept),
-    through `r`, a client that answers bytes. Returns the keys copied."""
+def clone_keys(r: redis.Redis, copies: list[dict[bytes, bytes]]) -> int:
+    """Copy every key whose name holds a recorded name under each copy's name for it (DUMP, RESTORE REPLACE, its TTL
+    kept), through `r`, a client that answers bytes: each recorded name's keys are found and dumped once, whatever
+    the copies. Returns the keys copied."""
     n = 0
-    for old, new in names.items():
+    for old in {name for names in copies for name in names}:
         keys = list(r.scan_iter(match=b"*" + old + b"*", count=1000))
         pipe = r.pipeline(transaction=False)
         for k in keys:
@@ -253,8 +257,8 @@ def clone_keys(r: redis.Redis, names: dict[bytes, bytes]) -> int:
         got = pipe.execute()
         pipe = r.pipeline(transaction=False)
         for k, dumped, ttl in zip(keys, got[::2], got[1::2], strict=True):
-            if dumped is not None:
-                pipe.restore(k.replace(old, new), max(ttl, 0), dumped, replace=True)
+            for names in copies if dumped is not None else ():
+                pipe.restore(k.replace(old, names[old]), max(ttl, 0), dumped, replace=True)
                 n += 1
         pipe.execute()
     return n
@@ -513,8 +517,7 @@ def at_scale(
     try:
         for n in copies:
             names = [rename(ids, c) for c in range(n)]
-            for c in range(made, n):
-                clone_keys(admin, names[c])
+            clone_keys(admin, names[made:n])
             made = max(made, n)
             t = time.time()
             build(per, names[0], w0, t, span)
